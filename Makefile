@@ -1,0 +1,30 @@
+# Two commands for a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test venv bench-writer clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade --quiet pip
+
+# torch is large: install once, reinstall only when pyproject.toml changes.
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) tools/demo.py --workdir demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench-writer: $(STAMP)
+	$(PY) bench/bench_writer.py
+
+clean:
+	rm -rf demo bench/work .pytest_cache

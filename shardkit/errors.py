@@ -1,0 +1,103 @@
+"""Errors raised by shardkit.
+
+Every error derives from :class:`ShardkitError` and, where one fits, from the
+matching builtin too, so handlers written for ``ValueError`` or ``OSError``
+still catch them::
+
+    ShardkitError
+    ├── UsageError (ValueError)          bad option values, conflicting flags
+    ├── SourceError (ValueError)         input dataset cannot be read as asked
+    │   ├── DuplicateSampleError         two inputs map to one key + extension
+    │   └── InputFileError (OSError)     an input file is missing or unreadable
+    ├── DestinationError (FileExistsError)  output directory not usable
+    ├── ManifestError (ValueError)       manifest missing, malformed, mismatched
+    ├── CorruptShardError (ValueError)   tar bytes are not what they must be
+    └── VerifyError (ValueError)         ``shardkit verify`` found a bad shard
+
+Errors carry where they happened as attributes (``path``, ``member``,
+``offset``) instead of only inside the message, so callers can act on them.
+"""
+
+from __future__ import annotations
+
+
+class ShardkitError(Exception):
+    """Base class of every error shardkit raises on purpose."""
+
+
+class UsageError(ShardkitError, ValueError):
+    """An option has an invalid value or options conflict."""
+
+
+class SourceError(ShardkitError, ValueError):
+    """The input dataset cannot be read the way it was asked for.
+
+    Attributes:
+        path: The input path at fault, when one is known.
+        line: The 1-based line number for line-oriented inputs (JSONL).
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None):
+        super().__init__(message)
+        self.path = path
+        self.line = line
+
+
+class DuplicateSampleError(SourceError):
+    """Two inputs map to the same sample key and extension."""
+
+    def __init__(self, message: str, *, first: str, second: str):
+        super().__init__(message, path=second)
+        self.first = first
+        self.second = second
+
+
+class InputFileError(SourceError, OSError):
+    """An input file vanished or cannot be read while writing."""
+
+
+class DestinationError(ShardkitError, FileExistsError):
+    """The output location cannot be used (not empty, not a directory...)."""
+
+    def __init__(self, message: str, *, path: str):
+        super().__init__(message)
+        self.path = path
+
+
+class ManifestError(ShardkitError, ValueError):
+    """A manifest is missing, malformed or does not match the shards."""
+
+    def __init__(self, message: str, *, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+
+class CorruptShardError(ShardkitError, ValueError):
+    """Tar bytes that cannot be parsed, or end in the middle of a sample.
+
+    Attributes:
+        path: The shard path or URL.
+        member: The member name being read, when it is known.
+        offset: The byte offset in the shard where the problem was found.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        member: str | None = None,
+        offset: int | None = None,
+    ):
+        super().__init__(message)
+        self.path = path
+        self.member = member
+        self.offset = offset
+
+
+class VerifyError(ShardkitError, ValueError):
+    """A shard failed verification against its manifest entry."""
+
+    def __init__(self, message: str, *, path: str):
+        super().__init__(message)
+        self.path = path

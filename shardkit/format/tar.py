@@ -1,0 +1,384 @@
+"""Tar members <-> samples: reproducible ustar encoding and a fast push parser.
+
+A shard is a POSIX tar file. A sample is the contiguous run of members
+``KEY.EXT`` that share one key, where the key is the member path up to the
+first dot of its basename and the extension is the rest (webdataset's rule).
+
+Encoding writes plain ustar headers with fixed metadata (mtime 0, uid/gid 0,
+empty owner names, mode 0644) so the same input gives the same bytes. A pax
+extended header is emitted only for a member that needs one: a name that is
+not ASCII or does not fit the ustar name/prefix fields, or a size of 8 GiB or
+more.
+
+Decoding is a push parser (:class:`SampleParser`): feed it large byte chunks
+in stream order and it returns complete samples, parsing headers straight from
+the buffer without creating ``TarInfo`` objects. It never returns a sample
+before the sample's last member is complete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from shardkit.errors import CorruptShardError
+
+BLOCK_SIZE = 512
+END_OF_ARCHIVE = bytes(2 * BLOCK_SIZE)
+ZERO_BLOCK = bytes(BLOCK_SIZE)
+
+#: Fixed member metadata, so shards are byte-reproducible.
+MEMBER_MTIME = 0
+MEMBER_MODE = 0o644
+PAX_HEADER_NAME = b"././@PaxHeader"
+
+_USTAR_MAGIC = b"ustar\x0000"
+_MAX_OCTAL_SIZE = 8**11 - 1  # what an 11-digit octal size field can hold
+_REGULAR_TYPES = (b"0", b"\x00", b"7")
+_SKIPPED_TYPES = (b"1", b"2", b"3", b"4", b"5", b"6", b"K", b"V", b"M", b"S")
+
+
+def split_key(name: str) -> tuple[str, str] | None:
+    """Split a member name into ``(key, extension)`` by webdataset's rule.
+
+    The key is the path up to the first dot of the basename; the extension is
+    everything after that dot. Returns None when the basename has no dot, or
+    starts with one, or has nothing after it.
+
+    >>> split_key("train/n0144/img_1.seg.png")
+    ('train/n0144/img_1', 'seg.png')
+    """
+    slash = name.rfind("/")
+    dot = name.find(".", slash + 1)
+    if dot <= slash + 1 or dot == len(name) - 1:
+        return None
+    return name[:dot], name[dot + 1 :]
+
+
+def padding(size: int) -> int:
+    """Bytes of zero padding that follow ``size`` bytes of member data."""
+    return -size % BLOCK_SIZE
+
+
+def _octal_field(value: int, width: int) -> bytes:
+    digits = format(value, "o").rjust(width - 1, "0")
+    if len(digits) > width - 1:
+        raise ValueError(f"{value} does not fit a {width}-byte octal field")
+    return digits.encode("ascii") + b"\x00"
+
+
+def _ustar_header(name: bytes, prefix: bytes, size: int, typeflag: bytes) -> bytes:
+    header = bytearray(BLOCK_SIZE)
+    header[0 : len(name)] = name
+    header[100:108] = _octal_field(MEMBER_MODE, 8)
+    header[108:116] = _octal_field(0, 8)
+    header[116:124] = _octal_field(0, 8)
+    header[124:136] = _octal_field(size, 12)
+    header[136:148] = _octal_field(MEMBER_MTIME, 12)
+    header[148:156] = b" " * 8
+    header[156:157] = typeflag
+    header[257:265] = _USTAR_MAGIC
+    header[329:337] = _octal_field(0, 8)
+    header[337:345] = _octal_field(0, 8)
+    header[345 : 345 + len(prefix)] = prefix
+    header[148:156] = format(sum(header), "06o").encode("ascii") + b"\x00 "
+    return bytes(header)
+
+
+def _split_ustar_name(raw: bytes) -> tuple[bytes, bytes] | None:
+    """Fit a name in ustar's 155-byte prefix + 100-byte name fields, or None."""
+    if len(raw) <= 100:
+        return raw, b""
+    # The split must fall on a slash: prefix "/" name.
+    for cut in range(min(len(raw) - 1, 155), 0, -1):
+        if raw[cut : cut + 1] == b"/" and len(raw) - cut - 1 <= 100:
+            return raw[cut + 1 :], raw[:cut]
+    return None
+
+
+def _pax_record(keyword: str, value: str) -> bytes:
+    body = f" {keyword}={value}\n".encode("utf-8")
+    length = len(body) + 1
+    while len(str(length)) + len(body) != length:
+        length += 1
+    return str(length).encode("ascii") + body
+
+
+def encode_header(name: str, size: int) -> bytes:
+    """Return the header block(s) for a regular-file member.
+
+    One 512-byte ustar block in the common case; a pax extended header first
+    when the name is not ASCII or too long for ustar, or the size too big.
+    """
+    records = []
+    raw = name.encode("utf-8")
+    fitted = _split_ustar_name(raw) if raw.isascii() else None
+    if fitted is None:
+        records.append(_pax_record("path", name))
+        # Fallback name for readers that ignore pax: ASCII, within 100 bytes.
+        fitted = (name.encode("ascii", "replace")[-100:], b"")
+    ustar_size = size
+    if size > _MAX_OCTAL_SIZE:
+        records.append(_pax_record("size", str(size)))
+        ustar_size = 0
+    header = _ustar_header(fitted[0], fitted[1], ustar_size, b"0")
+    if not records:
+        return header
+    pax_data = b"".join(records)
+    pax_header = _ustar_header(PAX_HEADER_NAME, b"", len(pax_data), b"x")
+    return pax_header + pax_data + bytes(padding(len(pax_data))) + header
+
+
+def encoded_member_size(name: str, size: int) -> int:
+    """Bytes a member takes in a shard: header(s), data and padding."""
+    return len(encode_header(name, size)) + size + padding(size)
+
+
+def encoded_sample_size(key: str, fields: Iterable[tuple[str, int]]) -> int:
+    """Bytes a sample takes in a shard, given ``(extension, data size)`` pairs."""
+    return sum(encoded_member_size(f"{key}.{ext}", size) for ext, size in fields)
+
+
+def encode_sample(key: str, fields: Sequence[tuple[str, bytes]]) -> bytes:
+    """Encode one sample (fields in the given order) as tar bytes."""
+    parts = []
+    for ext, data in fields:
+        parts.append(encode_header(f"{key}.{ext}", len(data)))
+        parts.append(data)
+        parts.append(bytes(padding(len(data))))
+    return b"".join(parts)
+
+
+# ---------------------------------------------------------------- decoding
+
+
+@dataclass(frozen=True, slots=True)
+class RawSample:
+    """One sample as parsed from tar bytes.
+
+    Attributes:
+        key: The sample key.
+        fields: Extension -> member bytes, in member order.
+        start: Offset of the sample's first header byte in the shard.
+        end: Offset just past the sample's last member (padding included).
+    """
+
+    key: str
+    fields: dict[str, bytes]
+    start: int
+    end: int
+
+
+def _parse_number(field: bytes) -> int:
+    if field[:1] in (b"\x80", b"\xff"):  # GNU base-256 encoding
+        value = int.from_bytes(field[1:], "big")
+        return -value if field[:1] == b"\xff" else value
+    text = field.split(b"\x00", 1)[0].strip()
+    return int(text, 8) if text else 0
+
+
+def _parse_pax(data: bytes) -> dict[str, str]:
+    records: dict[str, str] = {}
+    pos = 0
+    while pos < len(data):
+        space = data.index(b" ", pos)
+        length = int(data[pos:space])
+        if length <= 0:
+            raise ValueError("bad pax record length")
+        keyword, _, value = data[space + 1 : pos + length - 1].partition(b"=")
+        records[keyword.decode("utf-8")] = value.decode("utf-8", "surrogateescape")
+        pos += length
+    return records
+
+
+class SampleParser:
+    """Push parser turning tar bytes into complete samples.
+
+    Feed chunks in stream order with :meth:`feed`; call :meth:`finish` at the
+    end of the stream. Offsets in errors and samples are shard offsets, counted
+    from ``base_offset`` (where the first fed byte sits in the shard).
+
+    Args:
+        path: Shard path or URL, used in error messages.
+        base_offset: Shard offset of the first byte fed.
+    """
+
+    def __init__(self, *, path: str, base_offset: int = 0):
+        self.path = path
+        self._buf = b""
+        self._pos = 0  # parse position within _buf
+        self._parts: list[bytes] = []  # fed chunks not yet joined into _buf
+        self._parts_size = 0
+        self._need = BLOCK_SIZE  # bytes from _pos needed before parsing can go on
+        self._buf_offset = base_offset  # shard offset of _buf[0]
+        self._pending_name: str | None = None  # from a pax or GNU long-name header
+        self._pending_size: int | None = None
+        self._member_start: int | None = None  # first header of the member in progress
+        self._key: str | None = None
+        self._fields: dict[str, bytes] = {}
+        self._sample_start = base_offset
+        self._sample_end = base_offset
+        self.ended = False  # saw the end-of-archive marker
+
+    @property
+    def offset(self) -> int:
+        """Shard offset up to which input has been consumed."""
+        return self._buf_offset + self._pos
+
+    def _error(self, message: str, *, member: str | None, offset: int) -> CorruptShardError:
+        where = f"member {member!r} " if member else ""
+        return CorruptShardError(
+            f"{self.path}: {where}{message} at byte {offset}. "
+            "Run `shardkit verify` on the dataset or rewrite this shard.",
+            path=self.path,
+            member=member,
+            offset=offset,
+        )
+
+    def feed(self, chunk: bytes) -> list[RawSample]:
+        """Add bytes; return the samples completed by them (possibly none)."""
+        if self.ended or not chunk:
+            return []
+        self._parts.append(chunk)
+        self._parts_size += len(chunk)
+        if len(self._buf) - self._pos + self._parts_size < self._need:
+            return []  # a large member: gather chunks, join them once
+        rest = self._buf[self._pos :]
+        joined = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
+        self._buf = rest + joined if rest else joined
+        self._buf_offset += self._pos
+        self._pos = 0
+        self._parts = []
+        self._parts_size = 0
+        return self._parse()
+
+    def finish(self, *, expect_end_marker: bool = True) -> list[RawSample]:
+        """Mark the end of the stream; return the last sample.
+
+        Args:
+            expect_end_marker: True when the stream is a whole shard, which must
+                end with the tar end-of-archive marker; False for a byte range
+                that ends on a sample boundary (as given by the offset index).
+
+        Raises:
+            CorruptShardError: The stream stopped inside a member, or a whole
+                shard ended without its end-of-archive marker (a truncated file).
+        """
+        if not self.ended:
+            leftover = len(self._buf) - self._pos + self._parts_size
+            if leftover or self._member_start is not None:
+                start = self._member_start if self._member_start is not None else self.offset
+                raise self._error(
+                    f"truncated: stream ended {leftover} bytes into an incomplete member",
+                    member=self._pending_name,
+                    offset=start,
+                )
+            if expect_end_marker:
+                raise self._error(
+                    "truncated: shard ends without the tar end-of-archive marker",
+                    member=None,
+                    offset=self.offset,
+                )
+        self.ended = True
+        return self._flush()
+
+    def _flush(self) -> list[RawSample]:
+        if self._key is None:
+            return []
+        sample = RawSample(self._key, self._fields, self._sample_start, self._sample_end)
+        self._key = None
+        self._fields = {}
+        return [sample]
+
+    def _parse(self) -> list[RawSample]:
+        out: list[RawSample] = []
+        buf = self._buf
+        pos = self._pos
+        end = len(buf)
+        base = self._buf_offset
+        self._need = BLOCK_SIZE
+        while end - pos >= BLOCK_SIZE:
+            header = buf[pos : pos + BLOCK_SIZE]
+            if self._member_start is None:
+                self._member_start = base + pos
+            if header == ZERO_BLOCK:
+                if self._pending_name is not None or self._pending_size is not None:
+                    raise self._error(
+                        "extended header not followed by a member",
+                        member=self._pending_name,
+                        offset=base + pos,
+                    )
+                self.ended = True
+                self._pos = end
+                self._member_start = None
+                out.extend(self._flush())
+                return out
+            stored = header[148:156]
+            try:
+                checksum = int(stored.split(b"\x00", 1)[0].strip() or b"-1", 8)
+            except ValueError:
+                checksum = -1
+            if sum(header) - sum(stored) + 256 != checksum:
+                raise self._error("bad tar header checksum", member=None, offset=base + pos)
+            typeflag = header[156:157]
+            size = self._pending_size if self._pending_size is not None else _parse_number(header[124:136])
+            data_start = pos + BLOCK_SIZE
+            data_end = data_start + size
+            next_pos = data_end + padding(size)
+            if typeflag in (b"x", b"g", b"L", b"K"):
+                # Extended headers: their data is needed now, wait for all of it.
+                if end < next_pos:
+                    self._need = next_pos - pos
+                    break
+                data = buf[data_start:data_end]
+                if typeflag == b"x":
+                    try:
+                        records = _parse_pax(data)
+                        if "path" in records:
+                            self._pending_name = records["path"]
+                        if "size" in records:
+                            self._pending_size = int(records["size"])
+                    except ValueError as exc:
+                        raise self._error(f"malformed pax header ({exc})", member=None, offset=base + pos) from None
+                elif typeflag == b"L":
+                    self._pending_name = data.split(b"\x00", 1)[0].decode("utf-8", "surrogateescape")
+                pos = next_pos
+                continue
+            if self._pending_name is not None:
+                name = self._pending_name
+            else:
+                raw_name = header[0:100].split(b"\x00", 1)[0]
+                if header[257:262] == b"ustar" and header[345] != 0:
+                    raw_name = header[345:500].split(b"\x00", 1)[0] + b"/" + raw_name
+                name = raw_name.decode("utf-8", "surrogateescape")
+            if end < next_pos:
+                # Member not complete yet: parse its header again next time.
+                self._need = next_pos - pos
+                break
+            member_start = self._member_start
+            self._pending_name = None
+            self._pending_size = None
+            self._member_start = None
+            pos = next_pos
+            if typeflag not in _REGULAR_TYPES:
+                if typeflag in _SKIPPED_TYPES:
+                    continue
+                raise self._error(f"unsupported tar member type {typeflag!r}", member=name, offset=member_start)
+            parts = split_key(name)
+            if parts is None:
+                raise self._error(
+                    "has no KEY.EXT name, so it belongs to no sample", member=name, offset=member_start
+                )
+            key, ext = parts
+            if key != self._key:
+                out.extend(self._flush())
+                self._key = key
+                self._sample_start = member_start
+            elif ext in self._fields:
+                raise self._error(
+                    f"repeats extension {ext!r} of sample {key!r}", member=name, offset=member_start
+                )
+            self._fields[ext] = buf[data_start:data_end]
+            self._sample_end = base + next_pos
+        self._pos = pos
+        return out

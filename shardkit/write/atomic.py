@@ -1,0 +1,37 @@
+"""Crash-safe file output: write under a temporary name, fsync, rename.
+
+A reader (or ``--resume``) never sees a half-written file under its final
+name: the rename is the commit point, and the directory is fsynced after it so
+the rename itself survives a power loss.
+"""
+
+from __future__ import annotations
+
+import os
+
+TMP_SUFFIX = ".tmp"
+
+
+def fsync_dir(path: str) -> None:
+    """Flush a directory entry change (a rename) to disk."""
+    fd = os.open(path or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def commit(tmp_path: str, final_path: str) -> None:
+    """Rename a fully written and fsynced temporary file to its final name."""
+    os.replace(tmp_path, final_path)
+    fsync_dir(os.path.dirname(final_path))
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that it appears whole or not at all."""
+    tmp = path + TMP_SUFFIX
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    commit(tmp, path)

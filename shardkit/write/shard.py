@@ -1,0 +1,121 @@
+"""One tar shard being written: bytes, checksum and offset index together.
+
+:class:`ShardFile` appends samples to ``NAME.tar.tmp`` while hashing them and
+recording sample boundaries. :meth:`ShardFile.commit` writes the end-of-archive
+marker, fsyncs, writes the ``.idx`` sidecar atomically and then renames the
+tar into place; the tar's final name appearing is what marks the shard done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from shardkit.format.index import encode_index, index_path_for
+from shardkit.format.tar import END_OF_ARCHIVE, encode_header, padding
+from shardkit.write.atomic import TMP_SUFFIX, atomic_write_bytes, commit
+
+#: Bytes gathered in memory before one write() to the file.
+WRITE_BUFFER_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class WrittenShard:
+    """What a finished shard looks like on disk."""
+
+    path: str
+    index_path: str
+    num_samples: int
+    num_bytes: int
+    sha256: str
+
+
+class ShardFile:
+    """Write samples into one shard file, crash-safely.
+
+    Args:
+        path: Final shard path (``.tar``). Bytes go to ``path + ".tmp"`` until
+            :meth:`commit`.
+
+    Use as a context manager: leaving the block by an exception removes the
+    temporary file and leaves no final file.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self.index_path = index_path_for(path)
+        self._tmp = path + TMP_SUFFIX
+        self._file = open(self._tmp, "wb")
+        self._hash = hashlib.sha256()
+        self._pending: list[bytes] = []
+        self._pending_size = 0
+        self._size = 0
+        self._bounds = [0]
+
+    @property
+    def num_samples(self) -> int:
+        return len(self._bounds) - 1
+
+    @property
+    def num_bytes(self) -> int:
+        """Bytes written so far, not counting the end-of-archive marker."""
+        return self._size
+
+    def add(self, key: str, fields: Sequence[tuple[str, bytes]]) -> None:
+        """Append one sample; ``fields`` are ``(extension, data)`` in member order."""
+        for ext, data in fields:
+            self._append(encode_header(f"{key}.{ext}", len(data)))
+            self._append(data)
+            pad = padding(len(data))
+            if pad:
+                self._append(bytes(pad))
+        self._bounds.append(self._size)
+
+    def _append(self, data: bytes) -> None:
+        self._pending.append(data)
+        self._pending_size += len(data)
+        self._size += len(data)
+        if self._pending_size >= WRITE_BUFFER_BYTES:
+            self._drain()
+
+    def _drain(self) -> None:
+        for part in self._pending:
+            self._hash.update(part)
+            self._file.write(part)
+        self._pending.clear()
+        self._pending_size = 0
+
+    def commit(self) -> WrittenShard:
+        """Finish the tar, fsync, write the index, and rename into place."""
+        self._append(END_OF_ARCHIVE)
+        self._drain()
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        atomic_write_bytes(self.index_path, encode_index(self._bounds))
+        commit(self._tmp, self.path)
+        return WrittenShard(
+            path=self.path,
+            index_path=self.index_path,
+            num_samples=self.num_samples,
+            num_bytes=self._size,
+            sha256=self._hash.hexdigest(),
+        )
+
+    def abort(self) -> None:
+        """Drop the temporary file; nothing appears under the final name."""
+        if not self._file.closed:
+            self._file.close()
+        try:
+            os.unlink(self._tmp)
+        except FileNotFoundError:
+            pass
+
+    def __enter__(self) -> ShardFile:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()

@@ -1,0 +1,153 @@
+"""ShardWriter: write samples from Python into rolling shards plus a manifest.
+
+For packing an existing dataset on disk in parallel use
+:func:`shardkit.write_dataset`; this class is for samples produced by your own
+code, in one process::
+
+    with shardkit.ShardWriter("out/", max_samples=1000) as writer:
+        for i, (jpeg, label) in enumerate(items):
+            writer.write({"__key__": f"{i:08d}", "jpg": jpeg, "cls": label})
+    manifest = writer.manifest
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from shardkit.errors import UsageError
+from shardkit.format.codecs import encode_value
+from shardkit.format.manifest import MANIFEST_NAME, Manifest, ShardEntry
+from shardkit.format.tar import encoded_sample_size, split_key
+from shardkit.write.atomic import atomic_write_bytes
+from shardkit.write.destination import prepare_destination, shard_name
+from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
+from shardkit.write.shard import ShardFile, WrittenShard
+
+
+def sample_fields(sample: Mapping[str, Any]) -> tuple[str, list[tuple[str, bytes]]]:
+    """Split a sample dict into its key and sorted ``(extension, bytes)`` fields.
+
+    Keys starting with ``__`` other than ``__key__`` are metadata and dropped.
+
+    Raises:
+        UsageError: No ``__key__``, a key that is not a valid member stem, or
+            a value that cannot be encoded.
+    """
+    key = sample.get("__key__")
+    if not isinstance(key, str) or not key:
+        raise UsageError(f"sample needs a non-empty str '__key__', got {key!r}")
+    fields = []
+    for ext in sorted(sample):
+        if ext.startswith("__"):
+            continue
+        if split_key(f"{key}.{ext}") != (key, ext):
+            raise UsageError(
+                f"sample {key!r}: member {key}.{ext!s} would not split back into key {key!r} "
+                f"and extension {ext!r} (a key has no '.' in its last path part)"
+            )
+        try:
+            fields.append((ext, encode_value(sample[ext])))
+        except TypeError as exc:
+            raise UsageError(f"sample {key!r}, field {ext!r}: {exc}") from None
+    if not fields:
+        raise UsageError(f"sample {key!r} has no fields besides its key")
+    return key, fields
+
+
+class ShardWriter:
+    """Write samples into shards under ``dest`` that roll over by count/size.
+
+    Args:
+        dest: Output directory; created if missing, must be empty unless
+            ``overwrite``.
+        max_samples: Most samples per shard (None: no count bound).
+        max_bytes: Most bytes per shard file, real tar size (None: no bound).
+        class_names: Recorded in the manifest for labelled data.
+        overwrite: Remove what ``dest`` holds first.
+
+    The manifest is written by :meth:`close` (also on leaving a ``with``
+    block without an error). Leaving by an error writes no manifest and leaves
+    no shard under a final name that is incomplete.
+    """
+
+    def __init__(
+        self,
+        dest: str,
+        *,
+        max_samples: int | None = None,
+        max_bytes: int | None = DEFAULT_MAX_BYTES,
+        class_names: Sequence[str] | None = None,
+        overwrite: bool = False,
+    ):
+        self.dest = dest
+        self.limits = ShardLimits(max_samples=max_samples, max_bytes=max_bytes)
+        self.class_names = None if class_names is None else tuple(class_names)
+        prepare_destination(dest, overwrite=overwrite, resume=False)
+        self._current: ShardFile | None = None
+        self._written: list[WrittenShard] = []
+        self._extensions: set[str] = set()
+        self._keys_seen = 0
+        self.manifest: Manifest | None = None
+
+    def write(self, sample: Mapping[str, Any]) -> None:
+        """Append one sample: ``{"__key__": str, ext: value, ...}``."""
+        if self.manifest is not None:
+            raise UsageError("ShardWriter is closed")
+        key, fields = sample_fields(sample)
+        size = encoded_sample_size(key, [(ext, len(data)) for ext, data in fields])
+        current = self._current
+        if current is None or not self.limits.fits(current.num_samples, current.num_bytes, size):
+            self._roll()
+        assert self._current is not None
+        self._current.add(key, fields)
+        self._extensions.update(ext for ext, _ in fields)
+
+    def _roll(self) -> None:
+        if self._current is not None:
+            self._written.append(self._current.commit())
+        path = os.path.join(self.dest, shard_name(len(self._written)))
+        self._current = ShardFile(path)
+
+    def close(self) -> Manifest:
+        """Commit the last shard and write ``manifest.json``; returns it."""
+        if self.manifest is not None:
+            return self.manifest
+        if self._current is not None:
+            self._written.append(self._current.commit())
+            self._current = None
+        self.manifest = Manifest(
+            shards=tuple(
+                ShardEntry(
+                    path=os.path.basename(w.path),
+                    index=os.path.basename(w.index_path),
+                    num_samples=w.num_samples,
+                    num_bytes=w.num_bytes,
+                    sha256=w.sha256,
+                )
+                for w in self._written
+            ),
+            extensions=tuple(sorted(self._extensions)),
+            class_names=self.class_names,
+            source={"format": "python"},
+            options={"max_samples": self.limits.max_samples, "max_bytes": self.limits.max_bytes},
+            location=os.path.abspath(self.dest),
+        )
+        atomic_write_bytes(os.path.join(self.dest, MANIFEST_NAME), self.manifest.to_json().encode("utf-8"))
+        return self.manifest
+
+    def abort(self) -> None:
+        """Drop the shard in progress; write no manifest."""
+        if self._current is not None:
+            self._current.abort()
+            self._current = None
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
