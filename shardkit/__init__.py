@@ -24,6 +24,30 @@ from shardkit.write.writer import ShardWriter
 
 __version__ = "0.1.0"
 
+# Reader names, imported on first access so that `import shardkit` (and every
+# writer process) does not pay for importing torch.
+_LAZY = {
+    "ShardDataset": "shardkit.read.dataset",
+}
+
+if TYPE_CHECKING:
+    from shardkit.read.dataset import ShardDataset
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'shardkit' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 __all__ = [
     "CorruptShardError",
     "DestinationError",
@@ -31,6 +55,7 @@ __all__ = [
     "InputFileError",
     "Manifest",
     "ManifestError",
+    "ShardDataset",
     "ShardEntry",
     "ShardWriter",
     "ShardkitError",
