@@ -1,0 +1,73 @@
+"""Fixtures shared by every test area: tiny real datasets in tmp_path."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from shardkit.format.manifest import MANIFEST_NAME, Manifest, ShardEntry
+from shardkit.write.atomic import atomic_write_bytes
+from shardkit.write.destination import shard_name
+from shardkit.write.shard import ShardFile
+
+
+def sample_payload(key: str, size: int) -> bytes:
+    """Deterministic bytes for a sample, so tests can check content exactly."""
+    seed = hashlib.sha256(key.encode()).digest()
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+def build_dataset(
+    dest: str,
+    sizes: Sequence[int],
+    *,
+    payload_bytes: int = 100,
+    num_classes: int = 10,
+    with_manifest: bool = True,
+) -> Manifest:
+    """Write shards of the given sample counts (zero allowed) with keys
+    ``s{shard:03d}_{i:05d}``; each sample has ``bin`` (payload), ``cls`` (label)
+    and ``json`` (its coordinates). Returns the manifest."""
+    os.makedirs(dest, exist_ok=True)
+    entries = []
+    for shard_index, count in enumerate(sizes):
+        path = os.path.join(dest, shard_name(shard_index))
+        with ShardFile(path) as shard:
+            for i in range(count):
+                key = f"s{shard_index:03d}_{i:05d}"
+                label = (shard_index * 7 + i) % num_classes
+                meta = json.dumps({"shard": shard_index, "i": i}).encode()
+                shard.add(key, [("bin", sample_payload(key, payload_bytes)), ("cls", str(label).encode()), ("json", meta)])
+            written = shard.commit()
+        entries.append(
+            ShardEntry(
+                path=os.path.basename(written.path),
+                index=os.path.basename(written.index_path),
+                num_samples=written.num_samples,
+                num_bytes=written.num_bytes,
+                sha256=written.sha256,
+            )
+        )
+    manifest = Manifest(
+        shards=tuple(entries),
+        extensions=("bin", "cls", "json"),
+        source={"format": "python"},
+        location=os.path.abspath(dest),
+    )
+    if with_manifest:
+        atomic_write_bytes(os.path.join(dest, MANIFEST_NAME), manifest.to_json().encode())
+    return manifest
+
+
+@pytest.fixture
+def make_shards(tmp_path) -> Callable[..., Manifest]:
+    """``make_shards(sizes=[5, 0, 3], name="ds", payload_bytes=100)`` -> Manifest."""
+
+    def make(sizes: Sequence[int] = (5, 5, 5), *, name: str = "ds", **kwargs) -> Manifest:
+        return build_dataset(str(tmp_path / name), sizes, **kwargs)
+
+    return make
