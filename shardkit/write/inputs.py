@@ -1,0 +1,341 @@
+"""Reading a source dataset into a list of samples to write.
+
+Scanning only looks at metadata (names and sizes; for tar inputs, headers):
+member bytes are read later, by the process that writes the shard. Four
+formats are understood, auto-detected by :func:`detect_format`:
+
+``imagefolder``
+    ``ROOT/CLASS/.../IMAGE.EXT``: one sample per image with the image bytes as
+    they are (``jpg``, ``png``...) and ``cls`` = index of the class folder in
+    sorted order. Key: ``CLASS/REL/PATH`` without the extension (other dots
+    become ``_`` so the key splits back correctly).
+``directory``
+    Any tree of files, grouped into samples by key = basename up to its first
+    dot, wherever the files sit: ``imgs/a1.jpg`` + ``labels/a1.cls`` form
+    sample ``a1``. Two files with the same key and extension are an error.
+``jsonl``
+    One JSON object per line: ``{"__key__": "a1", "jpg": "imgs/a1.jpg",
+    "cls": 3, "json": {...}}``. A string value is a file path (relative to the
+    JSONL file) except under a text extension (``txt``, ``json``, ``cls``...,
+    see :data:`TEXT_EXTENSIONS`) where it is the value itself. Numbers are
+    stored as text, objects and lists as JSON.
+``tar``
+    Existing shards (webdataset's or shardkit's): a ``.tar`` file, a brace
+    pattern, or a directory of ``.tar`` files, to be resharded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from braceexpand import braceexpand
+
+from shardkit.errors import DuplicateSampleError, SourceError, UsageError
+from shardkit.format.codecs import encode_value
+from shardkit.format.manifest import MANIFEST_NAME, SkippedInput
+from shardkit.format.tar import SampleParser, split_key
+from shardkit.read.sources import LocalFile
+
+FORMATS = ("imagefolder", "directory", "jsonl", "tar")
+
+IMAGE_EXTENSIONS = frozenset({"jpg", "jpeg", "png", "ppm", "bmp", "pgm", "tif", "tiff", "webp", "gif"})
+
+#: Extensions whose JSONL string values are content, not file paths.
+TEXT_EXTENSIONS = frozenset({"txt", "text", "caption", "json", "cls", "id", "md", "html", "csv", "label"})
+
+_TAR_SCAN_CHUNK = 4 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One member of a sample to write: a file on disk or bytes in hand."""
+
+    ext: str
+    size: int
+    path: str | None = None
+    data: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InputSample:
+    """One sample to write.
+
+    Attributes:
+        key: The sample key.
+        fields: Members sorted by extension; their sizes are known up front.
+        tar_range: For tar inputs, ``(path, start, end)`` of the sample's
+            bytes in the input shard; the fields then carry sizes only.
+        origin: Where it came from, for error messages (path or path:line).
+    """
+
+    key: str
+    fields: tuple[Field, ...]
+    tar_range: tuple[str, int, int] | None = None
+    origin: str = ""
+
+
+@dataclass
+class ScannedSource:
+    """What scanning found: samples in source order and what was left out."""
+
+    format: str
+    samples: list[InputSample]
+    class_names: tuple[str, ...] | None = None
+    skipped: list[SkippedInput] = field(default_factory=list)
+
+
+def detect_format(source: str) -> str:
+    """Guess a source's format from its shape (see the module docstring).
+
+    Raises:
+        SourceError: The path does not exist or nothing fits.
+    """
+    if "{" in source and "}" in source:
+        return "tar"
+    if not os.path.exists(source):
+        raise SourceError(f"{source}: source does not exist", path=source)
+    if os.path.isfile(source):
+        if source.endswith(".jsonl"):
+            return "jsonl"
+        if source.endswith(".tar"):
+            return "tar"
+        raise SourceError(
+            f"{source}: cannot tell the format of this file (expected .jsonl or .tar); pass --format",
+            path=source,
+        )
+    entries = [e for e in os.scandir(source) if not e.name.startswith(".")]
+    if not entries:
+        raise SourceError(f"{source}: source directory is empty", path=source)
+    if any(e.name == MANIFEST_NAME for e in entries) or all(
+        e.is_file() and e.name.endswith((".tar", ".idx")) for e in entries
+    ):
+        return "tar"
+    if all(e.is_dir() for e in entries):
+        return "imagefolder"
+    return "directory"
+
+
+def scan_source(source: str, *, format: str | None = None, on_error: str = "raise") -> ScannedSource:
+    """List the samples of ``source``.
+
+    Args:
+        source: Path to the input (see the module docstring for each format).
+        format: One of :data:`FORMATS`, or None to detect it.
+        on_error: ``"raise"`` to stop at the first unusable input,
+            ``"skip"`` to leave it out and record it with the reason.
+
+    Raises:
+        UsageError: Unknown format or policy.
+        SourceError: Missing or empty source, malformed input, duplicates.
+    """
+    if on_error not in ("raise", "skip"):
+        raise UsageError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if format is None:
+        format = detect_format(source)
+    if format not in FORMATS:
+        raise UsageError(f"unknown source format {format!r}; choose one of {', '.join(FORMATS)}")
+    if format != "tar" and not os.path.exists(source):
+        raise SourceError(f"{source}: source does not exist", path=source)
+    skipped: list[SkippedInput] = []
+
+    def skip_or_raise(error: SourceError) -> None:
+        if on_error == "raise":
+            raise error
+        skipped.append(SkippedInput(path=error.path or source, reason=str(error)))
+
+    scanner: Callable[[str, Callable[[SourceError], None]], ScannedSource] = {
+        "imagefolder": _scan_imagefolder,
+        "directory": _scan_directory,
+        "jsonl": _scan_jsonl,
+        "tar": _scan_tars,
+    }[format]
+    scanned = scanner(source, skip_or_raise)
+    scanned.skipped = skipped + scanned.skipped
+    if not scanned.samples:
+        raise SourceError(f"{source}: no samples found (format {format})", path=source)
+    return scanned
+
+
+def _walk_files(root: str) -> Iterator[str]:
+    """Regular files under ``root`` in sorted order, skipping hidden names."""
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if not name.startswith("."):
+                yield os.path.join(dirpath, name)
+
+
+def _file_size(path: str) -> int:
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read input file ({exc.strerror or exc})", path=path) from None
+    if not os.path.isfile(path):
+        raise SourceError(f"{path}: input is not a regular file", path=path)
+    return st.st_size
+
+
+def _scan_imagefolder(root: str, skip_or_raise: Callable[[SourceError], None]) -> ScannedSource:
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+    if not classes:
+        raise SourceError(f"{root}: no class folders found for an ImageFolder source", path=root)
+    samples = []
+    seen: dict[str, str] = {}
+    for label, name in enumerate(classes):
+        label_field = Field("cls", len(str(label)), data=str(label).encode("ascii"))
+        for path in _walk_files(os.path.join(root, name)):
+            stem, dot, ext = os.path.basename(path).rpartition(".")
+            if not dot or ext.lower() not in IMAGE_EXTENSIONS:
+                continue  # not an image: ImageFolder ignores it too
+            rel_dir = os.path.relpath(os.path.dirname(path), root)
+            key = os.path.join(rel_dir, stem.replace(".", "_")).replace(os.sep, "/")
+            if key in seen:
+                raise DuplicateSampleError(
+                    f"{seen[key]} and {path} both map to sample key {key!r}; rename one of them",
+                    first=seen[key],
+                    second=path,
+                )
+            try:
+                size = _file_size(path)
+            except SourceError as exc:
+                skip_or_raise(exc)
+                continue
+            seen[key] = path
+            samples.append(InputSample(key, (Field(ext.lower(), size, path=path), label_field), origin=path))
+    return ScannedSource("imagefolder", samples, class_names=tuple(classes))
+
+
+def _scan_directory(root: str, skip_or_raise: Callable[[SourceError], None]) -> ScannedSource:
+    groups: dict[str, dict[str, Field]] = {}
+    for path in _walk_files(root):
+        parts = split_key(os.path.basename(path))
+        if parts is None:
+            skip_or_raise(SourceError(f"{path}: file name has no KEY.EXT form, so it fits no sample", path=path))
+            continue
+        key, ext = parts
+        fields = groups.setdefault(key, {})
+        if ext in fields:
+            raise DuplicateSampleError(
+                f"{fields[ext].path} and {path} both map to sample {key!r} extension {ext!r}; "
+                "rename one of them or write the folders separately",
+                first=fields[ext].path or "",
+                second=path,
+            )
+        try:
+            fields[ext] = Field(ext, _file_size(path), path=path)
+        except SourceError as exc:
+            skip_or_raise(exc)
+    samples = [
+        InputSample(key, tuple(f for _, f in sorted(fields.items())), origin=next(iter(fields.values())).path or "")
+        for key, fields in sorted(groups.items())
+        if fields
+    ]
+    return ScannedSource("directory", samples)
+
+
+def _scan_jsonl(path: str, skip_or_raise: Callable[[SourceError], None]) -> ScannedSource:
+    base = os.path.dirname(os.path.abspath(path))
+    samples = []
+    seen: dict[str, int] = {}
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                sample = _jsonl_row(line, where=where, base=base, path=path, number=number)
+            except DuplicateSampleError:
+                raise
+            except SourceError as exc:
+                skip_or_raise(exc)
+                continue
+            if sample.key in seen:
+                raise DuplicateSampleError(
+                    f"{path}: lines {seen[sample.key]} and {number} both have __key__ {sample.key!r}",
+                    first=f"{path}:{seen[sample.key]}",
+                    second=where,
+                )
+            seen[sample.key] = number
+            samples.append(sample)
+    return ScannedSource("jsonl", samples)
+
+
+def _jsonl_row(line: str, *, where: str, base: str, path: str, number: int) -> InputSample:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise SourceError(f"{where}: line {number} is not valid JSON ({exc.msg})", path=path, line=number) from None
+    if not isinstance(row, dict):
+        raise SourceError(f"{where}: line {number} is not a JSON object", path=path, line=number)
+    key = row.get("__key__")
+    if not isinstance(key, str) or not key:
+        raise SourceError(f"{where}: line {number} has no string \"__key__\"", path=path, line=number)
+    fields = []
+    for ext in sorted(row):
+        if ext.startswith("__"):
+            continue
+        if split_key(f"{key}.{ext}") != (key, ext):
+            raise SourceError(
+                f"{where}: line {number}: key {key!r} with extension {ext!r} does not form a valid member name",
+                path=path,
+                line=number,
+            )
+        value = row[ext]
+        if isinstance(value, str) and ext not in TEXT_EXTENSIONS:
+            file = os.path.join(base, value)
+            try:
+                size = _file_size(file)
+            except SourceError as exc:
+                raise SourceError(
+                    f"{where}: line {number}: field {ext!r} refers to {file}: {exc}", path=path, line=number
+                ) from None
+            fields.append(Field(ext, size, path=file))
+        else:
+            data = encode_value(value)
+            fields.append(Field(ext, len(data), data=data))
+    if not fields:
+        raise SourceError(f"{where}: line {number} has no fields besides __key__", path=path, line=number)
+    return InputSample(key, tuple(fields), origin=where)
+
+
+def _tar_paths(source: str) -> list[str]:
+    if "{" in source and "}" in source:
+        return list(braceexpand(source))
+    if os.path.isdir(source):
+        return sorted(os.path.join(source, n) for n in os.listdir(source) if n.endswith(".tar"))
+    return [source]
+
+
+def _scan_tars(source: str, skip_or_raise: Callable[[SourceError], None]) -> ScannedSource:
+    paths = _tar_paths(source)
+    if not paths:
+        raise SourceError(f"{source}: no .tar files found", path=source)
+    samples = []
+    seen: dict[str, str] = {}
+    for path in paths:
+        if not os.path.isfile(path):
+            raise SourceError(f"{path}: input shard does not exist", path=path)
+        parser = SampleParser(path=path)
+        for chunk in LocalFile(path).iter_range(0, None, chunk_bytes=_TAR_SCAN_CHUNK):
+            for raw in parser.feed(chunk):
+                samples.append(_tar_sample(raw, path, seen))
+            if parser.ended:
+                break
+        for raw in parser.finish():
+            samples.append(_tar_sample(raw, path, seen))
+    return ScannedSource("tar", samples)
+
+
+def _tar_sample(raw, path: str, seen: dict[str, str]) -> InputSample:
+    if raw.key in seen:
+        raise DuplicateSampleError(
+            f"sample key {raw.key!r} appears in both {seen[raw.key]} and {path}",
+            first=seen[raw.key],
+            second=path,
+        )
+    seen[raw.key] = path
+    fields = tuple(Field(ext, len(data)) for ext, data in sorted(raw.fields.items()))
+    return InputSample(raw.key, fields, tar_range=(path, raw.start, raw.end), origin=f"{path}@{raw.start}")

@@ -1,0 +1,377 @@
+"""write_dataset: scan, plan, write shards in parallel, then the manifest.
+
+Steps, each a separate unit:
+
+1. :func:`~shardkit.write.inputs.scan_source` lists the samples (metadata only).
+2. :func:`~shardkit.write.plan.plan_shards` assigns samples to shards.
+3. :func:`write_shard` writes one shard; a process pool runs them. Tasks and
+   results are plain picklable dataclasses, so another executor (Ray, a batch
+   system) can run the same plan shard by shard.
+4. The manifest is written last, atomically.
+
+A per-shard journal (``DEST/.shardkit-journal/``) records each finished shard
+with its task fingerprint and checksum, so ``resume=True`` keeps the shards
+that match the plan and writes only the rest; it is removed once the manifest
+is in place.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+
+from shardkit.errors import InputFileError, UsageError
+from shardkit.format.index import index_path_for
+from shardkit.format.manifest import MANIFEST_NAME, Manifest, ShardEntry, SkippedInput
+from shardkit.format.tar import SampleParser
+from shardkit.read.sources import LocalFile
+from shardkit.write.atomic import TMP_SUFFIX, atomic_write_bytes
+from shardkit.write.destination import JOURNAL_DIR, prepare_destination
+from shardkit.write.inputs import InputSample, scan_source
+from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
+from shardkit.write.plan import ShardTask, plan_shards
+from shardkit.write.shard import ShardFile
+from shardkit.write.verify import file_sha256
+
+log = logging.getLogger(__name__)
+
+ON_ERROR_POLICIES = ("raise", "skip")
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """What writing one shard produced."""
+
+    index: int
+    entry: ShardEntry
+    fingerprint: str
+    skipped: tuple[SkippedInput, ...] = ()
+    reused: bool = False
+
+
+@dataclass(frozen=True)
+class WriteReport:
+    """Summary of a :func:`write_dataset` run (also in the CLI's last lines)."""
+
+    manifest: Manifest
+    num_written: int
+    num_reused: int
+    seconds: float
+    oversized: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One progress event: a shard finished (written or reused)."""
+
+    shard: str
+    num_samples: int
+    num_bytes: int
+    reused: bool
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """Options of :func:`write_dataset` (and of ``shardkit write``).
+
+    Attributes:
+        format: Source format, or None to detect it.
+        max_samples: Most samples per shard.
+        max_bytes: Most bytes per shard file (real tar size).
+        shuffle: Globally shuffle samples before cutting shards.
+        seed: Shuffle seed.
+        workers: Writer processes; None means all cores. Output does not
+            depend on it.
+        on_error: ``"raise"`` or ``"skip"`` for unusable inputs.
+        resume: Keep finished shards of an interrupted run and write the rest.
+        overwrite: Replace an earlier output in ``dest``.
+    """
+
+    format: str | None = None
+    max_samples: int | None = None
+    max_bytes: int | None = DEFAULT_MAX_BYTES
+    shuffle: bool = True
+    seed: int = 0
+    workers: int | None = None
+    on_error: str = "raise"
+    resume: bool = False
+    overwrite: bool = False
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.on_error not in ON_ERROR_POLICIES:
+            raise UsageError(f"on_error must be one of {ON_ERROR_POLICIES}, got {self.on_error!r}")
+        if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
+            raise UsageError(f"workers must be a positive integer, got {self.workers!r}")
+        if not isinstance(self.seed, int):
+            raise UsageError(f"seed must be an integer, got {self.seed!r}")
+        if self.resume and self.overwrite:
+            raise UsageError("resume and overwrite exclude each other")
+        ShardLimits(max_samples=self.max_samples, max_bytes=self.max_bytes)  # validates
+
+    def recorded(self) -> dict:
+        """The options that shape the output, as stored in the manifest."""
+        return {
+            "max_samples": self.max_samples,
+            "max_bytes": self.max_bytes,
+            "shuffle": self.shuffle,
+            "on_error": self.on_error,
+        }
+
+
+def _read_fields(sample: InputSample) -> list[tuple[str, bytes]]:
+    """Load a sample's member bytes, checking sizes against the plan."""
+    if sample.tar_range is not None:
+        path, start, end = sample.tar_range
+        parser = SampleParser(path=path, base_offset=start)
+        raws = []
+        try:
+            for chunk in LocalFile(path).iter_range(start, end, chunk_bytes=end - start):
+                raws += parser.feed(chunk)
+            raws += parser.finish(expect_end_marker=False)
+        except OSError as exc:
+            raise InputFileError(f"{path}: cannot read input shard ({exc})", path=path) from None
+        if len(raws) != 1 or raws[0].key != sample.key:
+            raise InputFileError(f"{path}: input shard changed since it was scanned (at byte {start})", path=path)
+        fields = sorted(raws[0].fields.items())
+    else:
+        fields = []
+        for f in sample.fields:
+            if f.data is not None:
+                fields.append((f.ext, f.data))
+                continue
+            assert f.path is not None
+            try:
+                with open(f.path, "rb") as handle:
+                    data = handle.read()
+            except OSError as exc:
+                raise InputFileError(
+                    f"{f.path}: cannot read input file ({exc.strerror or exc}); "
+                    "restore it, or pass --on-error skip to leave it out",
+                    path=f.path,
+                ) from None
+            fields.append((f.ext, data))
+    for (ext, data), planned in zip(fields, sample.fields):
+        if len(data) != planned.size or ext != planned.ext:
+            raise InputFileError(
+                f"{planned.path or sample.origin}: input changed size since planning "
+                f"({planned.size} -> {len(data)} bytes); rerun the write",
+                path=planned.path or sample.origin,
+            )
+    return fields
+
+
+def write_shard(task: ShardTask, dest: str, *, on_error: str = "raise") -> ShardResult:
+    """Write one planned shard into local directory ``dest``.
+
+    Raises:
+        InputFileError: An input vanished, became unreadable or changed, and
+            ``on_error`` is ``"raise"``. No file is left under the final name.
+    """
+    skipped = []
+    with ShardFile(os.path.join(dest, task.name)) as shard:
+        for sample in task.samples:
+            try:
+                fields = _read_fields(sample)
+            except InputFileError as exc:
+                if on_error == "raise":
+                    raise
+                skipped.append(SkippedInput(path=exc.path or sample.origin, reason=str(exc)))
+                continue
+            shard.add(sample.key, fields)
+        written = shard.commit()
+    entry = ShardEntry(
+        path=task.name,
+        index=os.path.basename(written.index_path),
+        num_samples=written.num_samples,
+        num_bytes=written.num_bytes,
+        sha256=written.sha256,
+    )
+    result = ShardResult(index=task.index, entry=entry, fingerprint=task.fingerprint, skipped=tuple(skipped))
+    _journal_record(dest, result)
+    return result
+
+
+# ------------------------------------------------------------------ journal
+
+
+def _journal_path(dest: str, task_name: str) -> str:
+    return os.path.join(dest, JOURNAL_DIR, task_name + ".json")
+
+
+def _journal_record(dest: str, result: ShardResult) -> None:
+    os.makedirs(os.path.join(dest, JOURNAL_DIR), exist_ok=True)
+    record = {
+        "fingerprint": result.fingerprint,
+        "entry": asdict(result.entry),
+        "skipped": [asdict(s) for s in result.skipped],
+    }
+    atomic_write_bytes(_journal_path(dest, result.entry.path), json.dumps(record, sort_keys=True).encode())
+
+
+def _reusable(dest: str, task: ShardTask, finished: dict[str, ShardEntry]) -> ShardResult | None:
+    """The result of a finished shard from an earlier run, if it is intact."""
+    path = os.path.join(dest, task.name)
+    if not os.path.isfile(path) or not os.path.isfile(index_path_for(path)):
+        return None
+    skipped: tuple[SkippedInput, ...] = ()
+    try:
+        with open(_journal_path(dest, task.name), "rb") as f:
+            record = json.load(f)
+        if record["fingerprint"] != task.fingerprint:
+            return None
+        entry = ShardEntry(**record["entry"])
+        skipped = tuple(SkippedInput(**s) for s in record["skipped"])
+    except (OSError, ValueError, KeyError, TypeError):
+        entry = finished.get(task.name)  # a completed run: trust its manifest entry
+        if entry is None:
+            return None
+    if os.path.getsize(path) != entry.num_bytes or file_sha256(path) != entry.sha256:
+        return None
+    return ShardResult(task.index, entry, task.fingerprint, skipped, reused=True)
+
+
+def _finished_entries(dest: str, source_info: dict, options: WriteOptions) -> dict[str, ShardEntry]:
+    """Shard entries of a complete earlier run with the same source and options."""
+    try:
+        with open(os.path.join(dest, MANIFEST_NAME), "rb") as f:
+            old = Manifest.from_json(f.read(), location=dest)
+    except (OSError, ValueError):
+        return {}
+    if dict(old.source) != source_info or dict(old.options) != options.recorded() or old.seed != options.seed:
+        return {}
+    return {s.path: s for s in old.shards}
+
+
+def _remove_stale(dest: str, keep: set[str]) -> None:
+    """Drop temporaries and shards of an earlier run that the plan no longer has."""
+    for name in os.listdir(dest):
+        path = os.path.join(dest, name)
+        stale_tmp = name.endswith(TMP_SUFFIX)
+        stale_shard = name.startswith("shard-") and name.endswith((".tar", ".idx"))
+        stem = name[: -len(".idx")] + ".tar" if name.endswith(".idx") else name
+        if stale_tmp or (stale_shard and stem not in keep):
+            os.unlink(path)
+
+
+# ---------------------------------------------------------------- the driver
+
+
+def write_dataset(
+    source: str,
+    dest: str,
+    *,
+    options: WriteOptions | None = None,
+    progress: Callable[[Progress], None] | None = None,
+) -> WriteReport:
+    """Pack ``source`` into shards under ``dest`` and write ``manifest.json``.
+
+    Args:
+        source: Input dataset (ImageFolder tree, directory, JSONL file, tar
+            shards; see :mod:`shardkit.write.inputs`).
+        dest: Output directory.
+        options: See :class:`WriteOptions`; defaults apply when None.
+        progress: Called in this process each time a shard is finished.
+
+    Returns:
+        A :class:`WriteReport` whose ``manifest`` describes the dataset.
+
+    Raises:
+        UsageError, SourceError, DestinationError, InputFileError.
+    """
+    options = options or WriteOptions()
+    started = time.perf_counter()
+    limits = ShardLimits(max_samples=options.max_samples, max_bytes=options.max_bytes)
+    # Check the source before touching the destination.
+    scanned = scan_source(source, format=options.format, on_error=options.on_error)
+    prepare_destination(dest, overwrite=options.overwrite, resume=options.resume)
+    tasks, oversized = plan_shards(scanned.samples, limits=limits, seed=options.seed, shuffle=options.shuffle)
+    for sample in oversized:
+        log.warning("sample %r (%s) alone exceeds max_bytes=%s; it gets a shard of its own",
+                    sample.key, sample.origin, options.max_bytes)
+    source_info = {"format": scanned.format, "path": source}
+
+    results: dict[int, ShardResult] = {}
+    todo = tasks
+    if options.resume:
+        finished = _finished_entries(dest, source_info, options)
+        todo = []
+        for task in tasks:
+            reused = _reusable(dest, task, finished)
+            if reused is None:
+                todo.append(task)
+            else:
+                results[task.index] = reused
+                _report(progress, reused)
+        _remove_stale(dest, keep={t.name for t in tasks})
+        if os.path.exists(os.path.join(dest, MANIFEST_NAME)) and todo:
+            os.unlink(os.path.join(dest, MANIFEST_NAME))
+
+    for result in _run_tasks(todo, dest, options):
+        results[result.index] = result
+        _report(progress, result)
+
+    ordered = [results[t.index] for t in tasks]
+    skipped = list(scanned.skipped)
+    for r in ordered:
+        skipped.extend(r.skipped)
+    extensions = sorted({f.ext for s in scanned.samples for f in s.fields})
+    manifest = Manifest(
+        shards=tuple(r.entry for r in ordered),
+        extensions=tuple(extensions),
+        class_names=scanned.class_names,
+        source=source_info,
+        options=options.recorded(),
+        seed=options.seed if options.shuffle else None,
+        skipped=tuple(skipped),
+        location=os.path.abspath(dest),
+    )
+    atomic_write_bytes(os.path.join(dest, MANIFEST_NAME), manifest.to_json().encode("utf-8"))
+    _clear_journal(dest)
+    return WriteReport(
+        manifest=manifest,
+        num_written=sum(not r.reused for r in ordered),
+        num_reused=sum(r.reused for r in ordered),
+        seconds=time.perf_counter() - started,
+        oversized=tuple(s.origin for s in oversized),
+    )
+
+
+def _report(progress: Callable[[Progress], None] | None, result: ShardResult) -> None:
+    if progress is not None:
+        progress(Progress(result.entry.path, result.entry.num_samples, result.entry.num_bytes, result.reused))
+
+
+def _clear_journal(dest: str) -> None:
+    journal = os.path.join(dest, JOURNAL_DIR)
+    if os.path.isdir(journal):
+        for name in os.listdir(journal):
+            os.unlink(os.path.join(journal, name))
+        os.rmdir(journal)
+
+
+def _run_tasks(tasks: list[ShardTask], dest: str, options: WriteOptions):
+    """Run shard tasks, yielding results as they finish (any order)."""
+    workers = min(options.workers or os.cpu_count() or 1, max(len(tasks), 1))
+    if workers <= 1:
+        for task in tasks:
+            yield write_shard(task, dest, on_error=options.on_error)
+        return
+    # forkserver: workers start clean even if the caller has threads or torch.
+    context = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        pending = {pool.submit(write_shard, task, dest, on_error=options.on_error) for task in tasks}
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                for future in done:
+                    yield future.result()
+        finally:
+            for future in pending:
+                future.cancel()

@@ -1,0 +1,94 @@
+"""``shardkit verify``: re-read every shard and check it against the manifest.
+
+Checks, per shard: the file exists with the recorded size and SHA-256; it
+parses as tar to the end-of-archive marker; it holds the recorded number of
+samples; and its offset index matches the sample boundaries found by parsing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardkit.errors import CorruptShardError, ManifestError, VerifyError
+from shardkit.format.index import load_index
+from shardkit.format.manifest import Manifest, ShardEntry, load_manifest
+from shardkit.format.tar import SampleParser
+from shardkit.read.sources import LocalFile
+
+_CHUNK = 8 << 20
+
+
+def file_sha256(path: str) -> str:
+    """Hex SHA-256 of a file, read in large chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb", buffering=0) as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    manifest: Manifest
+    num_shards_checked: int
+    num_samples_checked: int
+
+
+def verify_shard(manifest: Manifest, entry: ShardEntry) -> int:
+    """Check one shard; return its sample count.
+
+    Raises:
+        VerifyError: naming the shard and what is wrong with it.
+    """
+    path = manifest.resolve(entry.path)
+    if not os.path.isfile(path):
+        raise VerifyError(f"{path}: shard listed in the manifest is missing", path=path)
+    size = os.path.getsize(path)
+    if size != entry.num_bytes:
+        raise VerifyError(f"{path}: size is {size} bytes, manifest says {entry.num_bytes} (truncated or replaced?)", path=path)
+    digest = hashlib.sha256()
+    parser = SampleParser(path=path)
+    bounds = [0]
+    try:
+        for chunk in LocalFile(path).iter_range(0, None, chunk_bytes=_CHUNK):
+            digest.update(chunk)
+            bounds.extend(s.end for s in parser.feed(chunk))
+        bounds.extend(s.end for s in parser.finish())
+    except CorruptShardError as exc:
+        raise VerifyError(f"{path}: does not parse as a tar shard: {exc}", path=path) from None
+    if digest.hexdigest() != entry.sha256:
+        raise VerifyError(f"{path}: SHA-256 mismatch (content changed or corrupted); rewrite this shard", path=path)
+    count = len(bounds) - 1
+    if count != entry.num_samples:
+        raise VerifyError(f"{path}: holds {count} samples, manifest says {entry.num_samples}", path=path)
+    index_path = manifest.resolve(entry.index)
+    try:
+        index = load_index(index_path)
+    except ManifestError as exc:
+        raise VerifyError(f"{path}: offset index unusable: {exc}", path=path) from None
+    if len(index) != len(bounds) or not np.array_equal(np.asarray(index), np.asarray(bounds, dtype=index.dtype)):
+        raise VerifyError(
+            f"{index_path}: offset index does not match the sample boundaries of {entry.path}", path=index_path
+        )
+    return count
+
+
+def verify_dataset(path: str, *, progress: Callable[[ShardEntry], None] | None = None) -> VerifyReport:
+    """Verify every shard of the dataset at ``path`` (directory or manifest).
+
+    Raises:
+        ManifestError: The manifest cannot be loaded.
+        VerifyError: The first bad shard, and why.
+    """
+    manifest = load_manifest(path)
+    samples = 0
+    for entry in manifest.shards:
+        samples += verify_shard(manifest, entry)
+        if progress is not None:
+            progress(entry)
+    return VerifyReport(manifest=manifest, num_shards_checked=manifest.num_shards, num_samples_checked=samples)
