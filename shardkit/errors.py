@@ -12,7 +12,8 @@ still catch them::
     ├── DestinationError (FileExistsError)  output directory not usable
     ├── ManifestError (ValueError)       manifest missing, malformed, mismatched
     ├── CorruptShardError (ValueError)   tar bytes are not what they must be
-    └── VerifyError (ValueError)         ``shardkit verify`` found a bad shard
+    ├── VerifyError (ValueError)         ``shardkit verify`` found a bad shard
+    └── RemoteError (OSError)            a remote object could not be fetched or stored
 
 Errors carry where they happened as attributes (``path``, ``member``,
 ``offset``) instead of only inside the message, so callers can act on them.
@@ -101,3 +102,44 @@ class VerifyError(ShardkitError, ValueError):
     def __init__(self, message: str, *, path: str):
         super().__init__(message)
         self.path = path
+
+
+class RemoteError(ShardkitError, OSError):
+    """A remote object (HTTP, S3, fsspec) could not be read or written.
+
+    Raised at once for answers that retrying cannot fix (403, 404, 416), and
+    after the retry deadline for transient faults (timeouts, dropped
+    connections, 5xx answers).
+
+    Attributes:
+        url: The object's URL, without query string or credentials.
+        offset: The byte offset the failed request started at, when known.
+        status: The HTTP status of the last answer, when there was one.
+        retryable: Whether the last fault was transient (so the deadline ran out).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str | None = None,
+        offset: int | None = None,
+        status: int | None = None,
+        retryable: bool = False,
+    ):
+        super().__init__(message)
+        self.url = url
+        self.offset = offset
+        self.status = status
+        self.retryable = retryable
+
+    def __reduce__(self) -> tuple:
+        # Keep the attributes when the error crosses a process boundary
+        # (DataLoader workers, multiprocessing pools).
+        return (_rebuild_remote_error, (type(self), str(self), self.url, self.offset, self.status, self.retryable))
+
+
+def _rebuild_remote_error(
+    cls: type[RemoteError], message: str, url: str | None, offset: int | None, status: int | None, retryable: bool
+) -> RemoteError:
+    return cls(message, url=url, offset=offset, status=status, retryable=retryable)

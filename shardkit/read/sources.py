@@ -2,8 +2,23 @@
 
 The reader talks to storage only through :class:`ByteSource`: read a byte
 range of one object as a stream of large chunks, or read a small object whole.
-This module has the local-file implementation; remote schemes plug in behind
-:func:`open_source` without the reader changing.
+:func:`open_source` picks the implementation from the URL:
+
+=====================  ==========================================================
+``/path``, ``file://``  :class:`LocalFile`
+``http://``, ``https://``  ranged GETs with urllib3 (:mod:`shardkit.read.http`)
+``s3://bucket/key``    boto3 ranged GETs (:mod:`shardkit.read.s3`); endpoint,
+                       region and credentials come from the usual AWS config
+                       (``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, ``~/.aws``...)
+other ``scheme://``    any fsspec filesystem (:mod:`shardkit.read.remote_fs`)
+``pipe:CMD``           a command's stdout, only with ``allow_pipe=True``;
+                       run without a shell (:mod:`shardkit.read.pipe`)
+=====================  ==========================================================
+
+Remote objects are read with several concurrent ranged requests, resume
+after dropped connections and retry transient faults up to a deadline (see
+:mod:`shardkit.read.ranged`). With ``cache_dir`` set, whole shards are kept
+in a local cache shared by processes (:mod:`shardkit.read.cache`).
 """
 
 from __future__ import annotations
@@ -13,20 +28,74 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-#: Default size of one read request: large sequential reads are what make
-#: tar shards fast on disks and object stores.
+from shardkit.errors import UsageError
+from shardkit.read.urls import is_local, local_path, url_scheme
+
+#: Default size of one chunk handed to the parser: large sequential reads are
+#: what make tar shards fast on disks and object stores.
 DEFAULT_CHUNK_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
 class SourceOptions:
-    """How to read from storage.
+    """How to read from storage. All sizes in bytes, all times in seconds.
 
     Attributes:
-        chunk_bytes: Size of one read request, in bytes.
+        chunk_bytes: Largest chunk a source yields (4 MiB).
+        connect_timeout_s: Time to open a connection before the attempt counts
+            as failed (10 s).
+        read_timeout_s: Longest silence on an open connection before it counts
+            as stalled and is resumed on a new one (30 s).
+        retry_deadline_s: How long to keep retrying transient faults (timeouts,
+            dropped connections, 5xx) before raising
+            :class:`~shardkit.errors.RemoteError`; the clock restarts whenever
+            bytes arrive (120 s).
+        backoff_initial_s: First wait between attempts; doubles each attempt,
+            with jitter (0.2 s).
+        backoff_max_s: Longest wait between attempts (10 s).
+        max_concurrent_requests: Ranged requests in flight at once per open
+            range, per process (4). More requests get past per-connection
+            bandwidth caps.
+        part_bytes: Size of one ranged request (8 MiB).
+        read_ahead_bytes: Memory budget per open range for bytes fetched ahead
+            of the consumer (64 MiB).
+        cache_dir: Directory of a local shard cache shared by processes, or
+            None for no cache. Whole remote shards are stored there on first
+            read and served from there afterwards.
+        cache_max_bytes: Size limit of the cache; least recently used shards
+            are evicted beyond it. None means no limit.
+        allow_pipe: Accept ``pipe:CMD`` URLs (runs CMD, without a shell).
+        s3_endpoint_url: S3 endpoint for ``s3://`` URLs, overriding the AWS
+            configuration (for S3-compatible stores), or None.
+        s3_region: S3 region, overriding the AWS configuration, or None.
     """
 
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 30.0
+    retry_deadline_s: float = 120.0
+    backoff_initial_s: float = 0.2
+    backoff_max_s: float = 10.0
+    max_concurrent_requests: int = 4
+    part_bytes: int = 8 << 20
+    read_ahead_bytes: int = 64 << 20
+    cache_dir: str | None = None
+    cache_max_bytes: int | None = None
+    allow_pipe: bool = False
+    s3_endpoint_url: str | None = None
+    s3_region: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("chunk_bytes", "max_concurrent_requests", "part_bytes", "read_ahead_bytes"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"SourceOptions.{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("connect_timeout_s", "read_timeout_s", "backoff_initial_s", "backoff_max_s"):
+            if getattr(self, name) <= 0:
+                raise UsageError(f"SourceOptions.{name} must be positive, got {getattr(self, name)}")
+        if self.retry_deadline_s < 0:
+            raise UsageError(f"SourceOptions.retry_deadline_s must be >= 0, got {self.retry_deadline_s}")
+        if self.cache_max_bytes is not None and self.cache_max_bytes < 0:
+            raise UsageError(f"SourceOptions.cache_max_bytes must be >= 0 or None, got {self.cache_max_bytes}")
 
 
 class ByteSource(Protocol):
@@ -42,15 +111,6 @@ class ByteSource(Protocol):
     def read_all(self) -> bytes:
         """Return the whole object (for small objects: manifests, indexes)."""
         ...
-
-
-def is_local(url: str) -> bool:
-    """Whether ``url`` is a local path (``file://`` included)."""
-    return "://" not in url or url.startswith("file://")
-
-
-def local_path(url: str) -> str:
-    return url[len("file://") :] if url.startswith("file://") else url
 
 
 class LocalFile:
@@ -80,14 +140,79 @@ class LocalFile:
             return f.read()
 
 
-def open_source(url: str, *, options: SourceOptions | None = None) -> ByteSource:
-    """Open a path or URL for reading.
+def open_remote(url: str, *, options: SourceOptions, expected_size: int | None = None) -> ByteSource:
+    """Open a non-local URL without the cache (see :func:`open_source`).
 
     Raises:
-        UsageError: The URL scheme is not supported.
+        UsageError: No backend for the URL scheme, or ``pipe:`` without
+            ``allow_pipe``.
     """
+    scheme = url_scheme(url)
+    if scheme == "pipe":
+        if not options.allow_pipe:
+            raise UsageError(
+                "pipe: URLs run a command and are off by default; pass SourceOptions(allow_pipe=True) to allow them"
+            )
+        from shardkit.read.pipe import PipeSource
+
+        return PipeSource(url)
+    from shardkit.read.ranged import RangedObject
+
+    if scheme in ("http", "https"):
+        from shardkit.read.http import HttpFetcher
+
+        return RangedObject(HttpFetcher(url, options=options), options=options, expected_size=expected_size)
+    if scheme == "s3":
+        from shardkit.read.s3 import S3Fetcher
+
+        return RangedObject(S3Fetcher(url, options=options), options=options, expected_size=expected_size)
+    from shardkit.read.remote_fs import FsspecFetcher
+
+    return RangedObject(FsspecFetcher(url, options=options), options=options, expected_size=expected_size)
+
+
+def open_source(
+    url: str,
+    *,
+    options: SourceOptions | None = None,
+    expected_size: int | None = None,
+    expected_sha256: str | None = None,
+) -> ByteSource:
+    """Open a path or URL for reading.
+
+    Args:
+        url: Local path, ``file://``, ``http(s)://``, ``s3://``, any fsspec
+            URL, or ``pipe:CMD`` (with ``options.allow_pipe``).
+        options: Timeouts, retries, concurrency, cache; defaults if None.
+        expected_size: Object size in bytes if known (the manifest's
+            ``num_bytes``): saves a request and is checked before caching.
+        expected_sha256: Hex SHA-256 if known (the manifest's ``sha256``):
+            a cached copy is kept only if it matches.
+
+    Raises:
+        UsageError: The URL scheme is not supported or not allowed.
+    """
+    options = options or SourceOptions()
     if is_local(url):
         return LocalFile(url)
-    from shardkit.errors import UsageError
+    source = open_remote(url, options=options, expected_size=expected_size)
+    if options.cache_dir is not None and url_scheme(url) != "pipe":
+        from shardkit.read.cache import CachedSource, ShardCache
 
-    raise UsageError(f"{url}: unsupported URL scheme; use a local path or file:// URL")
+        cache = ShardCache(options.cache_dir, max_bytes=options.cache_max_bytes)
+        return CachedSource(
+            url, source, cache=cache, expected_size=expected_size, expected_sha256=expected_sha256, options=options
+        )
+    return source
+
+
+__all__ = [
+    "DEFAULT_CHUNK_BYTES",
+    "ByteSource",
+    "LocalFile",
+    "SourceOptions",
+    "is_local",
+    "local_path",
+    "open_remote",
+    "open_source",
+]

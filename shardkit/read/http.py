@@ -1,0 +1,127 @@
+"""HTTP(S) objects read with ranged GET requests (urllib3).
+
+One connection pool per process, created after a DataLoader worker forks
+(pools are never shared across a fork). urllib3 does no retrying of its own
+here: :mod:`shardkit.read.ranged` resumes and retries with its own deadline.
+Redirects are followed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+
+import urllib3
+from urllib3.exceptions import HTTPError as Urllib3Error
+
+from shardkit.read.ranged import fatal_status, is_transient_status
+from shardkit.read.retry import TransientFault
+from shardkit.read.sources import SourceOptions
+from shardkit.read.urls import redact_url
+
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+_pools: dict[tuple[int, int], urllib3.PoolManager] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool(max_connections: int) -> urllib3.PoolManager:
+    key = (os.getpid(), max_connections)
+    with _pools_lock:
+        pool = _pools.get(key)
+        if pool is None:
+            pool = urllib3.PoolManager(num_pools=16, maxsize=max_connections, block=False)
+            _pools[key] = pool
+        return pool
+
+
+def _describe(exc: BaseException) -> str:
+    # urllib3 messages can embed the full URL (query string included): keep
+    # only the exception class and its innermost reason.
+    reason = getattr(exc, "reason", None)
+    inner = reason if isinstance(reason, BaseException) else exc
+    return type(inner).__name__
+
+
+class _HttpResponse:
+    def __init__(self, response: urllib3.BaseHTTPResponse, start: int, end: int | None, url: str):
+        self._response = response
+        self.start = start
+        self.end = end
+        self._url = url
+
+    def read(self, amt: int) -> bytes:
+        try:
+            # read1: whatever has arrived (up to amt), so the bytes received
+            # before a dropped connection are kept and not fetched again.
+            return self._response.read1(amt)
+        except (Urllib3Error, OSError) as exc:
+            raise TransientFault(f"read failed ({_describe(exc)})") from None
+
+    def close(self) -> None:
+        if self._response.length_remaining == 0:
+            self._response.release_conn()  # fully read: the connection can be reused
+        else:
+            self._response.close()  # abandoned mid-body: never hand it to another request
+
+
+class HttpFetcher:
+    """One HTTP(S) object.
+
+    Args:
+        url: The full URL (a query string is sent but never logged).
+        options: Timeouts and the connection limit.
+    """
+
+    def __init__(self, url: str, *, options: SourceOptions):
+        self._full_url = url
+        self.url = redact_url(url)
+        self.options = options
+        self._timeout = urllib3.Timeout(connect=options.connect_timeout_s, read=options.read_timeout_s)
+        self._retries = urllib3.Retry(total=None, connect=0, read=0, status=0, other=0, redirect=5, raise_on_status=False)
+
+    def _request(self, method: str, headers: dict[str, str], offset: int | None) -> urllib3.BaseHTTPResponse:
+        pool = _pool(max(self.options.max_concurrent_requests, 1))
+        try:
+            response = pool.request(
+                method,
+                self._full_url,
+                headers=headers,
+                preload_content=False,
+                timeout=self._timeout,
+                retries=self._retries,
+            )
+        except Urllib3Error as exc:
+            raise TransientFault(f"request failed ({_describe(exc)})") from None
+        if response.status >= 400:
+            reason = response.reason or ""
+            response.drain_conn()
+            response.release_conn()
+            if is_transient_status(response.status):
+                raise TransientFault(f"HTTP {response.status} {reason}".strip(), status=response.status)
+            raise fatal_status(self.url, response.status, reason, offset=offset)
+        return response
+
+    def size(self) -> int | None:
+        response = self._request("HEAD", {}, None)
+        response.release_conn()
+        length = response.headers.get("Content-Length")
+        return int(length) if length is not None else None
+
+    def open_range(self, start: int, end: int | None) -> _HttpResponse:
+        headers = {"Accept-Encoding": "identity"}
+        if start > 0 or end is not None:
+            headers["Range"] = f"bytes={start}-" + ("" if end is None else str(end - 1))
+        response = self._request("GET", headers, start)
+        length = response.headers.get("Content-Length")
+        if response.status == 206:
+            match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
+            if match is None or int(match.group(1)) != start:
+                response.close()
+                raise fatal_status(self.url, 416, "unexpected Content-Range", offset=start)
+            return _HttpResponse(response, start, int(match.group(2)) + 1, self.url)
+        if response.status != 200:
+            response.close()
+            raise fatal_status(self.url, response.status, response.reason or "", offset=start)
+        # A plain 200: the whole object from byte 0 (the server ignores ranges).
+        return _HttpResponse(response, 0, None if length is None else int(length), self.url)

@@ -1,0 +1,325 @@
+"""Ranged reads of remote objects: resume after faults, several requests at once.
+
+Every remote backend (HTTP, S3, fsspec) only needs to open one byte range as
+a stream (:class:`RangeFetcher`). This module turns that into a
+:class:`~shardkit.read.sources.ByteSource`:
+
+* :func:`stream_range` reads one range over one connection at a time. When the
+  connection drops or stalls, it asks again for the bytes from the last one it
+  received, so nothing is yielded twice and nothing is skipped.
+* :func:`iter_parallel_range` splits a long range into parts of
+  ``part_bytes`` and fetches up to ``max_concurrent_requests`` of them at once
+  in threads, while the caller consumes the parts in order. A per-connection
+  bandwidth cap thus does not cap the reader. Parts are started only while
+  the bytes fetched but not yet consumed stay within ``read_ahead_bytes``.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from shardkit.errors import RemoteError
+from shardkit.read.retry import Backoff, TransientFault, call_with_retry
+
+if TYPE_CHECKING:
+    from shardkit.read.sources import SourceOptions
+
+logger = logging.getLogger(__name__)
+
+#: Size of one read call on a response; reads are joined up to ``chunk_bytes``.
+READ_CALL_BYTES = 256 << 10
+
+
+class RangeResponse(Protocol):
+    """An open response delivering bytes ``[start, end)`` of an object.
+
+    ``start`` may be lower than asked for when the server ignored the range
+    (a plain 200 answer); the reader then drops the leading bytes.
+    """
+
+    start: int
+    end: int | None
+
+    def read(self, amt: int) -> bytes:
+        """Up to ``amt`` bytes, ``b""`` at the end; raises :class:`TransientFault`."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class RangeFetcher(Protocol):
+    """One remote object, able to open byte ranges of it.
+
+    ``url`` is redacted (no query string, no credentials): it goes into logs.
+    """
+
+    url: str
+
+    def size(self) -> int | None:
+        """Object size in bytes, or None when the store cannot tell."""
+        ...
+
+    def open_range(self, start: int, end: int | None) -> RangeResponse:
+        """Start reading bytes ``[start, end)``; ``end=None`` reads to the end.
+
+        Raises:
+            TransientFault: A retry may help.
+            RemoteError: It will not (403, 404, bad range...).
+        """
+        ...
+
+
+def make_backoff(url: str, options: SourceOptions, stop: threading.Event | None = None) -> Backoff:
+    return Backoff(
+        url,
+        deadline_s=options.retry_deadline_s,
+        initial_s=options.backoff_initial_s,
+        max_s=options.backoff_max_s,
+        stop=stop,
+    )
+
+
+def stream_range(
+    fetcher: RangeFetcher,
+    start: int,
+    end: int | None,
+    *,
+    options: SourceOptions,
+    chunk_bytes: int,
+    stop: threading.Event | None = None,
+) -> Iterator[bytes]:
+    """Yield bytes ``[start, end)`` of the object in order, resuming after faults.
+
+    Args:
+        fetcher: The object.
+        start: First byte.
+        end: End byte (exclusive), or None to read to the end of the object.
+        options: Timeouts and retry settings.
+        chunk_bytes: Largest chunk yielded.
+        stop: When set, the stream ends at the next read (used to cancel
+            read-ahead threads).
+
+    Raises:
+        RemoteError: A fault retrying cannot fix, or the retry deadline passed.
+    """
+    backoff = make_backoff(fetcher.url, options, stop)
+    pos = start
+    while end is None or pos < end:
+        if stop is not None and stop.is_set():
+            return
+        fault: TransientFault | None = None
+        try:
+            response = fetcher.open_range(pos, end)
+        except TransientFault as exc:
+            fault = exc
+        else:
+            buf = bytearray()
+            try:
+                skip = pos - response.start  # > 0 only when the server ignored the range
+                resp_end = response.end if end is None else end
+                if skip:
+                    logger.debug("%s: server ignored the range; skipping %d bytes", fetcher.url, skip)
+                while resp_end is None or pos + len(buf) < resp_end:
+                    if stop is not None and stop.is_set():
+                        return
+                    want = READ_CALL_BYTES if resp_end is None else min(READ_CALL_BYTES, resp_end - pos - len(buf) + skip)
+                    try:
+                        data = response.read(want)
+                    except TransientFault as exc:
+                        fault = exc
+                        break
+                    if not data:
+                        if resp_end is not None:
+                            fault = TransientFault(f"connection closed early at byte {pos + len(buf)} of {resp_end}")
+                        break
+                    if skip:
+                        cut = min(skip, len(data))
+                        data = data[cut:]
+                        skip -= cut
+                    buf += data
+                    while len(buf) >= chunk_bytes:
+                        out = bytes(buf[:chunk_bytes])
+                        del buf[:chunk_bytes]
+                        pos += len(out)
+                        backoff.progress()
+                        yield out
+            finally:
+                response.close()
+            if buf:
+                # Bytes that arrived before a fault still count: resume after them.
+                backoff.progress()
+                for i in range(0, len(buf), chunk_bytes):
+                    out = bytes(buf[i : i + chunk_bytes])
+                    pos += len(out)
+                    yield out
+            if fault is None:
+                return
+        backoff.fault(fault, offset=pos)
+
+
+@dataclass(eq=False)
+class _Part:
+    start: int
+    end: int
+    chunks: collections.deque[bytes] = field(default_factory=collections.deque)
+    done: bool = False
+    error: BaseException | None = None
+
+
+def iter_parallel_range(
+    fetcher: RangeFetcher,
+    start: int,
+    end: int,
+    *,
+    options: SourceOptions,
+    chunk_bytes: int,
+) -> Iterator[bytes]:
+    """Yield bytes ``[start, end)`` in order, fetching parts concurrently.
+
+    At most ``options.max_concurrent_requests`` parts are in flight, and a new
+    part starts only while the bytes reserved for unconsumed parts stay within
+    ``options.read_ahead_bytes`` (one part always may start). Closing the
+    generator early cancels the fetches.
+
+    Raises:
+        RemoteError: A part failed for good (see :func:`stream_range`).
+    """
+    part_bytes = max(options.part_bytes, 1)
+    if end - start <= part_bytes or options.max_concurrent_requests <= 1 and options.read_ahead_bytes <= part_bytes:
+        yield from stream_range(fetcher, start, end, options=options, chunk_bytes=chunk_bytes)
+        return
+    parts = [_Part(s, min(s + part_bytes, end)) for s in range(start, end, part_bytes)]
+    cond = threading.Condition()
+    stop = threading.Event()
+    state = {"active": 0, "reserved": 0}
+    next_part = 0
+
+    def run(part: _Part) -> None:
+        try:
+            for data in stream_range(
+                fetcher, part.start, part.end, options=options, chunk_bytes=chunk_bytes, stop=stop
+            ):
+                with cond:
+                    part.chunks.append(data)
+                    cond.notify_all()
+        except BaseException as exc:  # handed to the consumer, which re-raises it
+            part.error = exc
+        finally:
+            with cond:
+                part.done = True
+                state["active"] -= 1
+                cond.notify_all()
+
+    def fill() -> None:
+        # Called with ``cond`` held.
+        nonlocal next_part
+        while next_part < len(parts) and state["active"] < options.max_concurrent_requests:
+            part = parts[next_part]
+            size = part.end - part.start
+            if state["reserved"] and state["reserved"] + size > options.read_ahead_bytes:
+                break
+            state["active"] += 1
+            state["reserved"] += size
+            next_part += 1
+            threading.Thread(target=run, args=(part,), name="shardkit-fetch", daemon=True).start()
+
+    try:
+        for part in parts:
+            while True:
+                with cond:
+                    fill()
+                    while not part.chunks and not part.done:
+                        cond.wait()
+                        fill()
+                    if part.chunks:
+                        data = part.chunks.popleft()
+                        state["reserved"] -= len(data)
+                    elif part.error is not None:
+                        raise part.error
+                    else:
+                        break
+                yield data
+    finally:
+        stop.set()
+
+
+class RangedObject:
+    """A :class:`~shardkit.read.sources.ByteSource` over any :class:`RangeFetcher`.
+
+    Args:
+        fetcher: The backend object.
+        options: Timeouts, retries, concurrency and read-ahead budget.
+        expected_size: The object size if the caller knows it (from the
+            manifest); saves a size request.
+    """
+
+    def __init__(self, fetcher: RangeFetcher, *, options: SourceOptions, expected_size: int | None = None):
+        self.fetcher = fetcher
+        self.url = fetcher.url
+        self.options = options
+        self._size = expected_size
+
+    def size(self) -> int | None:
+        """The object size in bytes (asked of the store once, then remembered)."""
+        if self._size is None:
+            self._size = call_with_retry(self.fetcher.size, make_backoff(self.url, self.options))
+        return self._size
+
+    def iter_range(self, start: int, end: int | None, *, chunk_bytes: int) -> Iterator[bytes]:
+        """Yield bytes ``[start, end)`` in order; ``end=None`` reads to the end.
+
+        Raises:
+            RemoteError: See :func:`stream_range`.
+        """
+        if end is None:
+            end = self.size()
+        if end is None:
+            yield from stream_range(self.fetcher, start, None, options=self.options, chunk_bytes=chunk_bytes)
+        elif start < end:
+            yield from iter_parallel_range(self.fetcher, start, end, options=self.options, chunk_bytes=chunk_bytes)
+
+    def read_all(self) -> bytes:
+        """The whole object, in one request when nothing goes wrong.
+
+        Raises:
+            RemoteError: See :func:`stream_range`.
+        """
+        if self._size is not None and self._size > self.options.part_bytes:
+            return b"".join(self.iter_range(0, None, chunk_bytes=self.options.chunk_bytes))
+        return b"".join(stream_range(self.fetcher, 0, None, options=self.options, chunk_bytes=self.options.chunk_bytes))
+
+
+def fatal_status(url: str, status: int, reason: str, *, offset: int | None) -> RemoteError:
+    """The error for an HTTP-style status that retrying cannot fix."""
+    hints = {
+        401: "the server wants credentials; configure them for this store",
+        403: "access denied; check credentials and permissions for this object",
+        404: "no such object; check the URL and that the dataset was uploaded",
+        410: "the object is gone; check the URL",
+        416: "the byte range is outside the object; the object may have been replaced since the manifest was written",
+    }
+    hint = hints.get(status, "the request was refused")
+    where = "" if offset is None else f" at byte {offset}"
+    return RemoteError(f"{url}: HTTP {status} {reason}{where}: {hint}", url=url, offset=offset, status=status)
+
+
+def is_transient_status(status: int) -> bool:
+    """Whether an HTTP status is worth retrying (timeouts, throttling, 5xx)."""
+    return status in (408, 425, 429) or 500 <= status <= 599
+
+
+__all__ = [
+    "RangeFetcher",
+    "RangeResponse",
+    "RangedObject",
+    "RemoteError",
+    "fatal_status",
+    "is_transient_status",
+    "iter_parallel_range",
+    "stream_range",
+]

@@ -1,0 +1,124 @@
+"""Retrying transient faults: exponential backoff with jitter, bounded by a deadline.
+
+Backends signal a fault that a retry may fix (timeout, dropped connection,
+5xx answer) by raising :class:`TransientFault`; anything retrying cannot fix
+they raise as :class:`~shardkit.errors.RemoteError` straight away. A
+:class:`Backoff` decides how long to wait before the next attempt and turns
+the fault into a ``RemoteError`` once the deadline has passed.
+
+The deadline clock starts at the first fault after the last progress and is
+reset whenever bytes arrive again, so a long download that hits a few
+unrelated hiccups is not failed by their sum.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from shardkit.errors import RemoteError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class TransientFault(Exception):
+    """A fault that may go away if the request is made again.
+
+    Attributes:
+        cause: Short description of what went wrong (no URL, no secrets).
+        status: HTTP status of the answer, when there was one.
+    """
+
+    def __init__(self, cause: str, *, status: int | None = None):
+        super().__init__(cause)
+        self.cause = cause
+        self.status = status
+
+
+class Backoff:
+    """Waits between attempts and gives up after a deadline.
+
+    Args:
+        url: The redacted URL, for messages.
+        deadline_s: Longest time to keep retrying, from the first fault after
+            the last progress, in seconds.
+        initial_s: First wait, in seconds; doubles each attempt.
+        max_s: Longest single wait, in seconds.
+        stop: When set, waiting ends early and the caller gives up.
+        rng: Source of jitter (a private ``random.Random`` by default; jitter
+            only spreads retries in time and never affects data order).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        deadline_s: float,
+        initial_s: float,
+        max_s: float,
+        stop: threading.Event | None = None,
+        rng: random.Random | None = None,
+    ):
+        self.url = url
+        self.deadline_s = deadline_s
+        self.initial_s = initial_s
+        self.max_s = max_s
+        self.stop = stop
+        self._rng = rng or random.Random()
+        self._first_fault: float | None = None
+        self._attempts = 0
+
+    def progress(self) -> None:
+        """Record that bytes arrived: the next fault starts a fresh deadline."""
+        self._first_fault = None
+        self._attempts = 0
+
+    def fault(self, fault: TransientFault, *, offset: int | None) -> None:
+        """Wait before the next attempt, or raise once the deadline is spent.
+
+        Raises:
+            RemoteError: The deadline passed (or ``stop`` was set); the
+                message names the URL, the byte offset and the last cause.
+        """
+        now = time.monotonic()
+        if self._first_fault is None:
+            self._first_fault = now
+        self._attempts += 1
+        delay = min(self.max_s, self.initial_s * 2 ** (self._attempts - 1))
+        delay *= 0.5 + 0.5 * self._rng.random()
+        spent = now - self._first_fault
+        where = "" if offset is None else f" at byte {offset}"
+        if spent + delay > self.deadline_s or (self.stop is not None and self.stop.is_set()):
+            raise RemoteError(
+                f"{self.url}: giving up{where} after {self._attempts} attempts over {spent:.1f}s; "
+                f"last error: {fault.cause}. Check that the server is reachable, or raise "
+                "SourceOptions.retry_deadline_s",
+                url=self.url,
+                offset=offset,
+                status=fault.status,
+                retryable=True,
+            ) from None
+        logger.warning("%s: %s%s; retry %d in %.2fs", self.url, fault.cause, where, self._attempts, delay)
+        if self.stop is not None:
+            self.stop.wait(delay)
+        else:
+            time.sleep(delay)
+
+
+def call_with_retry(fn: Callable[[], T], backoff: Backoff, *, offset: int | None = None) -> T:
+    """Call ``fn`` until it returns, retrying on :class:`TransientFault`.
+
+    Raises:
+        RemoteError: ``fn`` raised it, or the backoff deadline passed.
+    """
+    while True:
+        try:
+            return fn()
+        except TransientFault as fault:
+            backoff.fault(fault, offset=offset)

@@ -1,0 +1,156 @@
+"""Real servers for remote tests, on 127.0.0.1 only: a ranged HTTP server with
+injectable faults, and moto's S3 server."""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+_RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
+
+
+@dataclass
+class Faults:
+    """Faults for one path, each consumed by the next matching GET.
+
+    Attributes:
+        statuses: Status codes to answer instead of serving (e.g. [503, 500]).
+        drop_after: For each coming GET, close the connection after this many
+            body bytes.
+        stall_after: For each coming GET, stop sending after this many body
+            bytes for ``stall_s`` seconds, then close.
+        stall_s: Length of a stall.
+        ignore_range: Answer every GET with 200 and the whole object.
+    """
+
+    statuses: list[int] = field(default_factory=list)
+    drop_after: list[int] = field(default_factory=list)
+    stall_after: list[int] = field(default_factory=list)
+    stall_s: float = 5.0
+    ignore_range: bool = False
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: FaultyHTTPServer
+
+    def log_message(self, format, *args):  # keep test output quiet
+        pass
+
+    def _lookup(self) -> tuple[bytes | None, Faults]:
+        path = self.path.split("?", 1)[0]
+        return self.server.objects.get(path), self.server.faults.setdefault(path, Faults())
+
+    def do_HEAD(self):
+        self.server.record(self.command, self.path, None)
+        data, faults = self._lookup()
+        if data is None:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Accept-Ranges", "bytes")
+        self.end_headers()
+
+    def do_GET(self):
+        range_header = self.headers.get("Range")
+        self.server.record(self.command, self.path, range_header)
+        data, faults = self._lookup()
+        if data is None:
+            self.send_error(404)
+            return
+        with self.server.lock:
+            status = faults.statuses.pop(0) if faults.statuses else None
+            drop = faults.drop_after.pop(0) if faults.drop_after else None
+            stall = faults.stall_after.pop(0) if faults.stall_after else None
+        if status is not None:
+            self.send_error(status)
+            return
+        start, end = 0, len(data)
+        match = _RANGE.match(range_header or "")
+        if match and not faults.ignore_range:
+            start = int(match.group(1))
+            end = min(int(match.group(2)) + 1, len(data)) if match.group(2) else len(data)
+            if start >= len(data):
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{len(data)}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Length", str(end - start))
+        self.end_headers()
+        body = memoryview(data)[start:end]
+        cut = min(x for x in (drop, stall, len(body)) if x is not None)
+        try:
+            for i in range(0, cut, 65536):
+                self.wfile.write(body[i : min(i + 65536, cut)])
+            self.wfile.flush()
+            if stall is not None and stall == cut and cut < len(body):
+                self.server.stop.wait(faults.stall_s)
+            if cut < len(body):
+                self.connection.shutdown(socket.SHUT_RDWR)
+                self.close_connection = True
+                return
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+
+class FaultyHTTPServer(ThreadingHTTPServer):
+    """An HTTP/1.1 server of in-memory objects with Range support and faults."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.objects: dict[str, bytes] = {}
+        self.faults: dict[str, Faults] = {}
+        self.requests: list[tuple[str, str, str | None]] = []
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def add(self, path: str, data: bytes) -> str:
+        """Serve ``data`` at ``path``; return its URL."""
+        self.objects[path] = data
+        return self.base_url + path
+
+    def record(self, method: str, path: str, range_header: str | None) -> None:
+        with self.lock:
+            self.requests.append((method, path, range_header))
+
+    def gets(self, path: str) -> list[str | None]:
+        with self.lock:
+            return [r for m, p, r in self.requests if m == "GET" and p.split("?", 1)[0] == path]
+
+    def start(self) -> FaultyHTTPServer:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self.stop.set()
+        self.shutdown()
+        self.server_close()
+        self._thread.join(timeout=5)
+
+
+def wait_for_port(host: str, port: int, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"{host}:{port} did not open")

@@ -1,0 +1,224 @@
+"""HTTP sources against a real server on 127.0.0.1 with injected faults."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from shardkit.errors import RemoteError, UsageError
+from shardkit.format.tar import SampleParser
+from shardkit.read.sources import SourceOptions, open_source
+
+FAST = SourceOptions(
+    connect_timeout_s=2.0,
+    read_timeout_s=0.5,
+    retry_deadline_s=5.0,
+    backoff_initial_s=0.01,
+    backoff_max_s=0.1,
+    part_bytes=64 << 10,
+    read_ahead_bytes=256 << 10,
+    chunk_bytes=32 << 10,
+)
+
+
+def blob(size: int) -> bytes:
+    return os.urandom(size)
+
+
+def read(url: str, options: SourceOptions = FAST, start: int = 0, end: int | None = None, **kw) -> bytes:
+    source = open_source(url, options=options, **kw)
+    return b"".join(source.iter_range(start, end, chunk_bytes=options.chunk_bytes))
+
+
+def test_whole_object_in_parallel_parts(http_server):
+    data = blob(1_000_003)
+    url = http_server.add("/a.tar", data)
+    assert read(url) == data
+    gets = http_server.gets("/a.tar")
+    assert len(gets) == 16  # ceil(1_000_003 / 64 KiB), one ranged GET per part
+    assert all(r and r.startswith("bytes=") for r in gets)
+
+
+def test_sub_range_and_chunk_sizes(http_server):
+    data = blob(300_000)
+    url = http_server.add("/a.tar", data)
+    source = open_source(url, options=FAST)
+    chunks = list(source.iter_range(1000, 250_000, chunk_bytes=10_000))
+    assert b"".join(chunks) == data[1000:250_000]
+    assert max(len(c) for c in chunks) <= 10_000
+
+
+def test_read_all_small_object_is_one_request(http_server):
+    url = http_server.add("/manifest.json", b'{"x": 1}')
+    assert open_source(url, options=FAST).read_all() == b'{"x": 1}'
+    assert http_server.gets("/manifest.json") == [None]
+
+
+def test_dropped_connections_resume_from_last_byte(http_server):
+    data = blob(400_000)
+    url = http_server.add("/a.tar", data)
+    from remote_servers import Faults
+
+    http_server.faults["/a.tar"] = Faults(drop_after=[10_000, 5_000, 20_000, 1])
+    assert read(url) == data
+    gets = http_server.gets("/a.tar")
+    # Every drop costs exactly one extra request, which starts where the dropped one stopped.
+    assert len(gets) == 7 + 4
+    starts = sorted(int(r.split("=")[1].split("-")[0]) for r in gets)
+    assert 10_000 in starts  # the first part (0-65535) resumed at byte 10000
+
+
+def test_single_stream_read_all_resumes_with_range(http_server):
+    from remote_servers import Faults
+
+    data = blob(200_000)
+    url = http_server.add("/big.json", data)
+    http_server.faults["/big.json"] = Faults(drop_after=[70_000])
+    assert open_source(url, options=FAST).read_all() == data
+    assert http_server.gets("/big.json") == [None, "bytes=70000-"]
+
+
+def test_5xx_answers_are_retried(http_server):
+    from remote_servers import Faults
+
+    data = blob(100_000)
+    url = http_server.add("/a.tar", data)
+    http_server.faults["/a.tar"] = Faults(statuses=[503, 500, 503])
+    assert read(url) == data
+
+
+def test_stall_past_read_timeout_resumes(http_server):
+    from remote_servers import Faults
+
+    data = blob(100_000)
+    url = http_server.add("/a.tar", data)
+    http_server.faults["/a.tar"] = Faults(stall_after=[30_000], stall_s=3.0)
+    t0 = time.monotonic()
+    assert read(url, expected_size=len(data)) == data
+    assert time.monotonic() - t0 < 2.5
+
+
+def test_server_ignoring_range_still_gives_exact_bytes(http_server):
+    from remote_servers import Faults
+
+    data = blob(150_000)
+    url = http_server.add("/a.tar", data)
+    http_server.faults["/a.tar"] = Faults(ignore_range=True, drop_after=[100_000])
+    assert read(url, start=70_000, end=140_000) == data[70_000:140_000]
+
+
+def test_404_fails_fast_naming_url(http_server):
+    t0 = time.monotonic()
+    with pytest.raises(RemoteError, match=r"http://127\.0\.0\.1:\d+/missing\.tar: HTTP 404") as info:
+        read(http_server.base_url + "/missing.tar?token=SECRET")
+    assert time.monotonic() - t0 < 1.0
+    assert info.value.status == 404
+    assert "SECRET" not in str(info.value)
+    assert isinstance(info.value, OSError)
+
+
+def test_403_fails_fast(http_server):
+    from remote_servers import Faults
+
+    url = http_server.add("/a.tar", blob(1000))
+    http_server.faults["/a.tar"] = Faults(statuses=[403])
+    with pytest.raises(RemoteError, match="HTTP 403.*access denied"):
+        read(url, expected_size=1000)
+    assert len(http_server.gets("/a.tar")) == 1
+
+
+def test_persistent_5xx_gives_up_after_deadline_with_offset(http_server):
+    from remote_servers import Faults
+
+    url = http_server.add("/a.tar", blob(1000))
+    http_server.faults["/a.tar"] = Faults(statuses=[503] * 1000)
+    options = SourceOptions(retry_deadline_s=0.5, backoff_initial_s=0.01, backoff_max_s=0.05)
+    t0 = time.monotonic()
+    with pytest.raises(RemoteError, match=r"/a\.tar: giving up at byte 0 after \d+ attempts.*HTTP 503") as info:
+        read(url, options=options, expected_size=1000)
+    assert time.monotonic() - t0 < 2.0
+    assert info.value.offset == 0 and info.value.retryable
+
+
+def test_refused_connection_gives_up_naming_url():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    options = SourceOptions(retry_deadline_s=0.3, backoff_initial_s=0.01, backoff_max_s=0.05)
+    with pytest.raises(RemoteError, match=rf"http://127\.0\.0\.1:{port}/x\.tar: giving up"):
+        read(f"http://127.0.0.1:{port}/x.tar", options=options)
+
+
+def test_concurrency_is_bounded(http_server):
+    data = blob(2_000_000)
+    url = http_server.add("/a.tar", data)
+    options = SourceOptions(part_bytes=50_000, max_concurrent_requests=3, read_ahead_bytes=10 << 20, chunk_bytes=50_000)
+    import threading
+
+    peak = 0
+    source = open_source(url, options=options)
+    for _ in source.iter_range(0, None, chunk_bytes=50_000):
+        peak = max(peak, sum(t.name == "shardkit-fetch" for t in threading.enumerate()))
+    assert 1 <= peak <= 3
+
+
+def test_closing_early_stops_fetch_threads(http_server):
+    import threading
+
+    data = blob(2_000_000)
+    url = http_server.add("/a.tar", data)
+    it = open_source(url, options=FAST).iter_range(0, None, chunk_bytes=1000)
+    next(it)
+    it.close()
+    deadline = time.monotonic() + 3
+    while any(t.name == "shardkit-fetch" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not any(t.name == "shardkit-fetch" for t in threading.enumerate())
+
+
+def test_samples_exact_through_faults(make_shards, serve_dataset, http_server):
+    from remote_servers import Faults
+
+    manifest = make_shards([40, 0, 25], payload_bytes=3000)
+    base = serve_dataset(manifest)
+    for entry in manifest.shards:
+        http_server.faults[f"/data/{entry.path}"] = Faults(statuses=[503], drop_after=[7000, 12345, 40000])
+    for entry in manifest.shards:
+        with open(os.path.join(manifest.location, entry.path), "rb") as f:
+            local = f.read()
+        remote = open_source(f"{base}/{entry.path}", options=FAST, expected_size=entry.num_bytes)
+        parser = SampleParser(path=remote.url)
+        keys = []
+        got = bytearray()
+        for chunk in remote.iter_range(0, None, chunk_bytes=FAST.chunk_bytes):
+            got += chunk
+            keys += [s.key for s in parser.feed(chunk)]
+        keys += [s.key for s in parser.finish()]
+        assert bytes(got) == local
+        assert keys == [f"s{manifest.shards.index(entry):03d}_{i:05d}" for i in range(entry.num_samples)]
+
+
+def test_pipe_needs_opt_in():
+    with pytest.raises(UsageError, match="allow_pipe"):
+        open_source("pipe:cat /etc/hostname")
+
+
+def test_options_are_validated():
+    with pytest.raises(UsageError, match="max_concurrent_requests"):
+        SourceOptions(max_concurrent_requests=0)
+
+
+def test_pipe_reads_command_output_without_shell(tmp_path):
+    path = tmp_path / "x y.bin"
+    data = blob(100_000)
+    path.write_bytes(data)
+    source = open_source(f"pipe:cat '{path}'", options=SourceOptions(allow_pipe=True))
+    assert source.read_all() == data
+    assert b"".join(source.iter_range(10, 5000, chunk_bytes=777)) == data[10:5000]
+    bad = open_source("pipe:false; echo hi", options=SourceOptions(allow_pipe=True))
+    with pytest.raises(RemoteError, match="pipe:false"):
+        bad.read_all()
