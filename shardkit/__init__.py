@@ -27,11 +27,19 @@ __version__ = "0.1.0"
 # Reader names, imported on first access so that `import shardkit` (and every
 # writer process) does not pay for importing torch.
 _LAZY = {
+    "Decoder": "shardkit.read.decode",
     "ShardDataset": "shardkit.read.dataset",
+    "World": "shardkit.world",
+    "make_loader": "shardkit.read.loader",
+    "shuffle_quality": "shardkit.read.shuffle",
 }
 
 if TYPE_CHECKING:
     from shardkit.read.dataset import ShardDataset
+    from shardkit.read.decode import Decoder
+    from shardkit.read.loader import make_loader
+    from shardkit.read.shuffle import shuffle_quality
+    from shardkit.world import World
 
 
 def __getattr__(name: str) -> Any:
@@ -50,6 +58,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "CorruptShardError",
+    "Decoder",
     "DestinationError",
     "DuplicateSampleError",
     "InputFileError",
@@ -63,6 +72,9 @@ __all__ = [
     "SourceError",
     "UsageError",
     "VerifyError",
+    "World",
     "__version__",
     "load_manifest",
+    "make_loader",
+    "shuffle_quality",
 ]

@@ -1,0 +1,120 @@
+"""Turn the reader's ``source`` argument into a list of shards to read.
+
+A :class:`ShardCatalog` is what the split and the stream need: shard URLs,
+and, when known, per-shard sample counts and offset-index URLs. With a
+manifest all three are known, and the reader splits at sample precision.
+With only shard paths (a list or a brace pattern), counts are taken from
+local ``.idx`` sidecars when every shard has one; otherwise the reader works
+at shard granularity (see :class:`shardkit.ShardDataset`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardkit.errors import ManifestError, UsageError
+from shardkit.format.index import index_path_for, load_index
+from shardkit.format.manifest import MANIFEST_NAME, Manifest, load_manifest
+from shardkit.read.sources import SourceOptions, is_local, local_path, open_source
+
+
+@dataclass(frozen=True, eq=False)
+class ShardCatalog:
+    """The shards a reader reads.
+
+    Attributes:
+        urls: Shard paths or URLs, in dataset order.
+        counts: Samples per shard, or None when unknown (shard granularity).
+        index_urls: Offset-index path or URL per shard, or None when the
+            shards have no indexes.
+        manifest: The manifest they came from, if any.
+    """
+
+    urls: tuple[str, ...]
+    counts: np.ndarray | None
+    index_urls: tuple[str, ...] | None
+    manifest: Manifest | None = None
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.urls)
+
+    @property
+    def num_samples(self) -> int | None:
+        return None if self.counts is None else int(self.counts.sum())
+
+
+def from_manifest(manifest: Manifest) -> ShardCatalog:
+    """Catalog of a manifest's shards, resolved against its location."""
+    return ShardCatalog(
+        urls=tuple(manifest.resolve(s.path) for s in manifest.shards),
+        counts=np.array([s.num_samples for s in manifest.shards], dtype=np.int64),
+        index_urls=tuple(manifest.resolve(s.index) for s in manifest.shards),
+        manifest=manifest,
+    )
+
+
+def _remote_manifest(url: str, options: SourceOptions) -> Manifest:
+    text = open_source(url, options=options).read_all()
+    return Manifest.from_json(text, location=url.rsplit("/", 1)[0])
+
+
+def _from_shard_urls(urls: Sequence[str]) -> ShardCatalog:
+    if not urls:
+        raise UsageError("no shards given: the shard list or pattern is empty")
+    urls = tuple(urls)
+    sidecars = [index_path_for(local_path(u)) for u in urls] if all(is_local(u) for u in urls) else []
+    if sidecars and all(os.path.exists(p) for p in sidecars):
+        counts = np.array([len(load_index(p)) - 1 for p in sidecars], dtype=np.int64)
+        return ShardCatalog(urls=urls, counts=counts, index_urls=tuple(sidecars))
+    return ShardCatalog(urls=urls, counts=None, index_urls=None)
+
+
+def expand_pattern(pattern: str) -> list[str]:
+    """Expand a brace pattern such as ``shard-{000000..000099}.tar``."""
+    import braceexpand
+
+    return list(braceexpand.braceexpand(pattern))
+
+
+def resolve_catalog(
+    source: str | os.PathLike[str] | Sequence[str] | Manifest,
+    *,
+    options: SourceOptions,
+) -> ShardCatalog:
+    """Resolve the reader's ``source`` argument.
+
+    Args:
+        source: A :class:`Manifest`; a ``manifest.json`` path or URL; a local
+            directory holding ``manifest.json`` (or a URL ending in ``/``); a
+            brace pattern of shard paths/URLs; one shard path; or a list of
+            shard paths/URLs.
+        options: How to read remote manifests.
+
+    Raises:
+        UsageError: An empty shard list.
+        ManifestError: A manifest that is missing or invalid.
+    """
+    if isinstance(source, Manifest):
+        return from_manifest(source)
+    if isinstance(source, (list, tuple)):
+        return _from_shard_urls([os.fspath(s) for s in source])
+    text = os.fspath(source)  # type: ignore[arg-type]
+    if "{" in text and "}" in text:
+        return _from_shard_urls(expand_pattern(text))
+    if is_local(text):
+        path = local_path(text)
+        if os.path.isdir(path) or path.endswith(".json"):
+            return from_manifest(load_manifest(path))
+        if not os.path.exists(path):
+            raise ManifestError(f"{path}: no such shard, manifest or dataset directory", path=path)
+        return _from_shard_urls([text])
+    if text.endswith("/"):
+        return from_manifest(_remote_manifest(text + MANIFEST_NAME, options))
+    if text.endswith(".json"):
+        return from_manifest(_remote_manifest(text, options))
+    return _from_shard_urls([text])

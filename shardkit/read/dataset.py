@@ -1,0 +1,319 @@
+"""``ShardDataset``: the streaming reader users put in their training loop.
+
+It composes the pieces of :mod:`shardkit.read`: the catalog of shards
+(:mod:`.catalog`), the epoch plan (:mod:`.split`), reading with read-ahead and
+the fault policy (:mod:`.stream`), the swap-buffer shuffle (:mod:`.shuffle`)
+and decoding (:mod:`.decode`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from torch.utils.data import IterableDataset
+
+from shardkit.errors import UsageError
+from shardkit.format.manifest import Manifest
+from shardkit.format.tar import RawSample
+from shardkit.read.catalog import ShardCatalog, resolve_catalog
+from shardkit.read.decode import Decoder, ImageMode, make_decoder
+from shardkit.read.prefetch import DEFAULT_READ_AHEAD_BYTES
+from shardkit.read.shuffle import ShuffleBuffer
+from shardkit.read.sources import SourceOptions
+from shardkit.read.split import (
+    MODES,
+    SAMPLE_SHUFFLE_STREAM,
+    Mode,
+    Piece,
+    assign_shards,
+    plan_epoch,
+    samples_per_rank,
+    seed_sequence,
+)
+from shardkit.read.stream import ON_ERROR, OnError, PieceReader
+from shardkit.world import World, detect_rank, detect_worker
+
+#: Default number of samples held by the shuffle buffer.
+DEFAULT_BUFFER_SIZE = 1000
+
+Sample = dict[str, Any]
+
+
+def _raw_nbytes(raw: RawSample) -> int:
+    return sum(len(v) for v in raw.fields.values())
+
+
+def _as_dict(raws: Iterator[RawSample]) -> Iterator[Sample]:
+    for raw in raws:
+        sample: Sample = {"__key__": raw.key}
+        sample.update(raw.fields)
+        yield sample
+
+
+class ShardDataset(IterableDataset):
+    """Stream samples from tar shards, split across ranks and workers.
+
+    Each epoch the shards are put in an order that is a pure function of
+    ``(seed, epoch)``; the samples of all shards in that order form the epoch's
+    global sequence, which is cut into one contiguous range per (rank,
+    DataLoader worker) slot. With a manifest the cut is at sample precision:
+    a slot may begin or end inside a shard, seeking there with the shard's
+    offset index. Each slot reads its range with large sequential requests
+    through a read-ahead thread and mixes it with a shuffle buffer seeded from
+    ``(seed, epoch, rank, worker)``. The same seed, epoch, world size and
+    worker count give the same samples in the same order on every run.
+
+    Modes:
+        * ``"exact"``: every sample exactly once per epoch over all ranks and
+          workers; per-rank counts differ by at most one (for evaluation).
+        * ``"balanced"`` (default): every rank gets ``num_samples //
+          world_size`` samples, so all ranks take the same number of steps;
+          the remainder (fewer than ``world_size`` samples, different ones
+          each epoch) is **dropped**. With ``pad=True`` every rank gets
+          ``ceil(num_samples / world_size)`` instead and the shortfall is
+          filled by repeating samples from the start of the epoch's sequence.
+        * ``"infinite"``: an endless stream; when a slot finishes its share of
+          an epoch it goes on with the next epoch's (freshly permuted) share.
+
+    Without a manifest (a list or brace pattern of shard paths without
+    ``.idx`` sidecars) sample counts are unknown, so the reader works at
+    shard granularity: whole shards are dealt round-robin to slots, which
+    loses per-rank balance (``"balanced"`` is refused), ``len()``, and
+    parallelism when there are fewer shards than slots (idle slots); and a
+    corrupt shard cannot be resumed after the fault.
+
+    Args:
+        source: A manifest path or URL, a dataset directory (or URL ending in
+            ``/``) holding ``manifest.json``, a :class:`~shardkit.Manifest`, a
+            brace pattern (``data/shard-{000000..000099}.tar``), one shard, or
+            a list of shard paths/URLs.
+        mode: ``"exact"``, ``"balanced"`` or ``"infinite"``.
+        seed: Seed of all randomness (shard order and sample shuffle); >= 0.
+        shuffle: Permute shards per epoch and shuffle samples in a buffer.
+            False reads in manifest order.
+        buffer_size: Samples held by the shuffle buffer (per worker).
+        buffer_bytes: Optional byte cap on the shuffle buffer (per worker).
+        pad: In ``"balanced"`` mode, pad by repetition instead of dropping.
+        rank: This process's rank; default from ``torch.distributed`` when
+            initialized, else ``RANK``, else 0. Create the dataset after
+            ``init_process_group``.
+        world_size: Number of ranks, detected like ``rank``.
+        epoch: Starting epoch (see :meth:`set_epoch`).
+        decode: None for raw bytes; ``"pil"`` / ``"tensor"`` for the standard
+            decoders with images as PIL images or uint8 tensors; or a
+            :class:`~shardkit.read.decode.Decoder`.
+        map: A function applied to each (decoded) sample dict, e.g. a
+            torchvision transform wrapper; runs in the worker.
+        batch_size: Batch samples in the worker (then use the DataLoader with
+            ``batch_size=None``); None yields single samples.
+        collate: Turns a list of samples into a batch; default
+            ``torch.utils.data.default_collate`` (bytes and str fields stay
+            lists).
+        partial_batches: Yield each worker's last, smaller batch (else drop it).
+        on_error: ``"raise"`` (default) raises
+            :class:`~shardkit.CorruptShardError` naming shard, member and
+            offset; ``"skip"`` logs a warning, counts the fault in
+            :attr:`num_skipped`, and goes on with the next readable sample.
+        source_options: Storage options; ``chunk_bytes`` (default 4 MiB) is
+            the size of one read request.
+        read_ahead_bytes: Byte budget of each worker's read-ahead thread.
+
+    Raises:
+        UsageError: Invalid options, or ``"balanced"`` mode without sample
+            counts.
+        ManifestError: The manifest is missing or invalid.
+    """
+
+    def __init__(
+        self,
+        source: str | os.PathLike[str] | Sequence[str] | Manifest,
+        *,
+        mode: Mode = "balanced",
+        seed: int = 0,
+        shuffle: bool = True,
+        buffer_size: int = DEFAULT_BUFFER_SIZE,
+        buffer_bytes: int | None = None,
+        pad: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        epoch: int = 0,
+        decode: ImageMode | Decoder | None = None,
+        map: Callable[[Sample], Any] | None = None,  # noqa: A002 - the documented name
+        batch_size: int | None = None,
+        collate: Callable[[list[Any]], Any] | None = None,
+        partial_batches: bool = True,
+        on_error: OnError = "raise",
+        source_options: SourceOptions | None = None,
+        read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES,
+    ):
+        super().__init__()
+        if mode not in MODES:
+            raise UsageError(f"mode must be one of {MODES}, not {mode!r}")
+        if on_error not in ON_ERROR:
+            raise UsageError(f"on_error must be one of {ON_ERROR}, not {on_error!r}")
+        if seed < 0 or epoch < 0:
+            raise UsageError(f"seed and epoch must be >= 0 (got seed={seed}, epoch={epoch})")
+        if buffer_size < 0 or (buffer_bytes is not None and buffer_bytes <= 0):
+            raise UsageError("buffer_size must be >= 0 and buffer_bytes > 0 (or None)")
+        if batch_size is not None and batch_size < 1:
+            raise UsageError(f"batch_size must be >= 1 or None, not {batch_size}")
+        if read_ahead_bytes <= 0:
+            raise UsageError(f"read_ahead_bytes must be > 0, not {read_ahead_bytes}")
+        if pad and mode != "balanced":
+            raise UsageError("pad=True applies to mode='balanced' only")
+        self.options = source_options or SourceOptions()
+        self.catalog: ShardCatalog = resolve_catalog(source, options=self.options)
+        if mode == "balanced" and self.catalog.counts is None:
+            raise UsageError(
+                "mode='balanced' needs per-shard sample counts: read a dataset with a manifest "
+                "(or .idx sidecars), or use mode='exact' / 'infinite' at shard granularity"
+            )
+        self.mode: Mode = mode
+        self.seed = seed
+        self.shuffle = shuffle
+        self.buffer_size = buffer_size
+        self.buffer_bytes = buffer_bytes
+        self.pad = pad
+        self.world = detect_rank(rank=rank, world_size=world_size)
+        self.decoder = make_decoder(decode)
+        self.map = map
+        self.batch_size = batch_size
+        self.collate = collate
+        self.partial_batches = partial_batches
+        self.on_error: OnError = on_error
+        self.read_ahead_bytes = read_ahead_bytes
+        # Shared with DataLoader worker processes (persistent ones included):
+        # workers read the epoch at the start of each iteration and add to
+        # the fault counter.
+        self._epoch = multiprocessing.Value("q", epoch)
+        self._skipped = multiprocessing.Value("q", 0)
+
+    # ------------------------------------------------------------ state
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch the next iteration reads (call before each epoch).
+
+        Reaches DataLoader workers, persistent ones included, because the
+        value lives in shared memory and is read when iteration starts.
+        """
+        if epoch < 0:
+            raise UsageError(f"epoch must be >= 0, not {epoch}")
+        self._epoch.value = epoch
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch.value)
+
+    @property
+    def num_skipped(self) -> int:
+        """Faults skipped under ``on_error="skip"``, summed over all workers."""
+        return int(self._skipped.value)
+
+    def _count_skip(self, exc: Exception) -> None:
+        with self._skipped.get_lock():
+            self._skipped.value += 1
+
+    @property
+    def num_samples(self) -> int | None:
+        """Samples this rank reads per epoch, or None if unknown / endless."""
+        total = self.catalog.num_samples
+        if total is None or self.mode == "infinite":
+            return None
+        return samples_per_rank(total, rank=self.world.rank, world_size=self.world.world_size, mode=self.mode, pad=self.pad)
+
+    def __len__(self) -> int:
+        """Samples this rank reads per epoch (single samples, finite modes only)."""
+        count = self.num_samples
+        if count is None or self.batch_size is not None:
+            raise TypeError("len() is defined for single samples in 'exact'/'balanced' mode with sample counts")
+        return count
+
+    # ------------------------------------------------------------ plan
+
+    def pieces(self, world: World, *, epoch: int) -> Iterator[Piece]:
+        """The pieces ``world``'s slot reads, from ``epoch`` on (endless in
+        ``"infinite"`` mode)."""
+        epochs = itertools.count(epoch) if self.mode == "infinite" else (epoch,)
+        counts = self.catalog.counts
+        if counts is not None:
+            total = int(counts.sum())
+            if self.mode == "infinite" and total < world.num_slots:
+                raise UsageError(
+                    f"mode='infinite' needs at least one sample per slot: {total} samples for "
+                    f"{world.world_size} ranks x {world.num_workers} workers"
+                )
+            for e in epochs:
+                yield from plan_epoch(counts, world, seed=self.seed, epoch=e, mode=self.mode, shuffle=self.shuffle, pad=self.pad)
+            return
+        if self.mode == "infinite" and self.catalog.num_shards < world.num_slots:
+            raise UsageError(
+                f"mode='infinite' without sample counts needs a shard per slot: {self.catalog.num_shards} "
+                f"shards for {world.world_size} ranks x {world.num_workers} workers"
+            )
+        for e in epochs:
+            for shard in assign_shards(self.catalog.num_shards, world, seed=self.seed, epoch=e, shuffle=self.shuffle):
+                yield Piece(int(shard), 0, 0)
+
+    # ------------------------------------------------------------ iteration
+
+    def iter_slot(self, world: World, *, epoch: int) -> Iterator[Any]:
+        """Samples (or batches) of one slot for ``epoch``.
+
+        ``__iter__`` calls this with the current process's slot; calling it
+        directly shows what any rank/worker would read.
+        """
+        reader = PieceReader(
+            self.catalog,
+            on_error=self.on_error,
+            on_skip=self._count_skip,
+            options=self.options,
+            read_ahead_bytes=self.read_ahead_bytes,
+        )
+        raws: Iterator[RawSample] = reader.read(self.pieces(world, epoch=epoch))
+        if self.shuffle and self.buffer_size > 1:
+            rng = np.random.Generator(
+                np.random.PCG64(seed_sequence(self.seed, epoch, SAMPLE_SHUFFLE_STREAM, world.rank, world.worker))
+            )
+            buffer: ShuffleBuffer[RawSample] = ShuffleBuffer(
+                size=self.buffer_size,
+                rng=rng,
+                max_bytes=self.buffer_bytes,
+                nbytes=_raw_nbytes if self.buffer_bytes is not None else None,
+            )
+            raws = buffer.shuffle(raws)
+        samples: Iterator[Any] = _as_dict(raws)
+        if self.decoder is not None:
+            samples = (self.decoder(s) for s in samples)
+        if self.map is not None:
+            samples = (self.map(s) for s in samples)
+        if self.batch_size is not None:
+            samples = self._batches(samples)
+        return samples
+
+    def _batches(self, samples: Iterator[Any]) -> Iterator[Any]:
+        if self.collate is None:
+            from torch.utils.data import default_collate
+
+            collate: Callable[[list[Any]], Any] = default_collate
+        else:
+            collate = self.collate
+        assert self.batch_size is not None
+        while True:
+            batch = list(itertools.islice(samples, self.batch_size))
+            if not batch or (len(batch) < self.batch_size and not self.partial_batches):
+                return
+            yield collate(batch)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.iter_slot(detect_worker(self.world), epoch=self.epoch)
+
+    def __repr__(self) -> str:
+        return (
+            f"ShardDataset({self.catalog.num_shards} shards, {self.catalog.num_samples} samples, mode={self.mode!r}, "
+            f"seed={self.seed}, rank={self.world.rank}/{self.world.world_size})"
+        )

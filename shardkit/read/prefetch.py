@@ -1,0 +1,142 @@
+"""Background read-ahead: fetch the next byte ranges while samples are parsed.
+
+:class:`ReadAhead` runs one thread that walks a list of read jobs, fetches
+each job's bytes as large chunks and hands them to the consuming thread
+through a queue bounded in *bytes*. While the consumer parses one chunk the
+thread is already reading the next ones, including those of the next shard,
+so a worker does not stall at shard boundaries. Reads release the GIL, so
+this overlaps I/O with parsing even in one process.
+
+Errors never get lost: an exception raised while fetching a job is passed to
+the consumer in the job's place, and the consumer decides what to do.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import Generic, TypeVar
+
+from shardkit.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+J = TypeVar("J")
+
+#: Default byte budget of one read-ahead thread.
+DEFAULT_READ_AHEAD_BYTES = 32 << 20
+
+
+class ReadAhead(Generic[J]):
+    """A reader thread feeding chunks of successive jobs, bounded in bytes.
+
+    Iterating yields ``(job, item)`` where ``item`` is a ``bytes`` chunk of
+    the job, ``None`` once the job's chunks are all delivered, or the
+    exception that fetching the job raised (the job then ends there). An
+    exception raised by the job iterable itself is yielded as ``(None, exc)``
+    and ends the stream.
+
+    Args:
+        jobs: What to read, in order. Consumed by the reader thread.
+        fetch: Returns the chunks of one job (runs in the reader thread).
+        budget_bytes: Most bytes fetched but not yet taken by the consumer;
+            one chunk larger than the budget is still let through alone.
+        name: Thread name, for debugging.
+
+    Use as a context manager, or call :meth:`close`, so the thread stops
+    when the consumer stops early.
+    """
+
+    def __init__(
+        self,
+        jobs: Iterable[J],
+        fetch: Callable[[J], Iterable[bytes]],
+        *,
+        budget_bytes: int = DEFAULT_READ_AHEAD_BYTES,
+        name: str = "shardkit-read-ahead",
+    ):
+        if budget_bytes <= 0:
+            raise UsageError(f"read-ahead budget must be > 0 bytes, not {budget_bytes}")
+        self.budget_bytes = budget_bytes
+        self._jobs = jobs
+        self._fetch = fetch
+        self._items: deque[tuple[J | None, object]] = deque()
+        self._held = 0  # bytes in _items
+        self._done = False  # the thread has put its last item
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._started = False
+
+    # ------------------------------------------------------------ producer
+
+    def _put(self, job: J | None, item: object) -> bool:
+        size = len(item) if isinstance(item, bytes) else 0
+        with self._cond:
+            while self._held and self._held + size > self.budget_bytes and not self._stop.is_set():
+                self._cond.wait()
+            if self._stop.is_set():
+                return False
+            self._items.append((job, item))
+            self._held += size
+            self._cond.notify_all()
+        return True
+
+    def _run(self) -> None:
+        try:
+            for job in self._jobs:
+                try:
+                    for chunk in self._fetch(job):
+                        if not self._put(job, chunk):
+                            return
+                    end: object = None
+                except Exception as exc:  # handed to the consumer
+                    end = exc
+                if not self._put(job, end):
+                    return
+        except Exception as exc:
+            self._put(None, exc)
+        finally:
+            with self._cond:
+                self._done = True
+                self._cond.notify_all()
+
+    # ------------------------------------------------------------ consumer
+
+    def __iter__(self) -> Iterator[tuple[J | None, object]]:
+        if not self._started:
+            self._started = True
+            self._thread.start()
+        while True:
+            with self._cond:
+                while not self._items and not self._done:
+                    self._cond.wait()
+                if not self._items:
+                    return
+                job, item = self._items.popleft()
+                if isinstance(item, bytes):
+                    self._held -= len(item)
+                self._cond.notify_all()
+            yield job, item
+            if isinstance(item, BaseException) and job is None:
+                return
+
+    def close(self) -> None:
+        """Stop the reader thread and drop what it fetched. Idempotent."""
+        self._stop.set()
+        with self._cond:
+            self._items.clear()
+            self._held = 0
+            self._cond.notify_all()
+        if self._started and self._thread is not threading.current_thread():
+            self._thread.join(timeout=30)
+            if self._thread.is_alive():  # a read stuck in the storage layer
+                log.warning("read-ahead thread did not stop within 30 s; leaving it (daemon)")
+
+    def __enter__(self) -> ReadAhead[J]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

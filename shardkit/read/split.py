@@ -1,0 +1,183 @@
+"""Epoch order and the rank x worker split, as pure functions.
+
+Everything here is a function of (sample counts, seed, epoch, world), so
+every rank computes the same plan without talking to the others, and the
+plan can be tested without starting any process.
+
+The epoch's *global sequence* is the samples of all shards, shards taken in
+the epoch's permuted order, each shard's samples in stored order. Each
+(rank, worker) slot gets one contiguous range of positions in it:
+
+* the sequence is first cut into one range per rank (how depends on the mode),
+* each rank's range is then cut evenly among its DataLoader workers.
+
+A range maps to a few :class:`Piece` s (a shard and a run of its samples), so
+a slot may start or stop inside a shard and the reader seeks there with the
+offset index. Memory is O(number of shards), never O(number of samples).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from shardkit.errors import UsageError
+from shardkit.world import World
+
+Mode = Literal["exact", "balanced", "infinite"]
+MODES: tuple[str, ...] = ("exact", "balanced", "infinite")
+
+# Domain tags keep the random streams drawn from one (seed, epoch) apart.
+SHARD_ORDER_STREAM = 0
+SAMPLE_SHUFFLE_STREAM = 1
+
+
+def seed_sequence(seed: int, epoch: int, *more: int) -> np.random.SeedSequence:
+    """The numpy seed for a stream identified by ``(seed, epoch, *more)``.
+
+    Raises:
+        UsageError: A negative seed or epoch.
+    """
+    if seed < 0 or epoch < 0:
+        raise UsageError(f"seed and epoch must be >= 0 (got seed={seed}, epoch={epoch})")
+    return np.random.SeedSequence([seed, epoch, *more])
+
+
+def shard_permutation(num_shards: int, *, seed: int, epoch: int) -> np.ndarray:
+    """The epoch's shard order: a permutation of ``range(num_shards)``.
+
+    A pure function of ``(seed, epoch)``: identical on every rank and run.
+    """
+    rng = np.random.Generator(np.random.PCG64(seed_sequence(seed, epoch, SHARD_ORDER_STREAM)))
+    return rng.permutation(num_shards).astype(np.int64)
+
+
+def epoch_order(num_shards: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    """Shard order for an epoch: permuted when ``shuffle``, else stored order."""
+    if shuffle:
+        return shard_permutation(num_shards, seed=seed, epoch=epoch)
+    return np.arange(num_shards, dtype=np.int64)
+
+
+def even_cut(length: int, parts: int, index: int) -> tuple[int, int]:
+    """Range ``index`` of ``parts`` near-equal contiguous ranges of ``range(length)``.
+
+    Sizes differ by at most one; the first ``length % parts`` ranges are the
+    longer ones.
+    """
+    base, extra = divmod(length, parts)
+    start = index * base + min(index, extra)
+    return start, start + base + (1 if index < extra else 0)
+
+
+def rank_span(num_samples: int, *, rank: int, world_size: int, mode: Mode, pad: bool = False) -> tuple[int, int]:
+    """Positions ``[start, stop)`` of the global sequence that ``rank`` reads.
+
+    * ``exact`` and ``infinite``: near-equal ranges covering every position
+      once (per-rank sizes differ by at most one).
+    * ``balanced``: ``num_samples // world_size`` positions per rank, the
+      remainder (fewer than ``world_size`` samples) dropped; with ``pad``,
+      ``ceil(num_samples / world_size)`` per rank, where positions past the
+      end wrap around to the start of the sequence (repeating samples).
+    """
+    if mode == "balanced":
+        per_rank = -(-num_samples // world_size) if pad else num_samples // world_size
+        return rank * per_rank, (rank + 1) * per_rank
+    if mode in ("exact", "infinite"):
+        return even_cut(num_samples, world_size, rank)
+    raise UsageError(f"mode must be one of {MODES}, not {mode!r}")
+
+
+def slot_span(num_samples: int, world: World, *, mode: Mode, pad: bool = False) -> tuple[int, int]:
+    """Positions ``[start, stop)`` that one (rank, worker) slot reads."""
+    start, stop = rank_span(num_samples, rank=world.rank, world_size=world.world_size, mode=mode, pad=pad)
+    lo, hi = even_cut(stop - start, world.num_workers, world.worker)
+    return start + lo, start + hi
+
+
+def samples_per_rank(num_samples: int, *, rank: int, world_size: int, mode: Mode, pad: bool = False) -> int:
+    """How many samples ``rank`` reads in one epoch."""
+    start, stop = rank_span(num_samples, rank=rank, world_size=world_size, mode=mode, pad=pad)
+    return stop - start
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """A run of samples ``[start, stop)`` of one shard.
+
+    Attributes:
+        shard: Shard number in the dataset (manifest order).
+        start: First sample number within the shard.
+        stop: One past the last sample number within the shard.
+    """
+
+    shard: int
+    start: int
+    stop: int
+
+    @property
+    def num_samples(self) -> int:
+        return self.stop - self.start
+
+
+def iter_pieces(counts: Sequence[int] | np.ndarray, order: np.ndarray, start: int, stop: int) -> Iterator[Piece]:
+    """Map positions ``[start, stop)`` of a global sequence to pieces.
+
+    Args:
+        counts: Samples per shard, in manifest order.
+        order: Shard order of the sequence (a permutation of shard numbers).
+        start: First position.
+        stop: One past the last position; positions at or past the total
+            wrap around to the start (used for padding).
+
+    Yields:
+        Pieces in sequence order; empty shards never appear.
+    """
+    if stop <= start:
+        return
+    ordered = np.asarray(counts, dtype=np.int64)[order]
+    ends = np.cumsum(ordered)
+    total = int(ends[-1]) if len(ends) else 0
+    if total == 0:
+        raise UsageError("cannot read samples from a dataset with no samples")
+    pos = start
+    while pos < stop:
+        at = pos % total
+        i = int(np.searchsorted(ends, at, side="right"))
+        shard_first = int(ends[i] - ordered[i])
+        first = at - shard_first
+        take = min(int(ordered[i]) - first, stop - pos)
+        yield Piece(int(order[i]), first, first + take)
+        pos += take
+
+
+def plan_epoch(
+    counts: Sequence[int] | np.ndarray,
+    world: World,
+    *,
+    seed: int,
+    epoch: int,
+    mode: Mode,
+    shuffle: bool = True,
+    pad: bool = False,
+) -> Iterator[Piece]:
+    """The pieces one slot reads in one epoch, in order."""
+    counts = np.asarray(counts, dtype=np.int64)
+    order = epoch_order(len(counts), seed=seed, epoch=epoch, shuffle=shuffle)
+    start, stop = slot_span(int(counts.sum()), world, mode=mode, pad=pad)
+    return iter_pieces(counts, order, start, stop)
+
+
+def assign_shards(num_shards: int, world: World, *, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
+    """Whole shards for one slot when sample counts are unknown (no manifest).
+
+    The epoch's shard order is dealt round-robin over the slots: slot ``s``
+    gets positions ``s, s + num_slots, ...``. Every shard is read exactly once
+    per epoch, but slots get whole shards, so per-rank sample counts are only
+    as even as the shards are.
+    """
+    order = epoch_order(num_shards, seed=seed, epoch=epoch, shuffle=shuffle)
+    return order[world.slot :: world.num_slots]

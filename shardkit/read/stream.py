@@ -1,0 +1,219 @@
+"""Read pieces of shards into complete raw samples, with a fault policy.
+
+:class:`PieceReader` turns the pieces a slot owns (see :mod:`.split`) into
+:class:`~shardkit.format.tar.RawSample` s. With an offset index a piece is one
+byte range ``[bounds[start], bounds[stop])``: the read starts at the piece's
+first sample and reads no byte of skipped samples. Without an index the whole
+shard is streamed. Bytes arrive through one :class:`~.prefetch.ReadAhead`
+thread in large chunks and are parsed by :class:`SampleParser`.
+
+What is checked, so that nothing corrupt is yielded silently:
+
+* tar structure (the parser): checksums, truncation, names without a key;
+* the index against the manifest: its sample count;
+* the content against the index: the range holds exactly the samples the
+  index lists, and a shard's last sample is followed by the end marker.
+
+Under ``on_error="raise"`` the first fault raises. Under ``"skip"`` it is
+logged and counted; with an index the reader resumes at the next sample
+boundary after the bad sample (re-reading the good samples before it), without
+one it drops the rest of the shard. A truncated range loses its remainder.
+A partial sample is never yielded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Literal
+
+import numpy as np
+
+from shardkit.errors import CorruptShardError, ManifestError
+from shardkit.format.index import decode_index, load_index
+from shardkit.format.tar import END_OF_ARCHIVE, RawSample, SampleParser
+from shardkit.read.catalog import ShardCatalog
+from shardkit.read.prefetch import ReadAhead
+from shardkit.read.sources import SourceOptions, is_local, local_path, open_source
+from shardkit.read.split import Piece
+
+log = logging.getLogger(__name__)
+
+OnError = Literal["raise", "skip"]
+ON_ERROR: tuple[str, ...] = ("raise", "skip")
+
+#: Faults the skip policy may skip; anything else is a bug and propagates.
+FAULTS = (CorruptShardError, ManifestError, OSError)
+
+
+class _Job:
+    """One piece being read; the reader thread fills in the byte range."""
+
+    __slots__ = ("piece", "url", "bounds", "byte_start", "byte_stop", "whole")
+
+    def __init__(self, piece: Piece, url: str):
+        self.piece = piece
+        self.url = url
+        self.bounds: np.ndarray | None = None
+        self.byte_start = 0
+        self.byte_stop: int | None = None
+        self.whole = True  # the range runs to the end of the shard
+
+
+class _Truncated(CorruptShardError):
+    """The data stopped before the end of the range: nothing after it to save."""
+
+
+class PieceReader:
+    """Reads pieces of a catalog's shards as raw samples.
+
+    Args:
+        catalog: The shards.
+        on_error: ``"raise"`` or ``"skip"`` (see the module docstring).
+        on_skip: Called with each skipped fault (e.g. to count it).
+        options: Storage options (``chunk_bytes`` is the read size).
+        read_ahead_bytes: Byte budget of the read-ahead thread.
+    """
+
+    def __init__(
+        self,
+        catalog: ShardCatalog,
+        *,
+        on_error: OnError,
+        on_skip: Callable[[Exception], None],
+        options: SourceOptions,
+        read_ahead_bytes: int,
+    ):
+        self.catalog = catalog
+        self.on_error = on_error
+        self.on_skip = on_skip
+        self.options = options
+        self.read_ahead_bytes = read_ahead_bytes
+
+    # ------------------------------------------------------- reader thread
+
+    def _load_bounds(self, shard: int) -> np.ndarray:
+        assert self.catalog.index_urls is not None
+        url = self.catalog.index_urls[shard]
+        if is_local(url):
+            bounds = load_index(local_path(url))
+        else:
+            bounds = decode_index(open_source(url, options=self.options).read_all(), path=url)
+        expected = None if self.catalog.counts is None else int(self.catalog.counts[shard])
+        if expected is not None and len(bounds) - 1 != expected:
+            shard_url = self.catalog.urls[shard]
+            raise CorruptShardError(
+                f"{shard_url}: the manifest says {expected} samples but the offset index {url} lists "
+                f"{len(bounds) - 1}. Run `shardkit verify` on the dataset or rewrite this shard.",
+                path=shard_url,
+            )
+        return bounds
+
+    def _fetch(self, job: _Job) -> Iterator[bytes]:
+        if self.catalog.index_urls is not None:
+            bounds = self._load_bounds(job.piece.shard)
+            job.bounds = bounds
+            job.whole = job.piece.stop == len(bounds) - 1
+            job.byte_start = int(bounds[job.piece.start])
+            # A range that ends the shard also takes the end marker, which
+            # proves nothing follows the last indexed sample.
+            job.byte_stop = int(bounds[job.piece.stop]) + (len(END_OF_ARCHIVE) if job.whole else 0)
+        source = open_source(job.url, options=self.options)
+        return source.iter_range(job.byte_start, job.byte_stop, chunk_bytes=self.options.chunk_bytes)
+
+    # ------------------------------------------------------------ consumer
+
+    def _fault(self, exc: Exception) -> None:
+        if self.on_error == "raise":
+            raise exc
+        log.warning("skipping bad data (on_error='skip'): %s", exc)
+        self.on_skip(exc)
+
+    def read(self, pieces: Iterator[Piece]) -> Iterator[RawSample]:
+        """Yield the samples of ``pieces`` in order."""
+        jobs = (_Job(piece, self.catalog.urls[piece.shard]) for piece in pieces)
+        with ReadAhead(jobs, self._fetch, budget_bytes=self.read_ahead_bytes) as chunks:
+            current: _Job | None = None
+            parser: SampleParser | None = None
+            received = got = 0
+            broken = False
+            for job, item in chunks:
+                if job is None:
+                    raise item  # type: ignore[misc]  # the plan itself failed: a bug
+                if job is not current:
+                    current, broken, received, got = job, False, 0, 0
+                    parser = SampleParser(path=job.url, base_offset=job.byte_start)
+                if broken:
+                    continue
+                assert parser is not None
+                try:
+                    if isinstance(item, bytes):
+                        received += len(item)
+                        for raw in parser.feed(item):
+                            got += 1
+                            yield raw
+                    elif item is None:
+                        for raw in self._finish(job, parser, received, got):
+                            got += 1
+                            yield raw
+                    else:
+                        raise item  # type: ignore[misc]
+                except FAULTS as exc:
+                    broken = True
+                    self._fault(exc)
+                    yield from self._recover(job, exc, job.piece.start + got)
+
+    def _finish(self, job: _Job, parser: SampleParser, received: int, got: int) -> list[RawSample]:
+        if job.byte_stop is not None and received < job.byte_stop - job.byte_start:
+            end = job.byte_start + received
+            raise _Truncated(
+                f"{job.url}: truncated: data ends at byte {end} but the offset index says samples run to "
+                f"byte {job.byte_stop}. Run `shardkit verify` on the dataset or rewrite this shard.",
+                path=job.url,
+                offset=end,
+            )
+        tail = parser.finish(expect_end_marker=job.whole)
+        if job.bounds is not None and got + len(tail) != job.piece.num_samples:
+            raise _Truncated(
+                f"{job.url}: bytes {job.byte_start}..{job.byte_stop} hold {got + len(tail)} samples but the "
+                f"offset index lists {job.piece.num_samples} there. Run `shardkit verify` on the dataset "
+                "or rewrite this shard.",
+                path=job.url,
+                offset=job.byte_start,
+            )
+        return tail
+
+    def _recover(self, job: _Job, exc: Exception, next_sample: int) -> Iterator[RawSample]:
+        """After a skipped fault: yield what can be saved of the rest of the piece."""
+        bounds = job.bounds
+        if bounds is None or isinstance(exc, _Truncated) or getattr(exc, "offset", None) is None:
+            return  # no index to resynchronize with, or nothing after the fault
+        bad = int(np.searchsorted(bounds, exc.offset, side="right")) - 1  # type: ignore[attr-defined]
+        bad = min(max(bad, next_sample), job.piece.stop - 1)
+        for lo, hi in ((next_sample, bad), (bad + 1, job.piece.stop)):
+            if lo < hi:
+                yield from self._read_direct(job, lo, hi)
+
+    def _read_direct(self, job: _Job, lo: int, hi: int) -> Iterator[RawSample]:
+        """Read samples ``[lo, hi)`` of the job's shard without read-ahead."""
+        assert job.bounds is not None
+        sub = _Job(Piece(job.piece.shard, lo, hi), job.url)
+        sub.bounds = job.bounds
+        sub.whole = hi == len(job.bounds) - 1
+        sub.byte_start = int(job.bounds[lo])
+        sub.byte_stop = int(job.bounds[hi]) + (len(END_OF_ARCHIVE) if sub.whole else 0)
+        parser = SampleParser(path=sub.url, base_offset=sub.byte_start)
+        received = got = 0
+        try:
+            source = open_source(sub.url, options=self.options)
+            for chunk in source.iter_range(sub.byte_start, sub.byte_stop, chunk_bytes=self.options.chunk_bytes):
+                received += len(chunk)
+                for raw in parser.feed(chunk):
+                    got += 1
+                    yield raw
+            for raw in self._finish(sub, parser, received, got):
+                got += 1
+                yield raw
+        except FAULTS as exc:
+            self._fault(exc)
+            yield from self._recover(sub, exc, lo + got)
