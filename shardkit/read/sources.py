@@ -171,6 +171,12 @@ def open_remote(url: str, *, options: SourceOptions, expected_size: int | None =
     return RangedObject(FsspecFetcher(url, options=options), options=options, expected_size=expected_size)
 
 
+def _is_manifest(url: str) -> bool:
+    # Manifests are small and are what tells a reader that a dataset changed:
+    # they are always read from the store, never from the cache.
+    return url.split("?", 1)[0].endswith(".json")
+
+
 def open_source(
     url: str,
     *,
@@ -187,7 +193,9 @@ def open_source(
         expected_size: Object size in bytes if known (the manifest's
             ``num_bytes``): saves a request and is checked before caching.
         expected_sha256: Hex SHA-256 if known (the manifest's ``sha256``):
-            a cached copy is kept only if it matches.
+            a cached copy is kept only if it matches, and the checksum is
+            part of the cache key, so a shard rewritten under the same URL is
+            never served stale. Without it, a cached object is trusted by URL.
 
     Raises:
         UsageError: The URL scheme is not supported or not allowed.
@@ -196,7 +204,7 @@ def open_source(
     if is_local(url):
         return LocalFile(url)
     source = open_remote(url, options=options, expected_size=expected_size)
-    if options.cache_dir is not None and url_scheme(url) != "pipe":
+    if options.cache_dir is not None and url_scheme(url) != "pipe" and not _is_manifest(url):
         from shardkit.read.cache import CachedSource, ShardCache
 
         cache = ShardCache(options.cache_dir, max_bytes=options.cache_max_bytes)

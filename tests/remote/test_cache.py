@@ -1,0 +1,191 @@
+"""The shared shard cache: one complete file per shard, LRU under a limit, no partial files."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from remote_servers import Faults
+
+from shardkit.errors import CorruptShardError
+from shardkit.read.cache import ShardCache, cache_key
+from shardkit.read.sources import SourceOptions, open_source
+
+
+def options(cache_dir, **kw) -> SourceOptions:
+    base = dict(
+        cache_dir=str(cache_dir),
+        part_bytes=64 << 10,
+        chunk_bytes=32 << 10,
+        read_timeout_s=1.0,
+        retry_deadline_s=5.0,
+        backoff_initial_s=0.01,
+        backoff_max_s=0.1,
+    )
+    base.update(kw)
+    return SourceOptions(**base)
+
+
+def read(url, opts, **kw) -> bytes:
+    return b"".join(open_source(url, options=opts, **kw).iter_range(0, None, chunk_bytes=opts.chunk_bytes))
+
+
+def entries(cache_dir) -> list[str]:
+    return sorted(n for n in os.listdir(cache_dir) if n != "locks")
+
+
+def test_second_read_is_served_from_cache(http_server, tmp_path):
+    data = os.urandom(300_000)
+    url = http_server.add("/a.tar", data)
+    opts = options(tmp_path / "cache")
+    sha = hashlib.sha256(data).hexdigest()
+    assert read(url, opts, expected_size=len(data), expected_sha256=sha) == data
+    first = len(http_server.gets("/a.tar"))
+    assert entries(tmp_path / "cache") == [cache_key(url, sha) + ".shard"]
+    assert read(url, opts, expected_size=len(data), expected_sha256=sha) == data
+    src = open_source(url, options=opts, expected_size=len(data), expected_sha256=sha)
+    assert b"".join(src.iter_range(1000, 2000, chunk_bytes=100)) == data[1000:2000]
+    assert len(http_server.gets("/a.tar")) == first
+
+
+def test_key_is_full_url_not_basename(http_server, tmp_path):
+    a, b = os.urandom(1000), os.urandom(1000)
+    url_a = http_server.add("/one/shard-000000.tar", a)
+    url_b = http_server.add("/two/shard-000000.tar", b)
+    opts = options(tmp_path / "cache")
+    assert read(url_a, opts) == a
+    assert read(url_b, opts) == b
+    assert read(url_a, opts) == a and read(url_b, opts) == b
+    assert len(entries(tmp_path / "cache")) == 2
+
+
+def test_prefix_read_caches_whole_object(http_server, tmp_path):
+    data = os.urandom(100_000)
+    url = http_server.add("/a.tar", data)
+    opts = options(tmp_path / "cache")
+    src = open_source(url, options=opts, expected_size=len(data))
+    assert b"".join(src.iter_range(0, 90_000, chunk_bytes=4096)) == data[:90_000]
+    (entry,) = entries(tmp_path / "cache")
+    assert (tmp_path / "cache" / entry).read_bytes() == data
+
+
+def test_checksum_mismatch_is_not_cached(http_server, tmp_path):
+    data = os.urandom(10_000)
+    url = http_server.add("/a.tar", data)
+    opts = options(tmp_path / "cache")
+    with pytest.raises(CorruptShardError, match=r"/a\.tar: the bytes have sha256 .* but the manifest says 00"):
+        read(url, opts, expected_sha256="00" * 32)
+    assert entries(tmp_path / "cache") == []
+
+
+def test_early_close_and_failed_download_leave_nothing(http_server, tmp_path):
+    data = os.urandom(500_000)
+    url = http_server.add("/a.tar", data)
+    opts = options(tmp_path / "cache")
+    it = open_source(url, options=opts).iter_range(0, None, chunk_bytes=1000)
+    next(it)
+    it.close()
+    assert entries(tmp_path / "cache") == []
+    http_server.faults["/a.tar"] = Faults(statuses=[404] * 50)  # fetch threads of the closed read may still ask
+    with pytest.raises(OSError, match="404"):
+        read(url, opts, expected_size=len(data))
+    assert entries(tmp_path / "cache") == []
+
+
+def test_eviction_keeps_under_limit_lru_first(http_server, tmp_path):
+    opts = options(tmp_path / "cache", cache_max_bytes=25_000)
+    urls = [http_server.add(f"/s{i}.tar", os.urandom(10_000)) for i in range(4)]
+    read(urls[0], opts)
+    time.sleep(0.01)
+    read(urls[1], opts)
+    time.sleep(0.01)
+    read(urls[0], opts)  # a hit: s0 is now more recent than s1
+    time.sleep(0.01)
+    read(urls[2], opts)
+    cache = ShardCache(str(tmp_path / "cache"))
+    assert cache.total_bytes() <= 25_000
+    kept = set(entries(tmp_path / "cache"))
+    assert cache_key(urls[1]) + ".shard" not in kept
+    assert {cache_key(urls[0]) + ".shard", cache_key(urls[2]) + ".shard"} == kept
+
+
+def test_open_entry_is_never_evicted(http_server, tmp_path):
+    opts = options(tmp_path / "cache", cache_max_bytes=15_000)
+    a, b = os.urandom(10_000), os.urandom(10_000)
+    url_a, url_b = http_server.add("/a.tar", a), http_server.add("/b.tar", b)
+    read(url_a, opts)
+    reading = open_source(url_a, options=opts).iter_range(0, None, chunk_bytes=1000)
+    got = next(reading)  # a is open now
+    read(url_b, opts)  # over the limit, but a is in use: b is the one evicted (least recent not open)
+    got += b"".join(reading)
+    assert got == a
+    assert cache_key(url_a) + ".shard" in entries(tmp_path / "cache")
+
+
+def test_manifests_bypass_the_cache(http_server, tmp_path):
+    url = http_server.add("/manifest.json", b"{}")
+    opts = options(tmp_path / "cache")
+    open_source(url, options=opts).read_all()
+    open_source(url, options=opts).read_all()
+    assert len(http_server.gets("/manifest.json")) == 2
+    assert not (tmp_path / "cache").exists() or entries(tmp_path / "cache") == []
+
+
+_READER = textwrap.dedent(
+    """
+    import hashlib, sys
+    from shardkit.read.sources import SourceOptions, open_source
+    cache_dir, *urls = sys.argv[1:]
+    opts = SourceOptions(cache_dir=cache_dir, part_bytes=64 << 10, chunk_bytes=16 << 10, read_timeout_s=5.0)
+    for url in urls:
+        data = b"".join(open_source(url, options=opts).iter_range(0, None, chunk_bytes=16 << 10))
+        print(url, hashlib.sha256(data).hexdigest(), flush=True)
+    """
+)
+
+
+def _python(*args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    return subprocess.Popen([sys.executable, "-c", _READER, *args], stdout=subprocess.PIPE, text=True, env=env)
+
+
+def test_two_processes_share_one_complete_file_per_shard(http_server, tmp_path):
+    blobs = {f"/s{i}.tar": os.urandom(200_000 + i) for i in range(4)}
+    urls = [http_server.add(path, data) for path, data in blobs.items()]
+    cache_dir = str(tmp_path / "cache")
+    procs = [_python(cache_dir, *urls), _python(cache_dir, *reversed(urls))]
+    outs = [p.communicate(timeout=60)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    want = {url: hashlib.sha256(data).hexdigest() for url, data in zip(urls, blobs.values())}
+    for out in outs:
+        assert dict(line.split() for line in out.splitlines()) == want
+    assert entries(cache_dir) == sorted(cache_key(u) + ".shard" for u in urls)
+    for url in urls:
+        path = os.path.join(cache_dir, cache_key(url) + ".shard")
+        assert hashlib.sha256(open(path, "rb").read()).hexdigest() == want[url]
+
+
+def test_killed_download_leaves_no_final_file(http_server, tmp_path):
+    data = os.urandom(300_000)
+    url = http_server.add("/a.tar", data)
+    http_server.faults["/a.tar"] = Faults(stall_after=[10_000] * 50, stall_s=30.0)
+    cache_dir = str(tmp_path / "cache")
+    proc = _python(cache_dir, url)
+    deadline = time.monotonic() + 20
+    while not (os.path.isdir(cache_dir) and any(n.endswith(".part") for n in os.listdir(cache_dir))):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert not any(n.endswith(".shard") for n in os.listdir(cache_dir))
+    http_server.faults["/a.tar"] = Faults()
+    opts = options(cache_dir)
+    assert read(url, opts) == data  # the lock died with the process; a new download completes
+    assert entries(cache_dir) == [cache_key(url) + ".shard"]
