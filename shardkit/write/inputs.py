@@ -5,7 +5,8 @@ member bytes are read later, by the process that writes the shard. Four
 formats are understood, auto-detected by :func:`detect_format`:
 
 ``imagefolder``
-    ``ROOT/CLASS/.../IMAGE.EXT``: one sample per image with the image bytes as
+    ``ROOT/CLASS/.../IMAGE.EXT`` (detected when every file is an image under
+    a class folder): one sample per image with the image bytes as
     they are (``jpg``, ``png``...) and ``cls`` = index of the class folder in
     sorted order. Key: ``CLASS/REL/PATH`` without the extension (other dots
     become ``_`` so the key splits back correctly).
@@ -113,7 +114,9 @@ def detect_format(source: str) -> str:
         e.is_file() and e.name.endswith((".tar", ".idx")) for e in entries
     ):
         return "tar"
-    if all(e.is_dir() for e in entries):
+    if all(e.is_dir() for e in entries) and all(
+        os.path.basename(path).rpartition(".")[2].lower() in IMAGE_EXTENSIONS for path in _walk_files(source)
+    ):
         return "imagefolder"
     return "directory"
 

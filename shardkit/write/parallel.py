@@ -23,7 +23,7 @@ import multiprocessing
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 
 from shardkit.errors import InputFileError, UsageError
@@ -68,12 +68,16 @@ class WriteReport:
 
 @dataclass(frozen=True)
 class Progress:
-    """One progress event: a shard finished (written or reused)."""
+    """One progress event: a shard finished (written or reused).
+
+    ``total_samples`` is what the whole plan holds, for a progress bar total.
+    """
 
     shard: str
     num_samples: int
     num_bytes: int
     reused: bool
+    total_samples: int = 0
 
 
 @dataclass(frozen=True)
@@ -308,14 +312,14 @@ def write_dataset(
                 todo.append(task)
             else:
                 results[task.index] = reused
-                _report(progress, reused)
+                _report(progress, reused, len(scanned.samples))
         _remove_stale(dest, keep={t.name for t in tasks})
         if os.path.exists(os.path.join(dest, MANIFEST_NAME)) and todo:
             os.unlink(os.path.join(dest, MANIFEST_NAME))
 
     for result in _run_tasks(todo, dest, options):
         results[result.index] = result
-        _report(progress, result)
+        _report(progress, result, len(scanned.samples))
 
     ordered = [results[t.index] for t in tasks]
     skipped = list(scanned.skipped)
@@ -343,9 +347,9 @@ def write_dataset(
     )
 
 
-def _report(progress: Callable[[Progress], None] | None, result: ShardResult) -> None:
+def _report(progress: Callable[[Progress], None] | None, result: ShardResult, total: int) -> None:
     if progress is not None:
-        progress(Progress(result.entry.path, result.entry.num_samples, result.entry.num_bytes, result.reused))
+        progress(Progress(result.entry.path, result.entry.num_samples, result.entry.num_bytes, result.reused, total))
 
 
 def _clear_journal(dest: str) -> None:
@@ -366,12 +370,10 @@ def _run_tasks(tasks: list[ShardTask], dest: str, options: WriteOptions):
     # forkserver: workers start clean even if the caller has threads or torch.
     context = multiprocessing.get_context("forkserver")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        pending = {pool.submit(write_shard, task, dest, on_error=options.on_error) for task in tasks}
+        futures = [pool.submit(write_shard, task, dest, on_error=options.on_error) for task in tasks]
         try:
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
-                for future in done:
-                    yield future.result()
+            for future in as_completed(futures):
+                yield future.result()
         finally:
-            for future in pending:
+            for future in futures:
                 future.cancel()

@@ -1,0 +1,285 @@
+"""The ``shardkit`` command line: ``write``, ``info`` and ``verify``.
+
+Each subcommand is a thin function over the library. Exit codes: 0 success,
+1 a check failed (``verify`` found a bad shard), 2 a usage error or any
+:class:`~shardkit.errors.ShardkitError` (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from shardkit.errors import ShardkitError, UsageError, VerifyError
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_USAGE = 2
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so main() owns exit codes."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+# -------------------------------------------------------------------- write
+
+# Options `write` takes from --config YAML; same names as WriteOptions fields.
+_CONFIG_KEYS = ("format", "max_samples", "max_bytes", "shuffle", "seed", "workers", "on_error")
+
+
+def _load_config(path: str) -> dict[str, Any]:
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f) or {}
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read config ({exc.strerror or exc})") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: invalid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: config must be a mapping of option names to values")
+    section = data.get("write", data)
+    unknown = sorted(set(section) - set(_CONFIG_KEYS))
+    if unknown:
+        raise UsageError(f"{path}: unknown option(s) {', '.join(unknown)}; known: {', '.join(_CONFIG_KEYS)}")
+    return dict(section)
+
+
+def _size_option(value: Any, name: str) -> int | None:
+    from shardkit.write.limits import parse_size
+
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise UsageError(f"{name} must be a size, got {value!r}")
+    if isinstance(value, int):
+        if value <= 0:
+            raise UsageError(f"{name} must be positive, got {value}")
+        return value
+    try:
+        return parse_size(str(value))
+    except UsageError as exc:
+        raise UsageError(f"{name}: {exc}") from None
+
+
+def _count_option(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit() or int(text) < 1:
+        raise UsageError(f"{name} must be a positive integer, got {value!r}")
+    return int(text)
+
+
+def _add_write(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("write", help="pack a dataset into tar shards", description=cmd_write.__doc__)
+    p.add_argument("source", help="ImageFolder tree, directory, JSONL file, or tar shards (file, dir, brace pattern)")
+    p.add_argument("dest", help="output directory")
+    p.add_argument("--format", choices=("imagefolder", "directory", "jsonl", "tar"), help="source format (default: detect)")
+    p.add_argument("--max-samples", help="most samples per shard")
+    p.add_argument("--max-bytes", help="most bytes per shard, e.g. 256MB, 1GiB (default 256MiB)")
+    p.add_argument("--seed", help="shuffle seed (default 0)")
+    p.add_argument("--no-shuffle", dest="shuffle", action="store_const", const=False, help="keep source order")
+    p.add_argument("--workers", help="writer processes (default: all cores); output does not depend on it")
+    p.add_argument("--on-error", choices=("raise", "skip"), help="unreadable inputs: stop (default) or skip and record")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true", help="keep finished shards of an interrupted run")
+    mode.add_argument("--overwrite", action="store_true", help="replace an earlier shardkit output in DEST")
+    p.add_argument("--config", help="YAML file with the same options (command-line flags win)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
+    p.set_defaults(func=cmd_write)
+
+
+def cmd_write(args: argparse.Namespace) -> int:
+    """Pack SOURCE into tar shards under DEST with a manifest and offset indexes."""
+    from shardkit.write.limits import DEFAULT_MAX_BYTES
+    from shardkit.write.parallel import WriteOptions, write_dataset
+
+    settings: dict[str, Any] = _load_config(args.config) if args.config else {}
+    for key in _CONFIG_KEYS:
+        value = getattr(args, key, None)
+        if value is not None:
+            settings[key] = value
+    if "seed" in settings:
+        try:
+            settings["seed"] = int(settings["seed"])
+        except (TypeError, ValueError):
+            raise UsageError(f"seed must be an integer, got {settings['seed']!r}") from None
+    options = WriteOptions(
+        format=settings.get("format"),
+        max_samples=_count_option(settings.get("max_samples"), "--max-samples"),
+        max_bytes=_size_option(settings.get("max_bytes", DEFAULT_MAX_BYTES), "--max-bytes"),
+        shuffle=bool(settings.get("shuffle", True)),
+        seed=settings.get("seed", 0),
+        workers=_count_option(settings.get("workers"), "--workers"),
+        on_error=settings.get("on_error", "raise"),
+        resume=args.resume,
+        overwrite=args.overwrite,
+    )
+    bar = None
+    written_bytes = 0
+
+    def on_progress(event: Any) -> None:
+        nonlocal written_bytes, bar
+        written_bytes += event.num_bytes
+        if not args.quiet:
+            if bar is None:
+                from tqdm import tqdm
+
+                bar = tqdm(total=event.total_samples, unit=" samples", desc="write", file=sys.stderr)
+            bar.update(event.num_samples)
+            elapsed = bar.format_dict.get("elapsed") or 1e-9
+            bar.set_postfix_str(f"{written_bytes / elapsed / 1e6:.1f} MB/s, {event.shard}", refresh=False)
+
+    try:
+        report = write_dataset(args.source, args.dest, options=options, progress=on_progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    if not args.quiet:
+        m = report.manifest
+        rate = m.num_bytes / max(report.seconds, 1e-9)
+        print(
+            f"wrote {m.num_shards} shards ({report.num_written} written, {report.num_reused} reused), "
+            f"{m.num_samples} samples, {_human_bytes(m.num_bytes)} in {report.seconds:.2f}s "
+            f"({m.num_samples / max(report.seconds, 1e-9):.0f} samples/s, {_human_bytes(rate)}/s); "
+            f"skipped {len(m.skipped)}"
+        )
+        for item in m.skipped:
+            print(f"  skipped {item.path}: {item.reason}")
+        for origin in report.oversized:
+            print(f"  warning: {origin} alone exceeds --max-bytes; it has a shard of its own")
+        print(f"manifest: {os.path.join(args.dest, 'manifest.json')}")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------- info
+
+
+def _add_info(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("info", help="summarize a dataset's manifest", description=cmd_info.__doc__)
+    p.add_argument("dataset", help="dataset directory or manifest.json")
+    p.add_argument("--shards", action="store_true", help="also list every shard")
+    p.set_defaults(func=cmd_info)
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    """Print the summary of a dataset's manifest."""
+    from shardkit.format.manifest import load_manifest
+
+    m = load_manifest(args.dataset)
+    counts = [s.num_samples for s in m.shards] or [0]
+    print(f"dataset:    {m.location}")
+    print(f"source:     {m.source.get('format')} {m.source.get('path', '')}")
+    print(f"shards:     {m.num_shards} (samples per shard: min {min(counts)}, max {max(counts)})")
+    print(f"samples:    {m.num_samples}")
+    print(f"bytes:      {m.num_bytes} ({_human_bytes(m.num_bytes)})")
+    print(f"extensions: {', '.join(m.extensions)}")
+    if m.class_names is not None:
+        shown = ", ".join(m.class_names[:8]) + (", ..." if len(m.class_names) > 8 else "")
+        print(f"classes:    {len(m.class_names)} ({shown})")
+    print(f"seed:       {m.seed if m.seed is not None else 'none (source order)'}")
+    print(f"options:    {', '.join(f'{k}={v}' for k, v in sorted(m.options.items()))}")
+    print(f"skipped:    {len(m.skipped)}")
+    for item in m.skipped:
+        print(f"  {item.path}: {item.reason}")
+    if args.shards:
+        for s in m.shards:
+            print(f"  {s.path}  {s.num_samples:>8} samples  {s.num_bytes:>12} bytes  {s.sha256[:16]}")
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------- verify
+
+
+def _add_verify(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("verify", help="re-read every shard and check it", description=cmd_verify.__doc__)
+    p.add_argument("dataset", help="dataset directory or manifest.json")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_verify)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Check every shard's size, checksum, tar structure, sample count and offset index."""
+    from shardkit.format.manifest import load_manifest
+    from shardkit.write.verify import verify_shard
+
+    manifest = load_manifest(args.dataset)
+    bar = None
+    if not args.quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(total=manifest.num_bytes, unit="B", unit_scale=True, desc="verify", file=sys.stderr)
+    samples = 0
+    try:
+        for entry in manifest.shards:
+            try:
+                samples += verify_shard(manifest, entry)
+            except VerifyError as exc:
+                print(f"FAILED: {exc}", file=sys.stderr)
+                return EXIT_CHECK_FAILED
+            if bar is not None:
+                bar.update(entry.num_bytes)
+    finally:
+        if bar is not None:
+            bar.close()
+    print(f"OK: {manifest.num_shards} shards, {samples} samples, {_human_bytes(manifest.num_bytes)} verified")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------- main
+
+_COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_write, _add_info, _add_verify)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _ArgumentParser(prog="shardkit", description="Tar-shard training data: write, inspect, verify.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
+    for add in _COMMANDS:
+        add(sub)
+    return parser
+
+
+def _version() -> str:
+    from shardkit import __version__
+
+    return __version__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code instead of exiting."""
+    try:
+        args = build_parser().parse_args(argv)
+        logging.basicConfig(
+            level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s"
+        )
+        return args.func(args)
+    except ShardkitError as exc:
+        print(f"shardkit: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("shardkit: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

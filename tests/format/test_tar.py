@@ -1,0 +1,139 @@
+"""Tar encoding is reproducible and standard; the push parser is exact and strict."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import tarfile
+
+import pytest
+import webdataset as wds
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardkit.errors import CorruptShardError
+from shardkit.format.tar import (
+    BLOCK_SIZE,
+    END_OF_ARCHIVE,
+    SampleParser,
+    encode_header,
+    encode_sample,
+    encoded_sample_size,
+    split_key,
+)
+
+SAMPLES = [
+    ("a1", [("cls", b"3"), ("jpg", bytes(range(256)) * 5)]),
+    ("deep/" + "d" * 120 + "/b2", [("txt", b"long path in the prefix field")]),
+    ("ünïcode/c3", [("json", b'{"x": 1}')]),
+    ("n" * 180, [("txt", b"needs a pax path")]),
+    ("e4", [("seg.png", b"")]),
+]
+
+
+def archive(samples=SAMPLES) -> bytes:
+    return b"".join(encode_sample(k, f) for k, f in samples) + END_OF_ARCHIVE
+
+
+def parse(data: bytes, chunk: int) -> list:
+    parser = SampleParser(path="mem.tar")
+    out = []
+    for i in range(0, len(data), chunk):
+        out += parser.feed(data[i : i + chunk])
+    return out + parser.finish()
+
+
+def test_split_key_follows_webdataset_rule():
+    assert split_key("dir/a.b/img_1.seg.png") == ("dir/a.b/img_1", "seg.png")
+    assert split_key("noext") is None
+    assert split_key(".hidden") is None
+    assert split_key("trailing.") is None
+
+
+def test_plain_names_get_one_ustar_block_and_fixed_metadata():
+    header = encode_header("key.jpg", 10)
+    assert len(header) == BLOCK_SIZE
+    info = tarfile.TarInfo.frombuf(header, "utf-8", "surrogateescape")
+    assert (info.name, info.size, info.mtime, info.uid, info.gid, info.uname, info.gname, info.mode) == (
+        "key.jpg", 10, 0, 0, 0, "", "", 0o644,
+    )  # fmt: skip
+
+
+def test_pax_header_only_where_a_name_needs_it():
+    assert len(encode_header("p" * 98 + ".x", 1)) == BLOCK_SIZE  # exactly 100 bytes fits
+    assert len(encode_header("d" * 150 + "/k.txt", 1)) == BLOCK_SIZE  # fits prefix + name
+    assert len(encode_header("k" * 200 + ".txt", 1)) > BLOCK_SIZE  # needs pax path
+    assert len(encode_header("ü.txt", 1)) > BLOCK_SIZE  # non-ASCII goes through pax
+
+
+def test_python_tarfile_reads_names_and_bytes():
+    with tarfile.open(fileobj=io.BytesIO(archive())) as tar:
+        got = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    want = {f"{k}.{e}": d for k, fields in SAMPLES for e, d in fields}
+    assert got == want
+
+
+def test_gnu_tar_lists_every_member(tmp_path):
+    path = tmp_path / "x.tar"
+    path.write_bytes(archive())
+    listing = subprocess.run(["tar", "-tf", str(path)], capture_output=True, text=True, check=True).stdout
+    assert listing.splitlines() == [f"{k}.{e}" for k, fields in SAMPLES for e, _ in fields]
+
+
+def test_webdataset_reads_samples(tmp_path):
+    path = tmp_path / "x.tar"
+    path.write_bytes(archive())
+    got = {s["__key__"]: {k: v for k, v in s.items() if not k.startswith("__")} for s in wds.WebDataset(str(path), shardshuffle=False)}
+    assert got == {k: dict(fields) for k, fields in SAMPLES}
+
+
+def test_encoded_sample_size_is_exact():
+    for key, fields in SAMPLES:
+        assert encoded_sample_size(key, [(e, len(d)) for e, d in fields]) == len(encode_sample(key, fields))
+
+
+@settings(max_examples=60, deadline=None)
+@given(chunk=st.integers(min_value=1, max_value=5000))
+def test_parser_gives_same_samples_for_any_chunking(chunk):
+    samples = parse(archive(), chunk)
+    assert [(s.key, s.fields) for s in samples] == [(k, dict(f)) for k, f in SAMPLES]
+    data = archive()
+    for s in samples:  # boundaries re-parse to exactly that sample
+        parser = SampleParser(path="mem.tar", base_offset=s.start)
+        [again] = parser.feed(data[s.start : s.end]) + parser.finish(expect_end_marker=False)
+        assert again.key == s.key and again.fields == s.fields
+
+
+def test_truncated_archive_never_yields_partial_sample():
+    data = archive()
+    cut = len(data) - len(END_OF_ARCHIVE) - 700  # inside the last member
+    parser = SampleParser(path="cut.tar")
+    complete = parser.feed(data[:cut])
+    with pytest.raises(CorruptShardError, match=r"cut\.tar.*truncated") as info:
+        parser.finish()
+    assert all(s.key != SAMPLES[-1][0] for s in complete)
+    assert info.value.path == "cut.tar" and info.value.offset is not None
+
+
+def test_missing_end_marker_is_truncation():
+    data = archive()[: -len(END_OF_ARCHIVE)]
+    parser = SampleParser(path="x.tar")
+    parser.feed(data)
+    with pytest.raises(CorruptShardError, match="end-of-archive"):
+        parser.finish()
+
+
+def test_bad_checksum_names_offset():
+    data = bytearray(archive())
+    data[0] ^= 0xFF  # first header's name byte
+    with pytest.raises(CorruptShardError, match="checksum") as info:
+        parse(bytes(data), 4096)
+    assert info.value.offset == 0
+
+
+def test_member_without_key_is_rejected():
+    data = encode_sample("ok", [("txt", b"1")])
+    bad = bytearray(encode_header("README", 2)) + b"hi" + bytes(510)
+    with pytest.raises(CorruptShardError, match="README") as info:
+        parse(data + bytes(bad) + END_OF_ARCHIVE, 1 << 20)
+    assert info.value.member == "README" and info.value.offset == len(data)

@@ -1,0 +1,154 @@
+"""`shardkit write/info/verify`: exit codes, and messages that name the fault."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from shardkit.cli import main
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_write_info_verify_happy_path(imagefolder, tmp_path, capsys):
+    root, files = imagefolder
+    dest = str(tmp_path / "out")
+    code, out, _ = run(capsys, "write", root, dest, "--max-samples", "10", "--workers", "2")
+    assert code == 0 and f"{len(files)} samples" in out and "skipped 0" in out
+    code, out, _ = run(capsys, "info", dest)
+    assert code == 0 and f"samples:    {len(files)}" in out and "cat, dog, eel" in out
+    code, out, _ = run(capsys, "verify", dest)
+    assert code == 0 and out.startswith("OK: 3 shards")
+
+
+def test_dest_not_empty_is_refused_and_untouched(imagefolder, tmp_path, capsys):
+    root, _ = imagefolder
+    dest = tmp_path / "out"
+    dest.mkdir()
+    (dest / "precious.txt").write_text("keep me")
+    code, _, err = run(capsys, "write", root, str(dest))
+    assert code == 2 and "not empty" in err and "--resume" in err and str(dest) in err
+    assert os.listdir(dest) == ["precious.txt"]
+    code, _, err = run(capsys, "write", root, str(dest), "--overwrite")
+    assert code == 2 and "precious.txt" in err
+    assert os.listdir(dest) == ["precious.txt"]
+
+
+def test_overwrite_replaces_an_earlier_output(imagefolder, tmp_path, capsys):
+    root, _ = imagefolder
+    dest = str(tmp_path / "out")
+    assert run(capsys, "write", root, dest, "--max-samples", "3", "-q")[0] == 0
+    assert run(capsys, "write", root, dest, "--max-samples", "50", "--overwrite", "-q")[0] == 0
+    assert sorted(n for n in os.listdir(dest) if n.endswith(".tar")) == ["shard-000000.tar"]
+
+
+@pytest.mark.parametrize(
+    ("make_source", "message"),
+    [
+        (lambda p: str(p / "nope"), "does not exist"),
+        (lambda p: (p / "empty").mkdir() or str(p / "empty"), "empty"),
+        (lambda p: (p / "x.csv").write_text("a,b") and str(p / "x.csv"), "--format"),
+    ],
+    ids=["missing", "empty", "unknown-kind"],
+)
+def test_bad_source_is_a_usage_error_naming_it(tmp_path, capsys, make_source, message):
+    source = make_source(tmp_path)
+    code, _, err = run(capsys, "write", source, str(tmp_path / "out"))
+    assert code == 2 and message in err and os.path.basename(source) in err
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_unknown_format_flag_is_refused(imagefolder, tmp_path, capsys):
+    root, _ = imagefolder
+    code, _, err = run(capsys, "write", root, str(tmp_path / "out"), "--format", "parquet")
+    assert code == 2 and "parquet" in err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--max-bytes", "0"), ("--max-bytes", "lots"), ("--max-bytes", "-5MB"), ("--max-samples", "0"), ("--max-samples", "1.5"), ("--workers", "zero")],
+)
+def test_nonsense_limits_are_usage_errors(imagefolder, tmp_path, capsys, flag, value):
+    root, _ = imagefolder
+    code, _, err = run(capsys, "write", root, str(tmp_path / "out"), f"{flag}={value}")
+    assert code == 2 and flag in err and value in err
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_dangling_input_raises_with_path_or_is_skipped_and_recorded(imagefolder, tmp_path, capsys):
+    root, files = imagefolder
+    broken = os.path.join(root, "cat", "gone.jpg")
+    os.symlink(os.path.join(root, "cat", "never-existed.jpg"), broken)
+    code, _, err = run(capsys, "write", root, str(tmp_path / "a"))
+    assert code == 2 and "gone.jpg" in err
+    code, out, _ = run(capsys, "write", root, str(tmp_path / "b"), "--on-error", "skip")
+    assert code == 0 and "skipped 1" in out and "gone.jpg" in out
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert manifest["num_samples"] == len(files)
+    assert [s["path"] for s in manifest["skipped"]] == [broken]
+
+
+def test_same_key_and_extension_twice_names_both(tmp_path, capsys):
+    src = tmp_path / "src"
+    for folder in ("x", "y"):
+        (src / folder).mkdir(parents=True)
+        (src / folder / "a.jpg").write_bytes(b"1")
+    (src / "a.txt").write_text("t")  # a plain directory, not an ImageFolder
+    code, _, err = run(capsys, "write", str(src), str(tmp_path / "out"))
+    assert code == 2 and "x/a.jpg" in err and "y/a.jpg" in err
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        (['{"__key__": "a", "txt": "ok"}', "{not json"], "line 2 is not valid JSON"),
+        (['{"__key__": "a", "txt": "ok"}', '{"txt": "no key"}'], 'line 2 has no string "__key__"'),
+        (['{"__key__": "a", "jpg": "missing.jpg"}'], "line 1: field 'jpg' refers to"),
+        (['{"__key__": "a", "txt": "1"}', '{"__key__": "a", "txt": "2"}'], "lines 1 and 2"),
+    ],
+    ids=["bad-json", "no-key", "missing-file", "duplicate-key"],
+)
+def test_malformed_jsonl_names_the_line(tmp_path, capsys, lines, message):
+    src = tmp_path / "rows.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    code, _, err = run(capsys, "write", str(src), str(tmp_path / "out"))
+    assert code == 2 and message in err and "rows.jsonl" in err
+
+
+def test_config_file_supplies_options_and_flags_win(imagefolder, tmp_path, capsys):
+    root, _ = imagefolder
+    config = tmp_path / "c.yaml"
+    config.write_text("write:\n  max_samples: 6\n  seed: 3\n  shuffle: false\n")
+    dest = str(tmp_path / "out")
+    assert run(capsys, "write", root, dest, "--config", str(config), "--max-samples", "12", "-q")[0] == 0
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["options"]["max_samples"] == 12 and manifest["options"]["shuffle"] is False
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("write:\n  max_sample: 6\n")
+    code, _, err = run(capsys, "write", root, str(tmp_path / "o2"), "--config", str(bad))
+    assert code == 2 and "max_sample" in err
+
+
+def test_shipped_config_is_valid(imagefolder, tmp_path, capsys):
+    root, _ = imagefolder
+    config = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "imagenet-like.yaml")
+    assert run(capsys, "write", root, str(tmp_path / "out"), "--config", config, "-q")[0] == 0
+
+
+def test_python_dash_m_runs_the_cli(imagefolder, tmp_path):
+    root, _ = imagefolder
+    proc = subprocess.run(
+        [sys.executable, "-m", "shardkit", "write", root, str(tmp_path / "out"), "--quiet"],
+        capture_output=True, text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "shardkit", "info", str(tmp_path / "nope")], capture_output=True, text=True)
+    assert proc.returncode == 2 and "no manifest here" in proc.stderr

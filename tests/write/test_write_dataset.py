@@ -1,0 +1,185 @@
+"""write_dataset: correct content, reproducible bytes, size limits, sources."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import tarfile
+
+import pytest
+import webdataset as wds
+
+from shardkit.format.index import load_index
+from shardkit.format.manifest import load_manifest
+from shardkit.write.parallel import WriteOptions, write_dataset
+from shardkit.write.verify import verify_dataset
+from tests.write.conftest import make_imagefolder
+
+
+def tree_bytes(root) -> dict[str, bytes]:
+    out = {}
+    for name in sorted(os.listdir(root)):
+        with open(os.path.join(root, name), "rb") as f:
+            out[name] = f.read()
+    return out
+
+
+def read_with_webdataset(manifest) -> dict:
+    urls = [manifest.resolve(s.path) for s in manifest.shards]
+    return {s["__key__"]: s for s in wds.WebDataset(urls, shardshuffle=False)}
+
+
+def test_imagefolder_reads_back_through_webdataset_with_exact_bytes_and_labels(imagefolder, tmp_path):
+    root, files = imagefolder
+    report = write_dataset(root, str(tmp_path / "out"), options=WriteOptions(max_samples=5, workers=2))
+    manifest = report.manifest
+    assert manifest.class_names == ("cat", "dog", "eel")
+    assert manifest.num_samples == len(files) and manifest.extensions == ("cls", "jpg")
+    samples = read_with_webdataset(manifest)
+    assert len(samples) == len(files)
+    for rel, (data, label) in files.items():
+        sample = samples[rel[: -len(".jpg")]]
+        assert sample["jpg"] == data
+        assert int(sample["cls"]) == label
+    verify_dataset(str(tmp_path / "out"))
+
+
+def test_shards_are_byte_identical_for_1_and_2_workers(imagefolder, tmp_path):
+    root, _ = imagefolder
+    for workers in (1, 2):
+        write_dataset(root, str(tmp_path / f"w{workers}"), options=WriteOptions(max_samples=4, workers=workers, seed=7))
+    one, two = tree_bytes(tmp_path / "w1"), tree_bytes(tmp_path / "w2")
+    assert one == two and len([n for n in one if n.endswith(".tar")]) == 6
+
+
+def test_seed_changes_the_mix_and_no_shuffle_keeps_source_order(imagefolder, tmp_path):
+    root, files = imagefolder
+    orders = {}
+    for name, options in {
+        "s0": WriteOptions(seed=0),
+        "s1": WriteOptions(seed=1),
+        "keep": WriteOptions(shuffle=False),
+    }.items():
+        manifest = write_dataset(root, str(tmp_path / name), options=options).manifest
+        orders[name] = list(read_with_webdataset(manifest))
+    assert orders["s0"] != orders["s1"]
+    assert sorted(orders["s0"]) == sorted(orders["s1"])
+    assert orders["keep"] == sorted(rel[:-4] for rel in files)
+    assert load_manifest(str(tmp_path / "keep")).seed is None
+
+
+def test_max_bytes_bounds_real_shard_size(imagefolder, tmp_path):
+    root, _ = imagefolder
+    limit = 20_000
+    manifest = write_dataset(root, str(tmp_path / "out"), options=WriteOptions(max_bytes=limit)).manifest
+    sizes = [os.path.getsize(manifest.resolve(s.path)) for s in manifest.shards]
+    assert all(size <= limit for size in sizes)
+    assert sizes == [s.num_bytes for s in manifest.shards]
+    # Greedy packing: no shard could also have held the next shard's first sample.
+    assert len(sizes) <= 2 * sum(sizes) // limit + 1
+
+
+def test_oversized_sample_gets_own_shard_and_warning(tmp_path, caplog):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "big.bin").write_bytes(os.urandom(50_000))
+    for i in range(4):
+        (src / f"small{i}.bin").write_bytes(os.urandom(1000))
+    with caplog.at_level(logging.WARNING):
+        report = write_dataset(str(src), str(tmp_path / "out"), options=WriteOptions(max_bytes=10_000, shuffle=False))
+    big = [s for s in report.manifest.shards if s.num_bytes > 10_000]
+    assert len(big) == 1 and big[0].num_samples == 1
+    assert "big" in caplog.text and "exceeds max_bytes" in caplog.text
+    assert report.manifest.num_samples == 5
+
+
+def test_directory_groups_files_by_key_across_folders(tmp_path):
+    src = tmp_path / "src"
+    (src / "imgs").mkdir(parents=True)
+    (src / "labels").mkdir()
+    for key in ("a1", "b2"):
+        (src / "imgs" / f"{key}.jpg").write_bytes(key.encode() * 10)
+        (src / "labels" / f"{key}.cls").write_text("4")
+    manifest = write_dataset(str(src), str(tmp_path / "out")).manifest
+    samples = read_with_webdataset(manifest)
+    assert set(samples) == {"a1", "b2"}
+    assert samples["a1"]["jpg"] == b"a1" * 10 and samples["a1"]["cls"] == b"4"
+    assert manifest.source["format"] == "directory"
+
+
+def test_jsonl_rows_with_files_and_inline_values(tmp_path):
+    (tmp_path / "imgs").mkdir()
+    (tmp_path / "imgs" / "a1.jpg").write_bytes(b"\xff\xd8jpeg-bytes")
+    rows = [
+        {"__key__": "a1", "jpg": "imgs/a1.jpg", "cls": 3, "json": {"w": 1}, "txt": "a caption"},
+        {"__key__": "b2", "txt": "only text", "cls": 0},
+    ]
+    src = tmp_path / "data.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    samples = read_with_webdataset(write_dataset(str(src), str(tmp_path / "out")).manifest)
+    assert samples["a1"]["jpg"] == b"\xff\xd8jpeg-bytes"
+    assert samples["a1"]["cls"] == b"3"
+    assert json.loads(samples["a1"]["json"]) == {"w": 1}
+    assert samples["a1"]["txt"] == b"a caption" and samples["b2"]["txt"] == b"only text"
+
+
+def test_reshards_webdataset_tars_keeping_every_sample(tmp_path):
+    src = tmp_path / "wds"
+    src.mkdir()
+    expected = {}
+    for shard in range(2):
+        with wds.TarWriter(str(src / f"part-{shard}.tar")) as sink:
+            for i in range(7):
+                key = f"k{shard}_{i}"
+                sample = {"__key__": key, "txt": f"text {key}", "bin": os.urandom(300 + i)}
+                sink.write(sample)
+                expected[key] = sample
+    manifest = write_dataset(str(src), str(tmp_path / "out"), options=WriteOptions(max_samples=4)).manifest
+    samples = read_with_webdataset(manifest)
+    assert set(samples) == set(expected)
+    for key, sample in expected.items():
+        assert samples[key]["bin"] == sample["bin"] and samples[key]["txt"] == sample["txt"].encode()
+    # Our output has no per-member pax headers: every member is one ustar block.
+    with tarfile.open(manifest.resolve(manifest.shards[0].path)) as tar:
+        assert all(m.pax_headers == {} for m in tar.getmembers())
+
+
+def test_index_points_at_each_sample(imagefolder, tmp_path):
+    root, _ = imagefolder
+    manifest = write_dataset(root, str(tmp_path / "out"), options=WriteOptions(max_samples=10)).manifest
+    entry = manifest.shards[1]
+    bounds = load_index(manifest.resolve(entry.index))
+    assert len(bounds) == entry.num_samples + 1 and bounds[-1] == entry.num_bytes - 1024
+    with open(manifest.resolve(entry.path), "rb") as f:
+        f.seek(int(bounds[3]))
+        chunk = f.read(int(bounds[4] - bounds[3]))
+    with tarfile.open(fileobj=io.BytesIO(chunk + bytes(1024))) as tar:
+        names = tar.getnames()
+    assert len({n.split(".")[0] for n in names}) == 1 and len(names) == 2
+
+
+def test_vanished_input_is_named_or_skipped_and_recorded(imagefolder, tmp_path):
+    root, files = imagefolder
+    victim = os.path.join(root, sorted(files)[-1])
+
+    def remove_after_first_shard(event):
+        if os.path.exists(victim):
+            os.unlink(victim)
+
+    options = WriteOptions(max_samples=3, workers=1, shuffle=False)
+    with pytest.raises(OSError, match="img_007.jpg"):
+        write_dataset(root, str(tmp_path / "raise"), options=options, progress=remove_after_first_shard)
+    assert not os.path.exists(tmp_path / "raise" / "manifest.json")
+    # The partial shard with the missing file never got a final name.
+    finals = sorted(n for n in os.listdir(tmp_path / "raise") if n.endswith(".tar"))
+    assert len(finals) == 7  # shards 0..6 complete, shard 7 was in progress
+
+    make_imagefolder(root)  # restore the victim
+    skip = WriteOptions(max_samples=3, workers=1, shuffle=False, on_error="skip")
+    manifest = write_dataset(root, str(tmp_path / "skip"), options=skip, progress=remove_after_first_shard).manifest
+    assert manifest.num_samples == len(files) - 1
+    assert [s.path for s in manifest.skipped] == [victim]
+    assert "cannot read input file" in manifest.skipped[0].reason
+    verify_dataset(str(tmp_path / "skip"))
