@@ -30,3 +30,55 @@ def serve_dataset(http_server):
         return http_server.base_url + prefix
 
     return serve
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 server on 127.0.0.1 with throwaway credentials in the
+    environment (the standard boto3 configuration path)."""
+    pytest.importorskip("moto.server")
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()
+
+
+@pytest.fixture
+def s3_options(s3_server):
+    from shardkit.read.sources import SourceOptions
+
+    return SourceOptions(
+        part_bytes=128 << 10,
+        chunk_bytes=64 << 10,
+        retry_deadline_s=3.0,
+        backoff_initial_s=0.01,
+        backoff_max_s=0.1,
+    )
+
+
+@pytest.fixture
+def s3_bucket(s3_server, request):
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1")
+    bucket = "shardkit-" + request.node.name.lower().replace("_", "-")[:40]
+    client.create_bucket(Bucket=bucket)
+    yield client, bucket

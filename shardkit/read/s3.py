@@ -1,0 +1,175 @@
+"""``s3://bucket/key`` objects read with ranged GetObject requests (boto3).
+
+Endpoint, region and credentials come from boto3's standard configuration:
+environment (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_PROFILE``,
+``AWS_ACCESS_KEY_ID``...), ``~/.aws/config`` and ``~/.aws/credentials``,
+instance roles. :class:`~shardkit.read.sources.SourceOptions` may override
+the endpoint and region (for S3-compatible stores); credentials are never
+taken from URLs or options, and never logged.
+
+boto3 is an optional dependency: ``pip install 'shardkit[s3]'``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from typing import Any
+
+from shardkit.errors import RemoteError
+from shardkit.read.ranged import fatal_status, is_transient_status
+from shardkit.read.retry import TransientFault
+from shardkit.read.sources import SourceOptions
+from shardkit.read.urls import redact_url
+
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+_TRANSIENT_CODES = {"SlowDown", "RequestTimeout", "RequestTimeTooSkewed", "InternalError", "ServiceUnavailable", "Throttling"}
+_clients: dict[tuple, Any] = {}
+_clients_lock = threading.Lock()
+
+#: Largest single read from a response body; small reads keep the bytes that
+#: arrived before a dropped connection.
+_READ_BYTES = 64 << 10
+
+
+def split_s3_url(url: str) -> tuple[str, str]:
+    """``s3://bucket/a/b`` -> ``("bucket", "a/b")``.
+
+    Raises:
+        UsageError: No bucket in the URL.
+    """
+    from shardkit.errors import UsageError
+
+    rest = url.split("://", 1)[1]
+    bucket, _, key = rest.partition("/")
+    if not bucket:
+        raise UsageError(f"{redact_url(url)}: an s3:// URL needs a bucket: s3://BUCKET/KEY")
+    return bucket, key
+
+
+def s3_client(options: SourceOptions) -> Any:
+    """A boto3 S3 client for this process (clients are never shared across a fork).
+
+    Raises:
+        RemoteError: boto3 is not installed.
+    """
+    key = (
+        os.getpid(),
+        options.s3_endpoint_url,
+        options.s3_region,
+        options.connect_timeout_s,
+        options.read_timeout_s,
+        options.max_concurrent_requests,
+    )
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            try:
+                import boto3
+                from botocore.config import Config
+            except ImportError:
+                raise RemoteError(
+                    "s3:// URLs need boto3: pip install 'shardkit[s3]'", url="s3://"
+                ) from None
+            config = Config(
+                connect_timeout=options.connect_timeout_s,
+                read_timeout=options.read_timeout_s,
+                retries={"total_max_attempts": 1},  # shardkit retries, with resume
+                max_pool_connections=max(10, 2 * options.max_concurrent_requests),
+            )
+            session = boto3.session.Session()
+            client = session.client(
+                "s3", endpoint_url=options.s3_endpoint_url, region_name=options.s3_region, config=config
+            )
+            _clients[key] = client
+        return client
+
+
+def classify_s3_error(exc: BaseException, url: str, offset: int | None) -> BaseException:
+    """Map a boto3/botocore exception to :class:`TransientFault` or :class:`RemoteError`."""
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, ParamValidationError
+
+    if isinstance(exc, ClientError):
+        meta = exc.response.get("ResponseMetadata", {})
+        error = exc.response.get("Error", {})
+        status = int(meta.get("HTTPStatusCode") or 0)
+        code = str(error.get("Code", ""))
+        if is_transient_status(status) or code in _TRANSIENT_CODES:
+            return TransientFault(f"S3 {code or status}", status=status or None)
+        if code.isdigit() and not status:
+            status = int(code)
+        return fatal_status(url, status or 400, code, offset=offset)
+    if isinstance(exc, NoCredentialsError):
+        return RemoteError(
+            f"{url}: no AWS credentials found; configure them the usual way (AWS_PROFILE, "
+            "~/.aws/credentials, environment, or an instance role)",
+            url=url,
+            offset=offset,
+        )
+    if isinstance(exc, ParamValidationError):
+        return RemoteError(f"{url}: invalid S3 request ({exc})", url=url, offset=offset)
+    if isinstance(exc, (BotoCoreError, OSError)):
+        return TransientFault(f"S3 request failed ({type(exc).__name__})")
+    try:
+        from urllib3.exceptions import HTTPError
+    except ImportError:  # pragma: no cover
+        return exc
+    if isinstance(exc, HTTPError):
+        return TransientFault(f"S3 read failed ({type(exc).__name__})")
+    return exc
+
+
+class _S3Response:
+    def __init__(self, body: Any, start: int, end: int | None, url: str):
+        self._body = body
+        self.start = start
+        self.end = end
+        self._url = url
+
+    def read(self, amt: int) -> bytes:
+        try:
+            return self._body.read(min(amt, _READ_BYTES))
+        except Exception as exc:
+            raise classify_s3_error(exc, self._url, None) from None
+
+    def close(self) -> None:
+        self._body.close()
+
+
+class S3Fetcher:
+    """One S3 object.
+
+    Args:
+        url: ``s3://bucket/key``.
+        options: Timeouts, endpoint and region.
+    """
+
+    def __init__(self, url: str, *, options: SourceOptions):
+        self.url = redact_url(url)
+        self.bucket, self.key = split_s3_url(url)
+        self.options = options
+
+    def size(self) -> int | None:
+        try:
+            head = s3_client(self.options).head_object(Bucket=self.bucket, Key=self.key)
+        except Exception as exc:
+            raise classify_s3_error(exc, self.url, None) from None
+        return int(head["ContentLength"])
+
+    def open_range(self, start: int, end: int | None) -> _S3Response:
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self.key}
+        if start > 0 or end is not None:
+            kwargs["Range"] = f"bytes={start}-" + ("" if end is None else str(end - 1))
+        try:
+            answer = s3_client(self.options).get_object(**kwargs)
+        except Exception as exc:
+            raise classify_s3_error(exc, self.url, start) from None
+        match = _CONTENT_RANGE.match(answer.get("ContentRange") or "")
+        if match is not None:
+            if int(match.group(1)) != start:
+                answer["Body"].close()
+                raise fatal_status(self.url, 416, "unexpected Content-Range", offset=start)
+            return _S3Response(answer["Body"], start, int(match.group(2)) + 1, self.url)
+        length = answer.get("ContentLength")
+        return _S3Response(answer["Body"], 0, None if length is None else int(length), self.url)

@@ -1,0 +1,159 @@
+"""Writing a dataset to a remote destination: ``s3://`` or any fsspec URL.
+
+The writer makes each shard and index locally (in a staging directory), then
+hands it to :class:`RemoteDestination`, which uploads it as soon as it is
+complete. The manifest goes last, so a reader that finds a manifest finds
+every shard it lists.
+
+No partial object is ever visible under a final name: S3 publishes a
+``PutObject`` or multipart upload only when it completes, and on other
+filesystems that are not object stores the upload goes to ``NAME.tmp`` and
+is moved into place.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from shardkit.errors import DestinationError, RemoteError
+from shardkit.format.manifest import MANIFEST_NAME
+from shardkit.read.ranged import make_backoff
+from shardkit.read.retry import call_with_retry
+from shardkit.read.sources import SourceOptions
+from shardkit.read.urls import redact_url, url_scheme
+
+logger = logging.getLogger(__name__)
+
+#: fsspec protocols whose uploads are atomic (object stores): no temp name.
+ATOMIC_PUT_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "r2"})
+
+
+def is_remote_destination(dest: str) -> bool:
+    """Whether ``dest`` is a URL the writer must upload to (not a local path or ``file://``)."""
+    return "://" in dest and not dest.startswith("file://")
+
+
+class RemoteDestination:
+    """A dataset location in an object store or fsspec filesystem.
+
+    Args:
+        url: ``s3://bucket/prefix`` or another fsspec URL of the dataset
+            folder (shard names are appended to it).
+        options: Timeouts, retry deadline, S3 endpoint and region.
+        overwrite: Allow replacing a dataset already there (one with a
+            manifest). Without it, such a destination is refused.
+
+    Raises:
+        DestinationError: A manifest already exists there and ``overwrite``
+            is False.
+    """
+
+    def __init__(self, url: str, *, options: SourceOptions | None = None, overwrite: bool = False):
+        self.url = url.rstrip("/")
+        self.display_url = redact_url(self.url)
+        self.options = options or SourceOptions()
+        self.scheme = url_scheme(url)
+        self._lock = threading.Lock()
+        self.uploaded: list[str] = []
+        if self.scheme == "s3":
+            from shardkit.read.s3 import s3_client, split_s3_url
+
+            self._client = s3_client(self.options)
+            self.bucket, self.prefix = split_s3_url(self.url + "/")
+        else:
+            from shardkit.read.remote_fs import url_to_fs
+
+            self._fs, self._root = url_to_fs(self.url)
+        if not overwrite and self.exists(MANIFEST_NAME):
+            raise DestinationError(
+                f"{self.display_url}: a dataset is already there ({MANIFEST_NAME} exists); "
+                "pass --overwrite to replace it or choose another prefix",
+                path=self.display_url,
+            )
+
+    def object_url(self, relative_name: str) -> str:
+        """The URL of a file of the dataset."""
+        return f"{self.display_url}/{relative_name}"
+
+    def exists(self, relative_name: str) -> bool:
+        """Whether ``relative_name`` exists at the destination."""
+        if self.scheme == "s3":
+            from botocore.exceptions import ClientError
+
+            try:
+                self._client.head_object(Bucket=self.bucket, Key=self.prefix + relative_name)
+                return True
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                    return False
+                raise self._error(exc, relative_name) from None
+        return bool(self._fs.exists(f"{self._root}/{relative_name}"))
+
+    def _error(self, exc: BaseException, relative_name: str) -> BaseException:
+        url = self.object_url(relative_name)
+        if self.scheme == "s3":
+            from shardkit.read.s3 import classify_s3_error
+
+            return classify_s3_error(exc, url, None)
+        from shardkit.read.remote_fs import classify_fs_error
+
+        return classify_fs_error(exc, url, None)
+
+    def _put(self, local_path: str, relative_name: str) -> None:
+        try:
+            if self.scheme == "s3":
+                self._client.upload_file(local_path, self.bucket, self.prefix + relative_name)
+            elif self._fs.protocol and set(_protocols(self._fs)) & ATOMIC_PUT_PROTOCOLS:
+                self._fs.put_file(local_path, f"{self._root}/{relative_name}")
+            else:
+                final = f"{self._root}/{relative_name}"
+                self._fs.put_file(local_path, final + ".tmp")
+                self._fs.mv(final + ".tmp", final)
+        except RemoteError:
+            raise
+        except Exception as exc:
+            raise self._error(exc, relative_name) from None
+
+    def upload_file(self, local_path: str, relative_name: str) -> None:
+        """Upload one finished file (a shard or an index), retrying transient faults.
+
+        Safe to call from several threads at once.
+
+        Raises:
+            RemoteError: The upload failed for good.
+        """
+        backoff = make_backoff(self.object_url(relative_name), self.options)
+        call_with_retry(lambda: self._put(local_path, relative_name), backoff)
+        with self._lock:
+            self.uploaded.append(relative_name)
+        logger.debug("uploaded %s (%d bytes)", self.object_url(relative_name), os.path.getsize(local_path))
+
+    def finish_manifest(self, data: bytes, *, staging_dir: str | None = None) -> None:
+        """Upload the manifest, last: after it, readers may use the dataset.
+
+        Args:
+            data: The manifest JSON bytes.
+            staging_dir: Where to write the temporary local copy (the system
+                temp directory if None).
+
+        Raises:
+            RemoteError: The upload failed for good.
+        """
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="shardkit-manifest-", suffix=".json", dir=staging_dir)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            self.upload_file(path, MANIFEST_NAME)
+        finally:
+            os.unlink(path)
+        logger.info("dataset published at %s", self.display_url)
+
+
+def _protocols(fs: Any) -> tuple[str, ...]:
+    protocol = fs.protocol
+    return (protocol,) if isinstance(protocol, str) else tuple(protocol)

@@ -1,0 +1,84 @@
+"""s3:// reads and uploads against moto's S3 server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+from shardkit.errors import DestinationError, RemoteError
+from shardkit.format.manifest import MANIFEST_NAME, Manifest
+from shardkit.read.sources import SourceOptions, open_source
+from shardkit.write.upload import RemoteDestination
+
+
+def test_ranged_reads(s3_bucket, s3_options):
+    client, bucket = s3_bucket
+    data = os.urandom(700_001)
+    client.put_object(Bucket=bucket, Key="d/a.tar", Body=data)
+    source = open_source(f"s3://{bucket}/d/a.tar", options=s3_options)
+    assert b"".join(source.iter_range(0, None, chunk_bytes=50_000)) == data
+    assert b"".join(source.iter_range(123, 456_789, chunk_bytes=50_000)) == data[123:456_789]
+    assert source.read_all() == data
+
+
+def test_missing_key_fails_fast(s3_bucket, s3_options):
+    _, bucket = s3_bucket
+    with pytest.raises(RemoteError, match=rf"s3://{bucket}/nope\.tar: HTTP 404"):
+        open_source(f"s3://{bucket}/nope.tar", options=s3_options).read_all()
+    with pytest.raises(RemoteError, match="404"):
+        b"".join(open_source(f"s3://{bucket}/nope.tar", options=s3_options).iter_range(0, None, chunk_bytes=10))
+
+
+def test_missing_bucket_fails_fast(s3_server, s3_options):
+    with pytest.raises(RemoteError, match=r"s3://no-such-bucket/x\.tar"):
+        open_source("s3://no-such-bucket/x.tar", options=s3_options).read_all()
+
+
+def test_upload_dataset_then_read_back(make_shards, s3_bucket, s3_options):
+    client, bucket = s3_bucket
+    manifest = make_shards([7, 0, 4], payload_bytes=5000)
+    dest = RemoteDestination(f"s3://{bucket}/ds", options=s3_options)
+    for entry in manifest.shards:
+        dest.upload_file(os.path.join(manifest.location, entry.path), entry.path)
+        dest.upload_file(os.path.join(manifest.location, entry.index), entry.index)
+        assert not dest.exists(MANIFEST_NAME)  # nothing references the shards yet
+    dest.finish_manifest(manifest.to_json().encode())
+    text = open_source(f"s3://{bucket}/ds/{MANIFEST_NAME}", options=s3_options).read_all()
+    remote = Manifest.from_json(text, location=f"s3://{bucket}/ds")
+    assert remote == manifest
+    for entry in remote.shards:
+        data = open_source(remote.resolve(entry.path), options=s3_options, expected_size=entry.num_bytes).read_all()
+        assert hashlib.sha256(data).hexdigest() == entry.sha256
+    with pytest.raises(DestinationError, match="already there"):
+        RemoteDestination(f"s3://{bucket}/ds", options=s3_options)
+    RemoteDestination(f"s3://{bucket}/ds", options=s3_options, overwrite=True)
+
+
+def test_upload_to_fsspec_memory(make_shards):
+    import fsspec
+
+    manifest = make_shards([3])
+    dest = RemoteDestination("memory://shardkit-test/ds")
+    entry = manifest.shards[0]
+    dest.upload_file(os.path.join(manifest.location, entry.path), entry.path)
+    dest.finish_manifest(manifest.to_json().encode())
+    fs = fsspec.filesystem("memory")
+    assert sorted(p.rsplit("/", 1)[1] for p in fs.ls("/shardkit-test/ds", detail=False)) == [MANIFEST_NAME, entry.path]
+    data = open_source(f"memory://shardkit-test/ds/{entry.path}", options=SourceOptions(part_bytes=1000)).read_all()
+    assert hashlib.sha256(data).hexdigest() == entry.sha256
+    with pytest.raises(RemoteError, match="HTTP 404"):
+        open_source("memory://shardkit-test/ds/none.tar").read_all()
+    fs.rm("/shardkit-test", recursive=True)
+
+
+def test_cache_over_s3(s3_bucket, s3_options, tmp_path):
+    client, bucket = s3_bucket
+    data = os.urandom(100_000)
+    client.put_object(Bucket=bucket, Key="c.tar", Body=data)
+    opts = SourceOptions(**{**s3_options.__dict__, "cache_dir": str(tmp_path / "cache")})
+    url = f"s3://{bucket}/c.tar"
+    assert open_source(url, options=opts).read_all() == data
+    client.delete_object(Bucket=bucket, Key="c.tar")
+    assert open_source(url, options=opts).read_all() == data  # from the cache
