@@ -172,6 +172,14 @@ class PieceReader:
                 path=job.url,
                 offset=end,
             )
+        if job.bounds is not None and job.whole and not parser.ended:
+            raise _Truncated(
+                f"{job.url}: data goes on past byte {int(job.bounds[-1])}, where the offset index says the "
+                "shard ends: the shard holds more samples than its index and manifest list. Run `shardkit "
+                "verify` on the dataset or rewrite this shard.",
+                path=job.url,
+                offset=int(job.bounds[-1]),
+            )
         tail = parser.finish(expect_end_marker=job.whole)
         if job.bounds is not None and got + len(tail) != job.piece.num_samples:
             raise _Truncated(
@@ -184,13 +192,22 @@ class PieceReader:
         return tail
 
     def _recover(self, job: _Job, exc: Exception, next_sample: int) -> Iterator[RawSample]:
-        """After a skipped fault: yield what can be saved of the rest of the piece."""
+        """After a skipped fault: yield what can be saved of the rest of the piece.
+
+        Samples before the fault are re-read (the parser may have held some
+        back); after a fault inside the data, reading resumes at the next
+        sample boundary; after truncation there is nothing more to read.
+        """
         bounds = job.bounds
-        if bounds is None or isinstance(exc, _Truncated) or getattr(exc, "offset", None) is None:
-            return  # no index to resynchronize with, or nothing after the fault
-        bad = int(np.searchsorted(bounds, exc.offset, side="right")) - 1  # type: ignore[attr-defined]
-        bad = min(max(bad, next_sample), job.piece.stop - 1)
-        for lo, hi in ((next_sample, bad), (bad + 1, job.piece.stop)):
+        offset = getattr(exc, "offset", None)
+        if bounds is None or offset is None:
+            return  # no index to resynchronize with
+        bad = int(np.searchsorted(bounds, offset, side="right")) - 1  # the sample holding the fault
+        bad = min(max(bad, next_sample), job.piece.stop)
+        ranges = [(next_sample, bad)]
+        if not isinstance(exc, _Truncated):
+            ranges.append((bad + 1, job.piece.stop))
+        for lo, hi in ranges:
             if lo < hi:
                 yield from self._read_direct(job, lo, hi)
 

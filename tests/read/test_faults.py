@@ -1,0 +1,148 @@
+"""Corrupt and truncated shards under on_error="raise" and "skip"."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from shardkit import CorruptShardError, ShardDataset
+from shardkit.format.index import load_index
+from shardkit.format.manifest import MANIFEST_NAME
+from shardkit.format.tar import encode_header
+from tests.conftest import sample_payload
+
+BAD = 3  # the sample each fault lands in
+NUM = 8
+
+
+def _truncate(path: str, bounds) -> None:
+    os.truncate(path, int(bounds[BAD]) + 700)  # inside the sample's first member
+
+
+def _garbage(path: str, bounds) -> None:
+    with open(path, "r+b") as f:  # from the second member's header on, still inside the sample
+        f.seek(int(bounds[BAD]) + 1024)
+        f.write(bytes(range(7, 250)) * 5)
+
+
+def _checksum(path: str, bounds) -> None:
+    with open(path, "r+b") as f:  # change one name byte of the third member, not the checksum
+        f.seek(int(bounds[BAD]) + 2048 + 2)
+        f.write(b"Z")
+
+
+def _no_key(path: str, bounds) -> None:
+    with open(path, "r+b") as f:  # rename the second member to a name without KEY.EXT, valid checksum
+        f.seek(int(bounds[BAD]) + 1024)
+        header = f.read(512)
+        size = int(header[124:136].split(b"\0")[0], 8)
+        f.seek(int(bounds[BAD]) + 1024)
+        f.write(encode_header(f"s000_{BAD:05d}cls", size))
+
+
+FAULTS = {"truncated": _truncate, "garbage": _garbage, "checksum": _checksum, "no_key": _no_key}
+MESSAGES = {
+    "truncated": "truncated",
+    "garbage": "bad tar header checksum",
+    "checksum": "bad tar header checksum",
+    "no_key": "has no KEY.EXT name",
+}
+
+
+def _broken_dataset(make_shards, fault: str):
+    manifest = make_shards([NUM, 4])
+    path = manifest.resolve(manifest.shards[0].path)
+    FAULTS[fault](path, load_index(manifest.resolve(manifest.shards[0].index)))
+    return manifest, path
+
+
+def _check_complete(samples) -> None:
+    for sample in samples:  # never a partial sample
+        assert set(sample) == {"__key__", "bin", "cls", "json"}
+        assert sample["bin"] == sample_payload(sample["__key__"], 100)
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_fault_raises_naming_shard_member_offset(make_shards, fault):
+    manifest, path = _broken_dataset(make_shards, fault)
+    ds = ShardDataset(manifest, mode="exact", shuffle=False)
+    with pytest.raises(CorruptShardError, match=MESSAGES[fault]) as info:
+        list(ds)
+    assert info.value.path == path and path in str(info.value)
+    assert info.value.offset is not None
+    if fault == "no_key":
+        assert info.value.member == f"s000_{BAD:05d}cls"
+        assert f"member 's000_{BAD:05d}cls'" in str(info.value)
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_fault_is_skipped_counted_and_reading_resumes_after_the_bad_sample(make_shards, fault, caplog):
+    manifest, path = _broken_dataset(make_shards, fault)
+    ds = ShardDataset(manifest, mode="exact", shuffle=False, on_error="skip")
+    samples = list(ds)
+    _check_complete(samples)
+    keys = {s["__key__"] for s in samples}
+    lost = {f"s000_{i:05d}" for i in range(BAD, NUM)} if fault == "truncated" else {f"s000_{BAD:05d}"}
+    everything = {f"s000_{i:05d}" for i in range(NUM)} | {f"s001_{i:05d}" for i in range(4)}
+    assert keys == everything - lost
+    assert ds.num_skipped == 1
+    assert path in caplog.text
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_fault_without_index_raises_or_drops_the_rest_of_the_shard(make_shards, fault):
+    manifest, path = _broken_dataset(make_shards, fault)
+    for shard in manifest.shards:
+        os.remove(manifest.resolve(shard.index))
+    shards = [manifest.resolve(s.path) for s in manifest.shards]
+    with pytest.raises(CorruptShardError, match=MESSAGES[fault]) as info:
+        list(ShardDataset(shards, mode="exact", shuffle=False))
+    assert info.value.path == path
+    ds = ShardDataset(shards, mode="exact", shuffle=False, on_error="skip")
+    samples = list(ds)
+    _check_complete(samples)
+    keys = [s["__key__"] for s in samples]
+    assert {f"s001_{i:05d}" for i in range(4)} <= set(keys)
+    assert not {f"s000_{i:05d}" for i in range(BAD, NUM)} & set(keys)
+    assert ds.num_skipped == 1
+
+
+def test_worker_error_surfaces_in_the_main_process(make_shards):
+    manifest, path = _broken_dataset(make_shards, "checksum")
+    loader = torch.utils.data.DataLoader(ShardDataset(manifest, mode="exact"), batch_size=None, num_workers=2)
+    with pytest.raises(CorruptShardError, match="bad tar header checksum") as info:
+        list(loader)
+    assert path in str(info.value)
+
+
+def test_skip_counter_adds_up_across_workers(make_shards):
+    manifest = make_shards([NUM, NUM])
+    for shard in manifest.shards:  # one bad sample in each shard, read by different workers
+        _checksum(manifest.resolve(shard.path), load_index(manifest.resolve(shard.index)))
+    ds = ShardDataset(manifest, mode="exact", on_error="skip")
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    assert len(list(loader)) == 2 * NUM - 2
+    assert ds.num_skipped == 2
+
+
+def test_manifest_count_that_disagrees_with_the_index_is_reported(make_shards):
+    manifest = make_shards([5, 3])
+    file = os.path.join(manifest.location, MANIFEST_NAME)
+    data = json.loads(open(file).read())
+    data["shards"][0]["num_samples"] = 6
+    data["num_samples"] = 9
+    with open(file, "w") as f:
+        json.dump(data, f)
+    with pytest.raises(CorruptShardError, match="manifest says 6 samples but the offset index .* lists 5"):
+        list(ShardDataset(manifest.location, mode="exact"))
+
+
+def test_shard_with_more_samples_than_its_index_is_reported(make_shards):
+    manifest = make_shards([5])
+    other = make_shards([6], name="longer")
+    os.replace(other.resolve(other.shards[0].path), manifest.resolve(manifest.shards[0].path))
+    with pytest.raises(CorruptShardError, match="holds more samples than its index and manifest list"):
+        list(ShardDataset(manifest, mode="exact"))
