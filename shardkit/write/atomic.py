@@ -27,11 +27,20 @@ def commit(tmp_path: str, final_path: str) -> None:
     fsync_dir(os.path.dirname(final_path))
 
 
-def atomic_write_bytes(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that it appears whole or not at all."""
+def atomic_write_bytes(path: str, data: bytes, *, sync_dir: bool = True) -> None:
+    """Write ``data`` to ``path`` so that it appears whole or not at all.
+
+    Args:
+        sync_dir: fsync the directory after the rename. A caller that renames
+            another file in the same directory right after (and syncs then)
+            can pass False to save one flush.
+    """
     tmp = path + TMP_SUFFIX
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    commit(tmp, path)
+    if sync_dir:
+        commit(tmp, path)
+    else:
+        os.replace(tmp, path)

@@ -23,7 +23,7 @@ import multiprocessing
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 
 from shardkit.errors import InputFileError, UsageError
@@ -279,7 +279,8 @@ def write_dataset(
     Args:
         source: Input dataset (ImageFolder tree, directory, JSONL file, tar
             shards; see :mod:`shardkit.write.inputs`).
-        dest: Output directory.
+        dest: Output directory, or an ``s3://`` or other fsspec URL to upload
+            to (shards as they finish, the manifest last).
         options: See :class:`WriteOptions`; defaults apply when None.
         progress: Called in this process each time a shard is finished.
 
@@ -290,6 +291,10 @@ def write_dataset(
         UsageError, SourceError, DestinationError, InputFileError.
     """
     options = options or WriteOptions()
+    from shardkit.write.upload import is_remote_destination, write_to_remote
+
+    if is_remote_destination(dest):  # s3:// or fsspec: stage locally, upload each shard as it is done
+        return write_to_remote(source, dest, options=options, progress=progress, write_local=write_dataset)
     started = time.perf_counter()
     limits = ShardLimits(max_samples=options.max_samples, max_bytes=options.max_bytes)
     # Check the source before touching the destination.
@@ -360,16 +365,29 @@ def _clear_journal(dest: str) -> None:
         os.rmdir(journal)
 
 
+def _pool_context() -> multiprocessing.context.BaseContext:
+    """Start method for writer processes.
+
+    ``fork`` where the platform has it: the workers only read files, hash and
+    write, so they need nothing that fork could leave in a bad state, and
+    unlike ``spawn``/``forkserver`` it does not re-import the caller's
+    ``__main__`` (which would re-run a training script without a main guard,
+    or fail for ``python -c``/stdin programs).
+    """
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+
+
 def _run_tasks(tasks: list[ShardTask], dest: str, options: WriteOptions):
     """Run shard tasks, yielding results as they finish (any order)."""
     workers = min(options.workers or os.cpu_count() or 1, max(len(tasks), 1))
     if workers <= 1:
-        for task in tasks:
-            yield write_shard(task, dest, on_error=options.on_error)
-        return
-    # forkserver: workers start clean even if the caller has threads or torch.
-    context = multiprocessing.get_context("forkserver")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        # One process, two threads: file reads, hashing and writes release the
+        # GIL, so one shard's fsync overlaps the next shard's writing.
+        executor: Executor = ThreadPoolExecutor(max_workers=2)
+    else:
+        executor = ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context())
+    with executor as pool:
         futures = [pool.submit(write_shard, task, dest, on_error=options.on_error) for task in tasks]
         try:
             for future in as_completed(futures):

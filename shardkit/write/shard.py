@@ -94,7 +94,8 @@ class ShardFile:
         self._file.flush()
         os.fsync(self._file.fileno())
         self._file.close()
-        atomic_write_bytes(self.index_path, encode_index(self._bounds))
+        # The index first; the directory sync after the tar's rename covers both.
+        atomic_write_bytes(self.index_path, encode_index(self._bounds), sync_dir=False)
         commit(self._tmp, self.path)
         return WrittenShard(
             path=self.path,

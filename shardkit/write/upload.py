@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from shardkit.errors import DestinationError, RemoteError
@@ -157,3 +158,77 @@ class RemoteDestination:
 def _protocols(fs: Any) -> tuple[str, ...]:
     protocol = fs.protocol
     return (protocol,) if isinstance(protocol, str) else tuple(protocol)
+
+
+def write_to_remote(
+    source: str,
+    dest: str,
+    *,
+    options: Any,
+    progress: Callable[[Any], None] | None,
+    write_local: Callable[..., Any],
+    max_concurrent_uploads: int = 4,
+) -> Any:
+    """Write a dataset into a local staging directory and upload it to ``dest``.
+
+    Each shard and its index are uploaded (in background threads) as soon as
+    the writer reports the shard finished, and removed from staging once
+    uploaded; the manifest is uploaded after every shard has arrived.
+
+    Args:
+        source: Input dataset, as for :func:`shardkit.write_dataset`.
+        dest: ``s3://`` or other fsspec URL of the dataset folder.
+        options: :class:`~shardkit.write.parallel.WriteOptions`.
+        progress: Progress callback, as for :func:`shardkit.write_dataset`.
+        write_local: The local writer (:func:`shardkit.write_dataset`).
+        max_concurrent_uploads: Uploads in flight at once.
+
+    Returns:
+        The writer's report, with the manifest located at ``dest``.
+
+    Raises:
+        UsageError: ``resume`` was asked for (not supported for remote
+            destinations).
+        DestinationError: A dataset exists at ``dest`` and ``overwrite`` is off.
+        RemoteError: An upload failed for good; the manifest is then not
+            uploaded, so readers never see the partial dataset.
+    """
+    import dataclasses
+    import shutil
+    import tempfile
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    from shardkit.errors import UsageError
+    from shardkit.format.index import index_path_for
+
+    if options.resume:
+        raise UsageError(f"{redact_url(dest)}: --resume is not supported for remote destinations; rerun without it")
+    remote = RemoteDestination(dest, overwrite=options.overwrite)
+    staging = tempfile.mkdtemp(prefix="shardkit-upload-")
+    pending: list[Future[None]] = []
+
+    def upload_pair(shard: str) -> None:
+        for name in (shard, index_path_for(shard)):
+            path = os.path.join(staging, name)
+            remote.upload_file(path, name)
+            os.unlink(path)
+
+    with ThreadPoolExecutor(max_workers=max_concurrent_uploads, thread_name_prefix="shardkit-upload") as pool:
+        def on_progress(event: Any) -> None:
+            pending.append(pool.submit(upload_pair, event.shard))
+            if progress is not None:
+                progress(event)
+
+        try:
+            report = write_local(
+                source, staging, options=dataclasses.replace(options, overwrite=False), progress=on_progress
+            )
+            for future in pending:
+                future.result()
+            remote.finish_manifest(report.manifest.to_json().encode(), staging_dir=staging)
+        finally:
+            for future in pending:
+                future.cancel()
+            shutil.rmtree(staging, ignore_errors=True)
+    manifest = dataclasses.replace(report.manifest, location=remote.display_url)
+    return dataclasses.replace(report, manifest=manifest)
