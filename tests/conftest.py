@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from shardkit.format.manifest import MANIFEST_NAME, Manifest, ShardEntry
+from shardkit.format.manifest import MANIFEST_NAME, Manifest
 from shardkit.write.atomic import atomic_write_bytes
 from shardkit.write.destination import shard_name
 from shardkit.write.shard import ShardFile
@@ -43,15 +43,7 @@ def build_dataset(
                 meta = json.dumps({"shard": shard_index, "i": i}).encode()
                 shard.add(key, [("bin", sample_payload(key, payload_bytes)), ("cls", str(label).encode()), ("json", meta)])
             written = shard.commit()
-        entries.append(
-            ShardEntry(
-                path=os.path.basename(written.path),
-                index=os.path.basename(written.index_path),
-                num_samples=written.num_samples,
-                num_bytes=written.num_bytes,
-                sha256=written.sha256,
-            )
-        )
+        entries.append(written.entry())
     manifest = Manifest(
         shards=tuple(entries),
         extensions=("bin", "cls", "json"),

@@ -190,14 +190,7 @@ def write_shard(task: ShardTask, dest: str, *, on_error: str = "raise") -> Shard
                 continue
             shard.add(sample.key, fields)
         written = shard.commit()
-    entry = ShardEntry(
-        path=task.name,
-        index=os.path.basename(written.index_path),
-        num_samples=written.num_samples,
-        num_bytes=written.num_bytes,
-        sha256=written.sha256,
-    )
-    result = ShardResult(index=task.index, entry=entry, fingerprint=task.fingerprint, skipped=tuple(skipped))
+    result = ShardResult(index=task.index, entry=written.entry(), fingerprint=task.fingerprint, skipped=tuple(skipped))
     _journal_record(dest, result)
     return result
 

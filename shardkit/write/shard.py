@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shardkit.format.index import encode_index, index_path_for
+from shardkit.format.manifest import ShardEntry
 from shardkit.format.tar import END_OF_ARCHIVE, encode_header, padding
 from shardkit.write.atomic import TMP_SUFFIX, atomic_write_bytes, commit
 
@@ -30,6 +31,16 @@ class WrittenShard:
     num_samples: int
     num_bytes: int
     sha256: str
+
+    def entry(self) -> ShardEntry:
+        """The manifest entry, with paths relative to the shard's folder."""
+        return ShardEntry(
+            path=os.path.basename(self.path),
+            index=os.path.basename(self.index_path),
+            num_samples=self.num_samples,
+            num_bytes=self.num_bytes,
+            sha256=self.sha256,
+        )
 
 
 class ShardFile:

@@ -18,7 +18,7 @@ from typing import Any
 
 from shardkit.errors import UsageError
 from shardkit.format.codecs import encode_value
-from shardkit.format.manifest import MANIFEST_NAME, Manifest, ShardEntry
+from shardkit.format.manifest import MANIFEST_NAME, Manifest
 from shardkit.format.tar import encoded_sample_size, split_key
 from shardkit.write.atomic import atomic_write_bytes
 from shardkit.write.destination import prepare_destination, shard_name
@@ -118,16 +118,7 @@ class ShardWriter:
             self._written.append(self._current.commit())
             self._current = None
         self.manifest = Manifest(
-            shards=tuple(
-                ShardEntry(
-                    path=os.path.basename(w.path),
-                    index=os.path.basename(w.index_path),
-                    num_samples=w.num_samples,
-                    num_bytes=w.num_bytes,
-                    sha256=w.sha256,
-                )
-                for w in self._written
-            ),
+            shards=tuple(w.entry() for w in self._written),
             extensions=tuple(sorted(self._extensions)),
             class_names=self.class_names,
             source={"format": "python"},
