@@ -48,6 +48,21 @@ def _raw_nbytes(raw: RawSample) -> int:
     return sum(len(v) for v in raw.fields.values())
 
 
+def _round_robin(streams: list[Iterator[RawSample]]) -> Iterator[RawSample]:
+    """One sample from each stream in turn, until all are done."""
+    active = list(streams)
+    try:
+        while active:
+            for stream in list(active):
+                try:
+                    yield next(stream)
+                except StopIteration:
+                    active.remove(stream)
+    finally:
+        for stream in streams:
+            stream.close()  # type: ignore[attr-defined]  # stop their read-ahead threads
+
+
 def _as_dict(raws: Iterator[RawSample]) -> Iterator[Sample]:
     for raw in raws:
         sample: Sample = {"__key__": raw.key}
@@ -99,6 +114,13 @@ class ShardDataset(IterableDataset):
         buffer_size: Samples held by the shuffle buffer (per worker).
         buffer_bytes: Optional byte cap on the shuffle buffer (per worker).
         pad: In ``"balanced"`` mode, pad by repetition instead of dropping.
+        interleave: Streams each worker reads at once: its share of the epoch
+            is cut into this many contiguous parts (usually in different
+            shards), read side by side and mixed sample by sample before the
+            shuffle buffer. Improves shuffle quality at the same buffer size
+            when shards are internally homogeneous (see the reader benchmark),
+            at the cost of this many read streams per worker (more seeking on
+            disks); the read-ahead budget is shared between them.
         rank: This process's rank; default from ``torch.distributed`` when
             initialized, else ``RANK``, else 0. Create the dataset after
             ``init_process_group``.
@@ -139,6 +161,7 @@ class ShardDataset(IterableDataset):
         buffer_size: int = DEFAULT_BUFFER_SIZE,
         buffer_bytes: int | None = None,
         pad: bool = False,
+        interleave: int = 1,
         rank: int | None = None,
         world_size: int | None = None,
         epoch: int = 0,
@@ -164,6 +187,8 @@ class ShardDataset(IterableDataset):
             raise UsageError(f"batch_size must be >= 1 or None, not {batch_size}")
         if read_ahead_bytes <= 0:
             raise UsageError(f"read_ahead_bytes must be > 0, not {read_ahead_bytes}")
+        if interleave < 1:
+            raise UsageError(f"interleave must be >= 1, not {interleave}")
         if pad and mode != "balanced":
             raise UsageError("pad=True applies to mode='balanced' only")
         self.options = source_options or SourceOptions()
@@ -179,6 +204,7 @@ class ShardDataset(IterableDataset):
         self.buffer_size = buffer_size
         self.buffer_bytes = buffer_bytes
         self.pad = pad
+        self.interleave = interleave
         self.world = detect_rank(rank=rank, world_size=world_size)
         self.decoder = make_decoder(decode)
         self.map = map
@@ -235,28 +261,41 @@ class ShardDataset(IterableDataset):
 
     # ------------------------------------------------------------ plan
 
-    def pieces(self, world: World, *, epoch: int) -> Iterator[Piece]:
-        """The pieces ``world``'s slot reads, from ``epoch`` on (endless in
-        ``"infinite"`` mode)."""
+    def pieces(self, world: World, *, epoch: int, part: int = 0, num_parts: int = 1) -> Iterator[Piece]:
+        """The pieces ``world``'s slot reads from ``epoch`` on (endless in
+        ``"infinite"`` mode); with ``num_parts`` > 1, only part ``part`` of
+        each epoch's share (see ``interleave``)."""
         epochs = itertools.count(epoch) if self.mode == "infinite" else (epoch,)
         counts = self.catalog.counts
         if counts is not None:
             total = int(counts.sum())
-            if self.mode == "infinite" and total < world.num_slots:
+            if self.mode == "infinite" and total < world.num_slots * num_parts:
                 raise UsageError(
-                    f"mode='infinite' needs at least one sample per slot: {total} samples for "
-                    f"{world.world_size} ranks x {world.num_workers} workers"
+                    f"mode='infinite' needs at least one sample per slot and stream: {total} samples for "
+                    f"{world.world_size} ranks x {world.num_workers} workers x interleave {num_parts}"
                 )
             for e in epochs:
-                yield from plan_epoch(counts, world, seed=self.seed, epoch=e, mode=self.mode, shuffle=self.shuffle, pad=self.pad)
+                yield from plan_epoch(
+                    counts,
+                    world,
+                    seed=self.seed,
+                    epoch=e,
+                    mode=self.mode,
+                    shuffle=self.shuffle,
+                    pad=self.pad,
+                    part=part,
+                    num_parts=num_parts,
+                )
             return
-        if self.mode == "infinite" and self.catalog.num_shards < world.num_slots:
+        if self.mode == "infinite" and self.catalog.num_shards < world.num_slots * num_parts:
             raise UsageError(
-                f"mode='infinite' without sample counts needs a shard per slot: {self.catalog.num_shards} "
-                f"shards for {world.world_size} ranks x {world.num_workers} workers"
+                f"mode='infinite' without sample counts needs a shard per slot and stream: "
+                f"{self.catalog.num_shards} shards for {world.world_size} ranks x {world.num_workers} workers "
+                f"x interleave {num_parts}"
             )
         for e in epochs:
-            for shard in assign_shards(self.catalog.num_shards, world, seed=self.seed, epoch=e, shuffle=self.shuffle):
+            shards = assign_shards(self.catalog.num_shards, world, seed=self.seed, epoch=e, shuffle=self.shuffle)
+            for shard in shards[part::num_parts]:
                 yield Piece(int(shard), 0, 0)
 
     # ------------------------------------------------------------ iteration
@@ -272,9 +311,13 @@ class ShardDataset(IterableDataset):
             on_error=self.on_error,
             on_skip=self._count_skip,
             options=self.options,
-            read_ahead_bytes=self.read_ahead_bytes,
+            read_ahead_bytes=max(self.read_ahead_bytes // self.interleave, 1),
         )
-        raws: Iterator[RawSample] = reader.read(self.pieces(world, epoch=epoch))
+        streams = [
+            reader.read(self.pieces(world, epoch=epoch, part=part, num_parts=self.interleave))
+            for part in range(self.interleave)
+        ]
+        raws: Iterator[RawSample] = streams[0] if len(streams) == 1 else _round_robin(streams)
         if self.shuffle and self.buffer_size > 1:
             rng = np.random.Generator(
                 np.random.PCG64(seed_sequence(self.seed, epoch, SAMPLE_SHUFFLE_STREAM, world.rank, world.worker))

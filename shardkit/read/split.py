@@ -163,12 +163,28 @@ def plan_epoch(
     mode: Mode,
     shuffle: bool = True,
     pad: bool = False,
+    part: int = 0,
+    num_parts: int = 1,
 ) -> Iterator[Piece]:
-    """The pieces one slot reads in one epoch, in order."""
+    """The pieces one slot reads in one epoch, in order.
+
+    Args:
+        counts: Samples per shard, in manifest order.
+        world: The slot.
+        seed: Seed of the shard order.
+        epoch: The epoch.
+        mode: ``"exact"``, ``"balanced"`` or ``"infinite"`` (one epoch of it).
+        shuffle: Permute the shards (else manifest order).
+        pad: Pad ``"balanced"`` by repetition instead of dropping.
+        part: Which of ``num_parts`` near-equal contiguous parts of the slot's
+            range to plan (a slot may read several parts at once and mix them).
+        num_parts: Parts the slot's range is cut into.
+    """
     counts = np.asarray(counts, dtype=np.int64)
     order = epoch_order(len(counts), seed=seed, epoch=epoch, shuffle=shuffle)
     start, stop = slot_span(int(counts.sum()), world, mode=mode, pad=pad)
-    return iter_pieces(counts, order, start, stop)
+    lo, hi = even_cut(stop - start, num_parts, part)
+    return iter_pieces(counts, order, start + lo, start + hi)
 
 
 def assign_shards(num_shards: int, world: World, *, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:

@@ -216,7 +216,7 @@ def test_invalid_options_are_refused(make_shards, tmp_path):
         ShardDataset(manifest, rank=3, world_size=2)
     with pytest.raises(ManifestError, match="no such shard, manifest or dataset directory"):
         ShardDataset(str(tmp_path / "nothing"))
-    with pytest.raises(UsageError, match="infinite' needs at least one sample per slot"):
+    with pytest.raises(UsageError, match="infinite' needs at least one sample per slot and stream"):
         next(iter(ShardDataset(manifest, mode="infinite", rank=0, world_size=4)))
 
 
@@ -233,3 +233,17 @@ def test_json_metadata_survives(make_shards):
     manifest = make_shards([2])
     sample = next(iter(ShardDataset(manifest, mode="exact", shuffle=False)))
     assert json.loads(sample["json"]) == {"shard": 0, "i": 0}
+
+
+@pytest.mark.parametrize("interleave", [2, 3])
+def test_interleave_mixes_streams_and_keeps_exact_coverage(make_shards, interleave):
+    manifest = make_shards([10, 0, 7, 9])
+    plain = _slot_keys(ShardDataset(manifest, mode="exact", buffer_size=0), 2, 2)
+    mixed_ds = ShardDataset(manifest, mode="exact", buffer_size=0, interleave=interleave)
+    mixed = _slot_keys(mixed_ds, 2, 2)
+    for slot, keys in mixed.items():
+        assert sorted(keys) == sorted(plain[slot])  # same share, other order
+    assert mixed != plain
+    assert mixed == _slot_keys(mixed_ds, 2, 2)  # deterministic
+    first = next(iter(mixed_ds))["__key__"]
+    assert first == next(iter(mixed_ds))["__key__"]

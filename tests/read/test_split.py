@@ -145,3 +145,14 @@ def test_assign_shards_deals_each_shard_to_one_slot(num_shards, world_size, num_
 def test_negative_seed_is_refused():
     with pytest.raises(UsageError, match="seed and epoch must be >= 0"):
         shard_permutation(3, seed=-1, epoch=0)
+
+
+@given(counts=counts_st, world_size=ranks_st, num_workers=workers_st, num_parts=st.integers(1, 4), seed=seed_st)
+def test_parts_of_a_slot_tile_its_share(counts, world_size, num_workers, num_parts, seed):
+    for world in _slots(world_size, num_workers):
+        whole = _samples(plan_epoch(counts, world, seed=seed, epoch=0, mode="exact"))
+        parts = [
+            _samples(plan_epoch(counts, world, seed=seed, epoch=0, mode="exact", part=p, num_parts=num_parts))
+            for p in range(num_parts)
+        ]
+        assert [s for part in parts for s in part] == whole
