@@ -28,6 +28,10 @@ from shardkit.read.urls import redact_url, url_scheme
 
 logger = logging.getLogger(__name__)
 
+#: Files above this size go to S3 as multipart uploads of this part size.
+MULTIPART_THRESHOLD_BYTES = 64 << 20
+MULTIPART_PART_BYTES = 32 << 20
+
 #: fsspec protocols whose uploads are atomic (object stores): no temp name.
 ATOMIC_PUT_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "r2"})
 
@@ -104,10 +108,19 @@ class RemoteDestination:
         return classify_fs_error(exc, url, None)
 
     def _put(self, local_path: str, relative_name: str) -> None:
+        if not os.path.isfile(local_path):
+            # A local problem, never worth retrying.
+            raise FileNotFoundError(f"{local_path}: file to upload is missing")
+        if self.scheme == "s3":
+            from botocore.exceptions import BotoCoreError, ClientError
+
+            try:
+                self._put_s3(local_path, self.prefix + relative_name)
+            except (BotoCoreError, ClientError) as exc:
+                raise self._error(exc, relative_name) from None
+            return
         try:
-            if self.scheme == "s3":
-                self._client.upload_file(local_path, self.bucket, self.prefix + relative_name)
-            elif self._fs.protocol and set(_protocols(self._fs)) & ATOMIC_PUT_PROTOCOLS:
+            if self._fs.protocol and set(_protocols(self._fs)) & ATOMIC_PUT_PROTOCOLS:
                 self._fs.put_file(local_path, f"{self._root}/{relative_name}")
             else:
                 final = f"{self._root}/{relative_name}"
@@ -117,6 +130,34 @@ class RemoteDestination:
             raise
         except Exception as exc:
             raise self._error(exc, relative_name) from None
+
+    def _put_s3(self, local_path: str, key: str) -> None:
+        # One PutObject for small files; a multipart upload for large ones.
+        # Either way S3 shows the object only once it is complete.
+        size = os.path.getsize(local_path)
+        with open(local_path, "rb") as f:
+            if size <= MULTIPART_THRESHOLD_BYTES:
+                self._client.put_object(Bucket=self.bucket, Key=key, Body=f.read())
+                return
+            upload_id = self._client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
+            try:
+                parts = []
+                number = 1
+                while data := f.read(MULTIPART_PART_BYTES):
+                    answer = self._client.upload_part(
+                        Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=data
+                    )
+                    parts.append({"PartNumber": number, "ETag": answer["ETag"]})
+                    number += 1
+                self._client.complete_multipart_upload(
+                    Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+                )
+            except BaseException:
+                try:
+                    self._client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+                except Exception:  # the original error is the one to report
+                    logger.debug("could not abort multipart upload of %s", key)
+                raise
 
     def upload_file(self, local_path: str, relative_name: str) -> None:
         """Upload one finished file (a shard or an index), retrying transient faults.
@@ -213,22 +254,29 @@ def write_to_remote(
             remote.upload_file(path, name)
             os.unlink(path)
 
-    with ThreadPoolExecutor(max_workers=max_concurrent_uploads, thread_name_prefix="shardkit-upload") as pool:
-        def on_progress(event: Any) -> None:
-            pending.append(pool.submit(upload_pair, event.shard))
-            if progress is not None:
-                progress(event)
+    pool: ThreadPoolExecutor
 
-        try:
-            report = write_local(
-                source, staging, options=dataclasses.replace(options, overwrite=False), progress=on_progress
-            )
-            for future in pending:
-                future.result()
-            remote.finish_manifest(report.manifest.to_json().encode(), staging_dir=staging)
-        finally:
-            for future in pending:
-                future.cancel()
-            shutil.rmtree(staging, ignore_errors=True)
+    def on_progress(event: Any) -> None:
+        for future in pending:  # stop writing early once an upload failed for good
+            if future.done() and future.exception() is not None:
+                raise future.exception()  # type: ignore[misc]
+        pending.append(pool.submit(upload_pair, event.shard))
+        if progress is not None:
+            progress(event)
+
+    try:
+        with ThreadPoolExecutor(max_workers=max_concurrent_uploads, thread_name_prefix="shardkit-upload") as pool:
+            try:
+                report = write_local(
+                    source, staging, options=dataclasses.replace(options, overwrite=False), progress=on_progress
+                )
+                for future in pending:
+                    future.result()
+            finally:
+                for future in pending:
+                    future.cancel()
+        remote.finish_manifest(report.manifest.to_json().encode(), staging_dir=staging)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # after every upload thread has stopped
     manifest = dataclasses.replace(report.manifest, location=remote.display_url)
     return dataclasses.replace(report, manifest=manifest)

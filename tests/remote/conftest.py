@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from remote_servers import FaultyHTTPServer
+from tests.remote.remote_servers import FaultyHTTPServer
 
 
 @pytest.fixture

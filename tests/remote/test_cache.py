@@ -11,7 +11,7 @@ import textwrap
 import time
 
 import pytest
-from remote_servers import Faults
+from tests.remote.remote_servers import Faults
 
 from shardkit.errors import CorruptShardError
 from shardkit.read.cache import ShardCache, cache_key

@@ -59,7 +59,7 @@ def test_read_all_small_object_is_one_request(http_server):
 def test_dropped_connections_resume_from_last_byte(http_server):
     data = blob(400_000)
     url = http_server.add("/a.tar", data)
-    from remote_servers import Faults
+    from tests.remote.remote_servers import Faults
 
     http_server.faults["/a.tar"] = Faults(drop_after=[10_000, 5_000, 20_000, 1])
     assert read(url) == data
@@ -71,7 +71,7 @@ def test_dropped_connections_resume_from_last_byte(http_server):
 
 
 def test_single_stream_read_all_resumes_with_range(http_server):
-    from remote_servers import Faults
+    from tests.remote.remote_servers import Faults
 
     data = blob(200_000)
     url = http_server.add("/big.json", data)
@@ -81,7 +81,7 @@ def test_single_stream_read_all_resumes_with_range(http_server):
 
 
 def test_5xx_answers_are_retried(http_server):
-    from remote_servers import Faults
+    from tests.remote.remote_servers import Faults
 
     data = blob(100_000)
     url = http_server.add("/a.tar", data)
@@ -90,7 +90,7 @@ def test_5xx_answers_are_retried(http_server):
 
 
 def test_stall_past_read_timeout_resumes(http_server):
-    from remote_servers import Faults
+    from tests.remote.remote_servers import Faults
 
     data = blob(100_000)
     url = http_server.add("/a.tar", data)
@@ -101,7 +101,7 @@ def test_stall_past_read_timeout_resumes(http_server):
 
 
 def test_server_ignoring_range_still_gives_exact_bytes(http_server):
-    from remote_servers import Faults
+    from tests.remote.remote_servers import Faults
 
     data = blob(150_000)
     url = http_server.add("/a.tar", data)
@@ -120,7 +120,7 @@ def test_404_fails_fast_naming_url(http_server):
 
 
 def test_403_fails_fast(http_server):
-    from remote_servers import Faults
+    from tests.remote.remote_servers import Faults
 
     url = http_server.add("/a.tar", blob(1000))
     http_server.faults["/a.tar"] = Faults(statuses=[403])
@@ -130,7 +130,7 @@ def test_403_fails_fast(http_server):
 
 
 def test_persistent_5xx_gives_up_after_deadline_with_offset(http_server):
-    from remote_servers import Faults
+    from tests.remote.remote_servers import Faults
 
     url = http_server.add("/a.tar", blob(1000))
     http_server.faults["/a.tar"] = Faults(statuses=[503] * 1000)
@@ -181,7 +181,7 @@ def test_closing_early_stops_fetch_threads(http_server):
 
 
 def test_samples_exact_through_faults(make_shards, serve_dataset, http_server):
-    from remote_servers import Faults
+    from tests.remote.remote_servers import Faults
 
     manifest = make_shards([40, 0, 25], payload_bytes=3000)
     base = serve_dataset(manifest)

@@ -82,3 +82,16 @@ def test_cache_over_s3(s3_bucket, s3_options, tmp_path):
     assert open_source(url, options=opts).read_all() == data
     client.delete_object(Bucket=bucket, Key="c.tar")
     assert open_source(url, options=opts).read_all() == data  # from the cache
+
+
+def test_large_file_goes_up_in_parts(s3_bucket, s3_options, tmp_path, monkeypatch):
+    import shardkit.write.upload as upload
+
+    client, bucket = s3_bucket
+    monkeypatch.setattr(upload, "MULTIPART_THRESHOLD_BYTES", 1 << 20)
+    data = os.urandom((5 << 20) + 12345)
+    path = tmp_path / "big.tar"
+    path.write_bytes(data)
+    RemoteDestination(f"s3://{bucket}/ds", options=s3_options).upload_file(str(path), "big.tar")
+    assert client.get_object(Bucket=bucket, Key="ds/big.tar")["Body"].read() == data
+    assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []

@@ -1,0 +1,141 @@
+"""Whole datasets over HTTP and S3: ``shardkit write`` to s3://, ``ShardDataset`` back."""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+
+import pytest
+
+import shardkit
+from shardkit.cli import main
+from shardkit.format.manifest import MANIFEST_NAME
+from shardkit.read.sources import SourceOptions
+from tests.remote.remote_servers import Faults
+
+SIZES = [9, 0, 14, 6, 11]
+
+
+def expected_keys(sizes=SIZES) -> list[str]:
+    return [f"s{s:03d}_{i:05d}" for s, n in enumerate(sizes) for i in range(n)]
+
+
+def read_keys(source, **kwargs) -> list[str]:
+    return [sample["__key__"] for sample in shardkit.ShardDataset(source, **kwargs)]
+
+
+def fast_options(**kw) -> SourceOptions:
+    base = dict(
+        part_bytes=16 << 10,
+        chunk_bytes=8 << 10,
+        read_timeout_s=0.5,
+        retry_deadline_s=5.0,
+        backoff_initial_s=0.01,
+        backoff_max_s=0.1,
+    )
+    base.update(kw)
+    return SourceOptions(**base)
+
+
+def test_http_dataset_through_faults(make_shards, serve_dataset, http_server):
+    manifest = make_shards(SIZES, payload_bytes=3000)
+    base = serve_dataset(manifest)
+    for entry in manifest.shards:
+        http_server.faults[f"/data/{entry.path}"] = Faults(statuses=[503], drop_after=[5000, 9000], stall_after=[20000], stall_s=2.0)
+    keys = read_keys(base + "/", mode="exact", shuffle=False, source_options=fast_options())
+    assert keys == expected_keys()
+
+
+def test_http_samples_have_right_bytes(make_shards, serve_dataset):
+    from tests.conftest import sample_payload
+
+    manifest = make_shards(SIZES, payload_bytes=2500)
+    base = serve_dataset(manifest)
+    for sample in shardkit.ShardDataset(base + "/" + MANIFEST_NAME, mode="exact", seed=3, source_options=fast_options()):
+        assert sample["bin"] == sample_payload(sample["__key__"], 2500)
+
+
+def test_http_missing_shard_names_url(make_shards, serve_dataset, http_server):
+    manifest = make_shards(SIZES)
+    base = serve_dataset(manifest)
+    del http_server.objects["/data/" + manifest.shards[2].path]
+    with pytest.raises(shardkit.ShardkitError, match=rf"{base}/{manifest.shards[2].path}: HTTP 404"):
+        read_keys(base + "/", mode="exact", shuffle=False, source_options=fast_options())
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_http_multi_rank_sees_every_sample_once(make_shards, serve_dataset, world_size):
+    manifest = make_shards(SIZES)
+    base = serve_dataset(manifest)
+    seen = collections.Counter()
+    for rank in range(world_size):
+        seen.update(read_keys(base + "/", mode="exact", seed=1, rank=rank, world_size=world_size, source_options=fast_options()))
+    assert sorted(seen) == sorted(expected_keys()) and set(seen.values()) == {1}
+
+
+def test_http_dataloader_two_workers_with_cache(make_shards, serve_dataset, http_server, tmp_path):
+    from torch.utils.data import DataLoader
+
+    manifest = make_shards(SIZES, payload_bytes=2000)
+    base = serve_dataset(manifest)
+    opts = fast_options(cache_dir=str(tmp_path / "cache"))
+    dataset = shardkit.ShardDataset(base + "/", mode="exact", seed=0, source_options=opts)
+    loader = DataLoader(dataset, batch_size=None, num_workers=2)
+    for epoch in range(2):
+        dataset.set_epoch(epoch)
+        keys = [sample["__key__"] for sample in loader]
+        assert sorted(keys) == sorted(expected_keys())
+        if epoch == 0:
+            tar_gets = sum(len(http_server.gets(f"/data/{e.path}")) for e in manifest.shards)
+    # The second epoch read the shards from the cache.
+    assert sum(len(http_server.gets(f"/data/{e.path}")) for e in manifest.shards) == tar_gets
+
+
+def test_cli_write_to_s3_then_read_multi_rank(tmp_path, make_shards, s3_bucket, s3_options, capsys):
+    _, bucket = s3_bucket
+    local = make_shards(SIZES, name="src")
+    url = f"s3://{bucket}/ds"
+    code = main(["write", local.location, url, "--max-samples", "5", "--no-shuffle", "--workers", "1"])
+    assert code == 0, capsys.readouterr().err
+    manifest = shardkit.ShardDataset(url + "/", mode="exact", source_options=s3_options).catalog.manifest
+    assert manifest is not None and manifest.num_samples == sum(SIZES) and manifest.num_shards >= 8
+    seen = collections.Counter()
+    for rank in range(2):
+        seen.update(read_keys(url + "/", mode="exact", rank=rank, world_size=2, source_options=s3_options))
+    assert sorted(seen) == sorted(expected_keys()) and set(seen.values()) == {1}
+    # A second write to the same prefix is refused (exit 2, one line naming it).
+    assert main(["write", local.location, url]) == 2
+    assert "already there" in capsys.readouterr().err
+
+
+def test_failed_upload_publishes_no_manifest(make_shards, s3_bucket, s3_options, monkeypatch):
+    from shardkit.errors import RemoteError
+    from shardkit.write.parallel import WriteOptions, write_dataset
+    from shardkit.write.upload import RemoteDestination
+
+    client, bucket = s3_bucket
+    local = make_shards(SIZES, name="src")
+    real_put = RemoteDestination._put
+
+    def flaky_put(self, local_path, name):
+        if name == "shard-000002.tar":
+            raise RemoteError(f"{self.object_url(name)}: HTTP 403 Forbidden: access denied", url=self.object_url(name))
+        real_put(self, local_path, name)
+
+    monkeypatch.setattr(RemoteDestination, "_put", flaky_put)
+    t0 = time.monotonic()
+    with pytest.raises(RemoteError, match="shard-000002.tar: HTTP 403"):
+        write_dataset(local.location, f"s3://{bucket}/ds", options=WriteOptions(max_samples=5, workers=1))
+    assert time.monotonic() - t0 < 30
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    assert f"ds/{MANIFEST_NAME}" not in keys
+
+
+def test_missing_bucket_is_a_clear_error(make_shards, s3_server):
+    from shardkit.errors import RemoteError
+    from shardkit.write.parallel import write_dataset
+
+    local = make_shards([3], name="src")
+    with pytest.raises(RemoteError, match="s3://no-such-bucket-for-shardkit/ds/"):
+        write_dataset(local.location, "s3://no-such-bucket-for-shardkit/ds")
