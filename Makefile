@@ -28,3 +28,16 @@ bench-writer: $(STAMP)
 
 clean:
 	rm -rf demo bench/work .pytest_cache
+
+# Benchmark suite with emulated storage (needs root: loop devices, blkio
+# cgroups, FUSE). `bench` writes bench/results/*.json, bench/RESULTS.md and
+# plots (~25 min); `bench-quick` a reduced set in bench/work/results-quick (< 5 min).
+.PHONY: bench bench-quick bench-deps
+bench-deps: $(STAMP)
+	bash bench/profiles/install_deps.sh $(PY)
+
+bench: bench-deps
+	$(PY) -m bench.harness
+
+bench-quick: bench-deps
+	$(PY) -m bench.harness --quick

@@ -66,7 +66,12 @@ class Runner:
 
 
 def serve() -> None:
+    import warnings
+
     import torch  # noqa: F401  (imported once, before any timed run)
+
+    # More workers than cores is the point of the worker sweep.
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
 
     from bench.harness import loaders
 

@@ -256,8 +256,10 @@ class Profile:
         self._save_state()
         majmin = _run("lsblk", "-dno", "MAJ:MIN", loop).replace(" ", "")
         self.state["majmin"] = majmin
-        cgroup = os.path.join(BLKIO_ROOT, CGROUP_PREFIX + self.spec.name)
-        os.makedirs(cgroup, exist_ok=True)
+        # One cgroup per setup (pid in the name), so that concurrent runs never
+        # share, and teardown never empties, a group it did not make.
+        cgroup = os.path.join(BLKIO_ROOT, f"{CGROUP_PREFIX}{self.spec.name}-{os.getpid()}")
+        os.makedirs(cgroup)
         self.state["cgroup"] = cgroup
         self._save_state()
         for name, value in (("read_bps_device", self.spec.read_bps), ("read_iops_device", self.spec.read_iops)):

@@ -81,17 +81,21 @@ class _Segment:
     window: int
     last_used: float
     pos: int
-    #: (end address, time the bytes below it are in the cache), ascending.
-    extents: list[tuple[int, float]] = field(default_factory=list)
+    #: Device reads into this segment, ascending: (first address, end
+    #: address, time the first byte arrives, transfer seconds per byte).
+    extents: list[tuple[int, int, float, float]] = field(default_factory=list)
 
     def ready_time(self, end: int) -> float:
-        for extent_end, ready_at in self.extents:
-            if end <= extent_end:
-                return ready_at
-        return self.extents[-1][1] if self.extents else 0.0
+        """When the bytes below ``end`` are in the cache: data streams in
+        at the transfer rate, so a reader can use the front of a read while
+        its tail is still on the platter."""
+        for first, last, t0, per_byte in self.extents:
+            if end <= last:
+                return t0 + (max(end, first) - first) * per_byte
+        return 0.0
 
     def prune(self) -> None:
-        while len(self.extents) > 1 and self.extents[0][0] <= self.pos:
+        while len(self.extents) > 1 and self.extents[0][1] <= self.pos:
             self.extents.pop(0)
 
 
@@ -214,6 +218,7 @@ class SeekModel:
             cost += params.seek_s
             self.stats.seeks += 1
         self.free_at = start + cost
+        first_byte_at = self.free_at - num_bytes / params.transfer_bytes_per_s
         self.head = addr + num_bytes
         self.stats.device_reads += 1
         self.stats.device_bytes += num_bytes
@@ -222,7 +227,7 @@ class SeekModel:
             segment.start = addr
             segment.extents.clear()
         segment.end = addr + num_bytes
-        segment.extents.append((segment.end, self.free_at))
+        segment.extents.append((addr, segment.end, first_byte_at, 1.0 / params.transfer_bytes_per_s))
 
     def _maybe_prefetch(self, segment: _Segment, now: float, limit: int | None) -> None:
         """Fetch the stream's next window in the background once the reader

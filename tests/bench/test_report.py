@@ -1,0 +1,128 @@
+"""Result tables, target checks and plots from hand-made results."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from bench.harness import report
+from bench.harness.throughput import parse_dd, summarize
+
+
+def make_profile(name: str, rates: dict[str, dict[int, float]], ceiling: float = 170.0) -> dict:
+    runs = []
+    for loader, by_workers in rates.items():
+        for workers, mb_s in by_workers.items():
+            for jitter in (-1.0, 0.0, 1.0):  # median is the middle one
+                runs.append({"loader": loader, "workers": workers, "mb_per_s": mb_s + jitter,
+                             "images_per_s": (mb_s + jitter) * 10})
+    return {
+        "profile": name,
+        "description": "test profile",
+        "ceiling": {"mb_per_s": ceiling},
+        "table": summarize(runs, ceiling),
+        "unavailable": {},
+    }
+
+
+def test_summarize_takes_medians_and_fraction_of_ceiling():
+    profile = make_profile("hdd", {"webdataset": {1: 153.0}})
+    [row] = profile["table"]
+    assert row["mb_per_s"] == 153.0
+    assert row["images_per_s"] == 1530.0
+    assert row["fraction_of_ceiling"] == pytest.approx(0.9)
+    assert row["runs"] == 3
+
+
+def test_summarize_orders_loaders_as_the_table_does():
+    profile = make_profile("raw", {"shardkit": {1: 5.0}, "imagefolder": {2: 1.0, 1: 1.0}})
+    assert [(r["loader"], r["workers"]) for r in profile["table"]] == [
+        ("imagefolder", 1), ("imagefolder", 2), ("shardkit", 1)]
+
+
+def test_parse_dd_reads_bytes_and_seconds():
+    stderr = "64+0 records in\n64+0 records out\n268435456 bytes (268 MB, 256 MiB) copied, 1.6 s, 168 MB/s\n"
+    assert parse_dd(stderr) == (268435456, 1.6)
+    with pytest.raises(ValueError, match="no transfer summary"):
+        parse_dd("dd: error")
+
+
+def test_throughput_table_has_a_row_per_loader_and_figure():
+    profile = make_profile("hdd", {"imagefolder": {1: 9.0, 2: 10.0}, "webdataset": {1: 160.0, 2: 150.0}})
+    table = report.throughput_table(profile)
+    lines = table.splitlines()
+    assert lines[0] == "| DataLoader workers | 1 | 2 |"
+    assert "| ImageFolder images/s | 90 | 100 |" in lines
+    assert "| webdataset MB/s | 160.0 | 150.0 |" in lines
+    assert "| webdataset % of ceiling | 94% | 88% |" in lines
+
+
+def test_target_checks_pass_and_fail_with_figures():
+    good = make_profile("hdd-seek", {"imagefolder": {1: 9.0, 4: 9.0}, "webdataset": {1: 160.0, 4: 120.0},
+                                     "shardkit": {1: 166.0, 4: 165.0}})
+    bad = make_profile("ssd", {"webdataset": {1: 400.0}, "shardkit": {1: 300.0}}, ceiling=500.0)
+    lines = report.target_checks([good, bad])
+    assert lines[0].startswith("- ✅ `hdd-seek`: shardkit ≥ 10× ImageFolder: 1w 18.4×, 4w 18.3×")
+    assert lines[1].startswith("- ✅ `hdd-seek`: shardkit ≥ 95% of the sequential ceiling")
+    assert lines[2] == "- ✅ `hdd-seek`: shardkit ≥ 1.2× webdataset at 4+ workers: 4w 1.38×"
+    assert lines[3] == "- ❌ `ssd`: shardkit ≥ webdataset: 1w 0.75×"
+
+
+def test_missing_shardkit_is_reported_not_checked():
+    profile = make_profile("hdd", {"webdataset": {1: 160.0}})
+    assert report.target_checks([profile]) == ["- `hdd`: shardkit not measured"]
+
+
+def memory_result(rss: dict[str, dict[int, float]]) -> dict:
+    cases = [{"kind": kind, "num_samples": n, "worker_rss_mb": v, "worker_uss_mb": v / 2}
+             for kind, by_n in rss.items() for n, v in by_n.items()]
+    return {"sizes": sorted({n for by_n in rss.values() for n in by_n}), "workers": 2,
+            "samples_per_worker": 100, "cases": cases}
+
+
+def test_memory_check_allows_20_mb_or_10_percent():
+    flat = memory_result({"shardkit": {10_000: 300.0, 10_000_000: 325.0}})
+    grown = memory_result({"shardkit": {10_000: 300.0, 10_000_000: 400.0}})
+    assert report.memory_check(flat).startswith("- ✅")
+    assert "300 → 400 MB (+100 MB)" in report.memory_check(grown)
+    assert report.memory_check(grown).startswith("- ❌")
+
+
+def test_memory_table_shows_rss_and_private_memory():
+    table = report.memory_table(memory_result({"in_memory": {10_000: 300.0, 1_000_000: 900.0}}))
+    assert "| in_memory RSS | 300 | 900 |" in table
+    assert "| in_memory private (USS) | 150 | 450 |" in table
+
+
+def full_results() -> dict:
+    profile = make_profile("hdd-seek", {"imagefolder": {1: 9.0, 2: 9.5}, "webdataset": {1: 160.0, 2: 150.0},
+                                        "shardkit": {1: 166.0, 2: 165.0}})
+    return {
+        "meta": {"command": "python -m bench.harness", "mode": "full"},
+        "throughput": {"data": {"num_images": 10, "mean_image_kb": 110.0, "num_classes": 2, "num_shards": 2},
+                       "plan": {"imagefolder_limit": 5, "buffer_size": 100, "repeats": 3},
+                       "profiles": [profile]},
+        "memory": memory_result({"shardkit": {10_000: 300.0, 1_000_000: 301.0},
+                                 "in_memory": {10_000: 300.0, 1_000_000: 900.0}}),
+        "shuffle": {"num_samples": 100, "num_shards": 4, "num_classes": 10, "batch_size": 32, "seeds": [0],
+                    "rows": [{"reader": r, "buffer_size": b, "quality": 1.1, "displacement": 0.9}
+                             for r in ("shardkit", "webdataset") for b in (10, 100)]},
+    }
+
+
+def test_render_markdown_has_every_section_and_plot_links():
+    text = report.render_markdown(full_results(), plot_prefix="results/")
+    for heading in ("## Throughput", "### Targets", "### `hdd-seek`", "## Memory per DataLoader worker",
+                    "## Shuffle quality vs buffer size"):
+        assert heading in text
+    assert "| webdataset MB/s, published | 160 (100%) | 155 (97%) |" in text
+    assert "![throughput vs workers](results/throughput.png)" in text
+
+
+def test_plot_all_writes_three_pngs(tmp_path):
+    paths = report.plot_all(full_results(), str(tmp_path))
+    assert sorted(os.path.basename(p) for p in paths) == ["memory.png", "shuffle.png", "throughput.png"]
+    for path in paths:
+        with open(path, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
