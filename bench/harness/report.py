@@ -125,6 +125,30 @@ def published_comparison(profile: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def head_activity_table(profile: dict[str, Any]) -> str:
+    """For ``hdd-seek``: what the virtual head did, medians per loader and
+    worker count (seeks, MB read per seek, share of the run the head was busy)."""
+    import statistics
+
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for run in profile.get("runs", []):
+        if run.get("io", {}).get("seeks") is not None:
+            groups.setdefault((run["loader"], run["workers"]), []).append(run)
+    if not groups:
+        return ""
+    lines = [
+        "| loader | workers | seeks | MB per seek | head busy | reader switches |",
+        "|---|---|---|---|---|---|",
+    ]
+    for (loader, workers), runs in sorted(groups.items(), key=lambda kv: (list(LABELS).index(kv[0][0]), kv[0][1])):
+        seeks = statistics.median(r["io"]["seeks"] for r in runs)
+        per_seek = statistics.median(r["io"]["device_bytes"] / max(r["io"]["seeks"], 1) / 1e6 for r in runs)
+        busy = statistics.median(r["io"]["busy_s"] / r["seconds"] for r in runs if r["seconds"] > 0)
+        switches = statistics.median(r["io"].get("pid_switches", 0) for r in runs)
+        lines.append(f"| {LABELS[loader]} | {workers} | {seeks:.0f} | {per_seek:.2f} | {busy:.0%} | {switches:.0f} |")
+    return "\n".join(lines)
+
+
 def memory_table(memory: dict[str, Any]) -> str:
     sizes = memory["sizes"]
     lines = [
@@ -211,6 +235,10 @@ def render_markdown(results: dict[str, Any], *, plot_prefix: str | None = None) 
             if profile["profile"] == "hdd-seek":
                 out += ["", "Against the published 7200 rpm HDD figures (in brackets: relative to 1 worker):", "",
                         published_comparison(profile)]
+                activity = head_activity_table(profile)
+                if activity:
+                    out += ["", "What the virtual head did (medians per run; a reader switch is a request from "
+                            "a different process than the one before):", "", activity]
         if plot_prefix is not None:
             out += ["", f"![throughput vs workers]({plot_prefix}throughput.png)"]
     mem = results.get("memory")
@@ -272,8 +300,12 @@ def plot_all(results: dict[str, Any], out_dir: str) -> list[str]:
             ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
             ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
-        axes[0][0].legend(fontsize=8)
-        fig.tight_layout()
+        handles: dict[str, Any] = {}
+        for ax in axes[0]:
+            for handle, label in zip(*ax.get_legend_handles_labels()):
+                handles.setdefault(label, handle)
+        fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=len(handles), fontsize=8)
+        fig.tight_layout(rect=(0, 0.08, 1, 1))
         path = os.path.join(out_dir, "throughput.png")
         fig.savefig(path, dpi=110)
         plt.close(fig)

@@ -12,7 +12,10 @@ real bytes come from the backing file while the request waits for its booked
 completion time.
 
 A small line protocol on the Unix socket ``SOCKET`` lets the harness read the
-counters (``stats``), zero them (``reset``) and make the disk cold (``drop``).
+counters (``stats``), zero them (``reset``), make the disk cold (``drop``) and
+log every read (``trace FILE``: one line per request with time, caller pid,
+file, offset, size and whether it paid a seek; ``trace`` alone stops), which
+shows how concurrent readers interleave on the head.
 """
 
 from __future__ import annotations
@@ -67,6 +70,9 @@ class SeekDisk:
         self.model = SeekModel(params)
         self.layout = layout
         self.lock = threading.Lock()
+        self.switches = {"pid_switches": 0, "file_switches": 0}
+        self._last: tuple[int, str] = (-1, "")
+        self._trace: Any = None
         self._next_addr = max((a + s for a, s in layout.values()), default=0) + FILE_GAP_BYTES
 
     def address(self, path: str, size: int) -> int:
@@ -82,9 +88,20 @@ class SeekDisk:
             done = self.model.open(time.monotonic())
         _sleep_until(done)
 
-    def book_read(self, addr: int, num_bytes: int, limit: int) -> float:
+    def book_read(self, addr: int, num_bytes: int, limit: int, *, path: str = "", pid: int = -1,
+                  offset: int = 0) -> float:
         with self.lock:
-            return self.model.read(addr, num_bytes, time.monotonic(), limit=limit)
+            now = time.monotonic()
+            seeks = self.model.stats.seeks
+            done = self.model.read(addr, num_bytes, now, limit=limit)
+            last_pid, last_path = self._last
+            self.switches["pid_switches"] += pid != last_pid
+            self.switches["file_switches"] += path != last_path
+            self._last = (pid, path)
+            if self._trace is not None:
+                seek = int(self.model.stats.seeks > seeks)
+                self._trace.write(f"{now:.6f} {pid} {path} {offset} {num_bytes} {seek} {done - now:.6f}\n")
+            return done
 
     def command(self, line: str) -> dict[str, Any]:
         with self.lock:
@@ -92,9 +109,18 @@ class SeekDisk:
                 self.model.drop_cache()
             elif line == "reset":
                 self.model.reset_stats()
+                self.switches = dict.fromkeys(self.switches, 0)
+            elif line.startswith("trace"):
+                if self._trace is not None:
+                    self._trace.close()
+                    self._trace = None
+                target = line[len("trace") :].strip()
+                if target:
+                    self._trace = open(target, "a", buffering=1 << 16)
             elif line != "stats":
                 return {"error": f"unknown command {line!r}"}
-            return {"stats": self.model.stats.as_dict(), "params": asdict(self.model.params)}
+            stats = {**self.model.stats.as_dict(), **self.switches}
+            return {"stats": stats, "params": asdict(self.model.params)}
 
 
 def _sleep_until(deadline: float) -> None:
@@ -137,7 +163,8 @@ def make_operations(root: str, disk: SeekDisk) -> Any:
             file_size = os.fstat(fh).st_size
             num_bytes = max(0, min(size, file_size - offset))
             base = disk.address(path, file_size)
-            done = disk.book_read(base + offset, num_bytes, base + file_size)
+            pid = mfusepy.fuse_get_context()[2]
+            done = disk.book_read(base + offset, num_bytes, base + file_size, path=path, pid=pid, offset=offset)
             data = os.pread(fh, num_bytes, offset)
             _sleep_until(done)
             return data

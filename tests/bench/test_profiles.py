@@ -81,12 +81,19 @@ def test_seekfs_profile_charges_seeks_and_tears_down(tmp_path):
         profile.start()
         profile.cold()
         profile.seekfs("reset")
+        trace = tmp_path / "trace.txt"
+        profile.seekfs(f"trace {trace}")
         for i in (3, 0, 4):
             with open(os.path.join(root, f"f{i}.bin"), "rb") as f:
                 assert len(f.read()) == 100_000
+        profile.seekfs("trace")
         stats = profile.io_stats()
         assert stats["seeks"] == 3
         assert stats["request_bytes"] == 300_000
+        assert stats["file_switches"] == 3
+        lines = trace.read_text().splitlines()
+        assert [line.split()[2] for line in lines] == ["/files/f3.bin", "/files/f0.bin", "/files/f4.bin"]
+        assert all(line.split()[1] == str(os.getpid()) for line in lines)
         pid = profile.state["seekfs_pid"]
     assert not os.path.ismount(profile.mount)
     assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"

@@ -126,3 +126,11 @@ def test_plot_all_writes_three_pngs(tmp_path):
     for path in paths:
         with open(path, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_head_activity_table_summarizes_seek_model_counters():
+    profile = make_profile("hdd-seek", {"webdataset": {8: 100.0}})
+    profile["runs"] = [{"loader": "webdataset", "workers": 8, "seconds": 2.0,
+                        "io": {"seeks": 100, "device_bytes": 200_000_000, "busy_s": 1.5, "pid_switches": 40}}]
+    table = report.head_activity_table(profile)
+    assert "| webdataset | 8 | 100 | 2.00 | 75% | 40 |" in table
