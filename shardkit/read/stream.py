@@ -34,7 +34,7 @@ from shardkit.format.index import decode_index, load_index
 from shardkit.format.tar import END_OF_ARCHIVE, RawSample, SampleParser
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.prefetch import ReadAhead
-from shardkit.read.sources import SourceOptions, is_local, local_path, open_source
+from shardkit.read.sources import ByteSource, SourceOptions, is_local, local_path, open_source
 from shardkit.read.split import Piece
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,29 @@ class PieceReader:
             # proves nothing follows the last indexed sample.
             job.byte_stop = int(bounds[job.piece.stop]) + (len(END_OF_ARCHIVE) if job.whole else 0)
         source = open_source(job.url, options=self.options)
+        if job.bounds is not None and is_local(job.url):
+            return self._aligned_chunks(source, job)
         return source.iter_range(job.byte_start, job.byte_stop, chunk_bytes=self.options.chunk_bytes)
+
+    def _aligned_chunks(self, source: ByteSource, job: _Job) -> Iterator[bytes]:
+        """Read a local range in requests that end on sample boundaries.
+
+        The parser then never holds a partial member across chunks, so it
+        parses each chunk in place instead of copying it onto the leftover
+        of the previous one. (Remote sources keep one streamed range, which
+        their own read-ahead pipelines.)
+        """
+        bounds = job.bounds
+        assert bounds is not None and job.byte_stop is not None
+        chunk_bytes = self.options.chunk_bytes
+        index = job.piece.start
+        pos = job.byte_start
+        while index < job.piece.stop:
+            cut = int(np.searchsorted(bounds, pos + chunk_bytes, side="right")) - 1
+            cut = min(max(cut, index + 1), job.piece.stop)
+            end = int(bounds[cut]) if cut < job.piece.stop else job.byte_stop
+            yield from source.iter_range(pos, end, chunk_bytes=max(chunk_bytes, end - pos))
+            index, pos = cut, end
 
     # ------------------------------------------------------------ consumer
 

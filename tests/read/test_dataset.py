@@ -247,3 +247,15 @@ def test_interleave_mixes_streams_and_keeps_exact_coverage(make_shards, interlea
     assert mixed == _slot_keys(mixed_ds, 2, 2)  # deterministic
     first = next(iter(mixed_ds))["__key__"]
     assert first == next(iter(mixed_ds))["__key__"]
+
+
+@pytest.mark.parametrize("chunk_bytes", [1000, 7000, 1 << 20])
+def test_any_read_size_gives_the_same_samples(make_shards, chunk_bytes):
+    from shardkit.read.sources import SourceOptions
+
+    manifest = make_shards([9, 4, 0, 6], payload_bytes=1500)
+    ds = ShardDataset(manifest, mode="exact", shuffle=False, source_options=SourceOptions(chunk_bytes=chunk_bytes))
+    keys = _slot_keys(ds, 2, 2)
+    assert keys == _slot_keys(ShardDataset(manifest, mode="exact", shuffle=False), 2, 2)
+    for sample in ds.iter_slot(World(rank=1, world_size=2), epoch=0):
+        assert sample["bin"] == sample_payload(sample["__key__"], 1500)
