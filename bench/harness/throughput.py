@@ -9,6 +9,7 @@ peers interleaved, each run from a cold cache. Figures are medians.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import statistics
 import subprocess
@@ -36,6 +37,8 @@ class ThroughputPlan:
         buffer_size: Shuffle buffer of the streaming loaders, per worker.
         ceiling_repeats: Cold ``dd`` runs for the sequential ceiling.
         seed: Seed of shard order, subsets and buffers.
+        trace_dir: If set, on ``hdd-seek`` every request of every run is
+            logged to ``trace_dir/PROFILE-LOADER-wN-rR.txt`` (see seekfs).
     """
 
     profiles: tuple[str, ...] = ("hdd", "hdd-seek", "ssd", "raw")
@@ -46,6 +49,7 @@ class ThroughputPlan:
     buffer_size: int = 1000
     ceiling_repeats: int = 3
     seed: int = 0
+    trace_dir: str | None = None
 
 
 _DD_RATE = re.compile(r"^(\d+) bytes .* copied, ([0-9.]+) s", re.MULTILINE)
@@ -125,6 +129,13 @@ def measure_profile(name: str, data: dict[str, str], plan: ThroughputPlan, workd
                         root = roots["imagefolder" if loader == "imagefolder" else "shards"]
                         profile.cold()
                         before = profile.io_stats()
+                        tracing = plan.trace_dir is not None and profile.spec.kind == "seekfs"
+                        if tracing:
+                            os.makedirs(plan.trace_dir, exist_ok=True)
+                            trace = os.path.join(plan.trace_dir, f"{name}-{loader}-w{workers}-r{repeat}.txt")
+                            if os.path.exists(trace):
+                                os.unlink(trace)
+                            profile.seekfs(f"trace {trace}")
                         answer = runner.request(
                             {
                                 "op": "run",
@@ -136,6 +147,8 @@ def measure_profile(name: str, data: dict[str, str], plan: ThroughputPlan, workd
                                 "seed": plan.seed + repeat,
                             }
                         )
+                        if tracing:
+                            profile.seekfs("trace")
                         if "unavailable" in answer:
                             unavailable[loader] = answer["unavailable"]
                             logger.warning("%s: %s", loader, answer["unavailable"])
