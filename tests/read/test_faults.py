@@ -146,3 +146,14 @@ def test_shard_with_more_samples_than_its_index_is_reported(make_shards):
     os.replace(other.resolve(other.shards[0].path), manifest.resolve(manifest.shards[0].path))
     with pytest.raises(CorruptShardError, match="holds more samples than its index and manifest list"):
         list(ShardDataset(manifest, mode="exact"))
+
+
+def _die(sample):
+    os._exit(3)  # a worker process that dies without raising
+
+
+def test_a_worker_that_dies_is_reported_not_waited_for(make_shards):
+    manifest = make_shards([4, 4])
+    loader = torch.utils.data.DataLoader(ShardDataset(manifest, mode="exact", map=_die), batch_size=None, num_workers=2)
+    with pytest.raises(RuntimeError, match="exited unexpectedly"):
+        list(loader)

@@ -1,0 +1,36 @@
+"""make_loader: a real DataLoader over ShardDataset with the helper's defaults."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from shardkit import ShardDataset, make_loader
+from shardkit.errors import UsageError
+from shardkit.read.loader import supports_out_of_order
+
+
+def test_loader_delivers_each_sample_once_per_epoch_with_persistent_workers(make_shards):
+    manifest = make_shards([7, 0, 5, 6])
+    ds = ShardDataset(manifest, mode="exact", seed=4, buffer_size=5)
+    loader = make_loader(ds, batch_size=4, num_workers=2)
+    assert loader.persistent_workers
+    if supports_out_of_order():
+        assert loader.in_order is False
+    epochs = []
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        keys = [k for batch in loader for k in batch["__key__"]]
+        assert sorted(keys) == sorted(f"s{i:03d}_{j:05d}" for i, n in enumerate([7, 0, 5, 6]) for j in range(n))
+        epochs.append(keys)
+    assert epochs[0] != epochs[1]
+
+
+def test_loader_in_process_and_with_in_worker_batches(make_shards):
+    manifest = make_shards([5, 4])
+    ds = ShardDataset(manifest, mode="exact", decode="pil", batch_size=3)
+    batches = list(make_loader(ds, num_workers=0))
+    assert sum(len(b["cls"]) for b in batches) == 9
+    assert all(isinstance(b["cls"], torch.Tensor) for b in batches)
+    with pytest.raises(UsageError, match="already batches"):
+        make_loader(ds, batch_size=4)
