@@ -40,7 +40,7 @@ class DataSpec:
     num_shards: int = 32
     ceiling_bytes: int = 512 << 20
     seed: int = 0
-    generator: int = 2
+    generator: int = 3
 
 
 def make_jpeg(rng: np.random.Generator) -> bytes:
@@ -92,15 +92,27 @@ def ensure_data(root: str, spec: DataSpec) -> dict[str, str]:
     return paths
 
 
+def _write_image(job: tuple[str, int, int]) -> None:
+    path, seed, index = job
+    rng = np.random.default_rng(np.random.SeedSequence([seed, index]))
+    with open(path, "wb") as f:
+        f.write(make_jpeg(rng))
+
+
 def _write_images(dest: str, spec: DataSpec) -> None:
-    rng = np.random.default_rng(spec.seed)
-    labels = np.arange(spec.num_images) % spec.num_classes
+    """Each image comes from its own seed, so a pool of any size writes the
+    same files."""
+    from multiprocessing import get_context
+
     for label in range(spec.num_classes):
         os.makedirs(os.path.join(dest, class_name(label)))
-    for i, label in enumerate(labels):
-        path = os.path.join(dest, class_name(int(label)), f"img_{i:07d}.jpg")
-        with open(path, "wb") as f:
-            f.write(make_jpeg(rng))
+    jobs = [
+        (os.path.join(dest, class_name(i % spec.num_classes), f"img_{i:07d}.jpg"), spec.seed, i)
+        for i in range(spec.num_images)
+    ]
+    with get_context("fork").Pool(max(1, os.cpu_count() or 1)) as pool:
+        for _ in pool.imap_unordered(_write_image, jobs, chunksize=32):
+            pass
 
 
 def list_images(imagefolder: str) -> list[tuple[str, int]]:

@@ -1,0 +1,32 @@
+"""The generated benchmark data set."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from bench.harness.data import DataSpec, ensure_data, list_images, make_jpeg
+
+
+def test_make_jpeg_gives_varied_photo_sized_jpegs():
+    rng = np.random.default_rng(0)
+    images = [make_jpeg(rng) for _ in range(8)]
+    assert all(data[:3] == b"\xff\xd8\xff" for data in images)
+    sizes = [len(data) for data in images]
+    assert len(set(sizes)) == len(sizes)
+    assert 20_000 < np.mean(sizes) < 250_000
+
+
+def test_ensure_data_writes_tree_shards_and_ceiling_and_reuses_them(tmp_path):
+    spec = DataSpec(num_images=12, num_classes=3, num_shards=2, ceiling_bytes=1 << 20)
+    paths = ensure_data(str(tmp_path / "d"), spec)
+    items = list_images(paths["imagefolder"])
+    assert len(items) == 12 and {label for _, label in items} == {0, 1, 2}
+    tars = sorted(f for f in os.listdir(paths["shards"]) if f.endswith(".tar"))
+    assert tars == ["shard-000000.tar", "shard-000001.tar"]
+    assert os.path.exists(os.path.join(paths["shards"], "manifest.json"))
+    assert os.path.getsize(paths["ceiling"]) == 1 << 20
+    stamp = os.path.getmtime(items[0][0])
+    assert ensure_data(str(tmp_path / "d"), spec) == paths
+    assert os.path.getmtime(items[0][0]) == stamp  # reused, not rewritten
