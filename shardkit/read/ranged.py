@@ -118,16 +118,21 @@ def stream_range(
         except TransientFault as exc:
             fault = exc
         else:
-            buf = bytearray()
+            # Pieces as they arrive, joined into chunks of chunk_bytes (one copy).
+            pieces: list[bytes] = []
+            have = 0
             try:
                 skip = pos - response.start  # > 0 only when the server ignored the range
                 resp_end = response.end if end is None else end
                 if skip:
                     logger.debug("%s: server ignored the range; skipping %d bytes", fetcher.url, skip)
-                while resp_end is None or pos + len(buf) < resp_end:
+                while resp_end is None or pos + have < resp_end:
                     if stop is not None and stop.is_set():
                         return
-                    want = READ_CALL_BYTES if resp_end is None else min(READ_CALL_BYTES, resp_end - pos - len(buf) + skip)
+                    # Never read past the next chunk boundary, so chunks are joined without slicing.
+                    want = min(READ_CALL_BYTES, chunk_bytes - have) + skip
+                    if resp_end is not None:
+                        want = min(want, resp_end - pos - have + skip)
                     try:
                         data = response.read(want)
                     except TransientFault as exc:
@@ -135,26 +140,35 @@ def stream_range(
                         break
                     if not data:
                         if resp_end is not None:
-                            fault = TransientFault(f"connection closed early at byte {pos + len(buf)} of {resp_end}")
+                            fault = TransientFault(f"connection closed early at byte {pos + have} of {resp_end}")
                         break
                     if skip:
                         cut = min(skip, len(data))
                         data = data[cut:]
                         skip -= cut
-                    buf += data
-                    while len(buf) >= chunk_bytes:
-                        out = bytes(buf[:chunk_bytes])
-                        del buf[:chunk_bytes]
-                        pos += len(out)
-                        backoff.progress()
-                        yield out
+                        if not data:
+                            continue
+                    pieces.append(data)
+                    have += len(data)
+                    if have >= chunk_bytes:
+                        joined = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+                        pieces.clear()
+                        for i in range(0, len(joined) - chunk_bytes + 1, chunk_bytes):
+                            out = joined[i : i + chunk_bytes]
+                            pos += len(out)
+                            have -= len(out)
+                            backoff.progress()
+                            yield out
+                        if have:
+                            pieces.append(joined[len(joined) - have :])
             finally:
                 response.close()
-            if buf:
+            if have:
                 # Bytes that arrived before a fault still count: resume after them.
                 backoff.progress()
-                for i in range(0, len(buf), chunk_bytes):
-                    out = bytes(buf[i : i + chunk_bytes])
+                joined = b"".join(pieces)
+                for i in range(0, len(joined), chunk_bytes):
+                    out = joined[i : i + chunk_bytes]
                     pos += len(out)
                     yield out
             if fault is None:

@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""Remote-read benchmark: shardkit over HTTP vs webdataset's curl pipe.
+
+Starts the object-store emulation of ``bench/remote_emulation.sh`` (Debian's
+nginx with a per-connection ``limit_rate``, in a network namespace whose veth
+end is shaped by ``tc tbf`` to an aggregate cap), serves a synthetic dataset
+from it and reads every sample of it through a DataLoader with 1, 2 and 4
+workers, once with ``shardkit.ShardDataset`` over ``http://`` and once with
+``webdataset.WebDataset`` over the same URLs (which opens each shard with
+``curl``). Raw bytes, no decoding, no shuffling: this measures transport.
+
+Reports MB/s (10^6 bytes of shard files per second, first request to last
+sample), the fraction of the aggregate cap reached, and shardkit's ratio to
+webdataset at the same worker count. Writes ``bench/results/remote.json`` and
+``bench/results/remote.md`` and prints the Markdown table.
+
+Needs root (network namespace, tc, apt-get for nginx if missing):
+
+    .venv/bin/python bench/bench_remote.py                 # ~2 minutes
+    .venv/bin/python bench/bench_remote.py --quick         # smaller dataset
+    .venv/bin/python bench/bench_remote.py --url http://host:port   # a server you run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import shardkit  # noqa: E402
+from shardkit.read.sources import SourceOptions  # noqa: E402
+
+EMULATION = os.path.join(HERE, "remote_emulation.sh")
+MB = 1_000_000
+
+
+def make_dataset(dest: str, *, num_shards: int, shard_mb: int, sample_kb: int) -> shardkit.Manifest:
+    """Random-payload samples (incompressible), ``num_shards`` shards of about ``shard_mb``."""
+    manifest_path = os.path.join(dest, "manifest.json")
+    per_shard = max(shard_mb * 1024 // sample_kb, 1)
+    if os.path.exists(manifest_path):
+        manifest = shardkit.load_manifest(dest)
+        if manifest.num_shards == num_shards and manifest.shards[0].num_samples == per_shard:
+            return manifest
+    payload = os.urandom(sample_kb * 1024)
+    with shardkit.ShardWriter(dest, max_samples=per_shard, max_bytes=None, overwrite=True) as writer:
+        for i in range(num_shards * per_shard):
+            # Distinct bytes per sample without generating them all: rotate.
+            cut = (i * 7919) % len(payload)
+            writer.write({"__key__": f"{i:08d}", "bin": payload[cut:] + payload[:cut], "cls": str(i % 10).encode()})
+    return shardkit.load_manifest(dest)
+
+
+def emulation_up(root: str, per_conn_mbps: int, aggregate_mbps: int) -> str:
+    out = subprocess.run(
+        ["bash", EMULATION, "up", root, str(per_conn_mbps), str(aggregate_mbps)],
+        check=True, stdout=subprocess.PIPE, text=True,
+    )
+    return out.stdout.strip().splitlines()[-1]
+
+
+def emulation_down() -> None:
+    subprocess.run(["bash", EMULATION, "down"], check=False)
+
+
+def run_loader(dataset: Any, workers: int) -> tuple[int, int, float, float]:
+    """Iterate a DataLoader over ``dataset``; returns (samples, payload bytes,
+    seconds to the first sample, seconds in all)."""
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(dataset, batch_size=None, num_workers=workers, prefetch_factor=4)
+    count = nbytes = 0
+    first = 0.0
+    start = time.perf_counter()
+    for sample in loader:
+        if count == 0:
+            first = time.perf_counter() - start
+        count += 1
+        nbytes += len(sample["bin"])
+    return count, nbytes, first, time.perf_counter() - start
+
+
+def shardkit_dataset(base_url: str, requests: int | None, part_mib: int | None) -> Any:
+    defaults = SourceOptions()
+    options = SourceOptions(
+        max_concurrent_requests=requests or defaults.max_concurrent_requests,
+        part_bytes=(part_mib << 20) if part_mib else defaults.part_bytes,
+    )
+    return shardkit.ShardDataset(base_url + "/", mode="exact", shuffle=False, source_options=options)
+
+
+def webdataset_dataset(urls: list[str]) -> Any:
+    import webdataset as wds
+
+    return wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", default=os.path.join(HERE, "work", "remote"))
+    parser.add_argument("--shards", type=int, default=16)
+    parser.add_argument("--shard-mb", type=int, default=32)
+    parser.add_argument("--sample-kb", type=int, default=256)
+    parser.add_argument("--per-conn-mbps", type=int, default=20, help="nginx limit_rate per connection, MiB/s")
+    parser.add_argument("--aggregate-mbps", type=int, default=160, help="tc tbf cap for all connections, MB/s")
+    parser.add_argument("--requests", type=int, help="shardkit max_concurrent_requests (default: SourceOptions')")
+    parser.add_argument("--part-mib", type=int, help="shardkit part_bytes in MiB (default: SourceOptions')")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--tools", nargs="+", default=["shardkit", "webdataset"])
+    parser.add_argument("--url", help="use this server (serving --workdir/data) instead of starting the emulation")
+    parser.add_argument("--quick", action="store_true", help="8 shards of 16 MB")
+    parser.add_argument("--out", default=os.path.join(HERE, "results", "remote.json"))
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.shards, args.shard_mb = 8, 16
+
+    data_dir = os.path.join(args.workdir, "data")
+    manifest = make_dataset(data_dir, num_shards=args.shards, shard_mb=args.shard_mb, sample_kb=args.sample_kb)
+    total = manifest.num_bytes
+    base = args.url or emulation_up(data_dir, args.per_conn_mbps, args.aggregate_mbps)
+    aggregate = None if args.url or not args.aggregate_mbps else args.aggregate_mbps
+    urls = [f"{base}/{s.path}" for s in manifest.shards]
+    rows: list[dict[str, Any]] = []
+    try:
+        for workers in args.workers:
+            for tool in args.tools:
+                dataset = shardkit_dataset(base, args.requests, args.part_mib) if tool == "shardkit" else webdataset_dataset(urls)
+                count, payload, first, seconds = run_loader(dataset, workers)
+                if count != manifest.num_samples:
+                    raise SystemExit(f"{tool} with {workers} workers read {count} of {manifest.num_samples} samples")
+                mbps = total / seconds / MB
+                rows.append({
+                    "tool": tool, "workers": workers, "seconds": round(seconds, 3),
+                    "first_sample_s": round(first, 3), "MB_per_s": round(mbps, 1),
+                    "fraction_of_cap": None if aggregate is None else round(mbps / aggregate, 3),
+                    "samples": count,
+                })
+                print(f"{tool:10s} workers={workers}: {mbps:7.1f} MB/s ({seconds:.1f} s)", file=sys.stderr)
+    finally:
+        if not args.url:
+            emulation_down()
+
+    by = {(r["tool"], r["workers"]): r for r in rows}
+    for r in rows:
+        other = by.get(("webdataset", r["workers"]))
+        r["vs_webdataset"] = round(r["MB_per_s"] / other["MB_per_s"], 2) if other else None
+    result = {
+        "benchmark": "remote",
+        "command": "bench/bench_remote.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "setup": {
+            "server": "nginx (Debian) in a network namespace behind a veth pair" if not args.url else args.url,
+            "per_connection_limit_MiB_per_s": args.per_conn_mbps,
+            "aggregate_cap_MB_per_s": aggregate,
+            "shards": manifest.num_shards, "dataset_MB": round(total / MB, 1),
+            "sample_KiB": args.sample_kb, "shardkit_requests_per_worker": args.requests or SourceOptions().max_concurrent_requests,
+            "shardkit_part_MiB": args.part_mib or SourceOptions().part_bytes >> 20,
+            "cpus": os.cpu_count(), "python": platform.python_version(),
+        },
+        "rows": rows,
+    }
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    table = markdown(result)
+    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
+        f.write(table)
+    print(table)
+    return 0
+
+
+def markdown(result: dict[str, Any]) -> str:
+    setup = result["setup"]
+    cap = setup["aggregate_cap_MB_per_s"]
+    lines = [
+        f"## Remote reads: {setup['dataset_MB']} MB in {setup['shards']} shards over HTTP, "
+        f"{setup['per_connection_limit_MiB_per_s']} MiB/s per connection, "
+        + (f"{cap} MB/s aggregate cap" if cap else "no aggregate cap"),
+        "",
+        "| tool | workers | MB/s | of cap | vs webdataset | first sample (s) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in result["rows"]:
+        frac = "-" if r["fraction_of_cap"] is None else f"{r['fraction_of_cap']:.0%}"
+        ratio = "-" if r["vs_webdataset"] is None else f"{r['vs_webdataset']:.2f}x"
+        lines.append(f"| {r['tool']} | {r['workers']} | {r['MB_per_s']:.1f} | {frac} | {ratio} | {r['first_sample_s']:.2f} |")
+    lines += ["", f"Command: `{result['command']}`", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
