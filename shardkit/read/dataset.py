@@ -216,8 +216,11 @@ class ShardDataset(IterableDataset):
         # Shared with DataLoader worker processes (persistent ones included):
         # workers read the epoch at the start of each iteration and add to
         # the fault counter.
-        self._epoch = multiprocessing.Value("q", epoch)
-        self._skipped = multiprocessing.Value("q", 0)
+        # (Created with the spawn context's lock, which fork, forkserver and
+        # spawn workers can all share.)
+        shared = multiprocessing.get_context("spawn")
+        self._epoch = shared.Value("q", epoch)
+        self._skipped = shared.Value("q", 0)
 
     # ------------------------------------------------------------ state
 

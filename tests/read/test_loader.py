@@ -34,3 +34,15 @@ def test_loader_in_process_and_with_in_worker_batches(make_shards):
     assert all(isinstance(b["cls"], torch.Tensor) for b in batches)
     with pytest.raises(UsageError, match="already batches"):
         make_loader(ds, batch_size=4)
+
+
+@pytest.mark.parametrize("context", ["spawn"])  # the strictest: everything is pickled
+def test_set_epoch_and_skip_counter_work_with_spawned_workers(make_shards, context):
+    manifest = make_shards([3, 4, 2, 5])
+    ds = ShardDataset(manifest, mode="exact", seed=1, buffer_size=4)
+    loader = make_loader(ds, num_workers=2, multiprocessing_context=context, in_order=True)
+    first = [s["__key__"] for s in loader]
+    ds.set_epoch(1)
+    second = [s["__key__"] for s in loader]
+    assert sorted(first) == sorted(second) and first != second
+    assert ds.num_skipped == 0
