@@ -259,3 +259,16 @@ def test_any_read_size_gives_the_same_samples(make_shards, chunk_bytes):
     assert keys == _slot_keys(ShardDataset(manifest, mode="exact", shuffle=False), 2, 2)
     for sample in ds.iter_slot(World(rank=1, world_size=2), epoch=0):
         assert sample["bin"] == sample_payload(sample["__key__"], 1500)
+
+
+def test_stopping_early_stops_the_read_ahead_threads(make_shards):
+    import gc
+    import threading
+
+    manifest = make_shards([50, 50, 50], payload_bytes=4000)
+    stream = iter(ShardDataset(manifest, mode="exact", buffer_size=10, interleave=2, read_ahead_bytes=20_000))
+    assert [next(stream) for _ in range(3)]
+    assert any(t.name == "shardkit-read-ahead" for t in threading.enumerate())
+    del stream
+    gc.collect()
+    assert not any(t.name == "shardkit-read-ahead" and t.is_alive() for t in threading.enumerate())
