@@ -11,11 +11,13 @@ Three datasets over the same synthetic sample list of N samples:
   SQLite file, opened after the fork in each worker.
 
 Each case runs in a fresh interpreter with 2 workers. Each worker reads
-``samples_per_worker`` samples and runs one full garbage collection, as
-Python does on its own during a long epoch (a collection touches every
-tracked object, which is what turns copy-on-write pages of a forked list
-into private copies). Then the parent reads each worker's
-``/proc/PID/smaps_rollup``: RSS, PSS and private (USS) memory.
+``samples_per_worker`` samples; half way, the in-memory dataset references
+each of its samples once (what a full epoch of ``__getitem__`` calls does to
+reference counts, and so to the copy-on-write pages of the forked list,
+without spending an epoch on it), and every worker runs one full garbage
+collection, as Python does on its own during a long run. Then the parent
+reads each worker's ``/proc/PID/smaps_rollup``: RSS, PSS and private (USS)
+memory (the median of a few snapshots taken as the worker reads on).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import gc
 import json
 import os
 import sqlite3
+import statistics
 import subprocess
 import sys
 import time
@@ -39,6 +42,8 @@ BASE_SHARD_SAMPLES = 10_000
 PAYLOAD_BYTES = 8192
 WORKERS = 2
 BATCH = 32
+#: Memory snapshots per worker (the median is kept).
+SNAPSHOTS = 5
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -100,15 +105,18 @@ def ensure_synthetic(root: str, num_samples: int) -> dict[str, str]:
 
 
 class _GcOnce:
-    """Counts items in a worker and runs one full collection at ``at``."""
+    """Counts items in a worker; at item ``at`` it runs ``sweep`` (if any)
+    and one full garbage collection."""
 
     def __init__(self, at: int):
         self.at = at
         self.count = 0
 
-    def tick(self) -> None:
+    def tick(self, sweep: Any = None) -> None:
         self.count += 1
         if self.count == self.at:
+            if sweep is not None:
+                sweep()
             gc.collect()
 
 
@@ -124,8 +132,15 @@ class InMemoryDataset:
 
     def __getitem__(self, i: int) -> tuple[int, int]:
         path, label = self.items[i]
-        self.gc.tick()
+        self.gc.tick(self._epoch_touch)
         return len(path), label
+
+    def _epoch_touch(self) -> None:
+        """Reference every sample once, as a full epoch of ``__getitem__``
+        calls would: the reference counts written are what copy the forked
+        list's pages into this worker."""
+        for path, label in self.items:
+            pass
 
 
 class SqliteDataset:
@@ -221,12 +236,22 @@ def measure_case(kind: str, num_samples: int, paths: dict[str, str], samples_per
     iterator = iter(loader)
     while seen < want:
         seen += next(iterator)
-    time.sleep(0.5)  # let workers finish the batches they prefetch
-    workers = [smaps(pid) for pid in _children(os.getpid())]
+    # Read-ahead and shuffle buffers fill and drain as a worker runs, so
+    # sample each worker a few times while reading on, and keep the median.
+    samples: dict[int, list[dict[str, float]]] = {}
+    for _ in range(SNAPSHOTS):
+        for _ in range(4):
+            seen += next(iterator)
+        time.sleep(0.2)
+        for pid in _children(os.getpid()):
+            samples.setdefault(pid, []).append(smaps(pid))
     main = smaps(os.getpid())
     del iterator
-    if not workers:
+    if not samples:
         raise RuntimeError("found no worker processes to measure")
+    workers = [
+        {key: statistics.median(snap[key] for snap in snaps) for key in snaps[0]} for snaps in samples.values()
+    ]
     return {
         "kind": kind,
         "num_samples": num_samples,

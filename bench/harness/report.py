@@ -246,7 +246,8 @@ def render_markdown(results: dict[str, Any], *, plot_prefix: str | None = None) 
         out += ["", "## Memory per DataLoader worker vs dataset size", ""]
         out.append(
             f"{mem['workers']} workers; each reads {mem['samples_per_worker']} samples and runs one full garbage "
-            "collection, then the parent reads its `/proc/PID/smaps_rollup`. shardkit: a manifest of N samples; "
+            "collection (the in-memory dataset also references every sample once, as a full epoch would), then "
+            "the parent reads each worker's `/proc/PID/smaps_rollup`. shardkit: a manifest of N samples; "
             "in_memory: a map-style dataset holding the sample list in a Python list; sqlite: a map-style "
             "dataset reading the list from SQLite, connection opened in each worker."
         )
