@@ -19,7 +19,6 @@ from torch.utils.data import IterableDataset
 
 from shardkit.errors import UsageError
 from shardkit.format.manifest import Manifest
-from shardkit.format.tar import RawSample
 from shardkit.read.catalog import ShardCatalog, resolve_catalog
 from shardkit.read.decode import Decoder, ImageMode, make_decoder
 from shardkit.read.prefetch import DEFAULT_READ_AHEAD_BYTES
@@ -35,7 +34,7 @@ from shardkit.read.split import (
     samples_per_rank,
     seed_sequence,
 )
-from shardkit.read.stream import ON_ERROR, OnError, PieceReader
+from shardkit.read.stream import ON_ERROR, Located, OnError, PieceReader
 from shardkit.world import World, detect_rank, detect_worker
 
 #: Default number of samples held by the shuffle buffer.
@@ -44,11 +43,11 @@ DEFAULT_BUFFER_SIZE = 1000
 Sample = dict[str, Any]
 
 
-def _raw_nbytes(raw: RawSample) -> int:
-    return sum(len(v) for v in raw.fields.values())
+def _located_nbytes(located: Located) -> int:
+    return sum(len(v) for v in located[2].fields.values())
 
 
-def _round_robin(streams: list[Iterator[RawSample]]) -> Iterator[RawSample]:
+def _round_robin(streams: list[Iterator[Located]]) -> Iterator[Located]:
     """One sample from each stream in turn, until all are done."""
     active = list(streams)
     try:
@@ -63,8 +62,8 @@ def _round_robin(streams: list[Iterator[RawSample]]) -> Iterator[RawSample]:
             stream.close()  # type: ignore[attr-defined]  # stop their read-ahead threads
 
 
-def _as_dict(raws: Iterator[RawSample]) -> Iterator[Sample]:
-    for raw in raws:
+def _as_dict(located: Iterator[Located]) -> Iterator[Sample]:
+    for _, _, raw in located:
         sample: Sample = {"__key__": raw.key}
         sample.update(raw.fields)
         yield sample
@@ -320,16 +319,16 @@ class ShardDataset(IterableDataset):
             reader.read(self.pieces(world, epoch=epoch, part=part, num_parts=self.interleave))
             for part in range(self.interleave)
         ]
-        raws: Iterator[RawSample] = streams[0] if len(streams) == 1 else _round_robin(streams)
+        raws: Iterator[Located] = streams[0] if len(streams) == 1 else _round_robin(streams)
         if self.shuffle and self.buffer_size > 1:
             rng = np.random.Generator(
                 np.random.PCG64(seed_sequence(self.seed, epoch, SAMPLE_SHUFFLE_STREAM, world.rank, world.worker))
             )
-            buffer: ShuffleBuffer[RawSample] = ShuffleBuffer(
+            buffer: ShuffleBuffer[Located] = ShuffleBuffer(
                 size=self.buffer_size,
                 rng=rng,
                 max_bytes=self.buffer_bytes,
-                nbytes=_raw_nbytes if self.buffer_bytes is not None else None,
+                nbytes=_located_nbytes if self.buffer_bytes is not None else None,
             )
             raws = buffer.shuffle(raws)
         samples: Iterator[Any] = _as_dict(raws)

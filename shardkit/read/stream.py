@@ -42,6 +42,12 @@ log = logging.getLogger(__name__)
 OnError = Literal["raise", "skip"]
 ON_ERROR: tuple[str, ...] = ("raise", "skip")
 
+#: A sample with where it came from: ``(shard number, sample number within
+#: the shard, sample)``. Positions travel with samples so that a reader state
+#: (what a slot consumed, what its shuffle buffer holds) can be named by
+#: position and restored through the offset index.
+Located = tuple[int, int, RawSample]
+
 #: Faults the skip policy may skip; anything else is a bug and propagates.
 FAULTS = (CorruptShardError, ManifestError, OSError)
 
@@ -151,8 +157,8 @@ class PieceReader:
         log.warning("skipping bad data (on_error='skip'): %s", exc)
         self.on_skip(exc)
 
-    def read(self, pieces: Iterator[Piece]) -> Iterator[RawSample]:
-        """Yield the samples of ``pieces`` in order."""
+    def read(self, pieces: Iterator[Piece]) -> Iterator[Located]:
+        """Yield the samples of ``pieces`` in order, each as ``(shard, index, sample)``."""
         jobs = (_Job(piece, self.catalog.urls[piece.shard]) for piece in pieces)
         with ReadAhead(jobs, self._fetch, budget_bytes=self.read_ahead_bytes) as chunks:
             current: _Job | None = None
@@ -168,22 +174,23 @@ class PieceReader:
                 if broken:
                     continue
                 assert parser is not None
+                shard, first = job.piece.shard, job.piece.start
                 try:
                     if isinstance(item, bytes):
                         received += len(item)
                         for raw in parser.feed(item):
+                            yield shard, first + got, raw
                             got += 1
-                            yield raw
                     elif item is None:
                         for raw in self._finish(job, parser, received, got):
+                            yield shard, first + got, raw
                             got += 1
-                            yield raw
                     else:
                         raise item  # type: ignore[misc]
                 except FAULTS as exc:
                     broken = True
                     self._fault(exc)
-                    yield from self._recover(job, exc, job.piece.start + got)
+                    yield from self._recover(job, exc, first + got)
 
     def _finish(self, job: _Job, parser: SampleParser, received: int, got: int) -> list[RawSample]:
         if job.byte_stop is not None and received < job.byte_stop - job.byte_start:
@@ -213,7 +220,7 @@ class PieceReader:
             )
         return tail
 
-    def _recover(self, job: _Job, exc: Exception, next_sample: int) -> Iterator[RawSample]:
+    def _recover(self, job: _Job, exc: Exception, next_sample: int) -> Iterator[Located]:
         """After a skipped fault: yield what can be saved of the rest of the piece.
 
         Samples before the fault are re-read (the parser may have held some
@@ -233,7 +240,7 @@ class PieceReader:
             if lo < hi:
                 yield from self._read_direct(job, lo, hi)
 
-    def _read_direct(self, job: _Job, lo: int, hi: int) -> Iterator[RawSample]:
+    def _read_direct(self, job: _Job, lo: int, hi: int) -> Iterator[Located]:
         """Read samples ``[lo, hi)`` of the job's shard without read-ahead."""
         assert job.bounds is not None
         sub = _Job(Piece(job.piece.shard, lo, hi), job.url)
@@ -248,11 +255,11 @@ class PieceReader:
             for chunk in source.iter_range(sub.byte_start, sub.byte_stop, chunk_bytes=self.options.chunk_bytes):
                 received += len(chunk)
                 for raw in parser.feed(chunk):
+                    yield sub.piece.shard, lo + got, raw
                     got += 1
-                    yield raw
             for raw in self._finish(sub, parser, received, got):
+                yield sub.piece.shard, lo + got, raw
                 got += 1
-                yield raw
         except FAULTS as exc:
             self._fault(exc)
             yield from self._recover(sub, exc, lo + got)

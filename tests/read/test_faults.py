@@ -157,3 +157,17 @@ def test_a_worker_that_dies_is_reported_not_waited_for(make_shards):
     loader = torch.utils.data.DataLoader(ShardDataset(manifest, mode="exact", map=_die), batch_size=None, num_workers=2)
     with pytest.raises(RuntimeError, match="exited unexpectedly"):
         list(loader)
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_samples_carry_their_shard_and_index_through_recovery(make_shards, fault):
+    from shardkit.read.stream import PieceReader
+    from shardkit.world import World
+
+    manifest, _ = _broken_dataset(make_shards, fault)
+    ds = ShardDataset(manifest, mode="exact", on_error="skip")
+    reader = PieceReader(ds.catalog, on_error="skip", on_skip=lambda exc: None, options=ds.options, read_ahead_bytes=1 << 20)
+    located = list(reader.read(ds.pieces(World(), epoch=0)))
+    assert located
+    for shard, index, raw in located:
+        assert raw.key == f"s{shard:03d}_{index:05d}"
