@@ -2,8 +2,8 @@
 
 The filesystem comes from :func:`fsspec.core.url_to_fs`, configured the way
 that fsspec implementation reads its own configuration. Each range is a file
-opened, seeked and read in order; faults other than missing or forbidden
-objects are retried and resumed like HTTP ones.
+one ``cat_file(path, start, end)`` call; faults other than missing or
+forbidden objects are retried like HTTP ones.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from shardkit.read.retry import TransientFault
 from shardkit.read.sources import SourceOptions
 from shardkit.read.urls import redact_url
 
-_READ_BYTES = 1 << 20
 
 
 def url_to_fs(url: str) -> tuple[Any, str]:
@@ -48,23 +47,37 @@ def classify_fs_error(exc: BaseException, url: str, offset: int | None) -> BaseE
 
 
 class _FsResponse:
-    def __init__(self, handle: Any, start: int, end: int | None, url: str):
-        self._handle = handle
+    """Bytes ``[start, end)`` fetched with one ``cat_file`` call on first read.
+
+    ``cat_file`` is the one ranged read every fsspec filesystem has, it is
+    safe to call from several threads, and the async filesystems implement
+    it natively; a range is at most ``part_bytes`` long, so holding it whole
+    is within the read-ahead budget.
+    """
+
+    def __init__(self, fetcher: FsspecFetcher, start: int, end: int | None):
+        self._fetcher = fetcher
         self.start = start
         self.end = end
-        self._url = url
+        self._data: memoryview | None = None
+        self._pos = 0
 
     def read(self, amt: int) -> bytes:
-        try:
-            return self._handle.read(min(amt, _READ_BYTES))
-        except Exception as exc:
-            raise classify_fs_error(exc, self._url, None) from None
+        if self._data is None:
+            fetcher = self._fetcher
+            try:
+                data = fetcher.fs.cat_file(fetcher.path, start=self.start, end=self.end)
+            except Exception as exc:
+                raise classify_fs_error(exc, fetcher.url, self.start) from None
+            self._data = memoryview(data)
+            if self.end is None:
+                self.end = self.start + len(data)
+        out = bytes(self._data[self._pos : self._pos + amt])
+        self._pos += len(out)
+        return out
 
     def close(self) -> None:
-        try:
-            self._handle.close()
-        except Exception:  # closing a broken handle: nothing left to save
-            pass
+        self._data = None
 
 
 class FsspecFetcher:
@@ -88,10 +101,4 @@ class FsspecFetcher:
         return None if size is None else int(size)
 
     def open_range(self, start: int, end: int | None) -> _FsResponse:
-        try:
-            handle = self.fs.open(self.path, "rb")
-            if start:
-                handle.seek(start)
-        except Exception as exc:
-            raise classify_fs_error(exc, self.url, start) from None
-        return _FsResponse(handle, start, end, self.url)
+        return _FsResponse(self, start, end)

@@ -74,11 +74,17 @@ def s3_options(s3_server):
     )
 
 
+_bucket_numbers = __import__("itertools").count()
+
+
 @pytest.fixture
 def s3_bucket(s3_server, request):
     import boto3
 
     client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1")
-    bucket = "shardkit-" + request.node.name.lower().replace("_", "-")[:40]
+    import re
+
+    name = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower())[:40].strip("-")
+    bucket = f"shardkit-{next(_bucket_numbers)}-{name}"[:63].rstrip("-")
     client.create_bucket(Bucket=bucket)
     yield client, bucket

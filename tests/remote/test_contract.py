@@ -1,0 +1,71 @@
+"""One contract, every source: local, file://, http://, s3://, memory:// (fsspec), pipe:."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from shardkit.errors import RemoteError
+from shardkit.read.sources import SourceOptions, open_source
+
+DATA = os.urandom(300_007)
+SMALL = SourceOptions(part_bytes=64 << 10, chunk_bytes=16 << 10, read_ahead_bytes=256 << 10, retry_deadline_s=2.0)
+
+
+@pytest.fixture(params=["path", "file", "http", "s3", "memory", "pipe"])
+def stored(request, tmp_path):
+    """``(url, options)`` of an object holding DATA, plus a URL that does not exist."""
+    kind = request.param
+    if kind in ("path", "file", "pipe"):
+        path = tmp_path / "obj.tar"
+        path.write_bytes(DATA)
+        if kind == "path":
+            return str(path), str(tmp_path / "none.tar"), SMALL
+        if kind == "file":
+            return f"file://{path}", f"file://{tmp_path}/none.tar", SMALL
+        opts = SourceOptions(**{**SMALL.__dict__, "allow_pipe": True})
+        return f"pipe:cat {path}", None, opts
+    if kind == "http":
+        server = request.getfixturevalue("http_server")
+        return server.add("/obj.tar", DATA), server.base_url + "/none.tar", SMALL
+    if kind == "s3":
+        client, bucket = request.getfixturevalue("s3_bucket")
+        client.put_object(Bucket=bucket, Key="obj.tar", Body=DATA)
+        return f"s3://{bucket}/obj.tar", f"s3://{bucket}/none.tar", SMALL
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/contract/obj.tar", DATA)
+    request.addfinalizer(lambda: fs.rm("/contract", recursive=True))
+    return "memory://contract/obj.tar", "memory://contract/none.tar", SMALL
+
+
+def collect(source, start, end, chunk_bytes):
+    chunks = list(source.iter_range(start, end, chunk_bytes=chunk_bytes))
+    assert all(0 < len(c) <= chunk_bytes for c in chunks)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize(
+    ("start", "end"), [(0, None), (0, len(DATA)), (1, 2), (12_345, 200_000), (299_000, None), (0, 0)]
+)
+def test_iter_range_yields_exact_bytes(stored, start, end):
+    url, _, options = stored
+    assert collect(open_source(url, options=options), start, end, 10_000) == DATA[start:end]
+
+
+def test_read_all(stored):
+    url, _, options = stored
+    assert open_source(url, options=options).read_all() == DATA
+
+
+def test_missing_object_names_it(stored):
+    url, missing, options = stored
+    if missing is None:
+        pytest.skip("pipe: has no notion of a missing object")
+    with pytest.raises(OSError) as info:
+        open_source(missing, options=options).read_all()
+    assert "none.tar" in str(info.value) or "none.tar" in str(getattr(info.value, "filename", ""))
+    if "://" in missing and not missing.startswith("file://"):
+        assert isinstance(info.value, RemoteError) and info.value.status == 404
