@@ -14,12 +14,14 @@ from shardkit.errors import (
     DuplicateSampleError,
     InputFileError,
     ManifestError,
+    RemoteError,
     ShardkitError,
     SourceError,
     UsageError,
     VerifyError,
 )
 from shardkit.format.manifest import Manifest, ShardEntry, SkippedInput, load_manifest
+from shardkit.read.sources import SourceOptions
 from shardkit.write.writer import ShardWriter
 
 __version__ = "0.1.0"
@@ -64,12 +66,14 @@ __all__ = [
     "InputFileError",
     "Manifest",
     "ManifestError",
+    "RemoteError",
     "ShardDataset",
     "ShardEntry",
     "ShardWriter",
     "ShardkitError",
     "SkippedInput",
     "SourceError",
+    "SourceOptions",
     "UsageError",
     "VerifyError",
     "World",
