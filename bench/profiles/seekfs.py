@@ -83,9 +83,9 @@ class SeekDisk:
                 self._next_addr += -(-size // 4096) * 4096 + FILE_GAP_BYTES
         return entry[0]
 
-    def wait_open(self) -> None:
+    def wait_open(self, path: str) -> None:
         with self.lock:
-            done = self.model.open(time.monotonic())
+            done = self.model.open(time.monotonic(), path)
         _sleep_until(done)
 
     def book_read(self, addr: int, num_bytes: int, limit: int, *, path: str = "", pid: int = -1,
@@ -156,7 +156,7 @@ def make_operations(root: str, disk: SeekDisk) -> Any:
             if flags & (os.O_WRONLY | os.O_RDWR):
                 raise mfusepy.FuseOSError(errno.EROFS)
             fd = os.open(self._real(path), os.O_RDONLY)
-            disk.wait_open()
+            disk.wait_open(path)
             return fd
 
         def read(self, path: str, size: int, offset: int, fh: int) -> bytes:

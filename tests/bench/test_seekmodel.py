@@ -119,3 +119,12 @@ def test_open_charges_device_time_and_moves_the_head():
 def test_invalid_parameters_are_refused():
     with pytest.raises(ValueError, match="transfer rates"):
         DiskParams(transfer_bytes_per_s=0)
+
+
+def test_reopening_a_file_finds_its_inode_cached():
+    model = SeekModel(DiskParams(open_s=0.002))
+    first = model.open(0.0, "/a")
+    assert first == pytest.approx(0.002)
+    assert model.open(first, "/a") == first
+    model.drop_cache()
+    assert model.open(first, "/a") == pytest.approx(first + 0.002)
