@@ -149,6 +149,25 @@ def head_activity_table(profile: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def block_requests_table(profile: dict[str, Any]) -> str:
+    """For the loop profiles: block-layer read requests per run and their
+    mean size, from the cgroup's blkio counters (medians)."""
+    import statistics
+
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for run in profile.get("runs", []):
+        if run.get("io", {}).get("read_io_serviced"):
+            groups.setdefault((run["loader"], run["workers"]), []).append(run)
+    if not groups:
+        return ""
+    lines = ["| loader | workers | read requests | KB per request |", "|---|---|---|---|"]
+    for (loader, workers), runs in sorted(groups.items(), key=lambda kv: (list(LABELS).index(kv[0][0]), kv[0][1])):
+        count = statistics.median(r["io"]["read_io_serviced"] for r in runs)
+        size = statistics.median(r["io"]["read_io_service_bytes"] / r["io"]["read_io_serviced"] / 1e3 for r in runs)
+        lines.append(f"| {LABELS[loader]} | {workers} | {count:.0f} | {size:.0f} |")
+    return "\n".join(lines)
+
+
 def memory_table(memory: dict[str, Any]) -> str:
     sizes = memory["sizes"]
     lines = [
@@ -232,6 +251,10 @@ def render_markdown(results: dict[str, Any], *, plot_prefix: str | None = None) 
             out += ["", f"### `{profile['profile']}` — {profile['description']}", ""]
             out.append(f"Sequential ceiling (cold `dd` of one large file): **{ceiling:.0f} MB/s**.")
             out += ["", throughput_table(profile)]
+            requests = block_requests_table(profile)
+            if requests:
+                out += ["", "Block-layer reads (blkio counters of the benchmark's cgroup, medians per run):", "",
+                        requests]
             if profile["profile"] == "hdd-seek":
                 out += ["", "Against the published 7200 rpm HDD figures (in brackets: relative to 1 worker):", "",
                         published_comparison(profile)]

@@ -134,3 +134,10 @@ def test_head_activity_table_summarizes_seek_model_counters():
                         "io": {"seeks": 100, "device_bytes": 200_000_000, "busy_s": 1.5, "pid_switches": 40}}]
     table = report.head_activity_table(profile)
     assert "| webdataset | 8 | 100 | 2.00 | 75% | 40 |" in table
+
+
+def test_block_requests_table_shows_request_count_and_size():
+    profile = make_profile("hdd", {"shardkit": {1: 160.0}})
+    profile["runs"] = [{"loader": "shardkit", "workers": 1, "seconds": 1.0,
+                        "io": {"read_io_serviced": 400, "read_io_service_bytes": 400 * 1_280_000}}]
+    assert "| shardkit | 1 | 400 | 1280 |" in report.block_requests_table(profile)
