@@ -10,20 +10,27 @@ import itertools
 import os
 import tracemalloc
 
+import pytest
+
 from shardkit import Manifest, ShardDataset, ShardEntry
 from shardkit.read.sources import SourceOptions
 from shardkit.world import World
-from shardkit.write.shard import ShardFile
+from shardkit.write.shard import ShardFile, WrittenShard
 
 PER_SHARD = 10_000
 
 
-def _linked_dataset(dest: str, num_shards: int) -> Manifest:
-    os.makedirs(dest)
-    with ShardFile(os.path.join(dest, "base.tar")) as shard:
+@pytest.fixture(scope="module")
+def base_shard(tmp_path_factory) -> WrittenShard:
+    """One real 10,000-sample shard that every synthetic dataset links to."""
+    with ShardFile(str(tmp_path_factory.mktemp("base") / "base.tar")) as shard:
         for i in range(PER_SHARD):
             shard.add(f"k{i:06d}", [("cls", str(i % 10).encode())])
-        written = shard.commit()
+        return shard.commit()
+
+
+def _linked_dataset(dest: str, num_shards: int, written: WrittenShard) -> Manifest:
+    os.makedirs(dest)
     entries = []
     for n in range(num_shards):
         os.symlink(written.path, os.path.join(dest, f"s{n:04d}.tar"))
@@ -41,8 +48,8 @@ def _peak(fn) -> int:
         tracemalloc.stop()
 
 
-def test_planning_a_million_samples_takes_memory_per_shard_not_per_sample(tmp_path):
-    big = ShardDataset(_linked_dataset(str(tmp_path / "big"), 100), mode="exact")
+def test_planning_a_million_samples_takes_memory_per_shard_not_per_sample(tmp_path, base_shard):
+    big = ShardDataset(_linked_dataset(str(tmp_path / "big"), 100, base_shard), mode="exact")
     assert big.catalog.num_samples == 1_000_000
 
     def plan_all_slots():
@@ -57,15 +64,15 @@ def test_planning_a_million_samples_takes_memory_per_shard_not_per_sample(tmp_pa
     assert _peak(plan_all_slots) < 512 << 10
 
 
-def test_reading_from_a_million_sample_dataset_uses_no_more_memory_than_from_a_small_one(tmp_path):
+def test_reading_from_a_million_sample_dataset_uses_no_more_memory_than_from_a_small_one(tmp_path, base_shard):
     options = SourceOptions(chunk_bytes=1 << 20)
-    small = ShardDataset(_linked_dataset(str(tmp_path / "small"), 1), mode="exact", source_options=options,
+    small = ShardDataset(_linked_dataset(str(tmp_path / "small"), 1, base_shard), mode="exact", source_options=options,
                          read_ahead_bytes=4 << 20, buffer_size=500, rank=0, world_size=1)
-    big = ShardDataset(_linked_dataset(str(tmp_path / "big"), 100), mode="exact", source_options=options,
+    big = ShardDataset(_linked_dataset(str(tmp_path / "big"), 100, base_shard), mode="exact", source_options=options,
                        read_ahead_bytes=4 << 20, buffer_size=500, rank=0, world_size=50)
 
     def read(ds):
-        return lambda: sum(1 for _ in itertools.islice(iter(ds), 20_000))
+        return lambda: sum(1 for _ in itertools.islice(iter(ds), 10_000))
 
     small_peak = _peak(read(small))
     big_peak = _peak(read(big))
@@ -73,3 +80,38 @@ def test_reading_from_a_million_sample_dataset_uses_no_more_memory_than_from_a_s
     # parsed + 500 samples), and not more for 100x the samples and shards.
     assert big_peak < 12 << 20
     assert big_peak < small_peak + (1 << 20)
+
+
+_seen = [0]
+
+
+def _rss_every_1000(sample):
+    """Report the worker's anonymous RSS (bytes) on every 1000th sample."""
+    _seen[0] += 1
+    if _seen[0] % 1000:
+        return 0
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _worker_rss_growth(ds: ShardDataset) -> int:
+    import torch
+
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1)
+    samples = [rss for rss in itertools.islice(iter(loader), 12_000 // 250) if rss]
+    return max(samples) - samples[0]
+
+
+def test_worker_rss_does_not_grow_with_dataset_size(tmp_path, base_shard):
+    options = SourceOptions(chunk_bytes=1 << 20)
+    kwargs = dict(mode="exact", source_options=options, read_ahead_bytes=4 << 20, buffer_size=500, map=_rss_every_1000,
+                  batch_size=250, collate=max)
+    small = ShardDataset(_linked_dataset(str(tmp_path / "small"), 3, base_shard), rank=0, world_size=1, **kwargs)
+    big = ShardDataset(_linked_dataset(str(tmp_path / "big"), 100, base_shard), rank=0, world_size=20, **kwargs)
+    small_growth = _worker_rss_growth(small)
+    big_growth = _worker_rss_growth(big)
+    # 12,000 samples read from 30,000 vs 1,000,000: the same bounded buffers.
+    assert big_growth < small_growth + (4 << 20), (small_growth, big_growth)
