@@ -30,7 +30,9 @@ def _pool(max_connections: int) -> urllib3.PoolManager:
     with _pools_lock:
         pool = _pools.get(key)
         if pool is None:
-            pool = urllib3.PoolManager(num_pools=16, maxsize=max_connections, block=False)
+            # Room for several open ranges at once (read-ahead, interleaved
+            # streams) without urllib3 discarding connections.
+            pool = urllib3.PoolManager(num_pools=16, maxsize=max(4 * max_connections, 16), block=False)
             _pools[key] = pool
         return pool
 
@@ -103,10 +105,19 @@ class HttpFetcher:
         return response
 
     def size(self) -> int | None:
-        response = self._request("HEAD", {}, None)
-        response.release_conn()
-        length = response.headers.get("Content-Length")
-        return int(length) if length is not None else None
+        # A one-byte ranged GET rather than HEAD: presigned URLs are signed
+        # for GET only, and some servers answer HEAD without a length.
+        response = self._request("GET", {"Range": "bytes=0-0", "Accept-Encoding": "identity"}, None)
+        try:
+            if response.status == 206:
+                match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
+                if match is not None and match.group(3) != "*":
+                    return int(match.group(3))
+                return None
+            length = response.headers.get("Content-Length")  # a plain 200: the whole object
+            return int(length) if length is not None else None
+        finally:
+            response.close()
 
     def open_range(self, start: int, end: int | None) -> _HttpResponse:
         headers = {"Accept-Encoding": "identity"}
