@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 
 J = TypeVar("J")
 
+#: Seconds close() waits for the reader thread to finish its current read.
+CLOSE_WAIT_S = 2.0
+
 #: Default byte budget of one read-ahead thread.
 DEFAULT_READ_AHEAD_BYTES = 32 << 20
 
@@ -131,9 +134,12 @@ class ReadAhead(Generic[J]):
             self._held = 0
             self._cond.notify_all()
         if self._started and self._thread is not threading.current_thread():
-            self._thread.join(timeout=30)
-            if self._thread.is_alive():  # a read stuck in the storage layer
-                log.warning("read-ahead thread did not stop within 30 s; leaving it (daemon)")
+            # The thread stops at its next chunk; a read stuck in the storage
+            # layer is not waited for long (the thread is a daemon and drops
+            # what it gets once it returns).
+            self._thread.join(timeout=CLOSE_WAIT_S)
+            if self._thread.is_alive():
+                log.info("read-ahead thread still inside a read after %s s; not waiting for it", CLOSE_WAIT_S)
 
     def __enter__(self) -> ReadAhead[J]:
         return self

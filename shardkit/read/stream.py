@@ -167,7 +167,7 @@ class PieceReader:
             broken = False
             for job, item in chunks:
                 if job is None:
-                    raise item  # type: ignore[misc]  # the plan itself failed: a bug
+                    raise item  # type: ignore[misc]  # the plan failed (e.g. a UsageError): not a data fault
                 if job is not current:
                     current, broken, received, got = job, False, 0, 0
                     parser = SampleParser(path=job.url, base_offset=job.byte_start)
