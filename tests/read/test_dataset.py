@@ -117,6 +117,7 @@ def test_infinite_mode_runs_past_one_epoch_with_fresh_orders(make_shards):
         len(ds)
 
 
+@pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities of TorchVision:DeprecationWarning")
 def test_decoders_by_extension(tmp_path):
     image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (8, 6, 3), dtype=np.uint8))
     png = io.BytesIO()
@@ -272,3 +273,32 @@ def test_stopping_early_stops_the_read_ahead_threads(make_shards):
     del stream
     gc.collect()
     assert not any(t.name == "shardkit-read-ahead" and t.is_alive() for t in threading.enumerate())
+
+
+def test_pax_member_names_long_and_non_ascii_keys(tmp_path):
+    keys = ["dir/" + "x" * 180 + "_0", "ключ_1", "plain_2"]
+    with ShardWriter(str(tmp_path / "pax"), max_samples=10) as writer:
+        for key in keys:
+            writer.write({"__key__": key, "txt": key.encode(), "cls": b"1"})
+    samples = list(ShardDataset(str(tmp_path / "pax"), mode="exact", shuffle=False, decode="pil"))
+    assert [s["__key__"] for s in samples] == keys
+    assert [s["txt"] for s in samples] == keys
+
+
+@pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities of TorchVision:DeprecationWarning")
+def test_map_runs_torchvision_v2_transforms_on_decoded_images(tmp_path):
+    from torchvision.transforms import v2
+
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (20, 30, 3), dtype=np.uint8))
+    jpg = io.BytesIO()
+    image.save(jpg, format="JPEG")
+    with ShardWriter(str(tmp_path / "img"), max_samples=10) as writer:
+        for i in range(3):
+            writer.write({"__key__": f"k{i}", "jpg": jpg.getvalue(), "cls": str(i).encode()})
+    transform = v2.Compose([v2.Resize((8, 8), antialias=True), v2.ToDtype(torch.float32, scale=True)])
+    ds = ShardDataset(
+        str(tmp_path / "img"), mode="exact", decode="tensor", map=lambda s: (transform(s["jpg"]), s["cls"]), batch_size=3
+    )
+    images, labels = next(iter(ds))
+    assert tuple(images.shape) == (3, 3, 8, 8) and images.dtype == torch.float32
+    assert sorted(labels.tolist()) == [0, 1, 2]
