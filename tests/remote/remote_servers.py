@@ -91,7 +91,10 @@ class _Handler(BaseHTTPRequestHandler):
         cut = min(x for x in (drop, stall, len(body)) if x is not None)
         try:
             for i in range(0, cut, 65536):
-                self.wfile.write(body[i : min(i + 65536, cut)])
+                piece = body[i : min(i + 65536, cut)]
+                self.wfile.write(piece)
+                with self.server.lock:
+                    self.server.sent[self.path] = self.server.sent.get(self.path, 0) + len(piece)
             self.wfile.flush()
             if stall is not None and stall == cut and cut < len(body):
                 self.server.stop.wait(faults.stall_s)
@@ -113,6 +116,7 @@ class FaultyHTTPServer(ThreadingHTTPServer):
         self.objects: dict[str, bytes] = {}
         self.faults: dict[str, Faults] = {}
         self.requests: list[tuple[str, str, str | None]] = []
+        self.sent: dict[str, int] = {}  # body bytes written per request path
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
