@@ -302,3 +302,12 @@ def test_map_runs_torchvision_v2_transforms_on_decoded_images(tmp_path):
     images, labels = next(iter(ds))
     assert tuple(images.shape) == (3, 3, 8, 8) and images.dtype == torch.float32
     assert sorted(labels.tolist()) == [0, 1, 2]
+
+
+def test_buffer_byte_cap_limits_how_far_samples_move(make_shards):
+    manifest = make_shards([40], payload_bytes=1000)  # 3584 bytes per stored sample
+    capped = [s["__key__"] for s in ShardDataset(manifest, mode="exact", buffer_size=1000, buffer_bytes=4 * 3584)]
+    positions = [int(k.split("_")[1]) for k in capped]
+    assert sorted(positions) == list(range(40))
+    # With room for 4 samples, a sample leaves at most 3 places early.
+    assert all(out >= pos - 3 for out, pos in zip(range(40), positions))
