@@ -104,6 +104,17 @@ class ShardDataset(IterableDataset):
     parallelism when there are fewer shards than slots (idle slots); and a
     corrupt shard cannot be resumed after the fault.
 
+    Example, one process per GPU under ``torchrun``::
+
+        torch.distributed.init_process_group("nccl")
+        ds = shardkit.ShardDataset("data/train", mode="balanced", seed=0,
+                                   decode="tensor", map=my_transform)
+        loader = shardkit.make_loader(ds, batch_size=256, num_workers=8, pin_memory=True)
+        for epoch in range(num_epochs):
+            ds.set_epoch(epoch)
+            for batch in loader:
+                ...
+
     Args:
         source: A manifest path or URL, a dataset directory (or URL ending in
             ``/``) holding ``manifest.json``, a :class:`~shardkit.Manifest`, a
