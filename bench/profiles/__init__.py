@@ -159,7 +159,7 @@ class Profile:
 
     def teardown(self) -> None:
         """Undo everything the state file records; safe to call twice."""
-        state = self._load_state()
+        state = self.load_state()
         if not state:
             return
         if state.get("seekfs_pid"):
@@ -224,7 +224,8 @@ class Profile:
         with open(self.state_path, "w") as f:
             json.dump(self.state, f)
 
-    def _load_state(self) -> dict:
+    def load_state(self) -> dict:
+        """What :meth:`setup` recorded (empty when not set up)."""
         if self.state:
             return self.state
         try:
@@ -345,3 +346,5 @@ def mounted(name: str, workdir: str, **kwargs) -> Iterator[Profile]:
         yield profile
     finally:
         profile.teardown()
+        if not os.path.ismount(profile.mount):  # the copied data goes too
+            shutil.rmtree(profile.base, ignore_errors=True)

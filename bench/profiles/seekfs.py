@@ -132,6 +132,9 @@ def _sleep_until(deadline: float) -> None:
 def make_operations(root: str, disk: SeekDisk) -> Any:
     import mfusepy
 
+    #: fd -> (file size, platter address) of each open file.
+    open_files: dict[int, tuple[int, int]] = {}
+
     class SeekOperations(mfusepy.Operations):
         use_ns = True
 
@@ -156,13 +159,14 @@ def make_operations(root: str, disk: SeekDisk) -> Any:
             if flags & (os.O_WRONLY | os.O_RDWR):
                 raise mfusepy.FuseOSError(errno.EROFS)
             fd = os.open(self._real(path), os.O_RDONLY)
+            size = os.fstat(fd).st_size  # read-only, so it stays right
+            open_files[fd] = (size, disk.address(path, size))
             disk.wait_open(path)
             return fd
 
         def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
-            file_size = os.fstat(fh).st_size
+            file_size, base = open_files[fh]
             num_bytes = max(0, min(size, file_size - offset))
-            base = disk.address(path, file_size)
             pid = mfusepy.fuse_get_context()[2]
             done = disk.book_read(base + offset, num_bytes, base + file_size, path=path, pid=pid, offset=offset)
             data = os.pread(fh, num_bytes, offset)
@@ -170,6 +174,7 @@ def make_operations(root: str, disk: SeekDisk) -> Any:
             return data
 
         def release(self, path: str, fh: int) -> int:
+            open_files.pop(fh, None)
             os.close(fh)
             return 0
 
