@@ -92,6 +92,25 @@ def _check(label: str, values: list[float | None], bound: float, unit: str, fmt:
     return f"- {'✅' if ok else '❌'} {label}: {shown}"
 
 
+def calibration_lines(profile: dict[str, Any]) -> list[str]:
+    """The seek model's parameters and the two figures it is calibrated on."""
+    lines = []
+    model = profile.get("seek_model")
+    if model:
+        lines.append(
+            f"Model: {model['seek_s'] * 1e3:.1f} ms seek + rotation per non-continuing read, "
+            f"{model['transfer_bytes_per_s'] / 1e6:.0f} MB/s transfer, "
+            f"{model['readahead_budget_bytes'] / 2**20:.0f} MiB of read-ahead shared by the streams active in the "
+            f"last {model['stream_idle_s']:.1f} s, {model['open_s'] * 1e3:.1f} ms of metadata on a file's first open."
+        )
+    imagefolder = _lookup(profile["table"], "imagefolder", 1)
+    calib = [f"one-stream sequential (cold `dd`) {profile['ceiling']['mb_per_s']:.0f} MB/s (target ≈ 170)"]
+    if imagefolder:
+        calib.insert(0, f"one-worker ImageFolder {imagefolder['images_per_s']:.0f} images/s (published 83)")
+    lines.append("Calibration: " + "; ".join(calib) + ".")
+    return lines
+
+
 def published_comparison(profile: dict[str, Any]) -> str:
     """Measured vs published HDD figures, relative to one worker."""
     table = profile["table"]
@@ -256,6 +275,7 @@ def render_markdown(results: dict[str, Any], *, plot_prefix: str | None = None) 
                 out += ["", "Block-layer reads (blkio counters of the benchmark's cgroup, medians per run):", "",
                         requests]
             if profile["profile"] == "hdd-seek":
+                out += [""] + calibration_lines(profile)
                 out += ["", "Against the published 7200 rpm HDD figures (in brackets: relative to 1 worker):", "",
                         published_comparison(profile)]
                 activity = head_activity_table(profile)

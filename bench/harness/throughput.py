@@ -117,6 +117,7 @@ def measure_profile(name: str, data: dict[str, str], plan: ThroughputPlan, workd
         ceiling_path = profile.place("ceiling.bin", data["ceiling"])
         profile.start()
         ceiling = measure_ceiling(profile, ceiling_path, plan.ceiling_repeats)
+        model = profile.seekfs("stats")["params"] if profile.spec.kind == "seekfs" else None
         logger.info("%s: sequential ceiling %.0f MB/s", name, ceiling["mb_per_s"])
         runs: list[dict[str, Any]] = []
         unavailable: dict[str, str] = {}
@@ -163,6 +164,7 @@ def measure_profile(name: str, data: dict[str, str], plan: ThroughputPlan, workd
         "profile": name,
         "description": profile.spec.description,
         "ceiling": ceiling,
+        "seek_model": model,
         "table": summarize(runs, ceiling["mb_per_s"]),
         "runs": runs,
         "unavailable": unavailable,

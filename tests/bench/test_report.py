@@ -141,3 +141,13 @@ def test_block_requests_table_shows_request_count_and_size():
     profile["runs"] = [{"loader": "shardkit", "workers": 1, "seconds": 1.0,
                         "io": {"read_io_serviced": 400, "read_io_service_bytes": 400 * 1_280_000}}]
     assert "| shardkit | 1 | 400 | 1280 |" in report.block_requests_table(profile)
+
+
+def test_calibration_lines_name_the_model_and_the_two_targets():
+    profile = make_profile("hdd-seek", {"imagefolder": {1: 8.3}})
+    profile["seek_model"] = {"seek_s": 0.008, "transfer_bytes_per_s": 170e6, "readahead_budget_bytes": 24 << 20,
+                             "stream_idle_s": 0.5, "open_s": 0.0012}
+    model, calibration = report.calibration_lines(profile)
+    assert model.startswith("Model: 8.0 ms seek + rotation per non-continuing read, 170 MB/s transfer, 24 MiB")
+    assert calibration == ("Calibration: one-worker ImageFolder 83 images/s (published 83); "
+                           "one-stream sequential (cold `dd`) 170 MB/s (target ≈ 170).")
