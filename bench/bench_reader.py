@@ -301,12 +301,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", type=int, help="number of small samples (default 200,000; quick 20,000)")
     parser.add_argument("--images", type=int, help="number of images (default 6,000; quick 2,000)")
     parser.add_argument("--workers", default="1,2,4", help="DataLoader worker counts")
+    parser.add_argument("--repeats", type=int, default=3, help="CPU runs per reader; the best counts")
     parser.add_argument("--workdir", default=os.path.join(HERE, "work", "reader"))
     parser.add_argument("--out", default=os.path.join(HERE, "results", "reader.json"))
     args = parser.parse_args(argv)
     num_small = args.small or (20_000 if args.quick else 200_000)
     num_images = args.images or (2_000 if args.quick else 6_000)
-    repeats = 3
+    repeats = args.repeats
     print(f"# data in {args.workdir}: {num_small} small samples, {num_images} images", flush=True)
     small = make_small(os.path.join(args.workdir, f"small-{num_small}"), num_small)
     folder, images = make_images(os.path.join(args.workdir, f"images-{num_images}"), num_images)
