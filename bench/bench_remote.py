@@ -71,6 +71,16 @@ def emulation_down() -> None:
     subprocess.run(["bash", EMULATION, "down"], check=False)
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and its reaped children (DataLoader workers,
+    and their curl processes)."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def run_loader(dataset: Any, workers: int) -> tuple[int, int, float, float]:
     """Iterate a DataLoader over ``dataset``; returns (samples, payload bytes,
     seconds to the first sample, seconds in all)."""
@@ -133,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
         for workers in args.workers:
             for tool in args.tools:
                 dataset = shardkit_dataset(base, args.requests, args.part_mib) if tool == "shardkit" else webdataset_dataset(urls)
+                cpu_before = cpu_seconds()
                 count, payload, first, seconds = run_loader(dataset, workers)
+                cpu = cpu_seconds() - cpu_before
                 if count != manifest.num_samples:
                     raise SystemExit(f"{tool} with {workers} workers read {count} of {manifest.num_samples} samples")
                 mbps = total / seconds / MB
@@ -141,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                     "tool": tool, "workers": workers, "seconds": round(seconds, 3),
                     "first_sample_s": round(first, 3), "MB_per_s": round(mbps, 1),
                     "fraction_of_cap": None if aggregate is None else round(mbps / aggregate, 3),
-                    "samples": count,
+                    "samples": count, "cpu_s_per_GB": round(cpu / (total / 1e9), 2),
                 })
                 print(f"{tool:10s} workers={workers}: {mbps:7.1f} MB/s ({seconds:.1f} s)", file=sys.stderr)
     finally:
@@ -184,13 +196,13 @@ def markdown(result: dict[str, Any]) -> str:
         f"{setup['per_connection_limit_MiB_per_s']} MiB/s per connection, "
         + (f"{cap} MB/s aggregate cap" if cap else "no aggregate cap"),
         "",
-        "| tool | workers | MB/s | of cap | vs webdataset | first sample (s) |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| tool | workers | MB/s | of cap | vs webdataset | first sample (s) | client CPU s/GB |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in result["rows"]:
         frac = "-" if r["fraction_of_cap"] is None else f"{r['fraction_of_cap']:.0%}"
         ratio = "-" if r["vs_webdataset"] is None else f"{r['vs_webdataset']:.2f}x"
-        lines.append(f"| {r['tool']} | {r['workers']} | {r['MB_per_s']:.1f} | {frac} | {ratio} | {r['first_sample_s']:.2f} |")
+        lines.append(f"| {r['tool']} | {r['workers']} | {r['MB_per_s']:.1f} | {frac} | {ratio} | {r['first_sample_s']:.2f} | {r['cpu_s_per_GB']:.1f} |")
     lines += ["", f"Command: `{result['command']}`", ""]
     return "\n".join(lines)
 

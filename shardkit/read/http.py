@@ -3,11 +3,13 @@
 One connection pool per process, created after a DataLoader worker forks
 (pools are never shared across a fork). urllib3 does no retrying of its own
 here: :mod:`shardkit.read.ranged` resumes and retries with its own deadline.
-Redirects are followed.
+Redirects are followed. Query strings (presigned URLs carry tokens there)
+are sent but never logged, urllib3's own debug lines included.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -25,11 +27,27 @@ _pools: dict[tuple[int, int], urllib3.PoolManager] = {}
 _pools_lock = threading.Lock()
 
 
+class _DropQueryStrings(logging.Filter):
+    """Cuts query strings out of urllib3's debug lines (they can hold tokens)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(a.split("?", 1)[0] if isinstance(a, str) and "?" in a else a for a in record.args)
+        return True
+
+
+_QUERY_FILTER = _DropQueryStrings()
+
+
 def _pool(max_connections: int) -> urllib3.PoolManager:
     key = (os.getpid(), max_connections)
     with _pools_lock:
         pool = _pools.get(key)
         if pool is None:
+            # Installed when the first pool is made, not at import.
+            connection_log = logging.getLogger("urllib3.connectionpool")
+            if _QUERY_FILTER not in connection_log.filters:
+                connection_log.addFilter(_QUERY_FILTER)
             # Room for several open ranges at once (read-ahead, interleaved
             # streams) without urllib3 discarding connections.
             pool = urllib3.PoolManager(num_pools=16, maxsize=max(4 * max_connections, 16), block=False)

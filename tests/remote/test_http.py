@@ -223,3 +223,18 @@ def test_pipe_reads_command_output_without_shell(tmp_path):
     bad = open_source("pipe:false; echo hi", options=SourceOptions(allow_pipe=True))
     with pytest.raises(RemoteError, match="pipe:false"):
         bad.read_all()
+
+
+def test_query_string_never_logged(http_server, caplog):
+    import logging
+
+    from tests.remote.remote_servers import Faults
+
+    url = http_server.add("/a.tar", blob(200_000)) + "?X-Amz-Signature=SECRET"
+    http_server.faults["/a.tar"] = Faults(statuses=[503], drop_after=[1000])
+    with caplog.at_level(logging.DEBUG):
+        assert len(read(url)) == 200_000
+        with pytest.raises(RemoteError) as info:
+            read(http_server.base_url + "/none.tar?token=SECRET")
+    assert "SECRET" not in caplog.text and "SECRET" not in str(info.value)
+    assert "/a.tar" in caplog.text
