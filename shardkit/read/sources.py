@@ -61,7 +61,8 @@ class SourceOptions:
             of the consumer (64 MiB).
         cache_dir: Directory of a local shard cache shared by processes, or
             None for no cache. Whole remote shards are stored there on first
-            read and served from there afterwards.
+            read and served from there afterwards (objects opened with an
+            ``expected_sha256``, and ``.tar`` objects).
         cache_max_bytes: Size limit of the cache; least recently used shards
             are evicted beyond it. None means no limit.
         allow_pipe: Accept ``pipe:CMD`` URLs (runs CMD, without a shell).
@@ -171,10 +172,15 @@ def open_remote(url: str, *, options: SourceOptions, expected_size: int | None =
     return RangedObject(FsspecFetcher(url, options=options), options=options, expected_size=expected_size)
 
 
-def _is_manifest(url: str) -> bool:
-    # Manifests are small and are what tells a reader that a dataset changed:
-    # they are always read from the store, never from the cache.
-    return url.split("?", 1)[0].endswith(".json")
+def _cacheable(url: str, expected_sha256: str | None) -> bool:
+    # Objects with a known checksum are cached under a key that includes it,
+    # so they can never be served stale. Without one, only shards (``.tar``)
+    # are cached, trusted by URL; manifests and indexes are small and are
+    # what tells a reader that a dataset was rewritten, so they always come
+    # from the store.
+    if url_scheme(url) == "pipe":
+        return False
+    return expected_sha256 is not None or url.split("?", 1)[0].endswith(".tar")
 
 
 def open_source(
@@ -195,7 +201,8 @@ def open_source(
         expected_sha256: Hex SHA-256 if known (the manifest's ``sha256``):
             a cached copy is kept only if it matches, and the checksum is
             part of the cache key, so a shard rewritten under the same URL is
-            never served stale. Without it, a cached object is trusted by URL.
+            never served stale. Without it only ``.tar`` objects are cached,
+            trusted by URL.
 
     Raises:
         UsageError: The URL scheme is not supported or not allowed.
@@ -204,7 +211,7 @@ def open_source(
     if is_local(url):
         return LocalFile(url)
     source = open_remote(url, options=options, expected_size=expected_size)
-    if options.cache_dir is not None and url_scheme(url) != "pipe" and not _is_manifest(url):
+    if options.cache_dir is not None and _cacheable(url, expected_sha256):
         from shardkit.read.cache import CachedSource, ShardCache
 
         cache = ShardCache(options.cache_dir, max_bytes=options.cache_max_bytes)

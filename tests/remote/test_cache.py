@@ -128,12 +128,13 @@ def test_open_entry_is_never_evicted(http_server, tmp_path):
     assert cache_key(url_a) + ".shard" in entries(tmp_path / "cache")
 
 
-def test_manifests_bypass_the_cache(http_server, tmp_path):
-    url = http_server.add("/manifest.json", b"{}")
+def test_manifests_and_indexes_bypass_the_cache(http_server, tmp_path):
     opts = options(tmp_path / "cache")
-    open_source(url, options=opts).read_all()
-    open_source(url, options=opts).read_all()
-    assert len(http_server.gets("/manifest.json")) == 2
+    for path in ("/manifest.json", "/shard-000000.idx"):
+        url = http_server.add(path, b"{}")
+        open_source(url, options=opts).read_all()
+        open_source(url, options=opts).read_all()
+        assert len(http_server.gets(path)) == 2
     assert not (tmp_path / "cache").exists() or entries(tmp_path / "cache") == []
 
 
@@ -189,3 +190,12 @@ def test_killed_download_leaves_no_final_file(http_server, tmp_path):
     opts = options(cache_dir)
     assert read(url, opts) == data  # the lock died with the process; a new download completes
     assert entries(cache_dir) == [cache_key(url) + ".shard"]
+
+
+def test_rewritten_object_with_new_checksum_is_not_served_stale(http_server, tmp_path):
+    opts = options(tmp_path / "cache")
+    old, new = os.urandom(5000), os.urandom(5000)
+    url = http_server.add("/a.tar", old)
+    assert read(url, opts, expected_sha256=hashlib.sha256(old).hexdigest()) == old
+    http_server.add("/a.tar", new)
+    assert read(url, opts, expected_sha256=hashlib.sha256(new).hexdigest()) == new
