@@ -132,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.shards, args.shard_mb = 8, 16
 
+    load_before = os.getloadavg()[0]  # the box may be shared: say how busy it was
     data_dir = os.path.join(args.workdir, "data")
     manifest = make_dataset(data_dir, num_shards=args.shards, shard_mb=args.shard_mb, sample_kb=args.sample_kb)
     total = manifest.num_bytes
@@ -175,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             "sample_KiB": args.sample_kb, "shardkit_requests_per_worker": args.requests or SourceOptions().max_concurrent_requests,
             "shardkit_part_MiB": args.part_mib or SourceOptions().part_bytes >> 20,
             "cpus": os.cpu_count(), "python": platform.python_version(),
+            "load_average_1min_before": round(load_before, 2),
         },
         "rows": rows,
     }
