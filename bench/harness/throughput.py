@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bench.harness.loaders import LOADERS
+from bench.harness.loaders import EXPERIMENTS, LOADERS
 from bench.harness.runner import Runner
 from bench.profiles import Profile, mounted
 
@@ -37,6 +37,9 @@ class ThroughputPlan:
         buffer_size: Shuffle buffer of the streaming loaders, per worker.
         ceiling_repeats: Cold ``dd`` runs for the sequential ceiling.
         seed: Seed of shard order, subsets and buffers.
+        experiments: Extra loader variants (see ``loaders.EXPERIMENTS``) run
+            after the peers on the profiles in ``experiment_profiles``.
+        experiment_profiles: Profiles the experiments run on.
         trace_dir: If set, on ``hdd-seek`` every request of every run is
             logged to ``trace_dir/PROFILE-LOADER-wN-rR.txt`` (see seekfs).
     """
@@ -49,6 +52,8 @@ class ThroughputPlan:
     buffer_size: int = 1000
     ceiling_repeats: int = 3
     seed: int = 0
+    experiments: tuple[str, ...] = ()
+    experiment_profiles: tuple[str, ...] = ("hdd-seek",)
     trace_dir: str | None = None
 
 
@@ -87,7 +92,7 @@ def summarize(runs: list[dict[str, Any]], ceiling_mb_s: float) -> list[dict[str,
         if "images_per_s" in run:
             groups.setdefault((run["loader"], run["workers"]), []).append(run)
     rows = []
-    for (loader, workers), group in sorted(groups.items(), key=lambda kv: (LOADERS.index(kv[0][0]), kv[0][1])):
+    for (loader, workers), group in sorted(groups.items(), key=lambda kv: ((LOADERS + EXPERIMENTS).index(kv[0][0]), kv[0][1])):
         mb_s = statistics.median(r["mb_per_s"] for r in group)
         rows.append(
             {
@@ -122,9 +127,10 @@ def measure_profile(name: str, data: dict[str, str], plan: ThroughputPlan, workd
         runs: list[dict[str, Any]] = []
         unavailable: dict[str, str] = {}
         with Runner(preexec=profile.join) as runner:
+            loaders = plan.loaders + (plan.experiments if name in plan.experiment_profiles else ())
             for workers in plan.workers:
                 for repeat in range(plan.repeats):
-                    for loader in plan.loaders:
+                    for loader in loaders:
                         if loader in unavailable:
                             continue
                         root = roots["imagefolder" if loader == "imagefolder" else "shards"]

@@ -151,3 +151,11 @@ def test_calibration_lines_name_the_model_and_the_two_targets():
     assert model.startswith("Model: 8.0 ms seek + rotation per non-continuing read, 170 MB/s transfer, 24 MiB")
     assert calibration == ("Calibration: one-worker ImageFolder 83 images/s (published 83); "
                            "one-stream sequential (cold `dd`) 170 MB/s (target ≈ 170).")
+
+
+def test_experiment_rows_get_their_own_check_lines():
+    profile = make_profile("hdd-seek", {"imagefolder": {4: 9.0}, "webdataset": {4: 100.0},
+                                        "shardkit": {4: 100.0}, "shardkit-serial": {4: 130.0}})
+    lines = report.target_checks([profile])
+    assert "- ✅ (experiment) `hdd-seek`: shardkit + one device lock ≥ 1.2× webdataset at 4+ workers: 4w 1.30×" in lines
+    assert "| shardkit + one device lock (experiment) MB/s | 130.0 |" in report.throughput_table(profile)
