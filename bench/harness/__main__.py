@@ -58,8 +58,8 @@ FULL = Suite(
     markdown=os.path.join(BENCH_DIR, "RESULTS.md"),
 )
 QUICK = Suite(
-    data=DataSpec(num_images=1500, num_shards=16, ceiling_bytes=256 << 20),
-    plan=ThroughputPlan(repeats=1, imagefolder_limit=300, ceiling_repeats=1),
+    data=DataSpec(num_images=1200, num_shards=12, ceiling_bytes=256 << 20),
+    plan=ThroughputPlan(repeats=1, imagefolder_limit=200, ceiling_repeats=1),
     memory_sizes=(10_000, 1_000_000),
     memory_samples_per_worker=1000,
     shuffle_buffers=(10, 100, 1000),
