@@ -139,3 +139,11 @@ def test_missing_bucket_is_a_clear_error(make_shards, s3_server):
     local = make_shards([3], name="src")
     with pytest.raises(RemoteError, match="s3://no-such-bucket-for-shardkit/ds/"):
         write_dataset(local.location, "s3://no-such-bucket-for-shardkit/ds")
+
+
+def test_http_brace_pattern_without_manifest(make_shards, serve_dataset):
+    manifest = make_shards(SIZES)
+    base = serve_dataset(manifest)
+    pattern = base + "/shard-{000000..%06d}.tar" % (len(SIZES) - 1)
+    keys = read_keys(pattern, mode="exact", shuffle=False, source_options=fast_options())
+    assert sorted(keys) == sorted(expected_keys())
