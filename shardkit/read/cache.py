@@ -297,17 +297,34 @@ class CachedSource:
             return
         try:
             for chunk in self.remote.iter_range(0, end, chunk_bytes=chunk_bytes):
-                writer.write(chunk)
+                writer = self._write(writer, chunk)
                 yield chunk
-            if end is not None:
+            if end is not None and writer is not None:
                 # The caller wanted a prefix (e.g. up to the end marker): fetch
                 # the rest so the cached entry is the whole object.
                 for chunk in self.remote.iter_range(end, self.expected_size, chunk_bytes=chunk_bytes):
-                    writer.write(chunk)
+                    writer = self._write(writer, chunk)
         except BaseException:
-            writer.abort()
+            if writer is not None:
+                writer.abort()
             raise
-        writer.commit(url=self._full_url, expected_size=self.expected_size, expected_sha256=self.expected_sha256)
+        if writer is not None:
+            try:
+                writer.commit(url=self._full_url, expected_size=self.expected_size, expected_sha256=self.expected_sha256)
+            except OSError as exc:
+                logger.warning("cache %s: could not store %s (%s); reading on without it", self.cache.root, self.url, exc)
+
+    def _write(self, writer: CacheWriter | None, chunk: bytes) -> CacheWriter | None:
+        # A full or failing cache disk must not fail the read: drop the entry.
+        if writer is None:
+            return None
+        try:
+            writer.write(chunk)
+            return writer
+        except OSError as exc:
+            logger.warning("cache %s: could not store %s (%s); reading on without it", self.cache.root, self.url, exc)
+            writer.abort()
+            return None
 
     def read_all(self) -> bytes:
         return b"".join(self.iter_range(0, None, chunk_bytes=self.options.chunk_bytes))

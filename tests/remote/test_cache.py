@@ -199,3 +199,18 @@ def test_rewritten_object_with_new_checksum_is_not_served_stale(http_server, tmp
     assert read(url, opts, expected_sha256=hashlib.sha256(old).hexdigest()) == old
     http_server.add("/a.tar", new)
     assert read(url, opts, expected_sha256=hashlib.sha256(new).hexdigest()) == new
+
+
+def test_failing_cache_disk_does_not_fail_the_read(http_server, tmp_path, monkeypatch, caplog):
+    from shardkit.read import cache as cache_module
+
+    data = os.urandom(200_000)
+    url = http_server.add("/a.tar", data)
+
+    def full_disk(self, chunk):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cache_module.CacheWriter, "write", full_disk)
+    assert read(url, options(tmp_path / "cache")) == data
+    assert entries(tmp_path / "cache") == []
+    assert "No space left" in caplog.text
