@@ -158,3 +158,75 @@ def wait_for_port(host: str, port: int, timeout_s: float = 10.0) -> None:
         except OSError:
             time.sleep(0.05)
     raise TimeoutError(f"{host}:{port} did not open")
+
+
+class CuttingProxy:
+    """A TCP proxy on 127.0.0.1 that can cut connections mid-response.
+
+    Each new client connection takes the next value of ``cut_after`` (None or
+    an exhausted list: never cut) and is closed once that many bytes went
+    back to the client. Used to drop S3 (moto) responses midway.
+    """
+
+    def __init__(self, target: tuple[str, int]):
+        self.target = target
+        self.cut_after: list[int | None] = []
+        self.cuts = 0
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.1)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._accept = threading.Thread(target=self._serve, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+
+    def start(self) -> CuttingProxy:
+        self._accept.start()
+        return self
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with self._lock:
+                cut = self.cut_after.pop(0) if self.cut_after else None
+            upstream = socket.create_connection(self.target)
+            for src, dst, limit in ((client, upstream, None), (upstream, client, cut)):
+                t = threading.Thread(target=self._pump, args=(src, dst, limit), daemon=True)
+                t.start()
+                self._threads.append(t)
+
+    def _pump(self, src: socket.socket, dst: socket.socket, limit: int | None) -> None:
+        sent = 0
+        try:
+            while not self._stop.is_set():
+                data = src.recv(65536)
+                if not data:
+                    break
+                if limit is not None and sent + len(data) >= limit:
+                    dst.sendall(data[: limit - sent])
+                    with self._lock:
+                        self.cuts += 1
+                    break
+                dst.sendall(data)
+                sent += len(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._listener.close()
+        self._accept.join(timeout=5)

@@ -95,3 +95,31 @@ def test_large_file_goes_up_in_parts(s3_bucket, s3_options, tmp_path, monkeypatc
     RemoteDestination(f"s3://{bucket}/ds", options=s3_options).upload_file(str(path), "big.tar")
     assert client.get_object(Bucket=bucket, Key="ds/big.tar")["Body"].read() == data
     assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def test_dropped_s3_responses_resume(s3_bucket, s3_server):
+    from urllib.parse import urlsplit
+
+    from tests.remote.remote_servers import CuttingProxy
+
+    client, bucket = s3_bucket
+    data = os.urandom(900_000)
+    client.put_object(Bucket=bucket, Key="cut.tar", Body=data)
+    target = urlsplit(s3_server)
+    proxy = CuttingProxy((target.hostname, target.port)).start()
+    try:
+        # Cut the first few connections partway through their responses.
+        proxy.cut_after = [150_000, 60_000, 300_000, 1_000]
+        options = SourceOptions(
+            s3_endpoint_url=proxy.url,
+            part_bytes=300_000,
+            max_concurrent_requests=2,
+            retry_deadline_s=5.0,
+            backoff_initial_s=0.01,
+            backoff_max_s=0.1,
+        )
+        source = open_source(f"s3://{bucket}/cut.tar", options=options, expected_size=len(data))
+        assert b"".join(source.iter_range(0, None, chunk_bytes=64 << 10)) == data
+        assert proxy.cuts >= 3
+    finally:
+        proxy.close()
