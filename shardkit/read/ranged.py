@@ -34,6 +34,9 @@ logger = logging.getLogger(__name__)
 #: Size of one read call on a response; reads are joined up to ``chunk_bytes``.
 READ_CALL_BYTES = 256 << 10
 
+#: Smallest part a short range is cut into (see :func:`iter_parallel_range`).
+MIN_PART_BYTES = 1 << 20
+
 
 class RangeResponse(Protocol):
     """An open response delivering bytes ``[start, end)`` of an object.
@@ -195,6 +198,9 @@ def iter_parallel_range(
 ) -> Iterator[bytes]:
     """Yield bytes ``[start, end)`` in order, fetching parts concurrently.
 
+    Parts are ``options.part_bytes`` long, or shorter for a range that would
+    otherwise make fewer parts than ``options.max_concurrent_requests`` (but
+    not below ``MIN_PART_BYTES``).
     At most ``options.max_concurrent_requests`` parts are in flight, and a new
     part starts only while the bytes reserved for unconsumed parts stay within
     ``options.read_ahead_bytes`` (one part always may start). Closing the
@@ -203,7 +209,10 @@ def iter_parallel_range(
     Raises:
         RemoteError: A part failed for good (see :func:`stream_range`).
     """
-    part_bytes = max(options.part_bytes, 1)
+    # Ranges shorter than max_concurrent_requests parts are cut into smaller
+    # parts (down to MIN_PART_BYTES), so small shards are fetched in parallel too.
+    even_split = -(-(end - start) // options.max_concurrent_requests)
+    part_bytes = max(min(options.part_bytes, max(MIN_PART_BYTES, even_split)), 1)
     if end - start <= part_bytes or options.max_concurrent_requests <= 1 and options.read_ahead_bytes <= part_bytes:
         yield from stream_range(fetcher, start, end, options=options, chunk_bytes=chunk_bytes)
         return

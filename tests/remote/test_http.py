@@ -238,3 +238,11 @@ def test_query_string_never_logged(http_server, caplog):
             read(http_server.base_url + "/none.tar?token=SECRET")
     assert "SECRET" not in caplog.text and "SECRET" not in str(info.value)
     assert "/a.tar" in caplog.text
+
+
+def test_small_object_is_still_fetched_in_parallel(http_server):
+    data = blob(3_000_000)
+    url = http_server.add("/small.tar", data)
+    options = SourceOptions(max_concurrent_requests=4, part_bytes=8 << 20, chunk_bytes=1 << 20)
+    assert read(url, options=options, expected_size=len(data)) == data
+    assert len(http_server.gets("/small.tar")) == 3  # 1 MiB parts rather than one 3 MB request
