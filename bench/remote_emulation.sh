@@ -16,8 +16,9 @@
 # on the namespace's end shapes everything the server sends. Without the
 # rights to create namespaces (no CAP_NET_ADMIN), nginx listens on
 # 127.0.0.1:8089 with the per-connection cap only, and the script says so on
-# stderr. Needs root (apt-get, ip netns, tc). Installs Debian's nginx if it is
-# missing. Nothing listens beyond this machine.
+# stderr (SHARDKIT_EMULATION_NO_NETNS=1 forces that mode). Needs root
+# (apt-get, ip netns, tc). Installs Debian's nginx if it is missing. Nothing
+# listens beyond this machine.
 set -euo pipefail
 
 NS=skremote
@@ -86,7 +87,7 @@ up() {
     aggregate=${3:-160}
     ensure_nginx
     down
-    if ip netns add "$NS" 2>/dev/null; then
+    if [ "${SHARDKIT_EMULATION_NO_NETNS:-0}" != 1 ] && ip netns add "$NS" 2>/dev/null; then
         ip link add "$HOST_IF" type veth peer name "$NS_IF"
         ip link set "$NS_IF" netns "$NS"
         ip addr add "$HOST_ADDR/30" dev "$HOST_IF"
