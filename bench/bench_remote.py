@@ -137,7 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     manifest = make_dataset(data_dir, num_shards=args.shards, shard_mb=args.shard_mb, sample_kb=args.sample_kb)
     total = manifest.num_bytes
     base = args.url or emulation_up(data_dir, args.per_conn_mbps, args.aggregate_mbps)
-    aggregate = None if args.url or not args.aggregate_mbps else args.aggregate_mbps
+    # No cap when we did not start the server, or the emulation could not make
+    # its namespace and fell back to 127.0.0.1 (per-connection cap only).
+    capped = not args.url and args.aggregate_mbps and "://127.0.0.1:" not in base
+    aggregate = args.aggregate_mbps if capped else None
     urls = [f"{base}/{s.path}" for s in manifest.shards]
     rows: list[dict[str, Any]] = []
     try:
