@@ -49,7 +49,7 @@ class ThroughputPlan:
     loaders: tuple[str, ...] = LOADERS
     repeats: int = 3
     imagefolder_limit: int = 600
-    buffer_size: int = 1000
+    buffer_size: int = 500
     ceiling_repeats: int = 3
     seed: int = 0
     experiments: tuple[str, ...] = ()
