@@ -62,7 +62,9 @@ def make_dataset(dest: str, *, num_shards: int, shard_mb: int, sample_kb: int) -
 def emulation_up(root: str, per_conn_mbps: int, aggregate_mbps: int) -> str:
     out = subprocess.run(
         ["bash", EMULATION, "up", root, str(per_conn_mbps), str(aggregate_mbps)],
-        check=True, stdout=subprocess.PIPE, text=True,
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     return out.stdout.strip().splitlines()[-1]
 
@@ -146,19 +148,29 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for workers in args.workers:
             for tool in args.tools:
-                dataset = shardkit_dataset(base, args.requests, args.part_mib) if tool == "shardkit" else webdataset_dataset(urls)
+                dataset = (
+                    shardkit_dataset(base, args.requests, args.part_mib)
+                    if tool == "shardkit"
+                    else webdataset_dataset(urls)
+                )
                 cpu_before = cpu_seconds()
                 count, payload, first, seconds = run_loader(dataset, workers)
                 cpu = cpu_seconds() - cpu_before
                 if count != manifest.num_samples:
                     raise SystemExit(f"{tool} with {workers} workers read {count} of {manifest.num_samples} samples")
                 mbps = total / seconds / MB
-                rows.append({
-                    "tool": tool, "workers": workers, "seconds": round(seconds, 3),
-                    "first_sample_s": round(first, 3), "MB_per_s": round(mbps, 1),
-                    "fraction_of_cap": None if aggregate is None else round(mbps / aggregate, 3),
-                    "samples": count, "cpu_s_per_GB": round(cpu / (total / 1e9), 2),
-                })
+                rows.append(
+                    {
+                        "tool": tool,
+                        "workers": workers,
+                        "seconds": round(seconds, 3),
+                        "first_sample_s": round(first, 3),
+                        "MB_per_s": round(mbps, 1),
+                        "fraction_of_cap": None if aggregate is None else round(mbps / aggregate, 3),
+                        "samples": count,
+                        "cpu_s_per_GB": round(cpu / (total / 1e9), 2),
+                    }
+                )
                 print(f"{tool:10s} workers={workers}: {mbps:7.1f} MB/s ({seconds:.1f} s)", file=sys.stderr)
     finally:
         if not args.url:
@@ -175,10 +187,13 @@ def main(argv: list[str] | None = None) -> int:
             "server": "nginx (Debian) in a network namespace behind a veth pair" if not args.url else args.url,
             "per_connection_limit_MiB_per_s": args.per_conn_mbps,
             "aggregate_cap_MB_per_s": aggregate,
-            "shards": manifest.num_shards, "dataset_MB": round(total / MB, 1),
-            "sample_KiB": args.sample_kb, "shardkit_requests_per_worker": args.requests or SourceOptions().max_concurrent_requests,
+            "shards": manifest.num_shards,
+            "dataset_MB": round(total / MB, 1),
+            "sample_KiB": args.sample_kb,
+            "shardkit_requests_per_worker": args.requests or SourceOptions().max_concurrent_requests,
             "shardkit_part_MiB": args.part_mib or SourceOptions().part_bytes >> 20,
-            "cpus": os.cpu_count(), "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
             "load_average_1min_before": round(load_before, 2),
         },
         "rows": rows,
@@ -207,7 +222,9 @@ def markdown(result: dict[str, Any]) -> str:
     for r in result["rows"]:
         frac = "-" if r["fraction_of_cap"] is None else f"{r['fraction_of_cap']:.0%}"
         ratio = "-" if r["vs_webdataset"] is None else f"{r['vs_webdataset']:.2f}x"
-        lines.append(f"| {r['tool']} | {r['workers']} | {r['MB_per_s']:.1f} | {frac} | {ratio} | {r['first_sample_s']:.2f} | {r['cpu_s_per_GB']:.1f} |")
+        cells = [r["tool"], r["workers"], f"{r['MB_per_s']:.1f}", frac, ratio]
+        cells += [f"{r['first_sample_s']:.2f}", f"{r['cpu_s_per_GB']:.1f}"]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     lines += ["", f"Command: `{result['command']}`", ""]
     return "\n".join(lines)
 

@@ -310,9 +310,13 @@ class CachedSource:
             raise
         if writer is not None:
             try:
-                writer.commit(url=self._full_url, expected_size=self.expected_size, expected_sha256=self.expected_sha256)
+                writer.commit(
+                    url=self._full_url, expected_size=self.expected_size, expected_sha256=self.expected_sha256
+                )
             except OSError as exc:
-                logger.warning("cache %s: could not store %s (%s); reading on without it", self.cache.root, self.url, exc)
+                logger.warning(
+                    "cache %s: could not store %s (%s); reading on without it", self.cache.root, self.url, exc
+                )
 
     def _write(self, writer: CacheWriter | None, chunk: bytes) -> CacheWriter | None:
         # A full or failing cache disk must not fail the read: drop the entry.

@@ -98,7 +98,9 @@ class HttpFetcher:
         self.url = redact_url(url)
         self.options = options
         self._timeout = urllib3.Timeout(connect=options.connect_timeout_s, read=options.read_timeout_s)
-        self._retries = urllib3.Retry(total=None, connect=0, read=0, status=0, other=0, redirect=5, raise_on_status=False)
+        self._retries = urllib3.Retry(
+            total=None, connect=0, read=0, status=0, other=0, redirect=5, raise_on_status=False
+        )
 
     def _request(self, method: str, headers: dict[str, str], offset: int | None) -> urllib3.BaseHTTPResponse:
         pool = _pool(max(self.options.max_concurrent_requests, 1))

@@ -17,7 +17,6 @@ from shardkit.read.sources import SourceOptions
 from shardkit.read.urls import redact_url
 
 
-
 def url_to_fs(url: str) -> tuple[Any, str]:
     """The fsspec filesystem and path of ``url``.
 
@@ -41,8 +40,8 @@ def classify_fs_error(exc: BaseException, url: str, offset: int | None) -> BaseE
         return fatal_status(url, 403, "Forbidden", offset=offset)
     if isinstance(exc, (IsADirectoryError, NotADirectoryError)):
         return RemoteError(f"{url}: not a file", url=url, offset=offset)
-    if isinstance(exc, (OSError, TimeoutError, ConnectionError)):
-        return TransientFault(f"{type(exc).__name__}: {exc.strerror or type(exc).__name__}" if isinstance(exc, OSError) else type(exc).__name__)
+    if isinstance(exc, OSError):  # TimeoutError and ConnectionError included
+        return TransientFault(f"{type(exc).__name__}: {exc.strerror or 'I/O error'}")
     return exc
 
 

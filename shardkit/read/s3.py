@@ -24,7 +24,14 @@ from shardkit.read.sources import SourceOptions
 from shardkit.read.urls import redact_url
 
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
-_TRANSIENT_CODES = {"SlowDown", "RequestTimeout", "RequestTimeTooSkewed", "InternalError", "ServiceUnavailable", "Throttling"}
+_TRANSIENT_CODES = {
+    "SlowDown",
+    "RequestTimeout",
+    "RequestTimeTooSkewed",
+    "InternalError",
+    "ServiceUnavailable",
+    "Throttling",
+}
 _clients: dict[tuple, Any] = {}
 _clients_lock = threading.Lock()
 
@@ -69,9 +76,7 @@ def s3_client(options: SourceOptions) -> Any:
                 import boto3
                 from botocore.config import Config
             except ImportError:
-                raise RemoteError(
-                    "s3:// URLs need boto3: pip install 'shardkit[s3]'", url="s3://"
-                ) from None
+                raise RemoteError("s3:// URLs need boto3: pip install 'shardkit[s3]'", url="s3://") from None
             config = Config(
                 connect_timeout=options.connect_timeout_s,
                 read_timeout=options.read_timeout_s,

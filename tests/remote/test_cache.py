@@ -163,7 +163,7 @@ def test_two_processes_share_one_complete_file_per_shard(http_server, tmp_path):
     procs = [_python(cache_dir, *urls), _python(cache_dir, *reversed(urls))]
     outs = [p.communicate(timeout=60)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs)
-    want = {url: hashlib.sha256(data).hexdigest() for url, data in zip(urls, blobs.values())}
+    want = {url: hashlib.sha256(data).hexdigest() for url, data in zip(urls, blobs.values(), strict=True)}
     for out in outs:
         assert dict(line.split() for line in out.splitlines()) == want
     assert entries(cache_dir) == sorted(cache_key(u) + ".shard" for u in urls)

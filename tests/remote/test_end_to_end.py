@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import os
 import time
 
 import pytest
@@ -42,7 +41,9 @@ def test_http_dataset_through_faults(make_shards, serve_dataset, http_server):
     manifest = make_shards(SIZES, payload_bytes=3000)
     base = serve_dataset(manifest)
     for entry in manifest.shards:
-        http_server.faults[f"/data/{entry.path}"] = Faults(statuses=[503], drop_after=[5000, 9000], stall_after=[20000], stall_s=2.0)
+        http_server.faults[f"/data/{entry.path}"] = Faults(
+            statuses=[503], drop_after=[5000, 9000], stall_after=[20000], stall_s=2.0
+        )
     keys = read_keys(base + "/", mode="exact", shuffle=False, source_options=fast_options())
     assert keys == expected_keys()
 
@@ -52,7 +53,9 @@ def test_http_samples_have_right_bytes(make_shards, serve_dataset):
 
     manifest = make_shards(SIZES, payload_bytes=2500)
     base = serve_dataset(manifest)
-    for sample in shardkit.ShardDataset(base + "/" + MANIFEST_NAME, mode="exact", seed=3, source_options=fast_options()):
+    for sample in shardkit.ShardDataset(
+        base + "/" + MANIFEST_NAME, mode="exact", seed=3, source_options=fast_options()
+    ):
         assert sample["bin"] == sample_payload(sample["__key__"], 2500)
 
 
@@ -70,7 +73,9 @@ def test_http_multi_rank_sees_every_sample_once(make_shards, serve_dataset, worl
     base = serve_dataset(manifest)
     seen = collections.Counter()
     for rank in range(world_size):
-        seen.update(read_keys(base + "/", mode="exact", seed=1, rank=rank, world_size=world_size, source_options=fast_options()))
+        seen.update(
+            read_keys(base + "/", mode="exact", seed=1, rank=rank, world_size=world_size, source_options=fast_options())
+        )
     assert sorted(seen) == sorted(expected_keys()) and set(seen.values()) == {1}
 
 
