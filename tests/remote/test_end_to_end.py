@@ -101,7 +101,7 @@ def test_cli_write_to_s3_then_read_multi_rank(tmp_path, make_shards, s3_bucket, 
     _, bucket = s3_bucket
     local = make_shards(SIZES, name="src")
     url = f"s3://{bucket}/ds"
-    code = main(["write", local.location, url, "--max-samples", "5", "--no-shuffle", "--workers", "1"])
+    code = main(["write", local.location, url, "--max-samples", "5", "--no-shuffle", "--workers", "2"])
     assert code == 0, capsys.readouterr().err
     manifest = shardkit.ShardDataset(url + "/", mode="exact", source_options=s3_options).catalog.manifest
     assert manifest is not None and manifest.num_samples == sum(SIZES) and manifest.num_shards >= 8
