@@ -52,6 +52,11 @@ def split_s3_url(url: str) -> tuple[str, str]:
     bucket, _, key = rest.partition("/")
     if not bucket:
         raise UsageError(f"{redact_url(url)}: an s3:// URL needs a bucket: s3://BUCKET/KEY")
+    if "@" in bucket:
+        raise UsageError(
+            f"{redact_url(url)}: credentials in s3:// URLs are not accepted; configure them the usual "
+            "AWS way (AWS_PROFILE, ~/.aws/credentials, environment, instance role)"
+        )
     return bucket, key
 
 

@@ -123,3 +123,11 @@ def test_dropped_s3_responses_resume(s3_bucket, s3_server):
         assert proxy.cuts >= 3
     finally:
         proxy.close()
+
+
+def test_credentials_in_url_are_refused_without_echoing_them():
+    from shardkit.errors import UsageError
+
+    with pytest.raises(UsageError, match="credentials in s3:// URLs") as info:
+        open_source("s3://AKIAXXX:SECRET@bucket/key.tar")
+    assert "SECRET" not in str(info.value)
