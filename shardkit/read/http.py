@@ -17,6 +17,7 @@ import threading
 import urllib3
 from urllib3.exceptions import HTTPError as Urllib3Error
 
+from shardkit.errors import RemoteError
 from shardkit.read.ranged import fatal_status, is_transient_status
 from shardkit.read.retry import TransientFault
 from shardkit.read.sources import SourceOptions
@@ -127,7 +128,12 @@ class HttpFetcher:
     def size(self) -> int | None:
         # A one-byte ranged GET rather than HEAD: presigned URLs are signed
         # for GET only, and some servers answer HEAD without a length.
-        response = self._request("GET", {"Range": "bytes=0-0", "Accept-Encoding": "identity"}, None)
+        try:
+            response = self._request("GET", {"Range": "bytes=0-0", "Accept-Encoding": "identity"}, None)
+        except RemoteError as exc:
+            if exc.status == 416:  # byte 0 does not exist: the object is empty
+                return 0
+            raise
         try:
             if response.status == 206:
                 match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))

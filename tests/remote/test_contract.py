@@ -69,3 +69,23 @@ def test_missing_object_names_it(stored):
     assert "none.tar" in str(info.value) or "none.tar" in str(getattr(info.value, "filename", ""))
     if "://" in missing and not missing.startswith("file://"):
         assert isinstance(info.value, RemoteError) and info.value.status == 404
+
+
+def test_empty_object(http_server, s3_bucket, tmp_path):
+    import fsspec
+
+    client, bucket = s3_bucket
+    client.put_object(Bucket=bucket, Key="empty.tar", Body=b"")
+    fsspec.filesystem("memory").pipe("/contract-empty/empty.tar", b"")
+    (tmp_path / "empty.tar").write_bytes(b"")
+    urls = [
+        str(tmp_path / "empty.tar"),
+        http_server.add("/empty.tar", b""),
+        f"s3://{bucket}/empty.tar",
+        "memory://contract-empty/empty.tar",
+    ]
+    for url in urls:
+        source = open_source(url, options=SMALL)
+        assert collect(source, 0, None, 1000) == b"", url
+        assert source.read_all() == b"", url
+    fsspec.filesystem("memory").rm("/contract-empty", recursive=True)
