@@ -16,7 +16,7 @@ webdataset at the same worker count. Writes ``bench/results/remote.json`` and
 
 Needs root (network namespace, tc, apt-get for nginx if missing):
 
-    .venv/bin/python bench/bench_remote.py                 # ~2 minutes
+    .venv/bin/python bench/bench_remote.py                 # ~3 minutes, 1 GB
     .venv/bin/python bench/bench_remote.py --quick         # smaller dataset
     .venv/bin/python bench/bench_remote.py --url http://host:port   # a server you run
 """
@@ -118,7 +118,7 @@ def webdataset_dataset(urls: list[str]) -> Any:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", default=os.path.join(HERE, "work", "remote"))
-    parser.add_argument("--shards", type=int, default=16)
+    parser.add_argument("--shards", type=int, default=32)
     parser.add_argument("--shard-mb", type=int, default=32)
     parser.add_argument("--sample-kb", type=int, default=256)
     parser.add_argument("--per-conn-mbps", type=int, default=20, help="nginx limit_rate per connection, MiB/s")
