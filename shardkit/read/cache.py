@@ -285,13 +285,17 @@ class CachedSource:
     def iter_range(self, start: int, end: int | None, *, chunk_bytes: int) -> Iterator[bytes]:
         """Yield bytes ``[start, end)``, from the cache when possible."""
         hit = self.cache.open(self.key)
+        writer = None
+        if hit is None and start == 0:
+            writer = self.cache.begin(self.key, size=self.expected_size)
+            if writer is None:
+                hit = self.cache.open(self.key)  # another process may have just finished it
         if hit is not None:
             try:
                 yield from hit.iter_range(start, end, chunk_bytes=chunk_bytes)
             finally:
                 hit.close()
             return
-        writer = self.cache.begin(self.key, size=self.expected_size) if start == 0 else None
         if writer is None:
             yield from self.remote.iter_range(start, end, chunk_bytes=chunk_bytes)
             return
