@@ -64,6 +64,14 @@ def _describe(exc: BaseException) -> str:
     return type(inner).__name__
 
 
+def _retry_after(value: str | None) -> float | None:
+    # Only the delay-seconds form; an HTTP date is rare for 429/503 answers.
+    try:
+        return max(float(value), 0.0) if value is not None else None
+    except ValueError:
+        return None
+
+
 class _HttpResponse:
     def __init__(self, response: urllib3.BaseHTTPResponse, start: int, end: int | None, url: str):
         self._response = response
@@ -121,7 +129,11 @@ class HttpFetcher:
             response.drain_conn()
             response.release_conn()
             if is_transient_status(response.status):
-                raise TransientFault(f"HTTP {response.status} {reason}".strip(), status=response.status)
+                raise TransientFault(
+                    f"HTTP {response.status} {reason}".strip(),
+                    status=response.status,
+                    retry_after_s=_retry_after(response.headers.get("Retry-After")),
+                )
             raise fatal_status(self.url, response.status, reason, offset=offset)
         return response
 

@@ -33,12 +33,15 @@ class TransientFault(Exception):
     Attributes:
         cause: Short description of what went wrong (no URL, no secrets).
         status: HTTP status of the answer, when there was one.
+        retry_after_s: How long the server asked us to wait (``Retry-After``),
+            when it said.
     """
 
-    def __init__(self, cause: str, *, status: int | None = None):
+    def __init__(self, cause: str, *, status: int | None = None, retry_after_s: float | None = None):
         super().__init__(cause)
         self.cause = cause
         self.status = status
+        self.retry_after_s = retry_after_s
 
 
 class Backoff:
@@ -92,6 +95,9 @@ class Backoff:
         self._attempts += 1
         delay = min(self.max_s, self.initial_s * 2 ** (self._attempts - 1))
         delay *= 0.5 + 0.5 * self._rng.random()
+        if fault.retry_after_s is not None:
+            # The server said when to come back; still no longer than max_s.
+            delay = max(delay, min(fault.retry_after_s, self.max_s))
         spent = now - self._first_fault
         where = "" if offset is None else f" at byte {offset}"
         if spent + delay > self.deadline_s or (self.stop is not None and self.stop.is_set()):

@@ -25,6 +25,7 @@ class Faults:
             bytes for ``stall_s`` seconds, then close.
         stall_s: Length of a stall.
         ignore_range: Answer every GET with 200 and the whole object.
+        retry_after: Send ``Retry-After`` (seconds) with the ``statuses`` answers.
     """
 
     statuses: list[int] = field(default_factory=list)
@@ -32,6 +33,7 @@ class Faults:
     stall_after: list[int] = field(default_factory=list)
     stall_s: float = 5.0
     ignore_range: bool = False
+    retry_after: float | None = None
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -68,7 +70,15 @@ class _Handler(BaseHTTPRequestHandler):
             drop = faults.drop_after.pop(0) if faults.drop_after else None
             stall = faults.stall_after.pop(0) if faults.stall_after else None
         if status is not None:
-            self.send_error(status)
+            if faults.retry_after is not None:
+                body = b"slow down"
+                self.send_response(status)
+                self.send_header("Retry-After", str(faults.retry_after))
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            else:
+                self.send_error(status)
             return
         start, end = 0, len(data)
         match = _RANGE.match(range_header or "")

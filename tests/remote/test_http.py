@@ -246,3 +246,14 @@ def test_small_object_is_still_fetched_in_parallel(http_server):
     options = SourceOptions(max_concurrent_requests=4, part_bytes=8 << 20, chunk_bytes=1 << 20)
     assert read(url, options=options, expected_size=len(data)) == data
     assert len(http_server.gets("/small.tar")) == 3  # 1 MiB parts rather than one 3 MB request
+
+
+def test_retry_after_is_honoured(http_server):
+    from tests.remote.remote_servers import Faults
+
+    data = blob(10_000)
+    url = http_server.add("/a.tar", data)
+    http_server.faults["/a.tar"] = Faults(statuses=[429], retry_after=0.4)
+    t0 = time.monotonic()
+    assert read(url, expected_size=len(data)) == data  # FAST backs off 0.01 s; the server asked for 0.4 s
+    assert time.monotonic() - t0 >= 0.1  # capped at backoff_max_s (0.1 s)
