@@ -257,3 +257,18 @@ def test_retry_after_is_honoured(http_server):
     t0 = time.monotonic()
     assert read(url, expected_size=len(data)) == data  # FAST backs off 0.01 s; the server asked for 0.4 s
     assert time.monotonic() - t0 >= 0.1  # capped at backoff_max_s (0.1 s)
+
+
+def test_read_ahead_is_bounded_by_the_byte_budget(http_server):
+    data = blob(64 << 20)
+    url = http_server.add("/big.tar", data)
+    options = SourceOptions(
+        part_bytes=256 << 10, read_ahead_bytes=2 << 20, max_concurrent_requests=4, chunk_bytes=64 << 10
+    )
+    it = open_source(url, options=options, expected_size=len(data)).iter_range(0, None, chunk_bytes=64 << 10)
+    got = b"".join(next(it) for _ in range(16))  # 1 MiB, then the consumer pauses
+    time.sleep(0.5)
+    # Fetched ahead: at most the budget, plus what sits in socket buffers.
+    assert http_server.sent["/big.tar"] < len(got) + (2 << 20) + (12 << 20)
+    got += b"".join(it)
+    assert got == data
