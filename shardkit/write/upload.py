@@ -84,9 +84,18 @@ class RemoteDestination:
         return f"{self.display_url}/{relative_name}"
 
     def exists(self, relative_name: str) -> bool:
-        """Whether ``relative_name`` exists at the destination."""
+        """Whether ``relative_name`` exists at the destination (transient faults retried).
+
+        Raises:
+            RemoteError: The store cannot be asked (denied, unreachable past
+                the retry deadline).
+        """
+        backoff = make_backoff(self.object_url(relative_name), self.options)
+        return call_with_retry(lambda: self._exists(relative_name), backoff)
+
+    def _exists(self, relative_name: str) -> bool:
         if self.scheme == "s3":
-            from botocore.exceptions import ClientError
+            from botocore.exceptions import BotoCoreError, ClientError
 
             try:
                 self._client.head_object(Bucket=self.bucket, Key=self.prefix + relative_name)
@@ -95,7 +104,12 @@ class RemoteDestination:
                 if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                     return False
                 raise self._error(exc, relative_name) from None
-        return bool(self._fs.exists(f"{self._root}/{relative_name}"))
+            except BotoCoreError as exc:
+                raise self._error(exc, relative_name) from None
+        try:
+            return bool(self._fs.exists(f"{self._root}/{relative_name}"))
+        except Exception as exc:
+            raise self._error(exc, relative_name) from None
 
     def _error(self, exc: BaseException, relative_name: str) -> BaseException:
         url = self.object_url(relative_name)

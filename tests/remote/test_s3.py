@@ -131,3 +131,31 @@ def test_credentials_in_url_are_refused_without_echoing_them():
     with pytest.raises(UsageError, match="credentials in s3:// URLs") as info:
         open_source("s3://AKIAXXX:SECRET@bucket/key.tar")
     assert "SECRET" not in str(info.value)
+
+
+def test_unreachable_store_is_a_remote_error_naming_it(monkeypatch):
+    import socket
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    options = SourceOptions(
+        s3_endpoint_url=f"http://127.0.0.1:{port}", retry_deadline_s=0.3, backoff_initial_s=0.01, backoff_max_s=0.05
+    )
+    with pytest.raises(RemoteError, match=r"s3://bucket/ds/manifest\.json: giving up"):
+        RemoteDestination("s3://bucket/ds", options=options)
+
+
+def test_missing_credentials_say_how_to_configure(monkeypatch, tmp_path):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    options = SourceOptions(s3_endpoint_url="http://127.0.0.1:9", s3_region="us-east-1", retry_deadline_s=0.3)
+    with pytest.raises(RemoteError, match="no AWS credentials found"):
+        open_source("s3://bucket/x.tar", options=options).read_all()
