@@ -186,6 +186,8 @@ class ShardCache:
         if os.path.exists(self.entry_path(key)):
             lock.release()
             return None
+        if size is not None:
+            self.evict(reserve_bytes=size)  # make room first, so the cache stays within its limit
         try:
             return CacheWriter(self, key, lock)
         except OSError as exc:
@@ -209,22 +211,24 @@ class ShardCache:
     def total_bytes(self) -> int:
         return sum(size for _, size, _ in self.entries())
 
-    def evict(self) -> None:
-        """Remove least recently used entries until within ``max_bytes``;
-        entries held open by a reader are kept."""
+    def evict(self, *, reserve_bytes: int = 0) -> None:
+        """Remove least recently used entries until within ``max_bytes``
+        (with room for ``reserve_bytes`` more); entries held open by a reader
+        are kept."""
         if self.max_bytes is None:
             return
+        limit = self.max_bytes - reserve_bytes
         with self._lock("evict"):
             entries = self.entries()
             total = sum(size for _, size, _ in entries)
             for _, size, path in entries:
-                if total <= self.max_bytes:
+                if total <= limit:
                     break
                 if _remove_unless_open(path):
                     total -= size
                     logger.debug("evicted %s (%d bytes)", path, size)
-            if total > self.max_bytes:
-                logger.info("cache %s holds %d bytes over its limit: entries in use", self.root, total - self.max_bytes)
+            if total > limit:
+                logger.info("cache %s holds %d bytes over its limit: entries in use", self.root, total - limit)
 
 
 def _remove_unless_open(path: str) -> bool:

@@ -214,3 +214,15 @@ def test_failing_cache_disk_does_not_fail_the_read(http_server, tmp_path, monkey
     assert read(url, options(tmp_path / "cache")) == data
     assert entries(tmp_path / "cache") == []
     assert "No space left" in caplog.text
+
+
+def test_room_is_made_before_a_download_of_known_size(http_server, tmp_path):
+    opts = options(tmp_path / "cache", cache_max_bytes=25_000)
+    cache = ShardCache(str(tmp_path / "cache"))
+    for i in range(5):
+        url = http_server.add(f"/s{i}.tar", os.urandom(10_000))
+        it = open_source(url, options=opts, expected_size=10_000).iter_range(0, None, chunk_bytes=1000)
+        next(it)  # mid-download: finished entries plus this one fit the limit
+        assert cache.total_bytes() + 10_000 <= 25_000
+        b"".join(it)
+        assert cache.total_bytes() <= 25_000
