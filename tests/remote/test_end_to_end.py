@@ -152,3 +152,18 @@ def test_http_brace_pattern_without_manifest(make_shards, serve_dataset):
     pattern = base + "/shard-{000000..%06d}.tar" % (len(SIZES) - 1)
     keys = read_keys(pattern, mode="exact", shuffle=False, source_options=fast_options())
     assert sorted(keys) == sorted(expected_keys())
+
+
+def test_http_dead_server_fails_within_deadline_naming_url(make_shards, serve_dataset, http_server):
+    manifest = make_shards(SIZES)
+    base = serve_dataset(manifest)
+    dataset = shardkit.ShardDataset(
+        base + "/", mode="exact", shuffle=False, source_options=fast_options(retry_deadline_s=1.0)
+    )
+    # The manifest was read; now every shard request stalls past the read timeout.
+    for entry in manifest.shards:
+        http_server.faults[f"/data/{entry.path}"] = Faults(stall_after=[0] * 1000, stall_s=3.0)
+    t0 = time.monotonic()
+    with pytest.raises(shardkit.RemoteError, match=rf"{base}/shard-\d+\.tar: giving up at byte \d+ .*ReadTimeoutError"):
+        list(dataset)
+    assert time.monotonic() - t0 < 20  # bounded: deadline 1 s per stream, plus a loaded test machine
