@@ -19,12 +19,12 @@ from typing import Any
 
 LOADERS = ("imagefolder", "webdataset", "shardkit")
 #: Experiments, not in the default table: ``shardkit-serial`` is shardkit
-#: with one device lock shared by all workers around each 16 MiB read, the
+#: with one device lock shared by all workers around each 32 MiB read, the
 #: remedy proposed for interleaving streams on a disk head (see
 #: :func:`serialize_local_reads`).
 EXPERIMENTS = ("shardkit-serial",)
 #: Read size of the ``shardkit-serial`` experiment.
-SERIAL_CHUNK_BYTES = 16 << 20
+SERIAL_CHUNK_BYTES = 32 << 20
 #: Lock file shared by the workers of ``shardkit-serial``.
 SERIAL_LOCK_PATH = "/dev/shm/shardkit-bench-device.lock"
 #: Samples per batch inside the workers.
