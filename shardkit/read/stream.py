@@ -115,6 +115,15 @@ class PieceReader:
             )
         return bounds
 
+    def _open_shard(self, shard: int, url: str) -> ByteSource:
+        """Open a shard, telling the source its manifest size and checksum
+        (a shard cache verifies what it stores against them)."""
+        manifest = self.catalog.manifest
+        if manifest is None:
+            return open_source(url, options=self.options)
+        entry = manifest.shards[shard]
+        return open_source(url, options=self.options, expected_size=entry.num_bytes, expected_sha256=entry.sha256)
+
     def _fetch(self, job: _Job) -> Iterator[bytes]:
         if self.catalog.index_urls is not None:
             bounds = self._load_bounds(job.piece.shard)
@@ -124,7 +133,7 @@ class PieceReader:
             # A range that ends the shard also takes the end marker, which
             # proves nothing follows the last indexed sample.
             job.byte_stop = int(bounds[job.piece.stop]) + (len(END_OF_ARCHIVE) if job.whole else 0)
-        source = open_source(job.url, options=self.options)
+        source = self._open_shard(job.piece.shard, job.url)
         if job.bounds is not None and is_local(job.url):
             return self._aligned_chunks(source, job)
         return source.iter_range(job.byte_start, job.byte_stop, chunk_bytes=self.options.chunk_bytes)
@@ -251,7 +260,7 @@ class PieceReader:
         parser = SampleParser(path=sub.url, base_offset=sub.byte_start)
         received = got = 0
         try:
-            source = open_source(sub.url, options=self.options)
+            source = self._open_shard(sub.piece.shard, sub.url)
             for chunk in source.iter_range(sub.byte_start, sub.byte_stop, chunk_bytes=self.options.chunk_bytes):
                 received += len(chunk)
                 for raw in parser.feed(chunk):
