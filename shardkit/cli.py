@@ -175,16 +175,16 @@ def cmd_write(args: argparse.Namespace) -> int:
 
 def _add_info(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("info", help="summarize a dataset's manifest", description=cmd_info.__doc__)
-    p.add_argument("dataset", help="dataset directory or manifest.json")
+    p.add_argument("dataset", help="dataset directory, manifest.json, or their URL")
     p.add_argument("--shards", action="store_true", help="also list every shard")
     p.set_defaults(func=cmd_info)
 
 
 def cmd_info(args: argparse.Namespace) -> int:
     """Print the summary of a dataset's manifest."""
-    from shardkit.format.manifest import load_manifest
+    from shardkit.read.catalog import fetch_manifest
 
-    m = load_manifest(args.dataset)
+    m = fetch_manifest(args.dataset)
     counts = [s.num_samples for s in m.shards] or [0]
     print(f"dataset:    {m.location}")
     print(f"source:     {m.source.get('format')} {m.source.get('path', '')}")
@@ -211,17 +211,17 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def _add_verify(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="re-read every shard and check it", description=cmd_verify.__doc__)
-    p.add_argument("dataset", help="dataset directory or manifest.json")
+    p.add_argument("dataset", help="dataset directory, manifest.json, or their URL")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_verify)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Check every shard's size, checksum, tar structure, sample count and offset index."""
-    from shardkit.format.manifest import load_manifest
+    from shardkit.read.catalog import fetch_manifest
     from shardkit.write.verify import verify_shard
 
-    manifest = load_manifest(args.dataset)
+    manifest = fetch_manifest(args.dataset)
     bar = None
     if not args.quiet:
         from tqdm import tqdm

@@ -63,6 +63,23 @@ def _remote_manifest(url: str, options: SourceOptions) -> Manifest:
     return Manifest.from_json(text, location=url.rsplit("/", 1)[0])
 
 
+def fetch_manifest(location: str, *, options: SourceOptions | None = None) -> Manifest:
+    """Load a manifest from a local path or a URL.
+
+    Args:
+        location: A dataset directory or ``manifest.json``, local (path or
+            ``file://``) or remote (a URL of the folder or of the file).
+        options: How to read remote manifests.
+
+    Raises:
+        ManifestError: Missing or invalid manifest.
+    """
+    if is_local(location):
+        return load_manifest(local_path(location))
+    url = location if location.endswith(".json") else location.rstrip("/") + "/" + MANIFEST_NAME
+    return _remote_manifest(url, options or SourceOptions())
+
+
 def _from_shard_urls(urls: Sequence[str]) -> ShardCatalog:
     if not urls:
         raise UsageError("no shards given: the shard list or pattern is empty")

@@ -288,6 +288,8 @@ def write_dataset(
 
     if is_remote_destination(dest):  # s3:// or fsspec: stage locally, upload each shard as it is done
         return write_to_remote(source, dest, options=options, progress=progress, write_local=write_dataset)
+    if dest.startswith("file://"):
+        dest = dest[len("file://") :]
     started = time.perf_counter()
     limits = ShardLimits(max_samples=options.max_samples, max_bytes=options.max_bytes)
     # Check the source before touching the destination.

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardkit.errors import CorruptShardError, ManifestError, VerifyError
-from shardkit.format.index import load_index
-from shardkit.format.manifest import Manifest, ShardEntry, load_manifest
+from shardkit.format.index import decode_index, load_index
+from shardkit.format.manifest import Manifest, ShardEntry
 from shardkit.format.tar import SampleParser
-from shardkit.read.sources import LocalFile
+from shardkit.read.catalog import fetch_manifest
+from shardkit.read.sources import is_local, local_path, open_source
 
 _CHUNK = 8 << 20
 
@@ -46,18 +47,22 @@ def verify_shard(manifest: Manifest, entry: ShardEntry) -> int:
         VerifyError: naming the shard and what is wrong with it.
     """
     path = manifest.resolve(entry.path)
-    if not os.path.isfile(path):
+    if is_local(path) and not os.path.isfile(local_path(path)):
         raise VerifyError(f"{path}: shard listed in the manifest is missing", path=path)
-    size = os.path.getsize(path)
-    if size != entry.num_bytes:
-        raise VerifyError(f"{path}: size is {size} bytes, manifest says {entry.num_bytes} (truncated or replaced?)", path=path)
     digest = hashlib.sha256()
     parser = SampleParser(path=path)
     bounds = [0]
+    size = 0
     try:
-        for chunk in LocalFile(path).iter_range(0, None, chunk_bytes=_CHUNK):
+        for chunk in open_source(path).iter_range(0, None, chunk_bytes=_CHUNK):
+            size += len(chunk)
             digest.update(chunk)
             bounds.extend(s.end for s in parser.feed(chunk))
+    except OSError as exc:
+        raise VerifyError(f"{path}: shard missing or unreadable ({exc})", path=path) from None
+    if size != entry.num_bytes:
+        raise VerifyError(f"{path}: size is {size} bytes, manifest says {entry.num_bytes} (truncated or replaced?)", path=path)
+    try:
         bounds.extend(s.end for s in parser.finish())
     except CorruptShardError as exc:
         raise VerifyError(f"{path}: does not parse as a tar shard: {exc}", path=path) from None
@@ -68,8 +73,11 @@ def verify_shard(manifest: Manifest, entry: ShardEntry) -> int:
         raise VerifyError(f"{path}: holds {count} samples, manifest says {entry.num_samples}", path=path)
     index_path = manifest.resolve(entry.index)
     try:
-        index = load_index(index_path)
-    except ManifestError as exc:
+        if is_local(index_path):
+            index = load_index(local_path(index_path))
+        else:
+            index = decode_index(open_source(index_path).read_all(), path=index_path)
+    except (ManifestError, OSError) as exc:
         raise VerifyError(f"{path}: offset index unusable: {exc}", path=path) from None
     if len(index) != len(bounds) or not np.array_equal(np.asarray(index), np.asarray(bounds, dtype=index.dtype)):
         raise VerifyError(
@@ -79,13 +87,13 @@ def verify_shard(manifest: Manifest, entry: ShardEntry) -> int:
 
 
 def verify_dataset(path: str, *, progress: Callable[[ShardEntry], None] | None = None) -> VerifyReport:
-    """Verify every shard of the dataset at ``path`` (directory or manifest).
+    """Verify every shard of the dataset at ``path`` (directory, manifest, or URL).
 
     Raises:
         ManifestError: The manifest cannot be loaded.
         VerifyError: The first bad shard, and why.
     """
-    manifest = load_manifest(path)
+    manifest = fetch_manifest(path)
     samples = 0
     for entry in manifest.shards:
         samples += verify_shard(manifest, entry)
