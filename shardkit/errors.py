@@ -13,6 +13,7 @@ still catch them::
     ├── ManifestError (ValueError)       manifest missing, malformed, mismatched
     ├── CorruptShardError (ValueError)   tar bytes are not what they must be
     ├── VerifyError (ValueError)         ``shardkit verify`` found a bad shard
+    ├── StateError (ValueError)          a reader checkpoint cannot be restored
     └── RemoteError (OSError)            a remote object could not be fetched or stored
 
 Errors carry where they happened as attributes (``path``, ``member``,
@@ -143,3 +144,8 @@ def _rebuild_remote_error(
     cls: type[RemoteError], message: str, url: str | None, offset: int | None, status: int | None, retryable: bool
 ) -> RemoteError:
     return cls(message, url=url, offset=offset, status=status, retryable=retryable)
+
+
+class StateError(ShardkitError, ValueError):
+    """A reader checkpoint cannot be restored: malformed, from another
+    dataset, made with incompatible options, or missing the ranks needed."""

@@ -8,20 +8,39 @@ and decoding (:mod:`.decode`).
 
 from __future__ import annotations
 
+import copy
 import itertools
+import logging
 import multiprocessing
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from torch.utils.data import IterableDataset
 
-from shardkit.errors import UsageError
+from shardkit.errors import StateError, UsageError
 from shardkit.format.manifest import Manifest
 from shardkit.read.catalog import ShardCatalog, resolve_catalog
 from shardkit.read.decode import Decoder, ImageMode, make_decoder
 from shardkit.read.prefetch import DEFAULT_READ_AHEAD_BYTES
+from shardkit.read.resume import (
+    EpochSequence,
+    Level,
+    Position,
+    ReaderState,
+    SlotReplay,
+    catalog_fingerprint,
+    check_compatible,
+    part_range,
+    rank_local_level,
+    remainder,
+    replay_slot,
+    resident_pieces,
+    round_robin,
+    sequence_pieces,
+    start_for,
+)
 from shardkit.read.shuffle import ShuffleBuffer
 from shardkit.read.sources import SourceOptions
 from shardkit.read.split import (
@@ -30,12 +49,16 @@ from shardkit.read.split import (
     Mode,
     Piece,
     assign_shards,
+    epoch_order,
     plan_epoch,
     samples_per_rank,
     seed_sequence,
+    skip_samples,
 )
 from shardkit.read.stream import ON_ERROR, Located, OnError, PieceReader
 from shardkit.world import World, detect_rank, detect_worker
+
+log = logging.getLogger(__name__)
 
 #: Default number of samples held by the shuffle buffer.
 DEFAULT_BUFFER_SIZE = 1000
@@ -50,26 +73,37 @@ def _located_nbytes(located: Located) -> int:
     return raw.end - raw.start
 
 
-def _round_robin(streams: list[Iterator[Located]]) -> Iterator[Located]:
-    """One sample from each stream in turn, until all are done."""
-    active = list(streams)
-    try:
-        while active:
-            for stream in list(active):
-                try:
-                    yield next(stream)
-                except StopIteration:
-                    active.remove(stream)
-    finally:
-        for stream in streams:
-            stream.close()  # type: ignore[attr-defined]  # stop their read-ahead threads
+def _position_nbytes(position: Position) -> int:
+    return position[4]
 
 
-def _as_dict(located: Iterator[Located]) -> Iterator[Sample]:
-    for _, _, raw in located:
+class _Progress:
+    """What this process's iteration has delivered (for ``state_dict()``)."""
+
+    __slots__ = ("epoch", "base", "world", "count")
+
+    def __init__(self) -> None:
+        self.epoch = -1
+        self.base: tuple[Level, ...] = ()
+        self.world: World | None = None
+        self.count = 0
+
+
+class _Pending:
+    """A loaded state waiting for the iteration of its epoch. Shared by
+    reference between a dataset and its shallow copies (the loader's)."""
+
+    __slots__ = ("state",)
+
+    def __init__(self) -> None:
+        self.state: ReaderState | None = None
+
+
+def _as_dict(located: Iterator[tuple[int, Located]]) -> Iterator[tuple[int, Sample]]:
+    for count, (_, _, raw) in located:
         sample: Sample = {"__key__": raw.key}
         sample.update(raw.fields)
-        yield sample
+        yield count, sample
 
 
 class ShardDataset(IterableDataset):
@@ -235,6 +269,11 @@ class ShardDataset(IterableDataset):
         shared = multiprocessing.get_context("spawn")
         self._epoch = shared.Value("q", epoch)
         self._skipped = shared.Value("q", 0)
+        # Checkpoint bookkeeping: per process (the progress), and a loaded
+        # state that the next iteration of its epoch starts from.
+        self._progress = _Progress()
+        self._pending = _Pending()
+        self._tag_items = False  # the loader's copy yields (worker, count, item)
 
     # ------------------------------------------------------------ state
 
@@ -246,6 +285,10 @@ class ShardDataset(IterableDataset):
         """
         if epoch < 0:
             raise UsageError(f"epoch must be >= 0, not {epoch}")
+        pending = self._pending.state
+        if pending is not None and pending.epoch != epoch:
+            log.info("set_epoch(%d) drops the loaded state of epoch %d", epoch, pending.epoch)
+            self._pending.state = None
         self._epoch.value = epoch
 
     @property
@@ -323,39 +366,74 @@ class ShardDataset(IterableDataset):
         ``__iter__`` calls this with the current process's slot; calling it
         directly shows what any rank/worker would read.
         """
-        reader = PieceReader(
+        return (item for _, item in self._slot_stream(world, epoch=epoch, base=(), count=0))
+
+    def _reader(self) -> PieceReader:
+        return PieceReader(
             self.catalog,
             on_error=self.on_error,
             on_skip=self._count_skip,
             options=self.options,
             read_ahead_bytes=max(self.read_ahead_bytes // self.interleave, 1),
         )
-        streams = [
-            reader.read(self.pieces(world, epoch=epoch, part=part, num_parts=self.interleave))
-            for part in range(self.interleave)
-        ]
-        raws: Iterator[Located] = streams[0] if len(streams) == 1 else _round_robin(streams)
-        if self.shuffle and self.buffer_size > 1:
-            rng = np.random.Generator(
-                np.random.PCG64(seed_sequence(self.seed, epoch, SAMPLE_SHUFFLE_STREAM, world.rank, world.worker))
-            )
-            buffer: ShuffleBuffer[Located] = ShuffleBuffer(
-                size=self.buffer_size,
-                rng=rng,
-                max_bytes=self.buffer_bytes,
-                nbytes=_located_nbytes if self.buffer_bytes is not None else None,
-            )
-            raws = buffer.shuffle(raws)
-        samples: Iterator[Any] = _as_dict(raws)
+
+    def _make_buffer(self, world: World, epoch: int, nbytes: Callable[[Any], int]) -> ShuffleBuffer[Any] | None:
+        if not (self.shuffle and self.buffer_size > 1):
+            return None
+        rng = np.random.Generator(
+            np.random.PCG64(seed_sequence(self.seed, epoch, SAMPLE_SHUFFLE_STREAM, world.rank, world.worker))
+        )
+        return ShuffleBuffer(
+            size=self.buffer_size,
+            rng=rng,
+            max_bytes=self.buffer_bytes,
+            nbytes=nbytes if self.buffer_bytes is not None else None,
+        )
+
+    def _slot_stream(
+        self, world: World, *, epoch: int, base: tuple[Level, ...], count: int
+    ) -> Iterator[tuple[int, Any]]:
+        """One slot's items, each with the slot's delivered count after it.
+
+        With ``base`` levels or a ``count`` (a restored state), the slot's
+        plan is the remainder the base levels left, and its first ``count``
+        samples are skipped by replaying positions (see :mod:`.resume`).
+        """
+        reader = self._reader()
+        parts = range(self.interleave)
+        first = 0
+        resident: list[Located] | None = None
+        held = 0
+        if not base and count == 0:
+            pieces = [self.pieces(world, epoch=epoch, part=p, num_parts=self.interleave) for p in parts]
+            buffer = self._make_buffer(world, epoch, _located_nbytes)
+        else:
+            sizes = self._sizes_fn(reader)
+            seq = self._level_sequence(base, epoch=epoch, sizes=sizes)
+            replay = self._replay(world, epoch=epoch, seq=seq, count=count, sizes=sizes)
+            pieces = [skip_samples(self._part_pieces(world, epoch, seq, p), replay.consumed[p]) for p in parts]
+            first = replay.next_part
+            buffer = None
+            if replay.buffer is not None:
+                buffer = replay.buffer.follow(nbytes=_located_nbytes if self.buffer_bytes is not None else None)
+                resident = self._read_resident(reader, replay, sizes)
+                held = replay.held
+        streams = [reader.read(p) for p in pieces]
+        raws: Iterator[Located] = streams[0] if len(streams) == 1 else round_robin(streams, first=first)
+        if buffer is not None:
+            raws = buffer.shuffle(raws, resident=resident, held=held)
+        samples: Iterator[tuple[int, Any]] = _as_dict(zip(itertools.count(count + 1), raws))
         if self.decoder is not None:
-            samples = (self.decoder(s) for s in samples)
+            decoder = self.decoder
+            samples = ((n, decoder(s)) for n, s in samples)
         if self.map is not None:
-            samples = (self.map(s) for s in samples)
+            fn = self.map
+            samples = ((n, fn(s)) for n, s in samples)
         if self.batch_size is not None:
             samples = self._batches(samples)
         return samples
 
-    def _batches(self, samples: Iterator[Any]) -> Iterator[Any]:
+    def _batches(self, samples: Iterator[tuple[int, Any]]) -> Iterator[tuple[int, Any]]:
         if self.collate is None:
             from torch.utils.data import default_collate
 
@@ -367,10 +445,210 @@ class ShardDataset(IterableDataset):
             batch = list(itertools.islice(samples, self.batch_size))
             if not batch or (len(batch) < self.batch_size and not self.partial_batches):
                 return
-            yield collate(batch)
+            yield batch[-1][0], collate([s for _, s in batch])
 
     def __iter__(self) -> Iterator[Any]:
-        return self.iter_slot(detect_worker(self.world), epoch=self.epoch)
+        world = detect_worker(self.world)
+        epoch = self.epoch
+        base: tuple[Level, ...] = ()
+        count = 0
+        pending = self._pending.state
+        if pending is not None and pending.epoch == epoch:
+            self._pending.state = None  # one iteration resumes; later ones start afresh
+            base, count = start_for(pending, world, mode=self.mode)
+        progress = self._progress
+        progress.epoch, progress.base, progress.world, progress.count = epoch, base, world, count
+        stream = self._slot_stream(world, epoch=epoch, base=base, count=count)
+        if self._tag_items:
+            return self._tagged(stream, world.worker, progress)
+        return self._untagged(stream, progress)
+
+    @staticmethod
+    def _untagged(stream: Iterator[tuple[int, Any]], progress: _Progress) -> Iterator[Any]:
+        for count, item in stream:
+            progress.count = count
+            yield item
+
+    @staticmethod
+    def _tagged(stream: Iterator[tuple[int, Any]], worker: int, progress: _Progress) -> Iterator[Any]:
+        for count, item in stream:
+            progress.count = count
+            yield worker, count, item
+
+    # ------------------------------------------------------------ checkpoint
+
+    def _require_index(self) -> np.ndarray:
+        counts = self.catalog.counts
+        if counts is None or self.catalog.index_urls is None:
+            raise UsageError(
+                "checkpoint/resume needs per-shard sample counts and offset indexes: read a dataset with a "
+                "manifest (or .idx sidecars)"
+            )
+        return counts
+
+    @property
+    def fingerprint(self) -> str:
+        """What identifies this dataset's content in a state."""
+        counts = self._require_index()
+        manifest = self.catalog.manifest
+        return catalog_fingerprint(
+            self.catalog.urls, counts.tolist(), None if manifest is None else manifest.fingerprint
+        )
+
+    def _state_options(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "buffer_size": self.buffer_size,
+            "buffer_bytes": self.buffer_bytes,
+            "pad": self.pad,
+            "interleave": self.interleave,
+        }
+
+    def make_state(self, *, base: tuple[Level, ...], world: World, counts: Sequence[int | None]) -> dict[str, Any]:
+        """A state for the current epoch: ``base`` levels, then ``world``'s
+        rank with its workers' delivered ``counts`` (None where unknown)."""
+        levels = base + (rank_local_level(world, counts),)
+        return ReaderState(self.fingerprint, self._state_options(), self.epoch, levels).to_dict()
+
+    def state_dict(self) -> dict[str, Any]:
+        """This process's position in the epoch (torchdata ``Stateful`` protocol).
+
+        In the main process with ``num_workers=0`` (or inside a DataLoader
+        worker, as ``StatefulDataLoader`` calls it) this is what the
+        iteration has handed out so far. With worker processes, take the
+        state from the loader of :func:`~shardkit.make_loader` instead, which
+        counts what reached the training loop.
+
+        Returns:
+            A small JSON-serializable dict (see :mod:`shardkit.read.resume`).
+
+        Raises:
+            UsageError: The dataset has no sample counts and offset indexes.
+        """
+        progress = self._progress
+        pending = self._pending.state
+        if pending is not None and pending.epoch == self.epoch:
+            return pending.to_dict()
+        if progress.world is not None and progress.epoch == self.epoch:
+            counts: list[int | None] = [None] * progress.world.num_workers
+            counts[progress.world.worker] = progress.count
+            return self.make_state(base=progress.base, world=progress.world, counts=counts)
+        return ReaderState(self.fingerprint, self._state_options(), self.epoch, ()).to_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from ``state`` at the next iteration (torchdata ``Stateful``).
+
+        Sets the epoch to the state's. With the same world size and workers
+        the next iteration continues exactly where the state was taken; with
+        another topology (which needs a state knowing every old rank, see
+        :func:`shardkit.read.resume.merge_states`) the new slots share what
+        the epoch had not yet delivered. A later :meth:`set_epoch` to another
+        epoch drops the loaded state.
+
+        Raises:
+            StateError: A malformed state, or one from another dataset or
+                with different options (the message names the mismatch).
+            UsageError: The dataset has no sample counts and offset indexes.
+        """
+        parsed = ReaderState.from_dict(state)
+        check_compatible(parsed, fingerprint=self.fingerprint, options=self._state_options())
+        if parsed.levels and parsed.levels[-1].world_size != self.world.world_size:
+            # Only a complete state can move to another world size; say so now, not in a worker.
+            start_for(parsed, self.world.with_worker(0, 1), mode=self.mode)
+        self._pending.state = parsed
+        self._progress.world = None
+        self._epoch.value = parsed.epoch
+
+    def _tagged_copy(self) -> ShardDataset:
+        """A shallow copy (sharing epoch, counters and loaded state) whose
+        items carry ``(worker, delivered count, item)`` for the loader."""
+        clone = copy.copy(self)
+        clone._tag_items = True
+        return clone
+
+    def pending_start(self, world: World) -> tuple[tuple[Level, ...], int]:
+        """Where ``world``'s slot starts the next iteration: the loaded
+        state's levels before the slot's and its delivered count."""
+        pending = self._pending.state
+        if pending is None or pending.epoch != self.epoch:
+            return (), 0
+        return start_for(pending, world, mode=self.mode)
+
+    def drop_pending(self) -> None:
+        """Forget a loaded state (its iteration has started)."""
+        self._pending.state = None
+
+    # ------------------------------------------------------------ restore
+
+    def _sizes_fn(self, reader: PieceReader) -> Callable[[int], np.ndarray]:
+        cache: dict[int, np.ndarray] = {}
+
+        def sizes(shard: int) -> np.ndarray:
+            found = cache.get(shard)
+            if found is None:
+                found = cache[shard] = np.diff(reader._load_bounds(shard))
+            return found
+
+        return sizes
+
+    def _part_pieces(self, world: World, epoch: int, seq: EpochSequence, part: int) -> Iterator[Piece]:
+        if seq.full:
+            return self.pieces(world, epoch=epoch, part=part, num_parts=self.interleave)
+        counts = self._require_index()
+        order = epoch_order(len(counts), seed=self.seed, epoch=epoch, shuffle=self.shuffle)
+        lo, hi = part_range(len(seq), world, mode=self.mode, pad=self.pad, part=part, num_parts=self.interleave)
+        return sequence_pieces(seq, counts, order, lo, hi)
+
+    def _replay(
+        self, world: World, *, epoch: int, seq: EpochSequence, count: int, sizes: Callable[[int], np.ndarray]
+    ) -> SlotReplay:
+        parts = []
+        share = 0
+        for part in range(self.interleave):
+            lo, hi = part_range(len(seq), world, mode=self.mode, pad=self.pad, part=part, num_parts=self.interleave)
+            share += hi - lo
+            parts.append((self._part_pieces(world, epoch, seq, part), lo, hi))
+        if self.mode != "infinite" and count > share:
+            raise StateError(
+                f"reader state says rank {world.rank} worker {world.worker} delivered {count} samples, but its "
+                f"share of epoch {epoch} is {share}: the state does not belong to this dataset and topology"
+            )
+        return replay_slot(count=count, parts=parts, sizes=sizes, buffer=self._make_buffer(world, epoch, _position_nbytes))
+
+    def _level_sequence(
+        self, base: tuple[Level, ...], *, epoch: int, sizes: Callable[[int], np.ndarray]
+    ) -> EpochSequence:
+        counts = self._require_index()
+        seq = EpochSequence.whole(int(counts.sum()))
+        for level in base:
+            replays = {}
+            for rank in range(level.world_size):
+                for worker in range(level.num_workers):
+                    slot = World(rank=rank, world_size=level.world_size, worker=worker, num_workers=level.num_workers)
+                    count = level.count(rank, worker)
+                    assert count is not None  # levels before the last are complete
+                    replays[rank, worker] = self._replay(slot, epoch=epoch, seq=seq, count=count, sizes=sizes)
+            seq = remainder(seq, level, replays, mode=self.mode, pad=self.pad, num_parts=self.interleave)
+        return seq
+
+    def _read_resident(
+        self, reader: PieceReader, replay: SlotReplay, sizes: Callable[[int], np.ndarray]
+    ) -> list[Located]:
+        """Read the samples a restored buffer holds, through the offset index."""
+        if not replay.resident:
+            return []
+        wanted = {(p[2], p[3]) for p in replay.resident}
+        found: dict[tuple[int, int], Located] = {}
+        for located in reader.read(iter(resident_pieces(replay.resident, sizes))):
+            key = (located[0], located[1])
+            if key in wanted:
+                found[key] = located
+        out = [found[p[2], p[3]] for p in replay.resident if (p[2], p[3]) in found]
+        if len(out) < len(replay.resident):
+            log.warning("%d buffered samples could not be read back", len(replay.resident) - len(out))
+        return out
 
     def __repr__(self) -> str:
         return (

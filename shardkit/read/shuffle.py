@@ -67,14 +67,33 @@ class ShuffleBuffer(Generic[T]):
             self._draws.reverse()
         return self._draws.pop()
 
-    def shuffle(self, items: Iterable[T]) -> Iterator[T]:
-        """Yield ``items`` in shuffled order."""
+    def follow(self, *, nbytes: Callable[[T], int] | None = None) -> ShuffleBuffer[T]:
+        """A buffer with the same caps that continues this one's random
+        stream (it shares the generator and the draws not yet used).
+
+        Args:
+            nbytes: Size function for the new buffer's items (which may be of
+                another type, e.g. samples where this buffer held positions).
+        """
+        other: ShuffleBuffer[T] = ShuffleBuffer(size=self.size, rng=self.rng, max_bytes=self.max_bytes, nbytes=nbytes)
+        other._draws = self._draws
+        return other
+
+    def shuffle(self, items: Iterable[T], *, resident: list[T] | None = None, held: int = 0) -> Iterator[T]:
+        """Yield ``items`` in shuffled order.
+
+        Args:
+            items: The input stream.
+            resident: Items already in the buffer, in buffer order (to go on
+                from a state :meth:`advance` reached); the list is used in
+                place. Default empty.
+            held: Bytes those residents hold (with ``max_bytes``).
+        """
         if self.size <= 1:
             yield from items
             return
-        buf: list[T] = []
+        buf: list[T] = [] if resident is None else resident
         size = self.size
-        held = 0
         max_bytes = self.max_bytes
         nbytes = self._nbytes
         uniform = self._uniform
@@ -99,6 +118,57 @@ class ShuffleBuffer(Generic[T]):
             buf[j] = buf[-1]
             buf.pop()
             yield out
+
+    def advance(self, items: Iterator[T], num_out: int) -> tuple[list[T], int]:
+        """Run :meth:`shuffle` until ``num_out`` items have come out, keeping none.
+
+        Takes from ``items`` and from the generator exactly what
+        :meth:`shuffle` would by then, so that ``shuffle(rest of items,
+        resident=..., held=...)`` with the returned buffer continues the same
+        sequence. Used to rebuild a reader's buffer from positions alone.
+
+        Args:
+            items: The input stream (left positioned after the last item taken).
+            num_out: Items to let out.
+
+        Returns:
+            The resident items in buffer order, and the bytes they hold (0
+            without ``max_bytes``).
+        """
+        buf: list[T] = []
+        held = 0
+        if self.size <= 1 or num_out <= 0:
+            for _ in zip(range(max(num_out, 0)), items):
+                pass
+            return buf, held
+        size = self.size
+        max_bytes = self.max_bytes
+        nbytes = self._nbytes
+        uniform = self._uniform
+        left = num_out
+        for item in items:
+            buf.append(item)
+            if max_bytes is not None:
+                held += nbytes(item)  # type: ignore[misc]
+                if held < max_bytes and len(buf) < size:
+                    continue
+            elif len(buf) < size:
+                continue
+            j = int(uniform() * len(buf))
+            out = buf[j]
+            buf[j] = buf[-1]
+            buf.pop()
+            if max_bytes is not None:
+                held -= nbytes(out)  # type: ignore[misc]
+            left -= 1
+            if left == 0:
+                return buf, held
+        while buf and left > 0:
+            j = int(uniform() * len(buf))
+            buf[j] = buf[-1]
+            buf.pop()
+            left -= 1
+        return buf, held
 
 
 def mean_displacement(positions: Sequence[int] | np.ndarray) -> float:

@@ -197,3 +197,20 @@ def assign_shards(num_shards: int, world: World, *, seed: int, epoch: int, shuff
     """
     order = epoch_order(num_shards, seed=seed, epoch=epoch, shuffle=shuffle)
     return order[world.slot :: world.num_slots]
+
+
+def skip_samples(pieces: Iterator[Piece], count: int) -> Iterator[Piece]:
+    """``pieces`` without their first ``count`` samples.
+
+    The piece holding the cut is shortened; empty pieces are dropped.
+    Works on endless piece streams (``"infinite"`` mode).
+    """
+    left = count
+    for piece in pieces:
+        if left >= piece.num_samples:
+            left -= piece.num_samples
+            continue
+        if left:
+            piece = Piece(piece.shard, piece.start + left, piece.stop)
+            left = 0
+        yield piece

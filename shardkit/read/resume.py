@@ -1,0 +1,582 @@
+"""Mid-epoch checkpoints of the reader: the state format and the pure math.
+
+A slot's stream is a pure function of (options, world, epoch): its plan
+gives the samples it reads, in order, and its shuffle buffer is seeded from
+``(seed, epoch, rank, worker)``. The position of a slot is therefore one
+number, the samples that have come out of its shuffle buffer so far
+(*delivered*). From that number, running the slot's plan and buffer over
+sample *positions* (shard, sample number and stored size, which the offset
+index gives without reading data) rebuilds how far each read stream got,
+which samples the buffer holds and its random generator. Only the buffered
+samples are read again, through the index, and reading goes on from there:
+the same topology continues with the identical sequence.
+
+**Levels.** A state is a list of levels, oldest first. Each level records a
+topology (world size, workers per rank) and the delivered count of each of
+its slots; the last level is the one being read. When a state is restored
+with another topology, every slot of the last level is replayed to find what
+was delivered, the rest of the epoch becomes a new, shorter sequence (the
+*remainder*: the positions the plan still had to hand out, in sequence
+order), and a new level splits it over the new slots with the mode's rule
+(``"exact"``: near-equal shares; ``"balanced"``: equal shares, dropping fewer
+than ``world_size`` samples, or padding with ``pad``). A level's sequence is
+kept as intervals of the epoch's global positions, so memory is
+O(buffered samples + slots), not O(samples).
+
+The state is plain JSON data (no sample bytes), versioned by
+:data:`STATE_VERSION` with the key names below.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shardkit.errors import StateError
+from shardkit.read.shuffle import ShuffleBuffer
+from shardkit.read.split import Mode, Piece, even_cut, iter_pieces, rank_span
+from shardkit.world import World
+
+log = logging.getLogger(__name__)
+
+#: Version of the state format; a state of another version is refused.
+STATE_VERSION = 1
+
+KEY_VERSION = "version"
+KEY_FINGERPRINT = "fingerprint"
+KEY_OPTIONS = "options"
+KEY_EPOCH = "epoch"
+KEY_LEVELS = "levels"
+#: Keys of a state, exactly.
+STATE_KEYS = frozenset({KEY_VERSION, KEY_FINGERPRINT, KEY_OPTIONS, KEY_EPOCH, KEY_LEVELS})
+
+KEY_WORLD_SIZE = "world_size"
+KEY_NUM_WORKERS = "num_workers"
+KEY_DELIVERED = "delivered"
+#: Keys of one level, exactly.
+LEVEL_KEYS = frozenset({KEY_WORLD_SIZE, KEY_NUM_WORKERS, KEY_DELIVERED})
+
+#: Reader options a state depends on; all must match on restore.
+OPTION_KEYS = ("mode", "seed", "shuffle", "buffer_size", "buffer_bytes", "pad", "interleave")
+
+#: Buffered samples of one shard closer than this many bytes are read in one
+#: request, reading the samples between them too.
+RESIDENT_GAP_BYTES = 1 << 20
+
+#: A position in a replayed stream: (part, virtual index or -1, shard, sample, stored bytes).
+Position = tuple[int, int, int, int, int]
+
+
+# --------------------------------------------------------------- the format
+
+
+@dataclass(frozen=True)
+class Level:
+    """One topology's progress through an epoch.
+
+    Attributes:
+        world_size: Ranks of this level.
+        num_workers: DataLoader workers per rank (1 for in-process loading).
+        delivered: Per rank, per worker: samples out of that slot's shuffle
+            buffer; None where this state does not know (a rank-local state
+            holds only its own rank).
+    """
+
+    world_size: int
+    num_workers: int
+    delivered: tuple[tuple[int | None, ...] | None, ...]
+
+    def count(self, rank: int, worker: int) -> int | None:
+        """The delivered count of one slot, or None if unknown."""
+        entry = self.delivered[rank]
+        return None if entry is None else entry[worker]
+
+    @property
+    def complete(self) -> bool:
+        """Whether every slot's count is known."""
+        return all(entry is not None and None not in entry for entry in self.delivered)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            KEY_WORLD_SIZE: self.world_size,
+            KEY_NUM_WORKERS: self.num_workers,
+            KEY_DELIVERED: [None if e is None else list(e) for e in self.delivered],
+        }
+
+
+@dataclass(frozen=True)
+class ReaderState:
+    """A reader's position in an epoch (see the module docstring).
+
+    Attributes:
+        fingerprint: Identifies the dataset's content.
+        options: The reader options in :data:`OPTION_KEYS`.
+        epoch: The epoch being read.
+        levels: Topologies that read parts of the epoch, oldest first; empty
+            at the start of an epoch.
+    """
+
+    fingerprint: str
+    options: Mapping[str, Any]
+    epoch: int
+    levels: tuple[Level, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-serializable form (what ``state_dict()`` returns)."""
+        return {
+            KEY_VERSION: STATE_VERSION,
+            KEY_FINGERPRINT: self.fingerprint,
+            KEY_OPTIONS: dict(self.options),
+            KEY_EPOCH: self.epoch,
+            KEY_LEVELS: [level.to_dict() for level in self.levels],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ReaderState:
+        """Parse and check a state produced by :meth:`to_dict`.
+
+        Raises:
+            StateError: Not a mapping, missing or extra keys, values of the
+                wrong type or out of range, or another format version.
+        """
+        if not isinstance(data, Mapping):
+            raise StateError(f"a reader state must be a mapping, not {type(data).__name__}")
+        keys = set(data)
+        if keys != STATE_KEYS:
+            raise StateError(_key_problem("reader state", keys, STATE_KEYS))
+        if data[KEY_VERSION] != STATE_VERSION:
+            raise StateError(
+                f"reader state version {data[KEY_VERSION]!r} is not supported (this shardkit reads version {STATE_VERSION})"
+            )
+        fingerprint = data[KEY_FINGERPRINT]
+        if not isinstance(fingerprint, str):
+            raise StateError(f"reader state: 'fingerprint' must be a string, not {type(fingerprint).__name__}")
+        options = data[KEY_OPTIONS]
+        if not isinstance(options, Mapping) or set(options) != set(OPTION_KEYS):
+            raise StateError(
+                f"reader state: 'options' must be a mapping with keys {sorted(OPTION_KEYS)}, got {options!r}"
+            )
+        epoch = _int(data[KEY_EPOCH], "epoch")
+        levels_data = data[KEY_LEVELS]
+        if not isinstance(levels_data, list):
+            raise StateError(f"reader state: 'levels' must be a list, not {type(levels_data).__name__}")
+        levels = tuple(_parse_level(level, i) for i, level in enumerate(levels_data))
+        for i, level in enumerate(levels[:-1]):
+            if not level.complete:
+                raise StateError(f"reader state: level {i} is not the last one but lacks some slots' counts")
+        return cls(fingerprint=fingerprint, options=dict(options), epoch=epoch, levels=levels)
+
+
+def _key_problem(what: str, keys: set[str], expected: frozenset[str]) -> str:
+    missing = sorted(expected - keys)
+    extra = sorted(keys - expected)
+    parts = []
+    if missing:
+        parts.append(f"missing {missing}")
+    if extra:
+        parts.append(f"unexpected {extra}")
+    return f"{what}: {', '.join(parts)}"
+
+
+def _int(value: Any, name: str, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise StateError(f"reader state: {name!r} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _parse_level(data: Any, index: int) -> Level:
+    if not isinstance(data, Mapping):
+        raise StateError(f"reader state: level {index} must be a mapping, not {type(data).__name__}")
+    if set(data) != LEVEL_KEYS:
+        raise StateError(_key_problem(f"reader state level {index}", set(data), LEVEL_KEYS))
+    world_size = _int(data[KEY_WORLD_SIZE], f"levels[{index}].world_size", minimum=1)
+    num_workers = _int(data[KEY_NUM_WORKERS], f"levels[{index}].num_workers", minimum=1)
+    delivered = data[KEY_DELIVERED]
+    if not isinstance(delivered, list) or len(delivered) != world_size:
+        raise StateError(f"reader state: levels[{index}].delivered must be a list of {world_size} entries (one per rank)")
+    entries: list[tuple[int | None, ...] | None] = []
+    for rank, entry in enumerate(delivered):
+        if entry is None:
+            entries.append(None)
+            continue
+        if not isinstance(entry, list) or len(entry) != num_workers:
+            raise StateError(
+                f"reader state: levels[{index}].delivered[{rank}] must be null or a list of {num_workers} counts"
+            )
+        entries.append(
+            tuple(None if c is None else _int(c, f"levels[{index}].delivered[{rank}]") for c in entry)
+        )
+    return Level(world_size=world_size, num_workers=num_workers, delivered=tuple(entries))
+
+
+def catalog_fingerprint(urls: Iterable[str], counts: Iterable[int], manifest_fingerprint: str | None) -> str:
+    """What identifies a dataset in a state: the manifest's fingerprint, or
+    for shards without a manifest a hash of their names and sample counts."""
+    if manifest_fingerprint is not None:
+        return manifest_fingerprint
+    digest = hashlib.sha256()
+    for url, count in zip(urls, counts):
+        digest.update(f"{url.rsplit('/', 1)[-1]}\0{int(count)}\n".encode())
+    return digest.hexdigest()
+
+
+def check_compatible(state: ReaderState, *, fingerprint: str, options: Mapping[str, Any]) -> None:
+    """Refuse a state from another dataset or with other reader options.
+
+    Raises:
+        StateError: Naming the mismatch.
+    """
+    if state.fingerprint != fingerprint:
+        raise StateError(
+            f"reader state is from another dataset: its manifest fingerprint is {state.fingerprint[:16]}..., "
+            f"this dataset's is {fingerprint[:16]}... Restore it with the dataset it was saved from."
+        )
+    for key in OPTION_KEYS:
+        if state.options[key] != options[key]:
+            raise StateError(
+                f"reader state was saved with {key}={state.options[key]!r} but this dataset has "
+                f"{key}={options[key]!r}; create the dataset with the same {key} to resume"
+            )
+
+
+def merge_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Combine rank-local states (one per rank, as each rank's loader saves
+    them) into one state that knows every slot, which resuming with a
+    different world size or worker count needs.
+
+    Raises:
+        StateError: Malformed states, or states of different epochs,
+            datasets, options or earlier levels.
+    """
+    parsed = [ReaderState.from_dict(s) for s in states]
+    if not parsed:
+        raise StateError("merge_states needs at least one state")
+    first = parsed[0]
+    if any(len(s.levels) == 0 for s in parsed):
+        if all(len(s.levels) == 0 for s in parsed) and all(s.epoch == first.epoch for s in parsed):
+            return first.to_dict()
+        raise StateError("cannot merge a state at the start of an epoch with states in the middle of one")
+    for other in parsed[1:]:
+        for what, a, b in (
+            ("fingerprint", first.fingerprint, other.fingerprint),
+            ("options", dict(first.options), dict(other.options)),
+            ("epoch", first.epoch, other.epoch),
+            ("earlier levels", first.levels[:-1], other.levels[:-1]),
+        ):
+            if a != b:
+                raise StateError(f"cannot merge reader states with different {what}: {a!r} vs {b!r}")
+    last = first.levels[-1]
+    merged: list[list[int | None] | None] = [None] * last.world_size
+    for state in parsed:
+        level = state.levels[-1]
+        if (level.world_size, level.num_workers) != (last.world_size, last.num_workers):
+            raise StateError("cannot merge reader states of different world sizes or worker counts")
+        for rank, entry in enumerate(level.delivered):
+            if entry is None:
+                continue
+            slot = merged[rank]
+            if slot is None:
+                slot = merged[rank] = [None] * last.num_workers
+            for worker, count in enumerate(entry):
+                if count is None:
+                    continue
+                if slot[worker] is not None and slot[worker] != count:
+                    raise StateError(f"reader states disagree on rank {rank} worker {worker}: {slot[worker]} vs {count}")
+                slot[worker] = count
+    level = Level(
+        world_size=last.world_size,
+        num_workers=last.num_workers,
+        delivered=tuple(None if e is None else tuple(e) for e in merged),
+    )
+    return ReaderState(first.fingerprint, first.options, first.epoch, first.levels[:-1] + (level,)).to_dict()
+
+
+def rank_local_level(world: World, counts: Iterable[int | None]) -> Level:
+    """A level that knows one rank's workers' counts."""
+    delivered: list[tuple[int | None, ...] | None] = [None] * world.world_size
+    delivered[world.rank] = tuple(counts)
+    return Level(world_size=world.world_size, num_workers=world.num_workers, delivered=tuple(delivered))
+
+
+def start_for(state: ReaderState, world: World, *, mode: Mode) -> tuple[tuple[Level, ...], int]:
+    """Where a slot starts when resuming ``state``.
+
+    Returns:
+        The levels before the slot's own (their remainder is what the slot's
+        level splits) and the slot's delivered count within its level.
+
+    Raises:
+        StateError: The state lacks the slot's count (same topology), or
+            lacks other slots' counts (another topology), or the topology
+            changed in ``"infinite"`` mode.
+    """
+    if not state.levels:
+        return (), 0
+    last = state.levels[-1]
+    if (last.world_size, last.num_workers) == (world.world_size, world.num_workers):
+        count = last.count(world.rank, world.worker)
+        if count is None:
+            raise StateError(
+                f"reader state has no position for rank {world.rank}, worker {world.worker}: restore each rank "
+                "from its own state, or from merge_states() of all ranks' states"
+            )
+        return state.levels[:-1], count
+    if mode == "infinite":
+        raise StateError(
+            f"mode='infinite' resumes with the same world size and workers only (state: {last.world_size} ranks x "
+            f"{last.num_workers} workers; now: {world.world_size} x {world.num_workers})"
+        )
+    if not last.complete:
+        known = [r for r, e in enumerate(last.delivered) if e is not None]
+        raise StateError(
+            f"resuming with {world.world_size} ranks x {world.num_workers} workers a state saved with "
+            f"{last.world_size} x {last.num_workers} needs every old rank's position, but this state holds "
+            f"ranks {known}: combine all ranks' states with shardkit.read.resume.merge_states() "
+            "(or gather_states() under torch.distributed)"
+        )
+    return state.levels, 0
+
+
+# ---------------------------------------------------------- sequences
+
+
+class EpochSequence:
+    """A level's sequence: global positions of the epoch as ordered intervals.
+
+    Args:
+        starts: Interval starts (global positions).
+        stops: Interval stops, same length.
+        full: Whether this is the whole epoch ``[0, total)`` (the plan of
+            :func:`~shardkit.read.split.plan_epoch`).
+    """
+
+    def __init__(self, starts: np.ndarray, stops: np.ndarray, *, full: bool = False):
+        self.starts = np.asarray(starts, dtype=np.int64)
+        self.stops = np.asarray(stops, dtype=np.int64)
+        self.ends = np.cumsum(self.stops - self.starts)
+        self.full = full
+
+    @classmethod
+    def whole(cls, total: int) -> EpochSequence:
+        return cls(np.array([0]), np.array([total]), full=True)
+
+    def __len__(self) -> int:
+        return int(self.ends[-1]) if len(self.ends) else 0
+
+    def slice(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """Global intervals of indices ``[lo, hi)``; indices past the end wrap
+        around to the start (padding)."""
+        length = len(self)
+        out: list[tuple[int, int]] = []
+        if hi <= lo:
+            return out
+        if length == 0:
+            raise StateError("cannot plan samples from an empty remainder")
+        pos = lo
+        while pos < hi:
+            at = pos % length
+            i = int(np.searchsorted(self.ends, at, side="right"))
+            first = int(self.ends[i] - (self.stops[i] - self.starts[i]))
+            take = min(int(self.ends[i]) - at, hi - pos)
+            start = int(self.starts[i]) + at - first
+            out.append((start, start + take))
+            pos += take
+        return out
+
+
+def sequence_pieces(
+    seq: EpochSequence, counts: np.ndarray, order: np.ndarray, lo: int, hi: int
+) -> Iterator[Piece]:
+    """The pieces of indices ``[lo, hi)`` of a level's sequence."""
+    for start, stop in seq.slice(lo, hi):
+        yield from iter_pieces(counts, order, start, stop)
+
+
+def part_range(length: int, world: World, *, mode: Mode, pad: bool, part: int, num_parts: int) -> tuple[int, int]:
+    """Indices of a level's sequence that one read stream of a slot covers
+    (the same cut as :func:`~shardkit.read.split.plan_epoch`)."""
+    start, stop = rank_span(length, rank=world.rank, world_size=world.world_size, mode=mode, pad=pad)
+    lo, hi = even_cut(stop - start, world.num_workers, world.worker)
+    a, b = even_cut(hi - lo, num_parts, part)
+    return start + lo + a, start + lo + b
+
+
+# ---------------------------------------------------------- replay
+
+
+def round_robin(streams: list[Iterator[Any]], *, first: int = 0) -> Iterator[Any]:
+    """One item from each stream in turn until all are done; the first round
+    starts at stream ``first`` (to continue an interrupted interleave)."""
+    active = list(streams)
+    turn = list(streams[first:])
+    try:
+        while active:
+            for stream in turn:
+                try:
+                    yield next(stream)
+                except StopIteration:
+                    active.remove(stream)
+            turn = list(active)
+    finally:
+        for stream in streams:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()  # stop read-ahead threads
+
+
+@dataclass
+class SlotReplay:
+    """A slot's state after its first ``count`` delivered samples.
+
+    Attributes:
+        consumed: Samples each read stream (part) had handed to the buffer.
+        next_part: The part the interleave takes from next.
+        resident: The buffer's positions in buffer order.
+        held: Bytes the residents hold (with a byte cap).
+        buffer: The shuffle buffer with its generator advanced, or None
+            without shuffling.
+    """
+
+    consumed: list[int]
+    next_part: int
+    resident: list[Position]
+    held: int
+    buffer: ShuffleBuffer[Any] | None
+
+
+PiecesFn = Callable[[int], Iterator[Piece]]
+SizesFn = Callable[[int], np.ndarray]
+
+
+def _positions(part: int, pieces: Iterator[Piece], lo: int, hi: int, sizes: SizesFn) -> Iterator[Position]:
+    v = lo
+    for piece in pieces:
+        stored = sizes(piece.shard)[piece.start : piece.stop].tolist()
+        for i, size in enumerate(stored, piece.start):
+            yield (part, v if v < hi else -1, piece.shard, i, size)
+            v += 1
+
+
+def replay_slot(
+    *,
+    count: int,
+    parts: list[tuple[Iterator[Piece], int, int]],
+    sizes: SizesFn,
+    buffer: ShuffleBuffer[Any] | None,
+) -> SlotReplay:
+    """Replay a slot over positions until ``count`` samples have been delivered.
+
+    Args:
+        count: Delivered samples to replay.
+        parts: Per read stream: its pieces, and the first and stop indices
+            of the level's sequence it covers.
+        sizes: Stored size of each sample of a shard.
+        buffer: A fresh shuffle buffer seeded as the slot's (None without
+            shuffling); it is advanced in place.
+    """
+    consumed = [0] * len(parts)
+    last = [-1]
+
+    def counted(stream: Iterator[Position]) -> Iterator[Position]:
+        for item in stream:
+            consumed[item[0]] += 1
+            last[0] = item[0]
+            yield item
+
+    streams = [_positions(p, pieces, lo, hi, sizes) for p, (pieces, lo, hi) in enumerate(parts)]
+    source = counted(streams[0] if len(streams) == 1 else round_robin(streams))
+    if buffer is None:
+        for _ in zip(range(count), source):
+            pass
+        resident: list[Position] = []
+        held = 0
+    else:
+        resident, held = buffer.advance(source, count)
+    return SlotReplay(consumed=consumed, next_part=last[0] + 1, resident=resident, held=held, buffer=buffer)
+
+
+def resident_pieces(resident: Iterable[Position], sizes: SizesFn, *, gap_bytes: int = RESIDENT_GAP_BYTES) -> list[Piece]:
+    """Few pieces covering the buffered samples: per shard, samples closer
+    than ``gap_bytes`` share one read."""
+    by_shard: dict[int, set[int]] = {}
+    for _, _, shard, index, _ in resident:
+        by_shard.setdefault(shard, set()).add(index)
+    pieces = []
+    for shard in sorted(by_shard):
+        indices = sorted(by_shard[shard])
+        stored = sizes(shard)
+        start = prev = indices[0]
+        for index in indices[1:]:
+            if int(stored[prev + 1 : index].sum()) > gap_bytes:
+                pieces.append(Piece(shard, start, prev + 1))
+                start = index
+            prev = index
+        pieces.append(Piece(shard, start, prev + 1))
+    return pieces
+
+
+# ---------------------------------------------------------- remainder
+
+
+def remainder(
+    seq: EpochSequence,
+    level: Level,
+    replays: Mapping[tuple[int, int], SlotReplay],
+    *,
+    mode: Mode,
+    pad: bool,
+    num_parts: int,
+) -> EpochSequence:
+    """The part of a level's sequence its slots had not delivered.
+
+    Args:
+        seq: The level's sequence.
+        level: The level (complete).
+        replays: Each slot's replay, keyed by (rank, worker).
+        mode: The reader mode.
+        pad: Balanced padding.
+        num_parts: Read streams per slot (``interleave``).
+
+    Returns:
+        The undelivered indices of what the level planned, in order, as a
+        sequence of global positions.
+    """
+    length = len(seq)
+    cover = rank_span(length, rank=level.world_size - 1, world_size=level.world_size, mode=mode, pad=pad)[1]
+    taken: list[tuple[int, int]] = []
+    points: list[int] = []
+    for rank in range(level.world_size):
+        for worker in range(level.num_workers):
+            world = World(rank=rank, world_size=level.world_size, worker=worker, num_workers=level.num_workers)
+            replay = replays[rank, worker]
+            for part in range(num_parts):
+                lo, hi = part_range(length, world, mode=mode, pad=pad, part=part, num_parts=num_parts)
+                assert replay.consumed[part] <= hi - lo
+                if replay.consumed[part]:
+                    taken.append((lo, lo + replay.consumed[part]))
+            points.extend(pos[1] for pos in replay.resident)
+    intervals: list[tuple[int, int]] = []
+    at = 0
+    for lo, hi in sorted(taken):
+        if lo > at:
+            intervals.append((at, lo))
+        at = max(at, hi)
+    if at < cover:
+        intervals.append((at, cover))
+    intervals.extend((v, v + 1) for v in points)
+    intervals.sort()
+    starts: list[int] = []
+    stops: list[int] = []
+    for lo, hi in intervals:
+        for a, b in seq.slice(lo, hi):
+            if stops and stops[-1] == a:
+                stops[-1] = b
+            else:
+                starts.append(a)
+                stops.append(b)
+    return EpochSequence(np.array(starts, dtype=np.int64), np.array(stops, dtype=np.int64))
