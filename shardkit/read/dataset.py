@@ -274,6 +274,7 @@ class ShardDataset(IterableDataset):
         self._progress = _Progress()
         self._pending = _Pending()
         self._tag_items = False  # the loader's copy yields (worker, count, item)
+        self._worker_shift: Any = None  # the loader's copy: worker process i reads slot (i + shift) % workers
 
     # ------------------------------------------------------------ state
 
@@ -360,13 +361,30 @@ class ShardDataset(IterableDataset):
 
     # ------------------------------------------------------------ iteration
 
-    def iter_slot(self, world: World, *, epoch: int) -> Iterator[Any]:
+    def iter_slot(self, world: World, *, epoch: int, state: Mapping[str, Any] | None = None) -> Iterator[Any]:
         """Samples (or batches) of one slot for ``epoch``.
 
         ``__iter__`` calls this with the current process's slot; calling it
         directly shows what any rank/worker would read.
+
+        Args:
+            world: The slot.
+            epoch: The epoch.
+            state: A reader state of ``epoch`` to resume from (as
+                :meth:`load_state_dict` would), or None to start the epoch.
+
+        Raises:
+            StateError: An unusable state (see :meth:`load_state_dict`).
         """
-        return (item for _, item in self._slot_stream(world, epoch=epoch, base=(), count=0))
+        base: tuple[Level, ...] = ()
+        count = 0
+        if state is not None:
+            parsed = ReaderState.from_dict(state)
+            check_compatible(parsed, fingerprint=self.fingerprint, options=self._state_options())
+            if parsed.epoch != epoch:
+                raise StateError(f"reader state is of epoch {parsed.epoch}, not {epoch}")
+            base, count = start_for(parsed, world, mode=self.mode)
+        return (item for _, item in self._slot_stream(world, epoch=epoch, base=base, count=count))
 
     def _reader(self) -> PieceReader:
         return PieceReader(
@@ -449,6 +467,8 @@ class ShardDataset(IterableDataset):
 
     def __iter__(self) -> Iterator[Any]:
         world = detect_worker(self.world)
+        if self._worker_shift is not None and world.num_workers > 1:
+            world = world.with_worker((world.worker + int(self._worker_shift.value)) % world.num_workers, world.num_workers)
         epoch = self.epoch
         base: tuple[Level, ...] = ()
         count = 0
@@ -506,10 +526,13 @@ class ShardDataset(IterableDataset):
             "interleave": self.interleave,
         }
 
-    def make_state(self, *, base: tuple[Level, ...], world: World, counts: Sequence[int | None]) -> dict[str, Any]:
+    def make_state(
+        self, *, base: tuple[Level, ...], world: World, counts: Sequence[int | None], next_worker: int = 0
+    ) -> dict[str, Any]:
         """A state for the current epoch: ``base`` levels, then ``world``'s
-        rank with its workers' delivered ``counts`` (None where unknown)."""
-        levels = base + (rank_local_level(world, counts),)
+        rank with its workers' delivered ``counts`` (None where unknown) and
+        the worker its loader takes the next batch from."""
+        levels = base + (rank_local_level(world, counts, next_worker=next_worker),)
         return ReaderState(self.fingerprint, self._state_options(), self.epoch, levels).to_dict()
 
     def state_dict(self) -> dict[str, Any]:
@@ -566,15 +589,19 @@ class ShardDataset(IterableDataset):
         items carry ``(worker, delivered count, item)`` for the loader."""
         clone = copy.copy(self)
         clone._tag_items = True
+        clone._worker_shift = multiprocessing.get_context("spawn").Value("q", 0)
         return clone
 
-    def pending_start(self, world: World) -> tuple[tuple[Level, ...], int]:
+    def pending_start(self, world: World) -> tuple[tuple[Level, ...], int, int]:
         """Where ``world``'s slot starts the next iteration: the loaded
-        state's levels before the slot's and its delivered count."""
+        state's levels before the slot's, its delivered count, and the worker
+        the rank's loader took its next batch from (0 on another topology)."""
         pending = self._pending.state
         if pending is None or pending.epoch != self.epoch:
-            return (), 0
-        return start_for(pending, world, mode=self.mode)
+            return (), 0, 0
+        base, count = start_for(pending, world, mode=self.mode)
+        same = len(base) == len(pending.levels) - 1
+        return base, count, pending.levels[-1].first_worker(world.rank) if same else 0
 
     def drop_pending(self) -> None:
         """Forget a loaded state (its iteration has started)."""

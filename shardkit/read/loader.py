@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import inspect
 import os
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, default_collate, default_convert
 
 from shardkit.errors import UsageError
 from shardkit.read.dataset import ShardDataset
+from shardkit.read.resume import Level
+from shardkit.world import World
 
 
 def supports_out_of_order() -> bool:
@@ -20,6 +23,115 @@ def supports_out_of_order() -> bool:
 def default_num_workers() -> int:
     """Workers to use when not told: up to 4, leaving a core for the trainer."""
     return max(1, min(4, (os.cpu_count() or 2) - 1))
+
+
+class _TaggedCollate:
+    """Collates tagged items ``(worker, delivered count, item)`` and keeps
+    the tag of the batch's last item (picklable for spawned workers)."""
+
+    def __init__(self, collate: Callable[[Any], Any], *, batched: bool):
+        self.collate = collate
+        self.batched = batched
+
+    def __call__(self, data: Any) -> tuple[int, int, Any]:
+        if self.batched:
+            return data[-1][0], data[-1][1], self.collate([item for _, _, item in data])
+        worker, count, item = data
+        return worker, count, self.collate(item)
+
+
+class ShardLoader(DataLoader):
+    """A DataLoader over a :class:`~shardkit.ShardDataset` that can checkpoint.
+
+    Built by :func:`make_loader`. Each batch arrives from its worker with
+    that worker's delivered-sample count; the loader keeps the count of the
+    last batch each worker handed to the caller, so :meth:`state_dict`
+    describes exactly what the training loop received (not what workers had
+    prefetched), with any ``in_order`` setting. Per batch this costs one
+    tuple; nothing is gathered until :meth:`state_dict` is called.
+
+    Attributes:
+        shard_dataset: The dataset given to :func:`make_loader` (``dataset``
+            is a copy of it that tags its items, sharing its epoch and
+            loaded state).
+    """
+
+    def __init__(self, dataset: ShardDataset, *, batch_size: int | None, **kwargs: Any):
+        collate = _TaggedCollate(default_collate if batch_size is not None else default_convert, batched=batch_size is not None)
+        super().__init__(dataset._tagged_copy(), batch_size=batch_size, collate_fn=collate, **kwargs)
+        self.shard_dataset = dataset
+        self._epoch = -1
+        self._base: tuple[Level, ...] = ()
+        self._counts: list[int] = []
+        self._next = [0]  # the worker (slot) whose batch comes next
+        self._started = False
+
+    def _world(self) -> World:
+        return self.shard_dataset.world.with_worker(0, max(self.num_workers, 1))
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        dataset = self.shard_dataset
+        world = self._world()
+        starts = [dataset.pending_start(world.with_worker(w, world.num_workers)) for w in range(world.num_workers)]
+        base = starts[0][0]
+        counts = [count for _, count, _ in starts]
+        # Worker processes are dealt slots rotated so that the first batch
+        # comes from the slot the interrupted run would have taken next
+        # (DataLoader starts each iteration with worker 0).
+        shift = starts[0][2]
+        self.dataset._worker_shift.value = shift  # type: ignore[attr-defined]
+        batches = super().__iter__()  # workers start here, with the loaded state
+        if self.num_workers > 0:
+            dataset.drop_pending()
+        self._epoch, self._base, self._counts, self._started = dataset.epoch, base, counts, True
+        self._next = [shift]
+        return self._unwrap(batches, counts, self._next, world.num_workers)
+
+    @staticmethod
+    def _unwrap(
+        batches: Iterator[tuple[int, int, Any]], counts: list[int], turn: list[int], num_slots: int
+    ) -> Iterator[Any]:
+        for worker, count, batch in batches:
+            counts[worker] = count
+            turn[0] = (worker + 1) % num_slots
+            yield batch
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's position: after the last batch handed to the caller.
+
+        Returns:
+            A small JSON-serializable dict. Each rank saves its own; to resume
+            with another world size or worker count, combine all ranks' with
+            :func:`shardkit.read.resume.merge_states` (or
+            :func:`shardkit.read.resume.gather_states`).
+        """
+        dataset = self.shard_dataset
+        if not self._started or self._epoch != dataset.epoch:
+            return dataset.state_dict()
+        return dataset.make_state(
+            base=self._base, world=self._world(), counts=list(self._counts), next_worker=self._next[0]
+        )
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from ``state`` at the next iteration.
+
+        Raises:
+            UsageError: The loader's worker processes are already running
+                (persistent workers keep their copy of the dataset): load
+                before the first iteration, or build a new loader.
+            StateError: See :meth:`ShardDataset.load_state_dict`.
+        """
+        if self._started and self.num_workers > 0 and self.persistent_workers:
+            raise UsageError(
+                "load_state_dict() must come before this loader's first iteration: its persistent workers "
+                "already hold the dataset. Build a new loader with make_loader() and load the state into it."
+            )
+        self.shard_dataset.load_state_dict(state)
+        # Check the topology now rather than in a worker.
+        world = self._world()
+        for worker in range(world.num_workers):
+            self.shard_dataset.pending_start(world.with_worker(worker, world.num_workers))
+        self._started = False
 
 
 def make_loader(
@@ -34,8 +146,8 @@ def make_loader(
     drop_last: bool = False,
     timeout_s: float = 0,
     multiprocessing_context: Any = None,
-) -> DataLoader:
-    """Build a DataLoader over a ShardDataset.
+) -> ShardLoader:
+    """Build a DataLoader over a ShardDataset, with checkpointing.
 
     Defaults: a few persistent workers (so worker start-up and the read-ahead
     threads are paid once, and :meth:`ShardDataset.set_epoch` still reaches
@@ -61,6 +173,10 @@ def make_loader(
         timeout_s: Seconds to wait for a batch before raising (0: forever).
         multiprocessing_context: Passed to the DataLoader (e.g. ``"spawn"``).
 
+    Returns:
+        A :class:`ShardLoader` (a DataLoader with ``state_dict()`` /
+        ``load_state_dict()``).
+
     Raises:
         UsageError: Batching asked for both here and in the dataset.
     """
@@ -78,7 +194,7 @@ def make_loader(
         )
         if supports_out_of_order():
             kwargs["in_order"] = in_order
-    return DataLoader(
+    return ShardLoader(
         dataset,
         batch_size=batch_size,
         num_workers=workers,

@@ -58,8 +58,9 @@ STATE_KEYS = frozenset({KEY_VERSION, KEY_FINGERPRINT, KEY_OPTIONS, KEY_EPOCH, KE
 KEY_WORLD_SIZE = "world_size"
 KEY_NUM_WORKERS = "num_workers"
 KEY_DELIVERED = "delivered"
+KEY_NEXT_WORKER = "next_worker"
 #: Keys of one level, exactly.
-LEVEL_KEYS = frozenset({KEY_WORLD_SIZE, KEY_NUM_WORKERS, KEY_DELIVERED})
+LEVEL_KEYS = frozenset({KEY_WORLD_SIZE, KEY_NUM_WORKERS, KEY_DELIVERED, KEY_NEXT_WORKER})
 
 #: Reader options a state depends on; all must match on restore.
 OPTION_KEYS = ("mode", "seed", "shuffle", "buffer_size", "buffer_bytes", "pad", "interleave")
@@ -85,11 +86,20 @@ class Level:
         delivered: Per rank, per worker: samples out of that slot's shuffle
             buffer; None where this state does not know (a rank-local state
             holds only its own rank).
+        next_worker: Per rank, the worker whose batch the loader would have
+            handed out next (so a resumed in-order loader keeps the order
+            across workers); None where unknown.
     """
 
     world_size: int
     num_workers: int
     delivered: tuple[tuple[int | None, ...] | None, ...]
+    next_worker: tuple[int | None, ...] = ()
+
+    def first_worker(self, rank: int) -> int:
+        """The worker a resumed loader of ``rank`` takes its first batch from."""
+        found = self.next_worker[rank] if rank < len(self.next_worker) else None
+        return found or 0
 
     def count(self, rank: int, worker: int) -> int | None:
         """The delivered count of one slot, or None if unknown."""
@@ -106,6 +116,7 @@ class Level:
             KEY_WORLD_SIZE: self.world_size,
             KEY_NUM_WORKERS: self.num_workers,
             KEY_DELIVERED: [None if e is None else list(e) for e in self.delivered],
+            KEY_NEXT_WORKER: list(self.next_worker) if self.next_worker else [None] * self.world_size,
         }
 
 
@@ -211,7 +222,13 @@ def _parse_level(data: Any, index: int) -> Level:
         entries.append(
             tuple(None if c is None else _int(c, f"levels[{index}].delivered[{rank}]") for c in entry)
         )
-    return Level(world_size=world_size, num_workers=num_workers, delivered=tuple(entries))
+    next_worker = data[KEY_NEXT_WORKER]
+    if not isinstance(next_worker, list) or len(next_worker) != world_size:
+        raise StateError(f"reader state: levels[{index}].next_worker must be a list of {world_size} entries")
+    for rank, worker in enumerate(next_worker):
+        if worker is not None and (_int(worker, f"levels[{index}].next_worker[{rank}]") >= num_workers):
+            raise StateError(f"reader state: levels[{index}].next_worker[{rank}] must be < {num_workers}")
+    return Level(world_size=world_size, num_workers=num_workers, delivered=tuple(entries), next_worker=tuple(next_worker))
 
 
 def catalog_fingerprint(urls: Iterable[str], counts: Iterable[int], manifest_fingerprint: str | None) -> str:
@@ -272,6 +289,7 @@ def merge_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
                 raise StateError(f"cannot merge reader states with different {what}: {a!r} vs {b!r}")
     last = first.levels[-1]
     merged: list[list[int | None] | None] = [None] * last.world_size
+    turns: list[int | None] = [None] * last.world_size
     for state in parsed:
         level = state.levels[-1]
         if (level.world_size, level.num_workers) != (last.world_size, last.num_workers):
@@ -279,6 +297,8 @@ def merge_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         for rank, entry in enumerate(level.delivered):
             if entry is None:
                 continue
+            if level.next_worker[rank] is not None:
+                turns[rank] = level.next_worker[rank]
             slot = merged[rank]
             if slot is None:
                 slot = merged[rank] = [None] * last.num_workers
@@ -292,15 +312,20 @@ def merge_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         world_size=last.world_size,
         num_workers=last.num_workers,
         delivered=tuple(None if e is None else tuple(e) for e in merged),
+        next_worker=tuple(turns),
     )
     return ReaderState(first.fingerprint, first.options, first.epoch, first.levels[:-1] + (level,)).to_dict()
 
 
-def rank_local_level(world: World, counts: Iterable[int | None]) -> Level:
+def rank_local_level(world: World, counts: Iterable[int | None], *, next_worker: int = 0) -> Level:
     """A level that knows one rank's workers' counts."""
     delivered: list[tuple[int | None, ...] | None] = [None] * world.world_size
     delivered[world.rank] = tuple(counts)
-    return Level(world_size=world.world_size, num_workers=world.num_workers, delivered=tuple(delivered))
+    turns: list[int | None] = [None] * world.world_size
+    turns[world.rank] = next_worker
+    return Level(
+        world_size=world.world_size, num_workers=world.num_workers, delivered=tuple(delivered), next_worker=tuple(turns)
+    )
 
 
 def start_for(state: ReaderState, world: World, *, mode: Mode) -> tuple[tuple[Level, ...], int]:
