@@ -94,3 +94,19 @@ def detect_worker(world: World) -> World:
     if info is None:
         return world.with_worker(0, 1)
     return world.with_worker(info.id, info.num_workers)
+
+
+def all_gather_objects(obj: object) -> list[object]:
+    """``obj`` from every rank, in rank order (``[obj]`` when not distributed).
+
+    A collective under ``torch.distributed``: every rank must call it.
+    """
+    try:
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return [obj]
+    if not (dist.is_available() and dist.is_initialized()):
+        return [obj]
+    gathered: list[object] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, obj)
+    return gathered

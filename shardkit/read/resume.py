@@ -605,3 +605,14 @@ def remainder(
                 starts.append(a)
                 stops.append(b)
     return EpochSequence(np.array(starts, dtype=np.int64), np.array(stops, dtype=np.int64))
+
+
+def gather_states(state: Mapping[str, Any]) -> dict[str, Any]:
+    """Every rank's state merged into one (see :func:`merge_states`).
+
+    A collective under ``torch.distributed``: call it on every rank at the
+    same step. Returns ``state`` unchanged when not distributed.
+    """
+    from shardkit.world import all_gather_objects
+
+    return merge_states(all_gather_objects(dict(state)))  # type: ignore[arg-type]

@@ -1,0 +1,58 @@
+"""Run under torchrun by tests/read/test_torchrun_resume.py.
+
+``--phase save``: each rank reads ``--steps`` batches of epoch 1 (2 workers),
+records their keys, and rank 0 writes the gathered state of all ranks.
+``--phase resume``: each rank loads that state (another world size) and
+reads the rest of the epoch. Each rank writes ``OUT/{phase}-rank{RANK}.json``
+with the keys per mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+
+import torch.distributed as dist
+
+from shardkit import ShardDataset, make_loader
+from shardkit.read.resume import gather_states
+
+MODES = ("exact", "balanced")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--phase", choices=("save", "resume"), required=True)
+    parser.add_argument("--steps", type=int, default=3)
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    result: dict[str, object] = {}
+    for mode in MODES:
+        ds = ShardDataset(args.data, mode=mode, seed=11, buffer_size=4, epoch=1)
+        loader = make_loader(ds, batch_size=2, num_workers=2)
+        state_path = os.path.join(args.out, f"state-{mode}.json")
+        if args.phase == "save":
+            batches = list(itertools.islice(loader, args.steps))
+            state = gather_states(loader.state_dict())
+            if rank == 0:
+                with open(state_path, "w") as f:
+                    json.dump(state, f)
+        else:
+            with open(state_path) as f:
+                loader.load_state_dict(json.load(f))
+            batches = list(loader)
+        result[mode] = [k for batch in batches for k in batch["__key__"]]
+        del loader
+    dist.barrier()
+    with open(os.path.join(args.out, f"{args.phase}-rank{rank}.json"), "w") as f:
+        json.dump(result, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
