@@ -18,7 +18,7 @@ import platform
 import signal
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from bench.harness import report
@@ -44,7 +44,6 @@ class Suite:
     shuffle_seeds: tuple[int, ...]
     results_dir: str
     markdown: str
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 FULL = Suite(
