@@ -36,7 +36,7 @@ from shardkit.read.resume import (
     rank_local_level,
     remainder,
     replay_slot,
-    resident_pieces,
+    resident_runs,
     round_robin,
     sequence_pieces,
     start_for,
@@ -615,7 +615,7 @@ class ShardDataset(IterableDataset):
         def sizes(shard: int) -> np.ndarray:
             found = cache.get(shard)
             if found is None:
-                found = cache[shard] = np.diff(reader._load_bounds(shard))
+                found = cache[shard] = np.diff(reader.load_bounds(shard))
             return found
 
         return sizes
@@ -668,10 +668,12 @@ class ShardDataset(IterableDataset):
             return []
         wanted = {(p[2], p[3]) for p in replay.resident}
         found: dict[tuple[int, int], Located] = {}
-        for located in reader.read(iter(resident_pieces(replay.resident, sizes))):
-            key = (located[0], located[1])
-            if key in wanted:
-                found[key] = located
+        for shard, runs in resident_runs(replay.resident, sizes).items():
+            bounds = np.concatenate(([0], np.cumsum(sizes(shard))))
+            for located in reader.read_runs(shard, runs, bounds=bounds):
+                key = (located[0], located[1])
+                if key in wanted:
+                    found[key] = located
         out = [found[p[2], p[3]] for p in replay.resident if (p[2], p[3]) in found]
         if len(out) < len(replay.resident):
             log.warning("%d buffered samples could not be read back", len(replay.resident) - len(out))

@@ -67,7 +67,7 @@ OPTION_KEYS = ("mode", "seed", "shuffle", "buffer_size", "buffer_bytes", "pad", 
 
 #: Buffered samples of one shard closer than this many bytes are read in one
 #: request, reading the samples between them too.
-RESIDENT_GAP_BYTES = 1 << 20
+RESIDENT_GAP_BYTES = 16 << 10
 
 #: A position in a replayed stream: (part, virtual index or -1, shard, sample, stored bytes).
 Position = tuple[int, int, int, int, int]
@@ -525,24 +525,26 @@ def replay_slot(
     return SlotReplay(consumed=consumed, next_part=last[0] + 1, resident=resident, held=held, buffer=buffer)
 
 
-def resident_pieces(resident: Iterable[Position], sizes: SizesFn, *, gap_bytes: int = RESIDENT_GAP_BYTES) -> list[Piece]:
-    """Few pieces covering the buffered samples: per shard, samples closer
-    than ``gap_bytes`` share one read."""
+def resident_runs(
+    resident: Iterable[Position], sizes: SizesFn, *, gap_bytes: int = RESIDENT_GAP_BYTES
+) -> dict[int, list[tuple[int, int]]]:
+    """Per shard, few runs ``[lo, hi)`` of sample numbers covering the
+    buffered samples: samples closer than ``gap_bytes`` share one read."""
     by_shard: dict[int, set[int]] = {}
     for _, _, shard, index, _ in resident:
         by_shard.setdefault(shard, set()).add(index)
-    pieces = []
+    runs: dict[int, list[tuple[int, int]]] = {}
     for shard in sorted(by_shard):
-        indices = sorted(by_shard[shard])
+        indices = np.array(sorted(by_shard[shard]), dtype=np.int64)
         stored = sizes(shard)
-        start = prev = indices[0]
-        for index in indices[1:]:
-            if int(stored[prev + 1 : index].sum()) > gap_bytes:
-                pieces.append(Piece(shard, start, prev + 1))
-                start = index
-            prev = index
-        pieces.append(Piece(shard, start, prev + 1))
-    return pieces
+        # Bytes between consecutive buffered samples of this shard.
+        ends = np.concatenate(([0], np.cumsum(stored)))
+        gaps = ends[indices[1:]] - ends[indices[:-1] + 1]
+        cut = np.flatnonzero(gaps > gap_bytes)
+        firsts = np.concatenate(([indices[0]], indices[cut + 1]))
+        lasts = np.concatenate((indices[cut], [indices[-1]]))
+        runs[shard] = [(int(lo), int(hi) + 1) for lo, hi in zip(firsts, lasts)]
+    return runs
 
 
 # ---------------------------------------------------------- remainder

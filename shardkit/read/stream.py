@@ -158,6 +158,26 @@ class PieceReader:
             yield from source.iter_range(pos, end, chunk_bytes=max(chunk_bytes, end - pos))
             index, pos = cut, end
 
+    def load_bounds(self, shard: int) -> np.ndarray:
+        """A shard's offset index: sample ``i`` is bytes ``[b[i], b[i + 1])``.
+
+        Raises:
+            CorruptShardError: The index disagrees with the manifest's count.
+        """
+        return self._load_bounds(shard)
+
+    def read_runs(self, shard: int, runs: list[tuple[int, int]], *, bounds: np.ndarray) -> Iterator[Located]:
+        """Samples ``[lo, hi)`` of each run of one shard, each run one direct
+        byte-range read through the offset index (no read-ahead thread).
+
+        For reading back a few scattered samples, e.g. the contents of a
+        restored shuffle buffer. The fault policy applies as in :meth:`read`.
+        """
+        job = _Job(Piece(shard, 0, len(bounds) - 1), self.catalog.urls[shard])
+        job.bounds = bounds
+        for lo, hi in runs:
+            yield from self._read_direct(job, lo, hi)
+
     # ------------------------------------------------------------ consumer
 
     def _fault(self, exc: Exception) -> None:
