@@ -17,6 +17,7 @@ from shardkit.errors import (
     RemoteError,
     ShardkitError,
     SourceError,
+    StateError,
     UsageError,
     VerifyError,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "SkippedInput",
     "SourceError",
     "SourceOptions",
+    "StateError",
     "UsageError",
     "VerifyError",
     "World",
