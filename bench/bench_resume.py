@@ -125,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
-    sys.stdout.write(f"buffer {args.buffer} samples, batch {args.batch}, {result['samples']} samples of ~{args.payload_bytes} B\n")
+    sys.stdout.write(
+        f"buffer {args.buffer} samples, batch {args.batch}, {result['samples']} samples of ~{args.payload_bytes} B\n"
+    )
     for point in points:
         sys.stdout.write(
             f"stop at {point['stop_samples']:>6}: resume (restore + first batch) {point['resume_s']:.3f} s, "

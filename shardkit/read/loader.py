@@ -57,7 +57,8 @@ class ShardLoader(DataLoader):
     """
 
     def __init__(self, dataset: ShardDataset, *, batch_size: int | None, **kwargs: Any):
-        collate = _TaggedCollate(default_collate if batch_size is not None else default_convert, batched=batch_size is not None)
+        batched = batch_size is not None
+        collate = _TaggedCollate(default_collate if batched else default_convert, batched=batched)
         super().__init__(dataset._tagged_copy(), batch_size=batch_size, collate_fn=collate, **kwargs)
         self.shard_dataset = dataset
         self._epoch = -1

@@ -514,14 +514,17 @@ def replay_slot(
             yield item
 
     streams = [_positions(p, pieces, lo, hi, sizes) for p, (pieces, lo, hi) in enumerate(parts)]
-    source = counted(streams[0] if len(streams) == 1 else round_robin(streams))
+    # One read stream needs no per-item counting: what was taken is its count.
+    source = streams[0] if len(streams) == 1 else counted(round_robin(streams))
+    resident: list[Position] = []
+    held = 0
     if buffer is None:
-        for _ in zip(range(count), source):
-            pass
-        resident: list[Position] = []
-        held = 0
+        taken = sum(1 for _ in zip(range(count), source))
     else:
-        resident, held = buffer.advance(source, count)
+        resident, held, taken = buffer.advance(source, count)
+    if len(streams) == 1:
+        consumed[0] = taken
+        last[0] = 0 if taken else -1
     return SlotReplay(consumed=consumed, next_part=last[0] + 1, resident=resident, held=held, buffer=buffer)
 
 

@@ -119,7 +119,7 @@ class ShuffleBuffer(Generic[T]):
             buf.pop()
             yield out
 
-    def advance(self, items: Iterator[T], num_out: int) -> tuple[list[T], int]:
+    def advance(self, items: Iterator[T], num_out: int) -> tuple[list[T], int, int]:
         """Run :meth:`shuffle` until ``num_out`` items have come out, keeping none.
 
         Takes from ``items`` and from the generator exactly what
@@ -132,21 +132,22 @@ class ShuffleBuffer(Generic[T]):
             num_out: Items to let out.
 
         Returns:
-            The resident items in buffer order, and the bytes they hold (0
-            without ``max_bytes``).
+            The resident items in buffer order, the bytes they hold (0
+            without ``max_bytes``), and how many items were taken from ``items``.
         """
         buf: list[T] = []
-        held = 0
+        held = taken = 0
         if self.size <= 1 or num_out <= 0:
             for _ in zip(range(max(num_out, 0)), items):
-                pass
-            return buf, held
+                taken += 1
+            return buf, held, taken
         size = self.size
         max_bytes = self.max_bytes
         nbytes = self._nbytes
         uniform = self._uniform
         left = num_out
         for item in items:
+            taken += 1
             buf.append(item)
             if max_bytes is not None:
                 held += nbytes(item)  # type: ignore[misc]
@@ -162,13 +163,13 @@ class ShuffleBuffer(Generic[T]):
                 held -= nbytes(out)  # type: ignore[misc]
             left -= 1
             if left == 0:
-                return buf, held
+                return buf, held, taken
         while buf and left > 0:
             j = int(uniform() * len(buf))
             buf[j] = buf[-1]
             buf.pop()
             left -= 1
-        return buf, held
+        return buf, held, taken
 
 
 def mean_displacement(positions: Sequence[int] | np.ndarray) -> float:
