@@ -24,21 +24,14 @@ from shardkit.format.manifest import Manifest
 from shardkit.read.catalog import ShardCatalog, resolve_catalog
 from shardkit.read.decode import Decoder, ImageMode, make_decoder
 from shardkit.read.prefetch import DEFAULT_READ_AHEAD_BYTES
+from shardkit.read.restore import SlotRestorer
 from shardkit.read.resume import (
-    EpochSequence,
     Level,
-    Position,
     ReaderState,
-    SlotReplay,
     catalog_fingerprint,
     check_compatible,
-    part_range,
     rank_local_level,
-    remainder,
-    replay_slot,
-    resident_runs,
     round_robin,
-    sequence_pieces,
     start_for,
 )
 from shardkit.read.shuffle import ShuffleBuffer
@@ -49,7 +42,6 @@ from shardkit.read.split import (
     Mode,
     Piece,
     assign_shards,
-    epoch_order,
     plan_epoch,
     samples_per_rank,
     seed_sequence,
@@ -71,10 +63,6 @@ def _located_nbytes(located: Located) -> int:
     figure the offset index gives without reading the sample."""
     raw = located[2]
     return raw.end - raw.start
-
-
-def _position_nbytes(position: Position) -> int:
-    return position[4]
 
 
 class _Progress:
@@ -395,7 +383,9 @@ class ShardDataset(IterableDataset):
             read_ahead_bytes=max(self.read_ahead_bytes // self.interleave, 1),
         )
 
-    def _make_buffer(self, world: World, epoch: int, nbytes: Callable[[Any], int]) -> ShuffleBuffer[Any] | None:
+    def shuffle_buffer(self, world: World, *, epoch: int, nbytes: Callable[[Any], int]) -> ShuffleBuffer[Any] | None:
+        """A fresh shuffle buffer of ``world``'s slot for ``epoch`` (None
+        without shuffling); ``nbytes`` sizes its items for ``buffer_bytes``."""
         if not (self.shuffle and self.buffer_size > 1):
             return None
         rng = np.random.Generator(
@@ -424,17 +414,17 @@ class ShardDataset(IterableDataset):
         held = 0
         if not base and count == 0:
             pieces = [self.pieces(world, epoch=epoch, part=p, num_parts=self.interleave) for p in parts]
-            buffer = self._make_buffer(world, epoch, _located_nbytes)
+            buffer = self.shuffle_buffer(world, epoch=epoch, nbytes=_located_nbytes)
         else:
-            sizes = self._sizes_fn(reader)
-            seq = self._level_sequence(base, epoch=epoch, sizes=sizes)
-            replay = self._replay(world, epoch=epoch, seq=seq, count=count, sizes=sizes)
-            pieces = [skip_samples(self._part_pieces(world, epoch, seq, p), replay.consumed[p]) for p in parts]
+            restorer = SlotRestorer(self, reader, epoch=epoch)
+            seq = restorer.level_sequence(base)
+            replay = restorer.replay(world, seq=seq, count=count)
+            pieces = [skip_samples(restorer.part_pieces(world, seq, p), replay.consumed[p]) for p in parts]
             first = replay.next_part
             buffer = None
             if replay.buffer is not None:
                 buffer = replay.buffer.follow(nbytes=_located_nbytes if self.buffer_bytes is not None else None)
-                resident = self._read_resident(reader, replay, sizes)
+                resident = restorer.read_resident(replay)
                 held = replay.held
         streams = [reader.read(p) for p in pieces]
         raws: Iterator[Located] = streams[0] if len(streams) == 1 else round_robin(streams, first=first)
@@ -497,7 +487,12 @@ class ShardDataset(IterableDataset):
 
     # ------------------------------------------------------------ checkpoint
 
-    def _require_index(self) -> np.ndarray:
+    def require_index(self) -> np.ndarray:
+        """Per-shard sample counts, checking that offset indexes exist too.
+
+        Raises:
+            UsageError: Without them (no manifest and no ``.idx`` sidecars).
+        """
         counts = self.catalog.counts
         if counts is None or self.catalog.index_urls is None:
             raise UsageError(
@@ -509,7 +504,7 @@ class ShardDataset(IterableDataset):
     @property
     def fingerprint(self) -> str:
         """What identifies this dataset's content in a state."""
-        counts = self._require_index()
+        counts = self.require_index()
         manifest = self.catalog.manifest
         return catalog_fingerprint(
             self.catalog.urls, counts.tolist(), None if manifest is None else manifest.fingerprint
@@ -606,78 +601,6 @@ class ShardDataset(IterableDataset):
     def drop_pending(self) -> None:
         """Forget a loaded state (its iteration has started)."""
         self._pending.state = None
-
-    # ------------------------------------------------------------ restore
-
-    def _sizes_fn(self, reader: PieceReader) -> Callable[[int], np.ndarray]:
-        cache: dict[int, np.ndarray] = {}
-
-        def sizes(shard: int) -> np.ndarray:
-            found = cache.get(shard)
-            if found is None:
-                found = cache[shard] = np.diff(reader.load_bounds(shard))
-            return found
-
-        return sizes
-
-    def _part_pieces(self, world: World, epoch: int, seq: EpochSequence, part: int) -> Iterator[Piece]:
-        if seq.full:
-            return self.pieces(world, epoch=epoch, part=part, num_parts=self.interleave)
-        counts = self._require_index()
-        order = epoch_order(len(counts), seed=self.seed, epoch=epoch, shuffle=self.shuffle)
-        lo, hi = part_range(len(seq), world, mode=self.mode, pad=self.pad, part=part, num_parts=self.interleave)
-        return sequence_pieces(seq, counts, order, lo, hi)
-
-    def _replay(
-        self, world: World, *, epoch: int, seq: EpochSequence, count: int, sizes: Callable[[int], np.ndarray]
-    ) -> SlotReplay:
-        parts = []
-        share = 0
-        for part in range(self.interleave):
-            lo, hi = part_range(len(seq), world, mode=self.mode, pad=self.pad, part=part, num_parts=self.interleave)
-            share += hi - lo
-            parts.append((self._part_pieces(world, epoch, seq, part), lo, hi))
-        if self.mode != "infinite" and count > share:
-            raise StateError(
-                f"reader state says rank {world.rank} worker {world.worker} delivered {count} samples, but its "
-                f"share of epoch {epoch} is {share}: the state does not belong to this dataset and topology"
-            )
-        return replay_slot(count=count, parts=parts, sizes=sizes, buffer=self._make_buffer(world, epoch, _position_nbytes))
-
-    def _level_sequence(
-        self, base: tuple[Level, ...], *, epoch: int, sizes: Callable[[int], np.ndarray]
-    ) -> EpochSequence:
-        counts = self._require_index()
-        seq = EpochSequence.whole(int(counts.sum()))
-        for level in base:
-            replays = {}
-            for rank in range(level.world_size):
-                for worker in range(level.num_workers):
-                    slot = World(rank=rank, world_size=level.world_size, worker=worker, num_workers=level.num_workers)
-                    count = level.count(rank, worker)
-                    assert count is not None  # levels before the last are complete
-                    replays[rank, worker] = self._replay(slot, epoch=epoch, seq=seq, count=count, sizes=sizes)
-            seq = remainder(seq, level, replays, mode=self.mode, pad=self.pad, num_parts=self.interleave)
-        return seq
-
-    def _read_resident(
-        self, reader: PieceReader, replay: SlotReplay, sizes: Callable[[int], np.ndarray]
-    ) -> list[Located]:
-        """Read the samples a restored buffer holds, through the offset index."""
-        if not replay.resident:
-            return []
-        wanted = {(p[2], p[3]) for p in replay.resident}
-        found: dict[tuple[int, int], Located] = {}
-        for shard, runs in resident_runs(replay.resident, sizes).items():
-            bounds = np.concatenate(([0], np.cumsum(sizes(shard))))
-            for located in reader.read_runs(shard, runs, bounds=bounds):
-                key = (located[0], located[1])
-                if key in wanted:
-                    found[key] = located
-        out = [found[p[2], p[3]] for p in replay.resident if (p[2], p[3]) in found]
-        if len(out) < len(replay.resident):
-            log.warning("%d buffered samples could not be read back", len(replay.resident) - len(out))
-        return out
 
     def __repr__(self) -> str:
         return (

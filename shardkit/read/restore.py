@@ -1,0 +1,127 @@
+"""Rebuild a slot's reading position from a state: the I/O side of resume.
+
+:mod:`.resume` holds the state format and the pure math; this module feeds
+it what only the dataset knows (its plan, offset indexes and shuffle buffer
+seeding) and reads the restored buffer's samples back through the index.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from shardkit.errors import StateError
+from shardkit.read.resume import (
+    EpochSequence,
+    Level,
+    Position,
+    SlotReplay,
+    part_range,
+    remainder,
+    replay_slot,
+    resident_runs,
+    sequence_pieces,
+)
+from shardkit.read.split import Piece, epoch_order
+from shardkit.read.stream import Located, PieceReader
+from shardkit.world import World
+
+if TYPE_CHECKING:
+    from shardkit.read.dataset import ShardDataset
+
+log = logging.getLogger(__name__)
+
+
+def _position_nbytes(position: Position) -> int:
+    return position[4]
+
+
+class SlotRestorer:
+    """Restores slots of one dataset's epoch (caches offset indexes).
+
+    Args:
+        dataset: The dataset (its options define the plan).
+        reader: Reads indexes and the buffered samples.
+        epoch: The epoch being resumed.
+    """
+
+    def __init__(self, dataset: ShardDataset, reader: PieceReader, *, epoch: int):
+        self.dataset = dataset
+        self.reader = reader
+        self.epoch = epoch
+        self._sizes: dict[int, np.ndarray] = {}
+
+    def sizes(self, shard: int) -> np.ndarray:
+        """Stored size of each sample of ``shard`` (from its offset index)."""
+        found = self._sizes.get(shard)
+        if found is None:
+            found = self._sizes[shard] = np.diff(self.reader.load_bounds(shard))
+        return found
+
+    def part_pieces(self, world: World, seq: EpochSequence, part: int) -> Iterator[Piece]:
+        """The pieces one read stream of ``world``'s slot reads at a level."""
+        ds = self.dataset
+        if seq.full:
+            return ds.pieces(world, epoch=self.epoch, part=part, num_parts=ds.interleave)
+        counts = ds.require_index()
+        order = epoch_order(len(counts), seed=ds.seed, epoch=self.epoch, shuffle=ds.shuffle)
+        lo, hi = part_range(len(seq), world, mode=ds.mode, pad=ds.pad, part=part, num_parts=ds.interleave)
+        return sequence_pieces(seq, counts, order, lo, hi)
+
+    def replay(self, world: World, *, seq: EpochSequence, count: int) -> SlotReplay:
+        """Replay ``world``'s slot at a level until ``count`` samples were delivered.
+
+        Raises:
+            StateError: ``count`` exceeds the slot's share (finite modes).
+        """
+        ds = self.dataset
+        parts = []
+        share = 0
+        for part in range(ds.interleave):
+            lo, hi = part_range(len(seq), world, mode=ds.mode, pad=ds.pad, part=part, num_parts=ds.interleave)
+            share += hi - lo
+            parts.append((self.part_pieces(world, seq, part), lo, hi))
+        if ds.mode != "infinite" and count > share:
+            raise StateError(
+                f"reader state says rank {world.rank} worker {world.worker} delivered {count} samples, but its "
+                f"share of epoch {self.epoch} is {share}: the state does not belong to this dataset and topology"
+            )
+        buffer = ds.shuffle_buffer(world, epoch=self.epoch, nbytes=_position_nbytes)
+        return replay_slot(count=count, parts=parts, sizes=self.sizes, buffer=buffer)
+
+    def level_sequence(self, base: tuple[Level, ...]) -> EpochSequence:
+        """The sequence the level after ``base`` splits: the epoch, less what
+        each base level's slots delivered."""
+        ds = self.dataset
+        seq = EpochSequence.whole(int(ds.require_index().sum()))
+        for level in base:
+            replays = {}
+            for rank in range(level.world_size):
+                for worker in range(level.num_workers):
+                    slot = World(rank=rank, world_size=level.world_size, worker=worker, num_workers=level.num_workers)
+                    count = level.count(rank, worker)
+                    assert count is not None  # levels before the last are complete
+                    replays[rank, worker] = self.replay(slot, seq=seq, count=count)
+            seq = remainder(seq, level, replays, mode=ds.mode, pad=ds.pad, num_parts=ds.interleave)
+        return seq
+
+    def read_resident(self, replay: SlotReplay) -> list[Located]:
+        """Read the samples a restored buffer holds, in buffer order, through
+        the offset index (a few direct range reads per shard)."""
+        if not replay.resident:
+            return []
+        wanted = {(p[2], p[3]) for p in replay.resident}
+        found: dict[tuple[int, int], Located] = {}
+        for shard, runs in resident_runs(replay.resident, self.sizes).items():
+            bounds = np.concatenate(([0], np.cumsum(self.sizes(shard))))
+            for located in self.reader.read_runs(shard, runs, bounds=bounds):
+                key = (located[0], located[1])
+                if key in wanted:
+                    found[key] = located
+        out = [found[p[2], p[3]] for p in replay.resident if (p[2], p[3]) in found]
+        if len(out) < len(replay.resident):
+            log.warning("%d buffered samples could not be read back", len(replay.resident) - len(out))
+        return out
