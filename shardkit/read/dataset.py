@@ -126,6 +126,16 @@ class ShardDataset(IterableDataset):
     parallelism when there are fewer shards than slots (idle slots); and a
     corrupt shard cannot be resumed after the fault.
 
+    Checkpoints: :meth:`state_dict` / :meth:`load_state_dict` (and those of
+    the loader :func:`~shardkit.make_loader` builds, which count what reached
+    the training loop) save a slot's position as a delivered-sample count.
+    The same topology resumes with the identical sequence; another world
+    size or worker count splits the rest of the epoch over the new slots
+    (``"exact"`` and ``"balanced"``). See :mod:`shardkit.read.resume`.
+    Resuming assumes no faults were skipped (``on_error="skip"``) before the
+    checkpoint; with skipped faults the continuation may differ by the
+    skipped samples.
+
     Example, one process per GPU under ``torchrun``::
 
         torch.distributed.init_process_group("nccl")
