@@ -133,8 +133,8 @@ class ShardDataset(IterableDataset):
     size or worker count splits the rest of the epoch over the new slots
     (``"exact"`` and ``"balanced"``). See :mod:`shardkit.read.resume`.
     Resuming assumes no faults were skipped (``on_error="skip"``) before the
-    checkpoint; with skipped faults the continuation may differ by the
-    skipped samples.
+    checkpoint; after skipped faults the restored buffer is not the one the
+    run had, so a few samples near the fault may repeat or be missed.
 
     Example, one process per GPU under ``torchrun``::
 
