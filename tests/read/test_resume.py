@@ -301,3 +301,19 @@ def test_torchdata_stateful_dataloader_resumes_the_dataset(make_shards, num_work
     again = new()
     again.load_state_dict(state)
     assert head + [k for b in again for k in b["__key__"]] == full
+
+
+def test_loader_state_at_the_end_of_an_epoch_and_after_set_epoch(make_shards):
+    manifest = make_shards(SIZES)
+    ds = ShardDataset(manifest, mode="exact", seed=3, buffer_size=3)
+    loader = make_loader(ds, batch_size=4, num_workers=2)
+    keys = [k for b in loader for k in b["__key__"]]
+    done = loader.state_dict()
+    assert done["epoch"] == 0 and sum(done["levels"][-1]["delivered"][0]) == len(keys) == len(ALL_KEYS)
+    ds.set_epoch(1)
+    assert loader.state_dict()["levels"] == []  # the next epoch has not started
+    # A finished epoch resumes as an empty one.
+    again = ShardDataset(manifest, mode="exact", seed=3, buffer_size=3)
+    resumed = make_loader(again, batch_size=4, num_workers=2)
+    resumed.load_state_dict(done)
+    assert list(resumed) == []
