@@ -90,7 +90,9 @@ class SlotRestorer:
                 f"share of epoch {self.epoch} is {share}: the state does not belong to this dataset and topology"
             )
         buffer = ds.shuffle_buffer(world, epoch=self.epoch, nbytes=_position_nbytes)
-        return replay_slot(count=count, parts=parts, sizes=self.sizes, buffer=buffer)
+        return replay_slot(
+            count=count, parts=parts, sizes=self.sizes, buffer=buffer, endless=ds.mode == "infinite" and seq.full
+        )
 
     def level_sequence(self, base: tuple[Level, ...]) -> EpochSequence:
         """The sequence the level after ``base`` splits: the epoch, less what

@@ -487,12 +487,45 @@ def _positions(part: int, pieces: Iterator[Piece], lo: int, hi: int, sizes: Size
             v += 1
 
 
+def _replay_indices(
+    count: int, pieces: Iterator[Piece], lo: int, hi: int, sizes: SizesFn, buffer: ShuffleBuffer[Any], endless: bool
+) -> SlotReplay:
+    """:func:`replay_slot` for one read stream and a count-only buffer:
+    the buffer runs over item numbers (vectorized), and only the residents
+    are mapped to positions."""
+    resident_items, taken = buffer.advance_indices(length=None if endless else hi - lo, num_out=count)
+    wanted = sorted(resident_items)
+    found: dict[int, Position] = {}
+    at = 0  # stream index of the current piece's first sample
+    k = 0
+    for piece in pieces:
+        if k == len(wanted):
+            break
+        end = at + piece.num_samples
+        while k < len(wanted) and wanted[k] < end:
+            item = wanted[k]
+            index = piece.start + item - at
+            size = int(sizes(piece.shard)[index])  # only shards with residents load their index
+            found[item] = (0, lo + item if lo + item < hi else -1, piece.shard, index, size)
+            k += 1
+        at = end
+    assert k == len(wanted), "a buffered item lies past the slot's pieces"
+    return SlotReplay(
+        consumed=[taken],
+        next_part=1 if taken else 0,
+        resident=[found[i] for i in resident_items],
+        held=0,
+        buffer=buffer,
+    )
+
+
 def replay_slot(
     *,
     count: int,
     parts: list[tuple[Iterator[Piece], int, int]],
     sizes: SizesFn,
     buffer: ShuffleBuffer[Any] | None,
+    endless: bool = False,
 ) -> SlotReplay:
     """Replay a slot over positions until ``count`` samples have been delivered.
 
@@ -503,7 +536,11 @@ def replay_slot(
         sizes: Stored size of each sample of a shard.
         buffer: A fresh shuffle buffer seeded as the slot's (None without
             shuffling); it is advanced in place.
+        endless: The pieces go on past the level's range (``"infinite"``).
     """
+    if len(parts) == 1 and buffer is not None and buffer.max_bytes is None and buffer.size > 1:
+        pieces, lo, hi = parts[0]
+        return _replay_indices(count, pieces, lo, hi, sizes, buffer, endless)
     consumed = [0] * len(parts)
     last = [-1]
 

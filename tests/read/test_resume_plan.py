@@ -86,3 +86,20 @@ def test_sequence_whole_is_the_full_epoch():
     seq = EpochSequence.whole(9)
     assert seq.full and len(seq) == 9
     assert list(itertools.chain(seq.slice(7, 11))) == [(7, 9), (0, 2)]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    size=st.integers(2, 40),
+    length=st.one_of(st.none(), st.integers(0, 300)),
+    num_out=st.integers(0, 320),
+    seed=st.integers(0, 5),
+)
+def test_vectorized_advance_matches_the_step_by_step_one(size, length, num_out, seed):
+    slow = _buffer(size, None, seed)
+    items = iter(range(10**9) if length is None else range(length))
+    resident, _, taken = slow.advance(items, num_out)
+    fast = _buffer(size, None, seed)
+    assert fast.advance_indices(length=length, num_out=num_out) == (resident, taken)
+    # Both leave the generator at the same point.
+    assert [slow._uniform() for _ in range(3)] == [fast._uniform() for _ in range(3)]
