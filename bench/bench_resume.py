@@ -13,6 +13,8 @@ Both runs check that they hand out the same batch. Files are in the page
 cache (warm) for both. Writes ``bench/results/resume.json``.
 
     .venv/bin/python bench/bench_resume.py
+    .venv/bin/python bench/bench_resume.py --shards 240 --stops 51200 230400 --repeats 2 \
+        --out bench/results/resume_large.json   # 240,000 samples
 """
 
 from __future__ import annotations
