@@ -468,7 +468,8 @@ class ShardDataset(IterableDataset):
     def __iter__(self) -> Iterator[Any]:
         world = detect_worker(self.world)
         if self._worker_shift is not None and world.num_workers > 1:
-            world = world.with_worker((world.worker + int(self._worker_shift.value)) % world.num_workers, world.num_workers)
+            shifted = (world.worker + int(self._worker_shift.value)) % world.num_workers
+            world = world.with_worker(shifted, world.num_workers)
         epoch = self.epoch
         base: tuple[Level, ...] = ()
         count = 0

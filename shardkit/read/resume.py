@@ -162,7 +162,8 @@ class ReaderState:
             raise StateError(_key_problem("reader state", keys, STATE_KEYS))
         if data[KEY_VERSION] != STATE_VERSION:
             raise StateError(
-                f"reader state version {data[KEY_VERSION]!r} is not supported (this shardkit reads version {STATE_VERSION})"
+                f"reader state version {data[KEY_VERSION]!r} is not supported "
+                f"(this shardkit reads version {STATE_VERSION})"
             )
         fingerprint = data[KEY_FINGERPRINT]
         if not isinstance(fingerprint, str):
@@ -209,7 +210,9 @@ def _parse_level(data: Any, index: int) -> Level:
     num_workers = _int(data[KEY_NUM_WORKERS], f"levels[{index}].num_workers", minimum=1)
     delivered = data[KEY_DELIVERED]
     if not isinstance(delivered, list) or len(delivered) != world_size:
-        raise StateError(f"reader state: levels[{index}].delivered must be a list of {world_size} entries (one per rank)")
+        raise StateError(
+            f"reader state: levels[{index}].delivered must be a list of {world_size} entries (one per rank)"
+        )
     entries: list[tuple[int | None, ...] | None] = []
     for rank, entry in enumerate(delivered):
         if entry is None:
@@ -228,7 +231,9 @@ def _parse_level(data: Any, index: int) -> Level:
     for rank, worker in enumerate(next_worker):
         if worker is not None and (_int(worker, f"levels[{index}].next_worker[{rank}]") >= num_workers):
             raise StateError(f"reader state: levels[{index}].next_worker[{rank}] must be < {num_workers}")
-    return Level(world_size=world_size, num_workers=num_workers, delivered=tuple(entries), next_worker=tuple(next_worker))
+    return Level(
+        world_size=world_size, num_workers=num_workers, delivered=tuple(entries), next_worker=tuple(next_worker)
+    )
 
 
 def catalog_fingerprint(urls: Iterable[str], counts: Iterable[int], manifest_fingerprint: str | None) -> str:
@@ -306,7 +311,9 @@ def merge_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
                 if count is None:
                     continue
                 if slot[worker] is not None and slot[worker] != count:
-                    raise StateError(f"reader states disagree on rank {rank} worker {worker}: {slot[worker]} vs {count}")
+                    raise StateError(
+                        f"reader states disagree on rank {rank} worker {worker}: {slot[worker]} vs {count}"
+                    )
                 slot[worker] = count
     level = Level(
         world_size=last.world_size,

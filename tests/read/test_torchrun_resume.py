@@ -21,7 +21,8 @@ ALL_KEYS = sorted(f"s{shard:03d}_{i:05d}" for shard, n in enumerate(SIZES) for i
 def _torchrun(nproc: int, data: str, out: str, phase: str) -> list[dict]:
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}
-    command = [torchrun, "--standalone", f"--nproc_per_node={nproc}", SCRIPT, "--data", data, "--out", out, "--phase", phase]
+    command = [torchrun, "--standalone", f"--nproc_per_node={nproc}", SCRIPT]
+    command += ["--data", data, "--out", out, "--phase", phase]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = []
