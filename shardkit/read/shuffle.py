@@ -96,7 +96,7 @@ class ShuffleBuffer(Generic[T]):
         size = self.size
         max_bytes = self.max_bytes
         nbytes = self._nbytes
-        uniform = self._uniform
+        pop_random = self._pop_random
         for item in items:
             buf.append(item)
             if max_bytes is not None:
@@ -105,19 +105,21 @@ class ShuffleBuffer(Generic[T]):
                     continue
             elif len(buf) < size:
                 continue
-            j = int(uniform() * len(buf))
-            out = buf[j]
-            buf[j] = buf[-1]
-            buf.pop()
+            out = pop_random(buf)
             if max_bytes is not None:
                 held -= nbytes(out)  # type: ignore[misc]
             yield out
         while buf:
-            j = int(uniform() * len(buf))
-            out = buf[j]
-            buf[j] = buf[-1]
-            buf.pop()
+            out = pop_random(buf)
             yield out
+
+    def _pop_random(self, buf: list[T]) -> T:
+        """Remove and return a uniformly chosen resident (swap with the last, pop)."""
+        j = int(self._uniform() * len(buf))
+        out = buf[j]
+        buf[j] = buf[-1]
+        buf.pop()
+        return out
 
     def advance(self, items: Iterator[T], num_out: int) -> tuple[list[T], int, int]:
         """Run :meth:`shuffle` until ``num_out`` items have come out, keeping none.
@@ -144,7 +146,7 @@ class ShuffleBuffer(Generic[T]):
         size = self.size
         max_bytes = self.max_bytes
         nbytes = self._nbytes
-        uniform = self._uniform
+        pop_random = self._pop_random
         left = num_out
         for item in items:
             taken += 1
@@ -155,19 +157,14 @@ class ShuffleBuffer(Generic[T]):
                     continue
             elif len(buf) < size:
                 continue
-            j = int(uniform() * len(buf))
-            out = buf[j]
-            buf[j] = buf[-1]
-            buf.pop()
+            out = pop_random(buf)
             if max_bytes is not None:
                 held -= nbytes(out)  # type: ignore[misc]
             left -= 1
             if left == 0:
                 return buf, held, taken
         while buf and left > 0:
-            j = int(uniform() * len(buf))
-            buf[j] = buf[-1]
-            buf.pop()
+            pop_random(buf)
             left -= 1
         return buf, held, taken
 
@@ -224,11 +221,8 @@ class ShuffleBuffer(Generic[T]):
         taken = (size - 1 + steady) if steady else filled
         left = num_out - steady
         if left > 0:  # the input ended: the rest leave in random order
-            uniform = self._uniform
             while buf and left > 0:
-                j = int(uniform() * len(buf))
-                buf[j] = buf[-1]
-                buf.pop()
+                self._pop_random(buf)
                 left -= 1
         return buf, taken
 
