@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from shardkit.errors import UsageError
+from shardkit.read.device import DEFAULT_LEASE_BYTES, DeviceLockMode
 from shardkit.read.urls import is_local, local_path, url_scheme
 
 #: Default size of one chunk handed to the parser: large sequential reads are
@@ -69,6 +70,15 @@ class SourceOptions:
         s3_endpoint_url: S3 endpoint for ``s3://`` URLs, overriding the AWS
             configuration (for S3-compatible stores), or None.
         s3_region: S3 region, overriding the AWS configuration, or None.
+        device_lock: Take turns reading local shards on one disk across all
+            processes (DataLoader workers, ranks on the node), one lease of
+            ``device_lease_bytes`` at a time, so their streams do not make
+            the head seek between them (see :mod:`shardkit.read.device`).
+            ``"auto"`` (default) does so on disks sysfs reports as
+            rotational; True for a disk shardkit cannot detect (FUSE, NFS
+            over a disk); False never.
+        device_lease_bytes: Bytes one process reads per turn (64 MiB); each
+            process holds up to one such lease in memory besides its read-ahead.
     """
 
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
@@ -85,9 +95,13 @@ class SourceOptions:
     allow_pipe: bool = False
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
+    device_lock: DeviceLockMode = "auto"
+    device_lease_bytes: int = DEFAULT_LEASE_BYTES
 
     def __post_init__(self) -> None:
-        for name in ("chunk_bytes", "max_concurrent_requests", "part_bytes", "read_ahead_bytes"):
+        if self.device_lock not in ("auto", True, False):
+            raise UsageError(f"SourceOptions.device_lock must be 'auto', True or False, got {self.device_lock!r}")
+        for name in ("chunk_bytes", "max_concurrent_requests", "part_bytes", "read_ahead_bytes", "device_lease_bytes"):
             if getattr(self, name) < 1:
                 raise UsageError(f"SourceOptions.{name} must be at least 1, got {getattr(self, name)}")
         for name in ("connect_timeout_s", "read_timeout_s", "backoff_initial_s", "backoff_max_s"):

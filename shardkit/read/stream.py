@@ -33,6 +33,7 @@ from shardkit.errors import CorruptShardError, ManifestError
 from shardkit.format.index import decode_index, load_index
 from shardkit.format.tar import END_OF_ARCHIVE, RawSample, SampleParser
 from shardkit.read.catalog import ShardCatalog
+from shardkit.read.device import lock_for
 from shardkit.read.prefetch import ReadAhead
 from shardkit.read.sources import ByteSource, SourceOptions, is_local, local_path, open_source
 from shardkit.read.split import Piece
@@ -125,7 +126,7 @@ class PieceReader:
         return open_source(url, options=self.options, expected_size=entry.num_bytes, expected_sha256=entry.sha256)
 
     def _fetch(self, job: _Job) -> Iterator[bytes]:
-        if self.catalog.index_urls is not None:
+        if self.catalog.index_urls is not None and not self._is_whole_shard(job.piece):
             bounds = self._load_bounds(job.piece.shard)
             job.bounds = bounds
             job.whole = job.piece.stop == len(bounds) - 1
@@ -133,10 +134,26 @@ class PieceReader:
             # A range that ends the shard also takes the end marker, which
             # proves nothing follows the last indexed sample.
             job.byte_stop = int(bounds[job.piece.stop]) + (len(END_OF_ARCHIVE) if job.whole else 0)
+        elif self.catalog.manifest is not None:
+            job.byte_stop = self.catalog.manifest.shards[job.piece.shard].num_bytes  # catches truncation
         source = self._open_shard(job.piece.shard, job.url)
-        if job.bounds is not None and is_local(job.url):
-            return self._aligned_chunks(source, job)
-        return source.iter_range(job.byte_start, job.byte_stop, chunk_bytes=self.options.chunk_bytes)
+        if not is_local(job.url):
+            return source.iter_range(job.byte_start, job.byte_stop, chunk_bytes=self.options.chunk_bytes)
+        if job.bounds is not None:
+            chunks = self._aligned_chunks(source, job)
+        else:
+            chunks = source.iter_range(job.byte_start, job.byte_stop, chunk_bytes=self.options.chunk_bytes)
+        lock = lock_for(local_path(job.url), mode=self.options.device_lock, lease_bytes=self.options.device_lease_bytes)
+        return chunks if lock is None else lock.leased(chunks)
+
+    def _is_whole_shard(self, piece: Piece) -> bool:
+        """Whether ``piece`` is all of a shard of known size. Such a piece is
+        streamed to the end without its offset index (one request and, on a
+        disk, one seek fewer per shard); the manifest's count and the end
+        marker check it, and the index is loaded only to recover from a
+        fault under ``on_error="skip"``."""
+        counts = self.catalog.counts
+        return counts is not None and piece.start == 0 and piece.stop == int(counts[piece.shard])
 
     def _aligned_chunks(self, source: ByteSource, job: _Job) -> Iterator[bytes]:
         """Read a local range in requests that end on sample boundaries.
@@ -225,8 +242,9 @@ class PieceReader:
         if job.byte_stop is not None and received < job.byte_stop - job.byte_start:
             end = job.byte_start + received
             raise _Truncated(
-                f"{job.url}: truncated: data ends at byte {end} but the offset index says samples run to "
-                f"byte {job.byte_stop}. Run `shardkit verify` on the dataset or rewrite this shard.",
+                f"{job.url}: truncated: data ends at byte {end} but the "
+                f"{'offset index says samples run' if job.bounds is not None else 'manifest says the shard runs'} "
+                f"to byte {job.byte_stop}. Run `shardkit verify` on the dataset or rewrite this shard.",
                 path=job.url,
                 offset=end,
             )
@@ -238,12 +256,22 @@ class PieceReader:
                 path=job.url,
                 offset=int(job.bounds[-1]),
             )
-        tail = parser.finish(expect_end_marker=job.whole)
-        if job.bounds is not None and got + len(tail) != job.piece.num_samples:
+        if job.bounds is None and job.byte_stop is not None and not parser.ended:
             raise _Truncated(
-                f"{job.url}: bytes {job.byte_start}..{job.byte_stop} hold {got + len(tail)} samples but the "
-                f"offset index lists {job.piece.num_samples} there. Run `shardkit verify` on the dataset "
-                "or rewrite this shard.",
+                f"{job.url}: no end-of-archive marker at byte {job.byte_stop}, where the manifest says the shard "
+                "ends: the shard was damaged or rewritten after its manifest was written. Run `shardkit verify` "
+                "on the dataset or rewrite this shard.",
+                path=job.url,
+                offset=job.byte_stop,
+            )
+        tail = parser.finish(expect_end_marker=job.whole)
+        counted = job.bounds is not None or self._is_whole_shard(job.piece)
+        if counted and got + len(tail) != job.piece.num_samples:
+            where = "the offset index lists" if job.bounds is not None else "the manifest lists"
+            stop = "its end" if job.byte_stop is None else job.byte_stop
+            raise _Truncated(
+                f"{job.url}: bytes {job.byte_start}..{stop} hold {got + len(tail)} samples but {where} "
+                f"{job.piece.num_samples} there. Run `shardkit verify` on the dataset or rewrite this shard.",
                 path=job.url,
                 offset=job.byte_start,
             )
@@ -256,8 +284,13 @@ class PieceReader:
         back); after a fault inside the data, reading resumes at the next
         sample boundary; after truncation there is nothing more to read.
         """
-        bounds = job.bounds
         offset = getattr(exc, "offset", None)
+        if job.bounds is None and offset is not None and self.catalog.index_urls is not None:
+            try:  # a whole shard streamed without its index: fetch it now
+                job.bounds = self._load_bounds(job.piece.shard)
+            except FAULTS as index_exc:
+                log.warning("cannot recover the rest of %s: %s", job.url, index_exc)
+        bounds = job.bounds
         if bounds is None or offset is None:
             return  # no index to resynchronize with
         bad = int(np.searchsorted(bounds, offset, side="right")) - 1  # the sample holding the fault

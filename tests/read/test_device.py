@@ -1,0 +1,124 @@
+"""The device lock: readers of one disk take turns, one lease at a time."""
+
+from __future__ import annotations
+
+import fcntl
+import multiprocessing
+import os
+import time
+
+import pytest
+import torch
+
+from shardkit import ShardDataset
+from shardkit.errors import UsageError
+from shardkit.read.device import DeviceLock, is_rotational, lock_for
+from shardkit.read.sources import SourceOptions
+from tests.conftest import sample_payload
+
+
+def _held_elsewhere(lock: DeviceLock) -> bool:
+    """Whether some other holder has the lock (tried from a fresh open file,
+    which flock treats as another owner)."""
+    fd = os.open(lock.path, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def test_leases_pull_chunks_under_the_lock_and_release_between_leases(tmp_path):
+    lock = DeviceLock(os.stat(tmp_path).st_dev, lease_bytes=10, directory=str(tmp_path))
+    pulled_while_held = []
+
+    def chunks():
+        for i in range(7):
+            pulled_while_held.append(_held_elsewhere(lock))
+            yield bytes([i]) * 4
+
+    seen = []
+    for chunk in lock.leased(chunks()):
+        assert not _held_elsewhere(lock), "the lock is kept while the lease's bytes are handed on"
+        seen.append(chunk)
+    assert seen == [bytes([i]) * 4 for i in range(7)]
+    assert all(pulled_while_held)
+    assert not _held_elsewhere(lock)
+
+
+def test_a_failing_read_releases_the_lock(tmp_path):
+    lock = DeviceLock(os.stat(tmp_path).st_dev, lease_bytes=1 << 20, directory=str(tmp_path))
+
+    def chunks():
+        yield b"x"
+        raise OSError("disk gone")
+
+    with pytest.raises(OSError, match="disk gone"):
+        list(lock.leased(chunks()))
+    assert not _held_elsewhere(lock)
+
+
+def _hold(path: str, dev: int, log: str, rounds: int) -> None:
+    lock = DeviceLock(dev, directory=path)
+    for _ in range(rounds):
+        with lock:
+            start = time.monotonic()
+            time.sleep(0.01)
+            end = time.monotonic()
+        with open(log, "a") as f:
+            f.write(f"{start} {end}\n")
+
+
+def test_processes_never_hold_the_lock_at_once(tmp_path):
+    log = str(tmp_path / "held.txt")
+    dev = os.stat(tmp_path).st_dev
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_hold, args=(str(tmp_path), dev, log, 5)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    spans = sorted(tuple(map(float, line.split())) for line in open(log))
+    assert len(spans) == 15
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        assert start >= end, "two processes held the device lock at the same time"
+
+
+def test_lock_for_follows_the_mode(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"x")
+    assert lock_for(str(path), mode=False) is None
+    forced = lock_for(str(path), mode=True, lease_bytes=1 << 20)
+    assert forced is not None and forced.lease_bytes == 1 << 20
+    assert lock_for(str(path), mode=True, lease_bytes=1 << 20) is forced
+    auto = lock_for(str(path), mode="auto")
+    assert (auto is not None) == bool(is_rotational(os.stat(path).st_dev))
+    assert lock_for(str(tmp_path / "missing"), mode=True) is None  # opening it reports the error
+
+
+def test_no_block_device_is_not_taken_for_a_disk():
+    assert is_rotational(os.stat("/proc").st_dev) is None
+
+
+def test_bad_device_lock_options_are_refused():
+    with pytest.raises(UsageError, match="device_lock"):
+        SourceOptions(device_lock="yes")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="device_lease_bytes"):
+        SourceOptions(device_lease_bytes=0)
+
+
+def test_workers_taking_turns_read_every_sample_once_with_the_written_bytes(make_shards):
+    manifest = make_shards([40, 25, 33, 0, 17], payload_bytes=3000)
+    options = SourceOptions(device_lock=True, device_lease_bytes=20_000, chunk_bytes=8192)
+    ds = ShardDataset(manifest, mode="exact", seed=3, source_options=options)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    keys = []
+    for sample in loader:
+        assert sample["bin"] == sample_payload(sample["__key__"], 3000)
+        keys.append(sample["__key__"])
+    assert sorted(keys) == sorted(f"s{i:03d}_{j:05d}" for i, n in enumerate([40, 25, 33, 0, 17]) for j in range(n))
+    plain = ShardDataset(manifest, mode="exact", seed=3, source_options=SourceOptions(device_lock=False))
+    assert keys == [s["__key__"] for s in torch.utils.data.DataLoader(plain, batch_size=None, num_workers=2)]
