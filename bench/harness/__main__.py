@@ -48,7 +48,7 @@ class Suite:
 
 FULL = Suite(
     data=DataSpec(num_images=8000, num_shards=16, ceiling_bytes=512 << 20),
-    plan=ThroughputPlan(repeats=3, imagefolder_limit=600, ceiling_repeats=3, experiments=("shardkit-serial",)),
+    plan=ThroughputPlan(repeats=3, imagefolder_limit=600, ceiling_repeats=3, experiments=("shardkit-nolock",)),
     memory_sizes=(10_000, 1_000_000, 10_000_000),
     memory_samples_per_worker=2000,
     shuffle_buffers=(1, 10, 100, 1000, 5000),

@@ -15,18 +15,14 @@ from __future__ import annotations
 import glob
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 LOADERS = ("imagefolder", "webdataset", "shardkit")
-#: Experiments, not in the default table: ``shardkit-serial`` is shardkit
-#: with one device lock shared by all workers around each 32 MiB read, the
-#: remedy proposed for interleaving streams on a disk head (see
-#: :func:`serialize_local_reads`).
-EXPERIMENTS = ("shardkit-serial",)
-#: Read size of the ``shardkit-serial`` experiment.
-SERIAL_CHUNK_BYTES = 32 << 20
-#: Lock file shared by the workers of ``shardkit-serial``.
-SERIAL_LOCK_PATH = "/dev/shm/shardkit-bench-device.lock"
+#: Experiments, not in the default table: ``shardkit-nolock`` is shardkit
+#: with its device lock off (``SourceOptions(device_lock=False)``), every
+#: worker reading whenever it likes, to show what taking turns on a disk buys.
+EXPERIMENTS = ("shardkit-nolock",)
 #: Samples per batch inside the workers.
 BATCH = 32
 
@@ -48,42 +44,9 @@ def _count_samples(batch: list[dict[str, Any]]) -> tuple[int, int]:
     return len(batch), sum(len(sample["jpg"]) for sample in batch)
 
 
-def serialize_local_reads(lock_path: str = SERIAL_LOCK_PATH) -> None:
-    """Make every ``read()`` of shardkit's local file source hold an
-    exclusive ``flock`` on ``lock_path``, so at most one process (DataLoader
-    workers included) has a read in flight: each chunk then streams from the
-    disk without another worker's requests in between. A bench-only patch
-    of :class:`shardkit.read.sources.LocalFile`, to measure the idea before
-    the reader adopts it."""
-    import fcntl
-
-    from shardkit.read import sources
-
-    if getattr(sources.LocalFile, "_bench_serialized", False):
-        return
-
-    def iter_range(self: Any, start: int, end: int | None, *, chunk_bytes: int) -> Any:
-        with open(self.path, "rb", buffering=0) as f, open(lock_path, "a") as lock:
-            f.seek(start)
-            remaining = None if end is None else end - start
-            while remaining is None or remaining > 0:
-                want = chunk_bytes if remaining is None else min(chunk_bytes, remaining)
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                try:
-                    chunk = f.read(want)
-                finally:
-                    fcntl.flock(lock, fcntl.LOCK_UN)
-                if not chunk:
-                    return
-                if remaining is not None:
-                    remaining -= len(chunk)
-                yield chunk
-
-    sources.LocalFile.iter_range = iter_range
-    sources.LocalFile._bench_serialized = True
-
-
-def build(name: str, root: str, *, workers: int, buffer_size: int, limit: int, seed: int) -> Any:
+def build(
+    name: str, root: str, *, workers: int, buffer_size: int, limit: int, seed: int, device_lock: str | bool = "auto"
+) -> Any:
     """A DataLoader yielding ``(images, bytes)`` per batch.
 
     Args:
@@ -93,6 +56,8 @@ def build(name: str, root: str, *, workers: int, buffer_size: int, limit: int, s
         buffer_size: Shuffle buffer (streaming loaders), samples per worker.
         limit: Images read by ``imagefolder`` (random subset, random order).
         seed: Seed of every random choice.
+        device_lock: shardkit's ``SourceOptions.device_lock`` (``"auto"``
+            detects a spinning disk; a FUSE profile says so with True).
     """
     from torch.utils.data import DataLoader, Subset
 
@@ -115,17 +80,14 @@ def build(name: str, root: str, *, workers: int, buffer_size: int, limit: int, s
             .batched(BATCH, collation_fn=_count_samples)
         )
         return DataLoader(dataset, batch_size=None, num_workers=workers)
-    if name in ("shardkit", "shardkit-serial"):
+    if name in ("shardkit", "shardkit-nolock"):
         try:
             import shardkit
             from shardkit.read.loader import make_loader
             from shardkit.read.sources import SourceOptions
         except ImportError as exc:
             raise LoaderUnavailable(f"shardkit reader not importable: {exc}") from None
-        extra: dict[str, Any] = {}
-        if name == "shardkit-serial":
-            serialize_local_reads()
-            extra["source_options"] = SourceOptions(chunk_bytes=SERIAL_CHUNK_BYTES)
+        options = SourceOptions(device_lock=False if name == "shardkit-nolock" else device_lock)
         dataset = shardkit.ShardDataset(
             root,
             mode="balanced",
@@ -134,15 +96,19 @@ def build(name: str, root: str, *, workers: int, buffer_size: int, limit: int, s
             buffer_size=buffer_size,
             batch_size=BATCH,
             collate=_count_samples,
-            **extra,
+            source_options=options,
         )
         return make_loader(dataset, num_workers=workers, persistent_workers=False)
     raise ValueError(f"unknown loader {name!r}; known: {', '.join(LOADERS + EXPERIMENTS)}")
 
 
-def run(name: str, root: str, *, workers: int, buffer_size: int, limit: int, seed: int) -> dict[str, Any]:
-    """Build the loader, read one pass, and time it (building excluded)."""
-    loader = build(name, root, workers=workers, buffer_size=buffer_size, limit=limit, seed=seed)
+def run(name: str, root: str, *, before_timing: Callable[[], None] | None = None, **options: Any) -> dict[str, Any]:
+    """Build the loader (``options`` as for :func:`build`), call
+    ``before_timing`` (e.g. to drop caches), read one pass, and time it
+    (building excluded)."""
+    loader = build(name, root, **options)
+    if before_timing is not None:
+        before_timing()
     images = num_bytes = 0
     first_s = None
     start = time.perf_counter()

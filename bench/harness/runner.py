@@ -9,6 +9,7 @@ on stdout. The parent empties the caches between requests.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -65,6 +66,19 @@ class Runner:
         self.close()
 
 
+def make_cold(seekfs_control: str | None) -> None:
+    """Empty the caches between building a loader and timing it, so what the
+    loader reads at its start (inodes, directory blocks, indexes) comes from
+    the device too, as it does on a dataset too big to stay cached."""
+    from bench.profiles import drop_caches
+
+    drop_caches()
+    if seekfs_control is not None:
+        from bench.profiles.seekfs import control
+
+        control(seekfs_control, "drop")
+
+
 def serve() -> None:
     import warnings
 
@@ -81,13 +95,13 @@ def serve() -> None:
             if message["op"] == "ping":
                 answer: dict[str, Any] = {"pid": os.getpid()}
             elif message["op"] == "run":
+                options = {k: v for k, v in message.items() if k not in ("op", "loader", "root", "cold")}
+                cold = message.get("cold")
                 answer = loaders.run(
                     message["loader"],
                     message["root"],
-                    workers=message["workers"],
-                    buffer_size=message["buffer_size"],
-                    limit=message["limit"],
-                    seed=message["seed"],
+                    before_timing=None if cold is None else functools.partial(make_cold, cold.get("seekfs_control")),
+                    **options,
                 )
             else:
                 answer = {"error": f"unknown op {message['op']!r}"}

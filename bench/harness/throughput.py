@@ -53,7 +53,7 @@ class ThroughputPlan:
     ceiling_repeats: int = 3
     seed: int = 0
     experiments: tuple[str, ...] = ()
-    experiment_profiles: tuple[str, ...] = ("hdd-seek",)
+    experiment_profiles: tuple[str, ...] = ("hdd", "hdd-seek")
     trace_dir: str | None = None
 
 
@@ -152,6 +152,10 @@ def measure_profile(name: str, data: dict[str, str], plan: ThroughputPlan, workd
                                 "buffer_size": plan.buffer_size,
                                 "limit": plan.imagefolder_limit,
                                 "seed": plan.seed + repeat,
+                                # No block device behind FUSE: say it is a disk.
+                                "device_lock": True if profile.spec.kind == "seekfs" and profile.spec.rotational else "auto",
+                                # Cold again once the loader is built (see runner.make_cold).
+                                "cold": {"seekfs_control": profile.state.get("control")},
                             }
                         )
                         if tracing:

@@ -55,6 +55,10 @@ class ProfileSpec:
         read_bps: blkio read bytes/s limit (loop only).
         read_iops: blkio read requests/s limit (loop only).
         description: One line for the results.
+        rotational: Whether the profile emulates a spinning disk. Loop
+            devices report it in sysfs (``queue/rotational``), where readers
+            that adapt to disks find it; a FUSE file system has no block
+            device, so the harness tells shardkit (``device_lock=True``).
     """
 
     name: str
@@ -62,14 +66,20 @@ class ProfileSpec:
     read_bps: int = 0
     read_iops: int = 0
     description: str = ""
+    rotational: bool | None = None
 
 
 PROFILES: dict[str, ProfileSpec] = {
     spec.name: spec
     for spec in (
-        ProfileSpec("hdd", "loop", 170_000_000, 170, "ext4 on loop, blkio 170 MB/s + 170 IOPS"),
-        ProfileSpec("hdd-seek", "seekfs", description="FUSE seek model: 8 ms per non-continuing read, 170 MB/s"),
-        ProfileSpec("ssd", "loop", 500_000_000, 40_000, "ext4 on loop, blkio 500 MB/s + 40k IOPS"),
+        ProfileSpec("hdd", "loop", 170_000_000, 170, "ext4 on loop, blkio 170 MB/s + 170 IOPS", rotational=True),
+        ProfileSpec(
+            "hdd-seek",
+            "seekfs",
+            description="FUSE seek model: 8 ms per non-continuing read, 170 MB/s",
+            rotational=True,
+        ),
+        ProfileSpec("ssd", "loop", 500_000_000, 40_000, "ext4 on loop, blkio 500 MB/s + 40k IOPS", rotational=False),
         ProfileSpec("raw", "raw", description="this machine's disk, unthrottled"),
     )
 }
@@ -257,6 +267,11 @@ class Profile:
         self._save_state()
         majmin = _run("lsblk", "-dno", "MAJ:MIN", loop).replace(" ", "")
         self.state["majmin"] = majmin
+        if self.spec.rotational is not None:
+            # A loop device inherits the flag of the disk under its image;
+            # say what kind of disk it stands for instead.
+            with open(f"/sys/block/{os.path.basename(loop)}/queue/rotational", "w") as f:
+                f.write("1\n" if self.spec.rotational else "0\n")
         # One cgroup per setup (pid in the name), so that concurrent runs never
         # share, and teardown never empties, a group it did not make.
         cgroup = os.path.join(BLKIO_ROOT, f"{CGROUP_PREFIX}{self.spec.name}-{os.getpid()}")
