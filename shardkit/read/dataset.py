@@ -130,8 +130,11 @@ class ShardDataset(IterableDataset):
     the loader :func:`~shardkit.make_loader` builds, which count what reached
     the training loop) save a slot's position as a delivered-sample count.
     The same topology resumes with the identical sequence; another world
-    size or worker count splits the rest of the epoch over the new slots
-    (``"exact"`` and ``"balanced"``). See :mod:`shardkit.read.resume`.
+    size or worker count splits the rest of the epoch over the new slots, in
+    every mode. In ``"infinite"`` mode, where slots may be in different
+    epochs at a checkpoint, the new slots first share the rest of each epoch
+    some old slot had begun (oldest first), then go on with whole epochs.
+    See :mod:`shardkit.read.resume`.
     Resuming assumes no faults were skipped (``on_error="skip"``) before the
     checkpoint; after skipped faults the restored buffer is not the one the
     run had, so a few samples near the fault may repeat or be missed.
@@ -381,7 +384,7 @@ class ShardDataset(IterableDataset):
             check_compatible(parsed, fingerprint=self.fingerprint, options=self._state_options())
             if parsed.epoch != epoch:
                 raise StateError(f"reader state is of epoch {parsed.epoch}, not {epoch}")
-            base, count = start_for(parsed, world, mode=self.mode)
+            base, count = start_for(parsed, world)
         return (item for _, item in self._slot_stream(world, epoch=epoch, base=base, count=count))
 
     def _reader(self) -> PieceReader:
@@ -427,9 +430,9 @@ class ShardDataset(IterableDataset):
             buffer = self.shuffle_buffer(world, epoch=epoch, nbytes=_located_nbytes)
         else:
             restorer = SlotRestorer(self, reader, epoch=epoch)
-            seq = restorer.level_sequence(base)
-            replay = restorer.replay(world, seq=seq, count=count)
-            pieces = [skip_samples(restorer.part_pieces(world, seq, p), replay.consumed[p]) for p in parts]
+            plan = restorer.level_plan(base)
+            replay = restorer.replay(world, plan=plan, count=count)
+            pieces = [skip_samples(restorer.part_pieces(world, plan, p), replay.consumed[p]) for p in parts]
             first = replay.next_part
             buffer = None
             if replay.buffer is not None:
@@ -476,7 +479,7 @@ class ShardDataset(IterableDataset):
         pending = self._pending.state
         if pending is not None and pending.epoch == epoch:
             self._pending.state = None  # one iteration resumes; later ones start afresh
-            base, count = start_for(pending, world, mode=self.mode)
+            base, count = start_for(pending, world)
         progress = self._progress
         progress.epoch, progress.base, progress.world, progress.count = epoch, base, world, count
         stream = self._slot_stream(world, epoch=epoch, base=base, count=count)
@@ -573,8 +576,9 @@ class ShardDataset(IterableDataset):
         the next iteration continues exactly where the state was taken; with
         another topology (which needs a state knowing every old rank, see
         :func:`shardkit.read.resume.merge_states`) the new slots share what
-        the epoch had not yet delivered. A later :meth:`set_epoch` to another
-        epoch drops the loaded state.
+        the epoch had not yet delivered (in ``"infinite"`` mode: what each
+        epoch in flight had not, then whole epochs). A later
+        :meth:`set_epoch` to another epoch drops the loaded state.
 
         Raises:
             StateError: A malformed state, or one from another dataset or
@@ -585,7 +589,7 @@ class ShardDataset(IterableDataset):
         check_compatible(parsed, fingerprint=self.fingerprint, options=self._state_options())
         if parsed.levels and parsed.levels[-1].world_size != self.world.world_size:
             # Only a complete state can move to another world size; say so now, not in a worker.
-            start_for(parsed, self.world.with_worker(0, 1), mode=self.mode)
+            start_for(parsed, self.world.with_worker(0, 1))
         self._pending.state = parsed
         self._progress.world = None
         self._epoch.value = parsed.epoch
@@ -605,7 +609,7 @@ class ShardDataset(IterableDataset):
         pending = self._pending.state
         if pending is None or pending.epoch != self.epoch:
             return (), 0, 0
-        base, count = start_for(pending, world, mode=self.mode)
+        base, count = start_for(pending, world)
         same = len(base) == len(pending.levels) - 1
         return base, count, pending.levels[-1].first_worker(world.rank) if same else 0
 

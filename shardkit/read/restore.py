@@ -7,6 +7,7 @@ seeding) and reads the restored buffer's samples back through the index.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -17,6 +18,7 @@ from shardkit.errors import StateError
 from shardkit.read.resume import (
     EpochSequence,
     Level,
+    LevelPlan,
     Position,
     SlotReplay,
     part_range,
@@ -61,44 +63,57 @@ class SlotRestorer:
             found = self._sizes[shard] = np.diff(self.reader.load_bounds(shard))
         return found
 
-    def part_pieces(self, world: World, seq: EpochSequence, part: int) -> Iterator[Piece]:
-        """The pieces one read stream of ``world``'s slot reads at a level."""
+    def part_pieces(self, world: World, plan: LevelPlan, part: int) -> Iterator[Piece]:
+        """The pieces one read stream of ``world``'s slot reads at a level
+        (endless in ``"infinite"`` mode)."""
         ds = self.dataset
-        if seq.full:
-            return ds.pieces(world, epoch=self.epoch, part=part, num_parts=ds.interleave)
+        if plan.fresh:
+            return ds.pieces(world, epoch=plan.epoch, part=part, num_parts=ds.interleave)
+        carried = itertools.chain.from_iterable(
+            self._sequence_pieces(world, seq, epoch=plan.epoch + k, part=part) for k, seq in enumerate(plan.carried)
+        )
+        if not plan.endless:
+            return carried
+        after = plan.epoch + len(plan.carried)  # whole epochs from here on
+        return itertools.chain(carried, ds.pieces(world, epoch=after, part=part, num_parts=ds.interleave))
+
+    def _sequence_pieces(self, world: World, seq: EpochSequence, *, epoch: int, part: int) -> Iterator[Piece]:
+        ds = self.dataset
         counts = ds.require_index()
-        order = epoch_order(len(counts), seed=ds.seed, epoch=self.epoch, shuffle=ds.shuffle)
+        order = epoch_order(len(counts), seed=ds.seed, epoch=epoch, shuffle=ds.shuffle)
         lo, hi = part_range(len(seq), world, mode=ds.mode, pad=ds.pad, part=part, num_parts=ds.interleave)
         return sequence_pieces(seq, counts, order, lo, hi)
 
-    def replay(self, world: World, *, seq: EpochSequence, count: int) -> SlotReplay:
+    def replay(self, world: World, *, plan: LevelPlan, count: int) -> SlotReplay:
         """Replay ``world``'s slot at a level until ``count`` samples were delivered.
 
         Raises:
             StateError: ``count`` exceeds the slot's share (finite modes).
         """
         ds = self.dataset
-        parts = []
-        share = 0
+        parts: list[tuple[Iterator[Piece], int | None]] = []
         for part in range(ds.interleave):
-            lo, hi = part_range(len(seq), world, mode=ds.mode, pad=ds.pad, part=part, num_parts=ds.interleave)
-            share += hi - lo
-            parts.append((self.part_pieces(world, seq, part), lo, hi))
-        if ds.mode != "infinite" and count > share:
+            length = None
+            if not plan.endless:
+                lo, hi = part_range(
+                    len(plan.carried[0]), world, mode=ds.mode, pad=ds.pad, part=part, num_parts=ds.interleave
+                )
+                length = hi - lo
+            parts.append((self.part_pieces(world, plan, part), length))
+        share = sum(length or 0 for _, length in parts)
+        if not plan.endless and count > share:
             raise StateError(
                 f"reader state says rank {world.rank} worker {world.worker} delivered {count} samples, but its "
                 f"share of epoch {self.epoch} is {share}: the state does not belong to this dataset and topology"
             )
         buffer = ds.shuffle_buffer(world, epoch=self.epoch, nbytes=_position_nbytes)
-        return replay_slot(
-            count=count, parts=parts, sizes=self.sizes, buffer=buffer, endless=ds.mode == "infinite" and seq.full
-        )
+        return replay_slot(count=count, parts=parts, sizes=self.sizes, buffer=buffer)
 
-    def level_sequence(self, base: tuple[Level, ...]) -> EpochSequence:
-        """The sequence the level after ``base`` splits: the epoch, less what
-        each base level's slots delivered."""
+    def level_plan(self, base: tuple[Level, ...]) -> LevelPlan:
+        """The plan the level after ``base`` splits: the iteration's epochs,
+        less what each base level's slots delivered (see :func:`remainder`)."""
         ds = self.dataset
-        seq = EpochSequence.whole(int(ds.require_index().sum()))
+        plan = LevelPlan.start(int(ds.require_index().sum()), epoch=self.epoch, endless=ds.mode == "infinite")
         for level in base:
             replays = {}
             for rank in range(level.world_size):
@@ -106,9 +121,9 @@ class SlotRestorer:
                     slot = World(rank=rank, world_size=level.world_size, worker=worker, num_workers=level.num_workers)
                     count = level.count(rank, worker)
                     assert count is not None  # levels before the last are complete
-                    replays[rank, worker] = self.replay(slot, seq=seq, count=count)
-            seq = remainder(seq, level, replays, mode=ds.mode, pad=ds.pad, num_parts=ds.interleave)
-        return seq
+                    replays[rank, worker] = self.replay(slot, plan=plan, count=count)
+            plan = remainder(plan, level, replays, mode=ds.mode, pad=ds.pad, num_parts=ds.interleave)
+        return plan
 
     def read_resident(self, replay: SlotReplay) -> list[Located]:
         """Read the samples a restored buffer holds, in buffer order, through

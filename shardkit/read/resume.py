@@ -23,13 +23,32 @@ than ``world_size`` samples, or padding with ``pad``). A level's sequence is
 kept as intervals of the epoch's global positions, so memory is
 O(buffered samples + slots), not O(samples).
 
+**Infinite mode.** A slot never stops: when its share of an epoch ends it
+reads its share of the next, through the same shuffle buffer, so a state's
+``epoch`` is the epoch the iteration started from and a slot's delivered
+count may span several epochs. At a checkpoint different slots may be in
+different epochs, and a buffer may hold samples of two epochs at once. A
+level therefore splits a :class:`LevelPlan`: the remainders of the epochs an
+earlier level left unfinished (oldest first), then whole epochs without end.
+When the topology changes, the remainder of *every* epoch that some old slot
+had started is computed on its own (what no old slot delivered of that
+epoch, the samples still in the old buffers included; samples an old slot
+already delivered from a later epoch are not part of that later epoch's
+remainder); epochs every old slot had finished are dropped. The new slots
+then read, each through one buffer, their near-equal share of each of those
+remainders in epoch order, then their share of every following whole epoch,
+as a fresh run of the new topology would. So every epoch is delivered
+exactly once over the old and new slots together.
+
 The state is plain JSON data (no sample bytes), versioned by
 :data:`STATE_VERSION` with the key names below.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -69,7 +88,8 @@ OPTION_KEYS = ("mode", "seed", "shuffle", "buffer_size", "buffer_bytes", "pad", 
 #: request, reading the samples between them too.
 RESIDENT_GAP_BYTES = 16 << 10
 
-#: A position in a replayed stream: (part, virtual index or -1, shard, sample, stored bytes).
+#: A position in a replayed stream: (part, item, shard, sample, stored bytes),
+#: where ``item`` counts the samples of that part's stream before this one.
 Position = tuple[int, int, int, int, int]
 
 
@@ -335,8 +355,8 @@ def rank_local_level(world: World, counts: Iterable[int | None], *, next_worker:
     )
 
 
-def start_for(state: ReaderState, world: World, *, mode: Mode) -> tuple[tuple[Level, ...], int]:
-    """Where a slot starts when resuming ``state``.
+def start_for(state: ReaderState, world: World) -> tuple[tuple[Level, ...], int]:
+    """Where a slot starts when resuming ``state`` (in any mode).
 
     Returns:
         The levels before the slot's own (their remainder is what the slot's
@@ -344,8 +364,7 @@ def start_for(state: ReaderState, world: World, *, mode: Mode) -> tuple[tuple[Le
 
     Raises:
         StateError: The state lacks the slot's count (same topology), or
-            lacks other slots' counts (another topology), or the topology
-            changed in ``"infinite"`` mode.
+            lacks other slots' counts (another topology).
     """
     if not state.levels:
         return (), 0
@@ -358,11 +377,6 @@ def start_for(state: ReaderState, world: World, *, mode: Mode) -> tuple[tuple[Le
                 "from its own state, or from merge_states() of all ranks' states"
             )
         return state.levels[:-1], count
-    if mode == "infinite":
-        raise StateError(
-            f"mode='infinite' resumes with the same world size and workers only (state: {last.world_size} ranks x "
-            f"{last.num_workers} workers; now: {world.world_size} x {world.num_workers})"
-        )
     if not last.complete:
         known = [r for r, e in enumerate(last.delivered) if e is not None]
         raise StateError(
@@ -438,6 +452,92 @@ def part_range(length: int, world: World, *, mode: Mode, pad: bool, part: int, n
     return start + lo + a, start + lo + b
 
 
+@dataclass(frozen=True)
+class LevelPlan:
+    """What a level splits over its slots: a sequence per epoch from ``epoch`` on.
+
+    Attributes:
+        epoch: The epoch of the first sequence.
+        carried: Sequences of the epochs ``epoch, epoch + 1, ...``. In
+            ``"exact"`` and ``"balanced"`` mode exactly one (a level reads
+            one epoch). In ``"infinite"`` mode the remainders an earlier
+            level left, oldest first (none at the start of an iteration).
+        total: Samples of a whole epoch.
+        endless: Whole epochs follow the carried ones (``"infinite"``).
+    """
+
+    epoch: int
+    carried: tuple[EpochSequence, ...]
+    total: int
+    endless: bool
+
+    @classmethod
+    def start(cls, total: int, *, epoch: int, endless: bool) -> LevelPlan:
+        """The plan of an iteration that starts ``epoch`` afresh."""
+        return cls(epoch, () if endless else (EpochSequence.whole(total),), total, endless)
+
+    @property
+    def fresh(self) -> bool:
+        """Whether every epoch of the plan is whole (nothing was carried)."""
+        return not self.carried if self.endless else self.carried[0].full
+
+    def sequence(self, k: int) -> EpochSequence:
+        """The sequence of epoch ``epoch + k``."""
+        if k < len(self.carried):
+            return self.carried[k]
+        if not self.endless:
+            raise IndexError(f"a one-epoch plan has no epoch {self.epoch + k}")
+        return EpochSequence.whole(self.total)
+
+
+#: One epoch of a read stream: (k, lo, hi), indices [lo, hi) of plan.sequence(k).
+Span = tuple[int, int, int]
+
+
+def part_spans(plan: LevelPlan, world: World, *, mode: Mode, pad: bool, part: int, num_parts: int) -> Iterator[Span]:
+    """The epochs one read stream of ``world``'s slot reads at a level, in
+    order: per epoch ``(k, lo, hi)``, the indices of ``plan.sequence(k)`` it
+    covers. Ends after the carried epochs unless the plan is endless; an
+    endless stream with nothing to read in a whole epoch ends there too."""
+    for k in itertools.count() if plan.endless else range(len(plan.carried)):
+        lo, hi = part_range(len(plan.sequence(k)), world, mode=mode, pad=pad, part=part, num_parts=num_parts)
+        if hi == lo and k >= len(plan.carried):
+            return  # every whole epoch is as empty for this stream
+        yield k, lo, hi
+
+
+def consumed_spans(spans: Iterable[Span], consumed: int) -> list[Span]:
+    """Where the first ``consumed`` samples of a read stream came from: per
+    epoch ``(k, lo, stop)``, the read indices ``[lo, stop)``; the last entry
+    is the one the stream had reached (empty epochs on the way included).
+
+    Raises:
+        StateError: The stream has fewer than ``consumed`` samples.
+    """
+    out: list[Span] = []
+    left = consumed
+    for k, lo, hi in spans:
+        if left == 0:
+            break
+        take = min(left, hi - lo)
+        out.append((k, lo, lo + take))
+        left -= take
+    if left:
+        raise StateError(f"reader state: a read stream delivered {consumed} samples, more than its plan holds")
+    return out
+
+
+def item_indices(taken: list[Span], items: Iterable[int]) -> Iterator[tuple[int, int]]:
+    """Epoch ``k`` and sequence index of each item number of a read stream
+    whose first items came from ``taken`` (see :func:`consumed_spans`)."""
+    firsts = list(itertools.accumulate((stop - lo for _, lo, stop in taken), initial=0))
+    for item in items:
+        j = bisect.bisect_right(firsts, item) - 1
+        assert 0 <= j < len(taken) and item < firsts[-1], "a buffered item lies outside what its stream read"
+        k, lo, _ = taken[j]
+        yield k, lo + item - firsts[j]
+
+
 # ---------------------------------------------------------- replay
 
 
@@ -485,22 +585,22 @@ PiecesFn = Callable[[int], Iterator[Piece]]
 SizesFn = Callable[[int], np.ndarray]
 
 
-def _positions(part: int, pieces: Iterator[Piece], lo: int, hi: int, sizes: SizesFn) -> Iterator[Position]:
-    v = lo
+def _positions(part: int, pieces: Iterator[Piece], sizes: SizesFn) -> Iterator[Position]:
+    item = 0
     for piece in pieces:
         stored = sizes(piece.shard)[piece.start : piece.stop].tolist()
         for i, size in enumerate(stored, piece.start):
-            yield (part, v if v < hi else -1, piece.shard, i, size)
-            v += 1
+            yield (part, item, piece.shard, i, size)
+            item += 1
 
 
 def _replay_indices(
-    count: int, pieces: Iterator[Piece], lo: int, hi: int, sizes: SizesFn, buffer: ShuffleBuffer[Any], endless: bool
+    count: int, pieces: Iterator[Piece], length: int | None, sizes: SizesFn, buffer: ShuffleBuffer[Any]
 ) -> SlotReplay:
     """:func:`replay_slot` for one read stream and a count-only buffer:
     the buffer runs over item numbers (vectorized), and only the residents
     are mapped to positions."""
-    resident_items, taken = buffer.advance_indices(length=None if endless else hi - lo, num_out=count)
+    resident_items, taken = buffer.advance_indices(length=length, num_out=count)
     wanted = sorted(resident_items)
     found: dict[int, Position] = {}
     at = 0  # stream index of the current piece's first sample
@@ -513,7 +613,7 @@ def _replay_indices(
             item = wanted[k]
             index = piece.start + item - at
             size = int(sizes(piece.shard)[index])  # only shards with residents load their index
-            found[item] = (0, lo + item if lo + item < hi else -1, piece.shard, index, size)
+            found[item] = (0, item, piece.shard, index, size)
             k += 1
         at = end
     assert k == len(wanted), "a buffered item lies past the slot's pieces"
@@ -529,25 +629,23 @@ def _replay_indices(
 def replay_slot(
     *,
     count: int,
-    parts: list[tuple[Iterator[Piece], int, int]],
+    parts: list[tuple[Iterator[Piece], int | None]],
     sizes: SizesFn,
     buffer: ShuffleBuffer[Any] | None,
-    endless: bool = False,
 ) -> SlotReplay:
     """Replay a slot over positions until ``count`` samples have been delivered.
 
     Args:
         count: Delivered samples to replay.
-        parts: Per read stream: its pieces, and the first and stop indices
-            of the level's sequence it covers.
+        parts: Per read stream: its pieces, and how many samples it holds
+            (None for an endless stream, ``"infinite"``).
         sizes: Stored size of each sample of a shard.
         buffer: A fresh shuffle buffer seeded as the slot's (None without
             shuffling); it is advanced in place.
-        endless: The pieces go on past the level's range (``"infinite"``).
     """
     if len(parts) == 1 and buffer is not None and buffer.max_bytes is None and buffer.size > 1:
-        pieces, lo, hi = parts[0]
-        return _replay_indices(count, pieces, lo, hi, sizes, buffer, endless)
+        pieces, length = parts[0]
+        return _replay_indices(count, pieces, length, sizes, buffer)
     consumed = [0] * len(parts)
     last = [-1]
 
@@ -557,7 +655,7 @@ def replay_slot(
             last[0] = item[0]
             yield item
 
-    streams = [_positions(p, pieces, lo, hi, sizes) for p, (pieces, lo, hi) in enumerate(parts)]
+    streams = [_positions(p, pieces, sizes) for p, (pieces, _) in enumerate(parts)]
     # One read stream needs no per-item counting: what was taken is its count.
     source = streams[0] if len(streams) == 1 else counted(round_robin(streams))
     resident: list[Position] = []
@@ -598,18 +696,18 @@ def resident_runs(
 
 
 def remainder(
-    seq: EpochSequence,
+    plan: LevelPlan,
     level: Level,
     replays: Mapping[tuple[int, int], SlotReplay],
     *,
     mode: Mode,
     pad: bool,
     num_parts: int,
-) -> EpochSequence:
-    """The part of a level's sequence its slots had not delivered.
+) -> LevelPlan:
+    """What a level's slots had not delivered: the plan of the level after it.
 
     Args:
-        seq: The level's sequence.
+        plan: The level's plan.
         level: The level (complete).
         replays: Each slot's replay, keyed by (rank, worker).
         mode: The reader mode.
@@ -617,23 +715,45 @@ def remainder(
         num_parts: Read streams per slot (``interleave``).
 
     Returns:
-        The undelivered indices of what the level planned, in order, as a
-        sequence of global positions.
+        Per epoch of ``plan`` that some slot read into (and every carried
+        one), the undelivered indices of what the level planned, in order,
+        as a sequence of global positions. In ``"infinite"`` mode the epochs
+        left with nothing to deliver at the front are dropped, and whole
+        epochs follow the last one.
     """
-    length = len(seq)
-    cover = rank_span(length, rank=level.world_size - 1, world_size=level.world_size, mode=mode, pad=pad)[1]
-    taken: list[tuple[int, int]] = []
-    points: list[int] = []
-    for rank in range(level.world_size):
-        for worker in range(level.num_workers):
-            world = World(rank=rank, world_size=level.world_size, worker=worker, num_workers=level.num_workers)
-            replay = replays[rank, worker]
-            for part in range(num_parts):
-                lo, hi = part_range(length, world, mode=mode, pad=pad, part=part, num_parts=num_parts)
-                assert replay.consumed[part] <= hi - lo
-                if replay.consumed[part]:
-                    taken.append((lo, lo + replay.consumed[part]))
-            points.extend(pos[1] for pos in replay.resident)
+    taken: dict[int, list[tuple[int, int]]] = {}
+    points: dict[int, list[int]] = {}
+    epochs = len(plan.carried)
+    for (rank, worker), replay in replays.items():
+        world = World(rank=rank, world_size=level.world_size, worker=worker, num_workers=level.num_workers)
+        for part in range(num_parts):
+            spans = part_spans(plan, world, mode=mode, pad=pad, part=part, num_parts=num_parts)
+            part_taken = consumed_spans(spans, replay.consumed[part])
+            for k, lo, stop in part_taken:
+                if stop > lo:
+                    taken.setdefault(k, []).append((lo, stop))
+            if part_taken:
+                epochs = max(epochs, part_taken[-1][0] + 1)
+            held = (pos[1] for pos in replay.resident if pos[0] == part)
+            for k, index in item_indices(part_taken, held):
+                points.setdefault(k, []).append(index)
+    rests = []
+    for k in range(epochs):
+        seq = plan.sequence(k)
+        cover = rank_span(len(seq), rank=level.world_size - 1, world_size=level.world_size, mode=mode, pad=pad)[1]
+        rests.append(undelivered(seq, taken.get(k, []), points.get(k, []), cover=cover))
+    if not plan.endless:
+        return LevelPlan(plan.epoch, tuple(rests), plan.total, endless=False)
+    done = next((k for k, rest in enumerate(rests) if len(rest)), len(rests))
+    return LevelPlan(plan.epoch + done, tuple(rests[done:]), plan.total, endless=True)
+
+
+def undelivered(
+    seq: EpochSequence, taken: Iterable[tuple[int, int]], points: Iterable[int], *, cover: int
+) -> EpochSequence:
+    """Indices ``[0, cover)`` of ``seq`` less the ``taken`` index ranges, plus
+    the single indices ``points`` (taken but still buffered), in order, as
+    a sequence of global positions."""
     intervals: list[tuple[int, int]] = []
     at = 0
     for lo, hi in sorted(taken):

@@ -1,16 +1,27 @@
-"""The pure parts of resume: buffer replay, skipping, interleave, sequences."""
+"""The pure parts of resume: buffer replay, skipping, interleave, sequences,
+infinite-mode remainders."""
 
 from __future__ import annotations
 
 import itertools
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from shardkit.read.resume import EpochSequence, resident_runs, round_robin
+from shardkit.read.resume import (
+    EpochSequence,
+    Level,
+    LevelPlan,
+    SlotReplay,
+    part_range,
+    remainder,
+    resident_runs,
+    round_robin,
+)
 from shardkit.read.shuffle import ShuffleBuffer
 from shardkit.read.split import Piece, skip_samples
+from shardkit.world import World
 
 
 def _buffer(size: int, max_bytes: int | None, seed: int) -> ShuffleBuffer[int]:
@@ -103,3 +114,64 @@ def test_vectorized_advance_matches_the_step_by_step_one(size, length, num_out, 
     assert fast.advance_indices(length=length, num_out=num_out) == (resident, taken)
     # Both leave the generator at the same point.
     assert [slow._uniform() for _ in range(3)] == [fast._uniform() for _ in range(3)]
+
+
+def _positions_of(seq: EpochSequence) -> list[int]:
+    return [p for a, b in seq.slice(0, len(seq)) for p in range(a, b)]
+
+
+@st.composite
+def _infinite_level(draw, plan: LevelPlan, num_parts: int):
+    """A topology and, per slot, per read stream, what it consumed (up to
+    three whole epochs' worth) and which of those items a buffer still holds."""
+    world_size = draw(st.integers(1, 3))
+    num_workers = draw(st.integers(1, 2))
+    assume(plan.total >= world_size * num_workers * num_parts)
+    replays = {}
+    per_stream = plan.total // (world_size * num_workers * num_parts) + 1
+    for rank in range(world_size):
+        for worker in range(num_workers):
+            consumed = [draw(st.integers(0, 3 * per_stream + 4)) for _ in range(num_parts)]
+            held = []
+            for part, n in enumerate(consumed):
+                items = draw(st.sets(st.integers(0, max(n - 1, 0)), max_size=3))
+                held += [(part, i, 0, 0, 0) for i in sorted(items) if i < n]
+            replays[rank, worker] = SlotReplay(consumed=consumed, next_part=0, resident=held, held=0, buffer=None)
+    return Level(world_size, num_workers, ((0,) * num_workers,) * world_size), replays
+
+
+def _model_remainder(plan: LevelPlan, level: Level, replays, num_parts: int) -> list[list[int]]:
+    """Per epoch from ``plan.epoch``: the positions not delivered, by listing
+    every read stream's positions one by one."""
+    delivered: set[tuple[int, int]] = set()
+    last = len(plan.carried) - 1
+    for (rank, worker), replay in replays.items():
+        world = World(rank=rank, world_size=level.world_size, worker=worker, num_workers=level.num_workers)
+        for part, consumed in enumerate(replay.consumed):
+            stream: list[tuple[int, int]] = []
+            k = 0
+            while len(stream) < consumed:
+                positions = _positions_of(plan.sequence(k))
+                lo, hi = part_range(len(positions), world, mode="infinite", pad=False, part=part, num_parts=num_parts)
+                stream += [(k, p) for p in positions[lo:hi]]
+                k += 1
+            held = {i for p, i, *_ in replay.resident if p == part}
+            delivered.update(pos for i, pos in enumerate(stream[:consumed]) if i not in held)
+            last = max([last] + [k for k, _ in stream[:consumed]])
+    return [[p for p in _positions_of(plan.sequence(k)) if (k, p) not in delivered] for k in range(last + 1)]
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), total=st.integers(1, 40), num_parts=st.integers(1, 2), epoch=st.integers(0, 3))
+def test_infinite_remainder_keeps_every_undelivered_position_of_each_epoch_once(data, total, num_parts, epoch):
+    plan = LevelPlan.start(total, epoch=epoch, endless=True)
+    for _ in range(2):  # two topology changes in a row
+        level, replays = data.draw(_infinite_level(plan, num_parts))
+        expected = _model_remainder(plan, level, replays, num_parts)
+        skip = next((k for k, rest in enumerate(expected) if rest), len(expected))
+        after = remainder(plan, level, replays, mode="infinite", pad=False, num_parts=num_parts)
+        assert after.endless and after.total == total
+        assert after.epoch == plan.epoch + skip
+        assert [_positions_of(seq) for seq in after.carried] == expected[skip:]
+        assert all(after.sequence(len(after.carried) + k).full for k in range(2))  # whole epochs follow
+        plan = after

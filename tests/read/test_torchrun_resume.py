@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests.conftest import build_dataset
+from tests.read.resume_model import Model, ModelPlan, per_epoch
 
 SIZES = [9, 0, 13, 5, 11]  # 38 samples
 SCRIPT = os.path.join(os.path.dirname(__file__), "torchrun_resume.py")
@@ -18,11 +19,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 ALL_KEYS = sorted(f"s{shard:03d}_{i:05d}" for shard, n in enumerate(SIZES) for i in range(n))
 
 
-def _torchrun(nproc: int, data: str, out: str, phase: str) -> list[dict]:
+def _torchrun(nproc: int, data: str, out: str, phase: str, *, infinite: bool) -> list[dict]:
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}
     command = [torchrun, "--standalone", f"--nproc_per_node={nproc}", SCRIPT]
-    command += ["--data", data, "--out", out, "--phase", phase]
+    command += ["--data", data, "--out", out, "--phase", phase] + (["--infinite"] if infinite else [])
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = []
@@ -37,8 +38,9 @@ def _torchrun(nproc: int, data: str, out: str, phase: str) -> list[dict]:
 def test_resume_under_another_world_size_sees_every_key_once(tmp_path, old, new):
     data = str(tmp_path / "data")
     build_dataset(data, SIZES)
-    saved = _torchrun(old, data, str(tmp_path), "save")
-    resumed = _torchrun(new, data, str(tmp_path), "resume")
+    infinite = (old, new) == (3, 2)  # one case is enough, and each costs a loader per rank and phase
+    saved = _torchrun(old, data, str(tmp_path), "save", infinite=infinite)
+    resumed = _torchrun(new, data, str(tmp_path), "resume", infinite=infinite)
     for mode in ("exact", "balanced"):
         before = [k for r in saved for k in r[mode]]
         assert len(before) == old * 3 * 2  # every rank took 3 batches of 2
@@ -52,3 +54,31 @@ def test_resume_under_another_world_size_sees_every_key_once(tmp_path, old, new)
         else:
             assert len(set(counts)) == 1  # equal steps on every new rank
             assert len(ALL_KEYS) - sum(seen.values()) < old + new  # fewer than world_size dropped per level
+    if infinite:
+        _check_infinite(tmp_path, saved, resumed)
+
+
+def _delivered(path: str) -> dict[tuple[int, int], int]:
+    with open(path) as f:
+        level = json.load(f)["levels"][-1]
+    return {(r, w): n for r, counts in enumerate(level["delivered"]) for w, n in enumerate(counts)}
+
+
+def _check_infinite(tmp_path, saved: list[dict], resumed: list[dict]) -> None:
+    """3 ranks, then 2 (no worker processes): the old ranks delivered what
+    the model of infinite mode gives for the counts their gathered state
+    records, the new ones what it gives for the rest; per epoch in flight at
+    the checkpoint, the keys before and after cover the epoch exactly once."""
+    model = Model(SIZES, seed=11, buffer_size=4, interleave=1, start=1)
+    start = ModelPlan(1)
+    before = model.read_level(start, (3, 1), _delivered(str(tmp_path / "state-infinite.json")))
+    plan = model.next_plan(start, before)
+    after = model.read_level(plan, (2, 1), {(r, 0): len(result["infinite"]) for r, result in enumerate(resumed)})
+    for got, level in ((saved, before), (resumed, after)):
+        for rank, result in enumerate(got):
+            assert result["infinite"] == [k for _, k in level[rank, 0]], rank
+    assert len({epoch for tagged in before.values() for epoch, _ in tagged}) == 2  # ranks stopped in two epochs
+    counts = per_epoch(before, after)
+    for epoch in range(1, plan.epoch + len(plan.carried)):
+        assert sorted(counts[epoch].elements()) == ALL_KEYS, epoch
+    assert all(max(c.values()) == 1 for c in counts.values())

@@ -5,6 +5,11 @@ records their keys, and rank 0 writes the gathered state of all ranks.
 ``--phase resume``: each rank loads that state (another world size) and
 reads the rest of the epoch. Each rank writes ``OUT/{phase}-rank{RANK}.json``
 with the keys per mode.
+
+With ``--infinite``, ``mode="infinite"`` too, without worker processes: in
+the save phase rank ``r`` reads ``4 + 2 r`` batches (so that ranks stop in
+different epochs), in the resume phase every rank reads ``--infinite-steps``
+batches.
 """
 
 from __future__ import annotations
@@ -28,16 +33,20 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--phase", choices=("save", "resume"), required=True)
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--infinite", action="store_true")
+    parser.add_argument("--infinite-steps", type=int, default=30)
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     result: dict[str, object] = {}
-    for mode in MODES:
+    for mode in MODES + (("infinite",) if args.infinite else ()):
+        endless = mode == "infinite"
         ds = ShardDataset(args.data, mode=mode, seed=11, buffer_size=4, epoch=1)
-        loader = make_loader(ds, batch_size=2, num_workers=2)
+        # Infinite mode reads in the rank's process (no worker processes to start: cheaper).
+        loader = make_loader(ds, batch_size=2, num_workers=0 if endless else 2)
         state_path = os.path.join(args.out, f"state-{mode}.json")
         if args.phase == "save":
-            batches = list(itertools.islice(loader, args.steps))
+            batches = list(itertools.islice(loader, 4 + 2 * rank if endless else args.steps))
             state = gather_states(loader.state_dict())
             if rank == 0:
                 with open(state_path, "w") as f:
@@ -45,7 +54,7 @@ def main() -> None:
         else:
             with open(state_path) as f:
                 loader.load_state_dict(json.load(f))
-            batches = list(loader)
+            batches = list(itertools.islice(loader, args.infinite_steps) if endless else loader)
         result[mode] = [k for batch in batches for k in batch["__key__"]]
         del loader
     dist.barrier()
