@@ -146,6 +146,17 @@ class PieceReader:
         lock = lock_for(local_path(job.url), mode=self.options.device_lock, lease_bytes=self.options.device_lease_bytes)
         return chunks if lock is None else lock.leased(chunks)
 
+    def _read_ahead_budget(self) -> int:
+        """The read-ahead budget, raised to a whole device lease where reads
+        take turns on a disk: a lease then goes into the queue at once and
+        the next one is read while the parser works on it, instead of the
+        device idling until the parser has made room."""
+        first = self.catalog.urls[0] if self.catalog.urls else None
+        if first is None or not is_local(first):
+            return self.read_ahead_bytes
+        lock = lock_for(local_path(first), mode=self.options.device_lock, lease_bytes=self.options.device_lease_bytes)
+        return self.read_ahead_bytes if lock is None else max(self.read_ahead_bytes, self.options.device_lease_bytes)
+
     def _is_whole_shard(self, piece: Piece) -> bool:
         """Whether ``piece`` is all of a shard of known size. Such a piece is
         streamed to the end without its offset index (one request and, on a
@@ -206,7 +217,7 @@ class PieceReader:
     def read(self, pieces: Iterator[Piece]) -> Iterator[Located]:
         """Yield the samples of ``pieces`` in order, each as ``(shard, index, sample)``."""
         jobs = (_Job(piece, self.catalog.urls[piece.shard]) for piece in pieces)
-        with ReadAhead(jobs, self._fetch, budget_bytes=self.read_ahead_bytes) as chunks:
+        with ReadAhead(jobs, self._fetch, budget_bytes=self._read_ahead_budget()) as chunks:
             current: _Job | None = None
             parser: SampleParser | None = None
             received = got = 0
