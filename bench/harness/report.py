@@ -293,9 +293,13 @@ def render_markdown(results: dict[str, Any], *, plot_prefix: str | None = None) 
         out.append(
             f"{data.get('num_images', '?')} JPEGs (mean {data.get('mean_image_kb', 0):.0f} KB) in "
             f"{data.get('num_classes', '?')} class folders and in {data.get('num_shards', '?')} shards; raw bytes, "
-            f"no decode, cold cache before every run; ImageFolder reads {tp['plan']['imagefolder_limit']} images "
+            f"no decode; caches dropped before every run and again once the loader is built, so file metadata "
+            f"and indexes come from the device too; ImageFolder reads {tp['plan']['imagefolder_limit']} images "
             f"in random order per run, webdataset and shardkit one full pass (shard shuffle + a "
-            f"{tp['plan']['buffer_size']}-sample buffer). Medians of {tp['plan']['repeats']} runs."
+            f"{tp['plan']['buffer_size']}-sample buffer; shardkit in balanced mode, with its default options: "
+            f"on `hdd` it detects the spinning disk from sysfs and its workers take turns on it, on `hdd-seek` "
+            f"the harness passes `device_lock=True` because a FUSE mount has no block device to detect). "
+            f"Medians of {tp['plan']['repeats']} runs."
         )
         out += ["", "### Targets", ""] + target_checks(tp["profiles"])
         for profile in tp["profiles"]:
