@@ -27,7 +27,6 @@ import argparse
 import io
 import json
 import os
-import platform
 import sys
 import tarfile
 import time
@@ -40,6 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import shardkit  # noqa: E402
+from bench.common import machine, save_record  # noqa: E402
 from shardkit.read.shuffle import mean_displacement  # noqa: E402
 
 BATCH = 64
@@ -313,18 +313,14 @@ def main(argv: list[str] | None = None) -> int:
     folder, images = make_images(os.path.join(args.workdir, f"images-{num_images}"), num_images)
     image_bytes = sum(os.path.getsize(p) for p in _files(folder)) / num_images
     result: dict[str, Any] = {
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": machine(),
         "sizes": {"small_samples": num_small, "images": num_images, "mean_image_bytes": image_bytes},
         "cpu": cpu_part("small", small, repeats) + cpu_part("images", images, repeats),
         "loader": loader_part(folder, images, [int(w) for w in args.workers.split(",")]),
         "shuffle": shuffle_part(small),
     }
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
     table = markdown(result)
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-        f.write(table)
+    save_record(args.out, result, table)
     print()
     print(table)
     return 0

@@ -24,7 +24,6 @@ Needs root (network namespace, tc, apt-get for nginx if missing):
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import subprocess
@@ -36,6 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import shardkit  # noqa: E402
+from bench.common import save_record  # noqa: E402
 from shardkit.read.sources import SourceOptions  # noqa: E402
 
 EMULATION = os.path.join(HERE, "remote_emulation.sh")
@@ -198,12 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         },
         "rows": rows,
     }
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
     table = markdown(result)
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-        f.write(table)
+    save_record(args.out, result, table)
     print(table)
     return 0
 

@@ -13,9 +13,7 @@ is reported. Results go to ``bench/results/writer.json`` and ``writer.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -23,10 +21,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tools"))
+sys.path.insert(0, os.path.dirname(HERE))
 
 from gen_images import generate  # noqa: E402
 
 import shardkit  # noqa: E402
+from bench.common import machine, save_record  # noqa: E402
 from shardkit.write.parallel import WriteOptions, write_dataset  # noqa: E402
 
 SAMPLES_PER_SHARD = 250
@@ -148,12 +148,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     table = "\n".join(lines)
     print("\n" + table)
-    results = os.path.join(HERE, "results")
-    os.makedirs(results, exist_ok=True)
     record = {
         "benchmark": "writer",
         "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": machine(),
         "versions": {"shardkit": shardkit.__version__, "webdataset": _version("webdataset")},
         "images": count,
         "bytes": total_bytes,
@@ -161,10 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         "repeats": args.repeats,
         "rows": rows,
     }
-    with open(os.path.join(results, "writer.json"), "w") as f:
-        json.dump(record, f, indent=1)
-    with open(os.path.join(results, "writer.md"), "w") as f:
-        f.write(table + "\n")
+    save_record(os.path.join(HERE, "results", "writer.json"), record, table + "\n")
     return 0
 
 

@@ -2,33 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from tests.conftest import build_dataset
+from tests.read.torchrun_util import launch
 
 WORLD_SIZE = 3
 SIZES = [8, 0, 4, 1]  # 13 samples in 4 shards (one empty) for 6 slots
 SCRIPT = os.path.join(os.path.dirname(__file__), "torchrun_reader.py")
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _torchrun(data: str, out: str, seed: int) -> list[dict]:
-    os.makedirs(out)
-    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}
-    command = [torchrun, "--standalone", f"--nproc_per_node={WORLD_SIZE}", SCRIPT, "--data", data, "--out", out, "--seed", str(seed)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    results = []
-    for rank in range(WORLD_SIZE):
-        with open(os.path.join(out, f"rank{rank}.json")) as f:
-            results.append(json.load(f))
-    return results
+    return launch(SCRIPT, WORLD_SIZE, ["--data", data, "--out", out, "--seed", str(seed)], out=out)
 
 
 @pytest.fixture(scope="module")

@@ -5,32 +5,21 @@ from __future__ import annotations
 import collections
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from tests.conftest import build_dataset
 from tests.read.resume_model import Model, ModelPlan, per_epoch
+from tests.read.torchrun_util import launch
 
 SIZES = [9, 0, 13, 5, 11]  # 38 samples
 SCRIPT = os.path.join(os.path.dirname(__file__), "torchrun_resume.py")
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ALL_KEYS = sorted(f"s{shard:03d}_{i:05d}" for shard, n in enumerate(SIZES) for i in range(n))
 
 
 def _torchrun(nproc: int, data: str, out: str, phase: str, *, infinite: bool) -> list[dict]:
-    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}
-    command = [torchrun, "--standalone", f"--nproc_per_node={nproc}", SCRIPT]
-    command += ["--data", data, "--out", out, "--phase", phase] + (["--infinite"] if infinite else [])
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    results = []
-    for rank in range(nproc):
-        with open(os.path.join(out, f"{phase}-rank{rank}.json")) as f:
-            results.append(json.load(f))
-    return results
+    args = ["--data", data, "--out", out, "--phase", phase] + (["--infinite"] if infinite else [])
+    return launch(SCRIPT, nproc, args, out=out, tag=f"{phase}-")
 
 
 @pytest.mark.timeout(600)

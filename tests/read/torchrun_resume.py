@@ -19,26 +19,17 @@ import itertools
 import json
 import os
 
-import torch.distributed as dist
-
 from shardkit import ShardDataset, make_loader
 from shardkit.read.resume import gather_states
+from tests.read.torchrun_util import rank_arguments, run_rank
 
 MODES = ("exact", "balanced")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--phase", choices=("save", "resume"), required=True)
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--infinite", action="store_true")
-    parser.add_argument("--infinite-steps", type=int, default=30)
-    args = parser.parse_args()
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    result: dict[str, object] = {}
+def read_phase(args: argparse.Namespace, rank: int) -> dict[str, list[str]]:
+    """The keys this rank read in ``args.phase``, per mode; in the save phase
+    rank 0 also writes the gathered state of every mode."""
+    result: dict[str, list[str]] = {}
     for mode in MODES + (("infinite",) if args.infinite else ()):
         endless = mode == "infinite"
         ds = ShardDataset(args.data, mode=mode, seed=11, buffer_size=4, epoch=1)
@@ -57,10 +48,17 @@ def main() -> None:
             batches = list(itertools.islice(loader, args.infinite_steps) if endless else loader)
         result[mode] = [k for batch in batches for k in batch["__key__"]]
         del loader
-    dist.barrier()
-    with open(os.path.join(args.out, f"{args.phase}-rank{rank}.json"), "w") as f:
-        json.dump(result, f)
-    dist.destroy_process_group()
+    return result
+
+
+def main() -> None:
+    parser = rank_arguments()
+    parser.add_argument("--phase", choices=("save", "resume"), required=True)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--infinite", action="store_true")
+    parser.add_argument("--infinite-steps", type=int, default=30)
+    args = parser.parse_args()
+    run_rank(lambda rank, _: read_phase(args, rank), out=args.out, tag=f"{args.phase}-")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Real servers for remote tests, on 127.0.0.1 only: a ranged HTTP server with
-injectable faults, and moto's S3 server."""
+injectable faults, and moto's S3 server; and client options that make a
+client give up on them quickly."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from shardkit.read.sources import SourceOptions
 
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
 
@@ -240,3 +244,19 @@ class CuttingProxy:
         self._stop.set()
         self._listener.close()
         self._accept.join(timeout=5)
+
+
+def fast_options(**overrides: Any) -> SourceOptions:
+    """Source options for the local test servers: small parts and chunks, a
+    short read timeout, a 5 s retry deadline and millisecond backoff, so a
+    fault is retried, or given up on, within a test's time. ``overrides``
+    replace any of them or set other fields."""
+    settings: dict[str, Any] = {
+        "part_bytes": 16 << 10,
+        "chunk_bytes": 8 << 10,
+        "read_timeout_s": 0.5,
+        "retry_deadline_s": 5.0,
+        "backoff_initial_s": 0.01,
+        "backoff_max_s": 0.1,
+    }
+    return SourceOptions(**{**settings, **overrides})

@@ -11,7 +11,7 @@ import textwrap
 import time
 
 import pytest
-from tests.remote.remote_servers import Faults
+from tests.remote.remote_servers import Faults, fast_options
 
 from shardkit.errors import CorruptShardError
 from shardkit.read.cache import ShardCache, cache_key
@@ -19,17 +19,9 @@ from shardkit.read.sources import SourceOptions, open_source
 
 
 def options(cache_dir, **kw) -> SourceOptions:
-    base = dict(
-        cache_dir=str(cache_dir),
-        part_bytes=64 << 10,
-        chunk_bytes=32 << 10,
-        read_timeout_s=1.0,
-        retry_deadline_s=5.0,
-        backoff_initial_s=0.01,
-        backoff_max_s=0.1,
-    )
-    base.update(kw)
-    return SourceOptions(**base)
+    """The shared fast options with a cache in ``cache_dir``, larger parts and a 1 s read timeout."""
+    settings = {"cache_dir": str(cache_dir), "part_bytes": 64 << 10, "chunk_bytes": 32 << 10, "read_timeout_s": 1.0}
+    return fast_options(**{**settings, **kw})
 
 
 def read(url, opts, **kw) -> bytes:

@@ -10,8 +10,7 @@ import pytest
 import shardkit
 from shardkit.cli import main
 from shardkit.format.manifest import MANIFEST_NAME
-from shardkit.read.sources import SourceOptions
-from tests.remote.remote_servers import Faults
+from tests.remote.remote_servers import Faults, fast_options
 
 SIZES = [9, 0, 14, 6, 11]
 
@@ -22,19 +21,6 @@ def expected_keys(sizes=SIZES) -> list[str]:
 
 def read_keys(source, **kwargs) -> list[str]:
     return [sample["__key__"] for sample in shardkit.ShardDataset(source, **kwargs)]
-
-
-def fast_options(**kw) -> SourceOptions:
-    base = dict(
-        part_bytes=16 << 10,
-        chunk_bytes=8 << 10,
-        read_timeout_s=0.5,
-        retry_deadline_s=5.0,
-        backoff_initial_s=0.01,
-        backoff_max_s=0.1,
-    )
-    base.update(kw)
-    return SourceOptions(**base)
 
 
 def test_http_dataset_through_faults(make_shards, serve_dataset, http_server):

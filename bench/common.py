@@ -1,0 +1,31 @@
+"""What the standalone benchmark scripts (bench_reader, bench_remote,
+bench_writer) share: a description of the machine a run took place on, and
+how a run's record is saved (JSON, with its Markdown table beside it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from collections.abc import Mapping
+from typing import Any
+
+
+def machine() -> dict[str, Any]:
+    """The operating system, CPU count and Python version of this machine."""
+    return {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()}
+
+
+def markdown_path(json_path: str) -> str:
+    """The Markdown file that goes with a JSON record: the same name, ending ``.md``."""
+    return os.path.splitext(json_path)[0] + ".md"
+
+
+def save_record(json_path: str, record: Mapping[str, Any], table: str) -> None:
+    """Write ``record`` to ``json_path`` as indented JSON and ``table`` as it is
+    to :func:`markdown_path`, creating their folder if need be."""
+    os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
+    with open(json_path, "w") as f:
+        json.dump(record, f, indent=1)
+    with open(markdown_path(json_path), "w") as f:
+        f.write(table)
