@@ -269,6 +269,20 @@ def shuffle_table(shuffle: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _section(
+    title: str, intro: str, blocks: list[str], *, plot: tuple[str, str], plot_prefix: str | None
+) -> list[str]:
+    """Lines of one ``##`` section: title, intro paragraph, blocks separated
+    by blank lines, and the plot's image link when plots are linked."""
+    out = ["", f"## {title}", "", intro]
+    for block in blocks:
+        out += ["", block]
+    if plot_prefix is not None:
+        alt, name = plot
+        out += ["", f"![{alt}]({plot_prefix}{name})"]
+    return out
+
+
 def render_markdown(results: dict[str, Any], *, plot_prefix: str | None = None) -> str:
     """The whole RESULTS.md from ``{"throughput": ..., "memory": ..., "shuffle": ...}``
     (any may be missing); ``plot_prefix`` is the plots' folder relative to
@@ -327,21 +341,18 @@ def render_markdown(results: dict[str, Any], *, plot_prefix: str | None = None) 
             out += ["", f"![throughput vs workers]({plot_prefix}throughput.png)"]
     mem = results.get("memory")
     if mem:
-        out += ["", "## Memory per DataLoader worker vs dataset size", ""]
-        out.append(
+        intro = (
             f"{mem['workers']} workers; each reads {mem['samples_per_worker']} samples and runs one full garbage "
             "collection (the in-memory dataset also references every sample once, as a full epoch would), then "
             "the parent reads each worker's `/proc/PID/smaps_rollup`. shardkit: a manifest of N samples; "
             "in_memory: a map-style dataset holding the sample list in a Python list; sqlite: a map-style "
             "dataset reading the list from SQLite, connection opened in each worker."
         )
-        out += ["", memory_check(mem), "", memory_table(mem)]
-        if plot_prefix is not None:
-            out += ["", f"![memory vs dataset size]({plot_prefix}memory.png)"]
+        out += _section("Memory per DataLoader worker vs dataset size", intro, [memory_check(mem), memory_table(mem)],
+                        plot=("memory vs dataset size", "memory.png"), plot_prefix=plot_prefix)
     sh = results.get("shuffle")
     if sh:
-        out += ["", "## Shuffle quality vs buffer size", ""]
-        out.append(
+        intro = (
             f"{sh['num_samples']} samples written sorted by class ({sh['num_classes']} classes) into "
             f"{sh['num_shards']} shards, read in one stream with shard shuffle + buffer. Batch label mix: mean "
             f"distance of each batch of {sh['batch_size']}'s label histogram from the stream's, relative to a "
@@ -349,9 +360,8 @@ def render_markdown(results: dict[str, Any], *, plot_prefix: str | None = None) 
             "|output − input position| relative to a uniform permutation. Means over seeds "
             f"{sh['seeds']}."
         )
-        out += ["", shuffle_table(sh)]
-        if plot_prefix is not None:
-            out += ["", f"![shuffle quality vs buffer size]({plot_prefix}shuffle.png)"]
+        out += _section("Shuffle quality vs buffer size", intro, [shuffle_table(sh)],
+                        plot=("shuffle quality vs buffer size", "shuffle.png"), plot_prefix=plot_prefix)
     return "\n".join(out) + "\n"
 
 
