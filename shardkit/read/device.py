@@ -29,6 +29,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import Literal
 
@@ -38,6 +39,11 @@ DeviceLockMode = Literal["auto"] | bool
 
 #: Default bytes read per hold of a device lock.
 DEFAULT_LEASE_BYTES = 64 << 20
+#: How long a reader waits for a device lock before reading without it.
+PATIENCE_S = 60.0
+#: Shortest and longest pause between tries while the lock is held elsewhere.
+POLL_MIN_S = 0.0005
+POLL_MAX_S = 0.002
 
 
 def lock_dir() -> str:
@@ -76,14 +82,27 @@ class DeviceLock:
         dev: The device (``st_dev`` of a file on it).
         lease_bytes: Bytes read per hold (see :meth:`leased`).
         directory: Where the lock file lives (default :func:`lock_dir`).
+        patience_s: Longest wait for the lock; past it the reader goes ahead
+            without it (logged), so a stopped or misbehaving holder, another
+            user's job included, slows reads down but never hangs them.
 
     The lock file is opened on first use in each process, so an instance
-    made before DataLoader workers fork works in each of them.
+    made before DataLoader workers fork works in each of them. Waiting polls
+    the lock with sleeps of at most :data:`POLL_MAX_S`, which keeps the hand
+    over between processes within a few milliseconds of a lease of ~0.4 s.
     """
 
-    def __init__(self, dev: int, *, lease_bytes: int = DEFAULT_LEASE_BYTES, directory: str | None = None):
+    def __init__(
+        self,
+        dev: int,
+        *,
+        lease_bytes: int = DEFAULT_LEASE_BYTES,
+        directory: str | None = None,
+        patience_s: float = PATIENCE_S,
+    ):
         self.dev = dev
         self.lease_bytes = lease_bytes
+        self.patience_s = patience_s
         self.path = os.path.join(directory or lock_dir(), f"shardkit-device-{os.major(dev)}-{os.minor(dev)}.lock")
         self._fd: int | None = None
         self._pid = -1
@@ -91,20 +110,41 @@ class DeviceLock:
 
     def _fileno(self) -> int:
         if self._fd is None or self._pid != os.getpid():
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            self._fd = _open_lock_file(self.path)
             self._pid = os.getpid()
         return self._fd
 
-    def __enter__(self) -> DeviceLock:
+    def acquire(self) -> bool:
+        """Take the lock; False if :attr:`patience_s` ran out first (the
+        caller then reads without it)."""
         self._thread_lock.acquire()
         try:
-            fcntl.flock(self._fileno(), fcntl.LOCK_EX)
+            fd = self._fileno()
+            deadline = time.monotonic() + self.patience_s
+            pause = POLL_MIN_S
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return True
+                except BlockingIOError:
+                    pass
+                if time.monotonic() >= deadline:
+                    log.warning(
+                        "waited %.0f s for the device lock %s; reading without it (another process holds it: "
+                        "a stopped job? pass SourceOptions(device_lock=False) to stop taking turns)",
+                        self.patience_s,
+                        self.path,
+                    )
+                    self._thread_lock.release()
+                    return False
+                time.sleep(pause)
+                pause = min(pause * 2, POLL_MAX_S)
         except BaseException:
             self._thread_lock.release()
             raise
-        return self
 
-    def __exit__(self, *exc: object) -> None:
+    def release(self) -> None:
+        """Give back a lock :meth:`acquire` took."""
         try:
             fcntl.flock(self._fileno(), fcntl.LOCK_UN)
         finally:
@@ -118,15 +158,35 @@ class DeviceLock:
         while True:
             lease: list[bytes] = []
             held = 0
-            with self:
+            locked = self.acquire()
+            try:
                 for chunk in it:
                     lease.append(chunk)
                     held += len(chunk)
                     if held >= self.lease_bytes:
                         break
+            finally:
+                if locked:
+                    self.release()
             yield from lease
             if held < self.lease_bytes:
                 return  # the source ran out inside this lease
+
+
+def _open_lock_file(path: str) -> int:
+    """Open (creating if needed) a lock file every user may lock. ``flock``
+    needs only a read-only descriptor; a file another user made unreadable
+    is replaced by a per-user one, which coordinates only that user's jobs."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
+    except PermissionError:
+        return os.open(f"{path}.{os.getuid()}", os.O_RDONLY | os.O_CREAT, 0o600)
+    try:
+        if os.fstat(fd).st_uid == os.getuid():
+            os.fchmod(fd, 0o666)  # past the umask, so other users' jobs can open it too
+    except OSError:
+        pass
+    return fd
 
 
 _locks: dict[int, DeviceLock] = {}

@@ -63,10 +63,11 @@ def test_a_failing_read_releases_the_lock(tmp_path):
 def _hold(path: str, dev: int, log: str, rounds: int) -> None:
     lock = DeviceLock(dev, directory=path)
     for _ in range(rounds):
-        with lock:
-            start = time.monotonic()
-            time.sleep(0.01)
-            end = time.monotonic()
+        assert lock.acquire()
+        start = time.monotonic()
+        time.sleep(0.01)
+        end = time.monotonic()
+        lock.release()
         with open(log, "a") as f:
             f.write(f"{start} {end}\n")
 
@@ -85,6 +86,22 @@ def test_processes_never_hold_the_lock_at_once(tmp_path):
     assert len(spans) == 15
     for (_, end), (start, _) in zip(spans, spans[1:]):
         assert start >= end, "two processes held the device lock at the same time"
+
+
+def test_a_holder_that_never_lets_go_slows_reads_but_never_hangs_them(tmp_path, caplog):
+    lock = DeviceLock(os.stat(tmp_path).st_dev, lease_bytes=4, directory=str(tmp_path), patience_s=0.2)
+    squatter = os.open(lock.path, os.O_RDONLY | os.O_CREAT)
+    fcntl.flock(squatter, fcntl.LOCK_EX)  # e.g. a stopped job on the same disk
+    try:
+        start = time.monotonic()
+        with caplog.at_level("WARNING", logger="shardkit.read.device"):
+            assert list(lock.leased(iter([b"ab", b"cd", b"ef"]))) == [b"ab", b"cd", b"ef"]
+        assert time.monotonic() - start < 5
+        assert "reading without it" in caplog.text and lock.path in caplog.text
+    finally:
+        os.close(squatter)
+    assert lock.acquire(), "once the holder is gone the lock is taken again"
+    lock.release()
 
 
 def test_lock_for_follows_the_mode(tmp_path):
