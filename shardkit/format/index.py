@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 
 import numpy as np
 
@@ -40,11 +41,10 @@ def encode_index(bounds: "np.ndarray | list[int]") -> bytes:
 
 def decode_index(data: bytes, *, path: str = "<index>") -> np.ndarray:
     """Parse ``.npy`` index bytes (e.g. fetched over HTTP) into an array."""
-    try:
-        array = np.load(io.BytesIO(data), allow_pickle=False)
-    except ValueError as exc:
-        raise ManifestError(f"{path}: not a shardkit offset index ({exc})", path=path) from None
-    return _checked(array, path)
+    count, offset = _read_npy_header(data, path)
+    if len(data) < offset + count * INDEX_DTYPE.itemsize:
+        raise ManifestError(f"{path}: not a shardkit offset index (data shorter than its header says)", path=path)
+    return _checked(np.frombuffer(data, dtype=INDEX_DTYPE, count=count, offset=offset), path)
 
 
 def load_index(path: str) -> np.ndarray:
@@ -54,14 +54,63 @@ def load_index(path: str) -> np.ndarray:
         ManifestError: The file is missing or is not a valid index.
     """
     try:
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
+        with open(path, "rb") as f:
+            head = f.read(_MAX_HEADER_BYTES)
+            size = os.fstat(f.fileno()).st_size
     except FileNotFoundError:
         raise ManifestError(
             f"{path}: offset index missing; rewrite the dataset or run `shardkit verify`", path=path
         ) from None
-    except ValueError as exc:
-        raise ManifestError(f"{path}: not a shardkit offset index ({exc})", path=path) from None
-    return _checked(array, path)
+    count, offset = _read_npy_header(head, path)
+    if size < offset + count * INDEX_DTYPE.itemsize:
+        raise ManifestError(f"{path}: not a shardkit offset index (file shorter than its header says)", path=path)
+    return _checked(np.memmap(path, dtype=INDEX_DTYPE, mode="r", offset=offset, shape=(count,)), path)
+
+
+#: The ``.npy`` prelude: magic, version, header length.
+_NPY_MAGIC = b"\x93NUMPY"
+#: Most header bytes read to find the array (NumPy pads headers to 64 bytes;
+#: a 1-D array's header is far below this).
+_MAX_HEADER_BYTES = 4096
+_DESCR = re.compile(rb"'descr':\s*'([^']*)'")
+_SHAPE = re.compile(rb"'shape':\s*\(\s*(\d+)\s*,?\s*\)")
+
+
+def _read_npy_header(data: bytes, path: str) -> tuple[int, int]:
+    """``(element count, data offset)`` of a 1-D little-endian uint64 ``.npy``.
+
+    Parsed here rather than by ``np.load``, which evaluates the header with
+    :mod:`ast`: CPython 3.11's AST state is shared by threads, so reader
+    threads loading indexes at the same time could corrupt it (and with it
+    every DataLoader worker forked afterwards).
+    """
+
+    def bad(why: str) -> ManifestError:
+        return ManifestError(f"{path}: not a shardkit offset index ({why})", path=path)
+
+    if data[:6] != _NPY_MAGIC or len(data) < 10:
+        raise bad("no .npy magic")
+    if data[6] == 1:
+        length, start = int.from_bytes(data[8:10], "little"), 10
+    elif data[6] in (2, 3):
+        length, start = int.from_bytes(data[8:12], "little"), 12
+    else:
+        raise bad(f".npy version {data[6]} is unknown")
+    header = data[start : start + length]
+    if len(header) < length:
+        raise bad("header cut short")
+    descr, shape = _DESCR.search(header), _SHAPE.search(header)
+    if descr is None or shape is None:
+        raise bad("want a 1-D array")
+    try:
+        dtype = np.dtype(descr.group(1).decode("ascii"))
+    except (TypeError, ValueError, UnicodeDecodeError):
+        dtype = None
+    if dtype != INDEX_DTYPE:
+        raise bad(f"dtype {descr.group(1).decode('ascii', 'replace')!r}, want '<u8'")
+    if int(shape.group(1)) < 1:
+        raise bad("empty; an index holds at least the start of the end marker")
+    return int(shape.group(1)), start + length
 
 
 def _checked(array: np.ndarray, path: str) -> np.ndarray:
