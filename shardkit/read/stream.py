@@ -135,7 +135,9 @@ class PieceReader:
             # proves nothing follows the last indexed sample.
             job.byte_stop = int(bounds[job.piece.stop]) + (len(END_OF_ARCHIVE) if job.whole else 0)
         elif self.catalog.manifest is not None:
-            job.byte_stop = self.catalog.manifest.shards[job.piece.shard].num_bytes  # catches truncation
+            # Up to the manifest's size: a truncated shard is caught, and extra
+            # samples in a rewritten one are never read.
+            job.byte_stop = self.catalog.manifest.shards[job.piece.shard].num_bytes
         source = self._open_shard(job.piece.shard, job.url)
         if not is_local(job.url):
             return source.iter_range(job.byte_start, job.byte_stop, chunk_bytes=self.options.chunk_bytes)
@@ -158,13 +160,15 @@ class PieceReader:
         return self.read_ahead_bytes if lock is None else max(self.read_ahead_bytes, self.options.device_lease_bytes)
 
     def _is_whole_shard(self, piece: Piece) -> bool:
-        """Whether ``piece`` is all of a shard of known size. Such a piece is
-        streamed to the end without its offset index (one request and, on a
-        disk, one seek fewer per shard); the manifest's count and the end
-        marker check it, and the index is loaded only to recover from a
-        fault under ``on_error="skip"``."""
+        """Whether ``piece`` is all of a shard the manifest describes. Such a
+        piece is streamed up to the manifest's byte size without its offset
+        index (one request and, on a disk, one seek fewer per shard); the
+        manifest's count and the end marker check it, and the index is
+        loaded only to recover from a fault under ``on_error="skip"``."""
         counts = self.catalog.counts
-        return counts is not None and piece.start == 0 and piece.stop == int(counts[piece.shard])
+        if counts is None or self.catalog.manifest is None:
+            return False  # without the manifest's byte size nothing would bound the read
+        return piece.start == 0 and piece.stop == int(counts[piece.shard])
 
     def _aligned_chunks(self, source: ByteSource, job: _Job) -> Iterator[bytes]:
         """Read a local range in requests that end on sample boundaries.

@@ -157,6 +157,16 @@ def test_shard_with_more_samples_than_its_index_is_reported(make_shards):
         list(ds.iter_slot(World(rank=1, world_size=2), epoch=0))
 
 
+def test_a_rewritten_shard_with_extra_samples_never_yields_them_when_skipping(make_shards):
+    manifest = make_shards([5, 3])
+    other = make_shards([7], name="longer")
+    os.replace(other.resolve(other.shards[0].path), manifest.resolve(manifest.shards[0].path))
+    ds = ShardDataset(manifest, mode="exact", on_error="skip")
+    keys = [s["__key__"] for s in ds]
+    assert sorted(keys) == [f"s000_{i:05d}" for i in range(5)] + [f"s001_{i:05d}" for i in range(3)]
+    assert ds.num_skipped == 1
+
+
 def _die(sample):
     os._exit(3)  # a worker process that dies without raising
 
