@@ -109,14 +109,22 @@ class DeviceLock:
         self._thread_lock = threading.Lock()  # flock does not exclude threads sharing one fd
 
     def _fileno(self) -> int:
-        if self._fd is None or self._pid != os.getpid():
+        assert self._fd is not None and self._pid == os.getpid()
+        return self._fd
+
+    def _adopt(self) -> None:
+        """First use in this process (e.g. a freshly forked DataLoader
+        worker): open the lock file here, and start from a new thread lock,
+        since one copied while a parent thread held it would never open."""
+        if self._pid != os.getpid():
+            self._thread_lock = threading.Lock()
             self._fd = _open_lock_file(self.path)
             self._pid = os.getpid()
-        return self._fd
 
     def acquire(self) -> bool:
         """Take the lock; False if :attr:`patience_s` ran out first (the
         caller then reads without it)."""
+        self._adopt()
         self._thread_lock.acquire()
         try:
             fd = self._fileno()

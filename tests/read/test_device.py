@@ -104,6 +104,26 @@ def test_a_holder_that_never_lets_go_slows_reads_but_never_hangs_them(tmp_path, 
     lock.release()
 
 
+def _read_in_child(lock: DeviceLock, out: str) -> None:
+    with open(out, "wb") as f:
+        f.write(b"".join(lock.leased(iter([b"x", b"y"]))))
+
+
+def test_a_worker_forked_while_a_parent_thread_holds_the_lock_still_reads(tmp_path):
+    lock = DeviceLock(os.stat(tmp_path).st_dev, lease_bytes=1, directory=str(tmp_path), patience_s=0.5)
+    assert lock.acquire()  # the parent's reader thread is mid-lease at fork time
+    try:
+        child = multiprocessing.get_context("fork").Process(target=_read_in_child, args=(lock, str(tmp_path / "out")))
+        child.start()
+        child.join(timeout=20)
+        if child.is_alive():
+            child.kill()
+        assert child.exitcode == 0, "the forked reader hung or failed"
+    finally:
+        lock.release()
+    assert (tmp_path / "out").read_bytes() == b"xy"
+
+
 def test_lock_for_follows_the_mode(tmp_path):
     path = tmp_path / "f"
     path.write_bytes(b"x")
