@@ -93,6 +93,14 @@ class ShuffleBuffer(Generic[T]):
             yield from items
             return
         buf: list[T] = [] if resident is None else resident
+        yield from self._mix(items, buf, held)
+        while buf:
+            yield self._pop_random(buf)
+
+    def _mix(self, items: Iterable[T], buf: list[T], held: int) -> Iterator[T]:
+        """The steady part of :meth:`shuffle`: admit each item into ``buf``
+        (holding ``held`` bytes), and once it is full, let out a random
+        resident. Stops when ``items`` ends, leaving the residents in ``buf``."""
         size = self.size
         max_bytes = self.max_bytes
         nbytes = self._nbytes
@@ -108,9 +116,6 @@ class ShuffleBuffer(Generic[T]):
             out = pop_random(buf)
             if max_bytes is not None:
                 held -= nbytes(out)  # type: ignore[misc]
-            yield out
-        while buf:
-            out = pop_random(buf)
             yield out
 
     def _pop_random(self, buf: list[T]) -> T:
@@ -143,31 +148,18 @@ class ShuffleBuffer(Generic[T]):
             for _ in zip(range(max(num_out, 0)), items):
                 taken += 1
             return buf, held, taken
-        size = self.size
-        max_bytes = self.max_bytes
-        nbytes = self._nbytes
-        pop_random = self._pop_random
         left = num_out
-        for item in items:
-            taken += 1
-            buf.append(item)
-            if max_bytes is not None:
-                held += nbytes(item)  # type: ignore[misc]
-                if held < max_bytes and len(buf) < size:
-                    continue
-            elif len(buf) < size:
-                continue
-            out = pop_random(buf)
-            if max_bytes is not None:
-                held -= nbytes(out)  # type: ignore[misc]
+        for _ in self._mix(items, buf, 0):
             left -= 1
             if left == 0:
-                return buf, held, taken
-        while buf and left > 0:
-            pop_random(buf)
+                break
+        taken = len(buf) + num_out - left  # every item taken is still resident or has come out
+        while buf and left > 0:  # the input ended: residents leave in random order
+            self._pop_random(buf)
             left -= 1
+        if self.max_bytes is not None:
+            held = sum(map(self._nbytes, buf))  # type: ignore[arg-type]
         return buf, held, taken
-
 
     def _take_draws(self, count: int) -> np.ndarray:
         """The next ``count`` uniforms :meth:`_uniform` would return, taken at once."""
