@@ -7,10 +7,12 @@ A :class:`DeviceLock` takes turns instead. It is an exclusive ``flock`` on a
 small lock file named after the device, so every process on the machine that
 reads that disk through shardkit (all DataLoader workers of all ranks on the
 node) shares it. A worker holds it for one *lease*: a run of reads adding up to
-``lease_bytes`` (64 MiB by default), read into memory, then released before
-the bytes go to the parser. Each lease costs at most one seek, so the disk
-stays busy with sequential transfers, and a worker never waits on the lock
-while it holds bytes nobody is taking.
+``lease_bytes`` (64 MiB by default). Each lease costs at most one seek, so the
+disk stays busy with sequential transfers. A worker takes the lock only once
+its read-ahead queue has room for a whole lease, and passes each chunk on to
+its parser as it arrives, so it never holds the disk while it waits for its
+consumer, and the parser works while the lease is being read rather than
+after it.
 
 Whether a device spins is read from sysfs (``queue/rotational`` of the block
 device holding the file). Paravirtual disks (virtio, Xen), which report a
@@ -30,7 +32,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Literal
 
 log = logging.getLogger(__name__)
@@ -158,27 +160,67 @@ class DeviceLock:
         finally:
             self._thread_lock.release()
 
-    def leased(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
+    def leased(self, chunks: Iterable[bytes], *, before_lease: Callable[[], bool] | None = None) -> Iterator[bytes]:
         """Pull ``chunks`` (whose reads happen as they are pulled) in leases:
-        take the lock, pull chunks until ``lease_bytes`` have arrived, release
-        it, then yield them."""
+        each lease takes the lock, pulls chunks until ``lease_bytes`` have
+        arrived, and releases it.
+
+        Args:
+            chunks: The reads, as an iterable pulled one chunk at a time.
+            before_lease: Called with the lock free before each lease, to
+                wait until whatever takes the chunks has room for a whole
+                lease; chunks are then passed on as they arrive, with the
+                lock held, so the caller must not block on them. Returning
+                False ends the reads. Without it, each lease is read into
+                memory and passed on once the lock is released.
+        """
         it = iter(chunks)
-        while True:
-            lease: list[bytes] = []
-            held = 0
-            locked = self.acquire()
-            try:
-                for chunk in it:
-                    lease.append(chunk)
-                    held += len(chunk)
-                    if held >= self.lease_bytes:
-                        break
-            finally:
-                if locked:
-                    self.release()
-            yield from lease
-            if held < self.lease_bytes:
-                return  # the source ran out inside this lease
+        try:
+            while True:
+                if before_lease is None:
+                    lease, ended = self._read_lease(it)
+                    yield from lease
+                else:
+                    if not before_lease():
+                        return
+                    ended = yield from self._stream_lease(it)
+                if ended:
+                    return
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+
+    def _read_lease(self, it: Iterator[bytes]) -> tuple[list[bytes], bool]:
+        """One lease read into memory: its chunks, and whether ``it`` ended."""
+        lease: list[bytes] = []
+        held = 0
+        locked = self.acquire()
+        try:
+            for chunk in it:
+                lease.append(chunk)
+                held += len(chunk)
+                if held >= self.lease_bytes:
+                    return lease, False
+            return lease, True
+        finally:
+            if locked:
+                self.release()
+
+    def _stream_lease(self, it: Iterator[bytes]) -> Generator[bytes, None, bool]:
+        """One lease passed on chunk by chunk; returns whether ``it`` ended."""
+        held = 0
+        locked = self.acquire()
+        try:
+            for chunk in it:
+                held += len(chunk)
+                yield chunk
+                if held >= self.lease_bytes:
+                    return False
+            return True
+        finally:
+            if locked:
+                self.release()
 
 
 def _open_lock_file(path: str) -> int:

@@ -87,16 +87,34 @@ class ReadAhead(Generic[J]):
             self._cond.notify_all()
         return True
 
+    def wait_room(self, num_bytes: int) -> bool:
+        """Wait until ``num_bytes`` more can be queued without waiting (at
+        most ``budget_bytes - num_bytes`` queued, or nothing); False once
+        closed. A fetch that must not stall half-way, such as one holding a
+        device lock, reserves its room with this before it starts reading."""
+        with self._cond:
+            while self._held and self._held + num_bytes > self.budget_bytes and not self._stop.is_set():
+                self._cond.wait()
+            return not self._stop.is_set()
+
     def _run(self) -> None:
         try:
             for job in self._jobs:
+                chunks: Iterator[bytes] | None = None
                 try:
-                    for chunk in self._fetch(job):
+                    chunks = iter(self._fetch(job))
+                    for chunk in chunks:
                         if not self._put(job, chunk):
                             return
                     end: object = None
                 except Exception as exc:  # handed to the consumer
                     end = exc
+                finally:
+                    # A fetch left half-way releases what it holds (a file,
+                    # a device lock) now, not when it is garbage-collected.
+                    close = getattr(chunks, "close", None)
+                    if close is not None:
+                        close()
                 if not self._put(job, end):
                     return
         except Exception as exc:
@@ -108,10 +126,15 @@ class ReadAhead(Generic[J]):
 
     # ------------------------------------------------------------ consumer
 
-    def __iter__(self) -> Iterator[tuple[J | None, object]]:
+    def start(self) -> None:
+        """Start reading now, before the first item is asked for (iterating
+        starts it otherwise). Idempotent."""
         if not self._started:
             self._started = True
             self._thread.start()
+
+    def __iter__(self) -> Iterator[tuple[J | None, object]]:
+        self.start()
         while True:
             with self._cond:
                 while not self._items and not self._done:

@@ -77,8 +77,9 @@ class SourceOptions:
             ``"auto"`` (default) does so on disks sysfs reports as
             rotational; True for a disk shardkit cannot detect (FUSE, NFS
             over a disk); False never.
-        device_lease_bytes: Bytes one process reads per turn (64 MiB); each
-            process holds up to one such lease in memory besides its read-ahead.
+        device_lease_bytes: Bytes one process reads per turn (64 MiB). With
+            the lock on, a reader's read-ahead queue holds up to two leases
+            and a chunk (the next lease is read while the last is parsed).
     """
 
     chunk_bytes: int = DEFAULT_CHUNK_BYTES

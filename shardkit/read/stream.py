@@ -24,6 +24,7 @@ A partial sample is never yielded.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Literal
 
@@ -125,7 +126,7 @@ class PieceReader:
         entry = manifest.shards[shard]
         return open_source(url, options=self.options, expected_size=entry.num_bytes, expected_sha256=entry.sha256)
 
-    def _fetch(self, job: _Job) -> Iterator[bytes]:
+    def _fetch(self, job: _Job, room: Callable[[int], bool]) -> Iterator[bytes]:
         if self.catalog.index_urls is not None and not self._is_whole_shard(job.piece):
             bounds = self._load_bounds(job.piece.shard)
             job.bounds = bounds
@@ -146,18 +147,26 @@ class PieceReader:
         else:
             chunks = source.iter_range(job.byte_start, job.byte_stop, chunk_bytes=self.options.chunk_bytes)
         lock = lock_for(local_path(job.url), mode=self.options.device_lock, lease_bytes=self.options.device_lease_bytes)
-        return chunks if lock is None else lock.leased(chunks)
+        if lock is None:
+            return chunks
+        # Chunks stream to the parser while the lock is held, so first make
+        # room in the read-ahead queue for a whole lease (its last chunk may
+        # run past the lease by up to one chunk).
+        lease_room = lock.lease_bytes + self.options.chunk_bytes
+        return lock.leased(chunks, before_lease=lambda: room(lease_room))
 
     def _read_ahead_budget(self) -> int:
-        """The read-ahead budget, raised to a whole device lease where reads
-        take turns on a disk: a lease then goes into the queue at once and
-        the next one is read while the parser works on it, instead of the
-        device idling until the parser has made room."""
+        """The read-ahead budget, raised to two device leases (and a chunk)
+        where reads take turns on a disk: each lease waits for room for
+        itself, so the next one can be read while the parser still works on
+        the last, instead of the device idling until the parser is done."""
         first = self.catalog.urls[0] if self.catalog.urls else None
         if first is None or not is_local(first):
             return self.read_ahead_bytes
         lock = lock_for(local_path(first), mode=self.options.device_lock, lease_bytes=self.options.device_lease_bytes)
-        return self.read_ahead_bytes if lock is None else max(self.read_ahead_bytes, self.options.device_lease_bytes)
+        if lock is None:
+            return self.read_ahead_bytes
+        return max(self.read_ahead_bytes, 2 * lock.lease_bytes + self.options.chunk_bytes)
 
     def _is_whole_shard(self, piece: Piece) -> bool:
         """Whether ``piece`` is all of a shard the manifest describes. Such a
@@ -219,9 +228,24 @@ class PieceReader:
         self.on_skip(exc)
 
     def read(self, pieces: Iterator[Piece]) -> Iterator[Located]:
-        """Yield the samples of ``pieces`` in order, each as ``(shard, index, sample)``."""
+        """The samples of ``pieces`` in order, each as ``(shard, index, sample)``.
+
+        Reading starts at once, in the background, not at the first
+        ``next()``: a DataLoader worker calls ``iter(dataset)`` as soon as it
+        exists, so its reads overlap the start of the other workers.
+        Dropping the iterator, even unstarted, stops the reads.
+        """
         jobs = (_Job(piece, self.catalog.urls[piece.shard]) for piece in pieces)
-        with ReadAhead(jobs, self._fetch, budget_bytes=self._read_ahead_budget()) as chunks:
+        ahead: ReadAhead[_Job] = ReadAhead(
+            jobs, lambda job: self._fetch(job, ahead.wait_room), budget_bytes=self._read_ahead_budget()
+        )
+        samples = self._parse(ahead)
+        weakref.finalize(samples, ahead.close).atexit = False
+        ahead.start()
+        return samples
+
+    def _parse(self, ahead: ReadAhead[_Job]) -> Iterator[Located]:
+        with ahead as chunks:
             current: _Job | None = None
             parser: SampleParser | None = None
             received = got = 0

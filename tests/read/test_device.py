@@ -48,6 +48,39 @@ def test_leases_pull_chunks_under_the_lock_and_release_between_leases(tmp_path):
     assert not _held_elsewhere(lock)
 
 
+def test_streamed_leases_pass_chunks_on_under_the_lock_after_making_room(tmp_path):
+    lock = DeviceLock(os.stat(tmp_path).st_dev, lease_bytes=10, directory=str(tmp_path))
+    events = []
+
+    def before_lease():
+        events.append(("room", _held_elsewhere(lock)))
+        return True
+
+    seen = []
+    for chunk in lock.leased((bytes([i]) * 4 for i in range(7)), before_lease=before_lease):
+        events.append(("chunk", _held_elsewhere(lock)))
+        seen.append(chunk)
+    assert seen == [bytes([i]) * 4 for i in range(7)]
+    # 28 bytes in leases of >= 10: three chunks, three chunks, one chunk; the
+    # lock is free while waiting for room and held while chunks are handed on.
+    assert events == [("room", False)] + [("chunk", True)] * 3 + [("room", False)] + [("chunk", True)] * 3 + [
+        ("room", False),
+        ("chunk", True),
+    ]
+    assert not _held_elsewhere(lock)
+
+
+def test_a_streamed_lease_stops_when_there_is_no_room_and_a_dropped_one_releases_the_lock(tmp_path):
+    lock = DeviceLock(os.stat(tmp_path).st_dev, lease_bytes=4, directory=str(tmp_path))
+    answers = iter([True, False])
+    assert list(lock.leased(iter([b"ab", b"cd", b"ef"]), before_lease=lambda: next(answers))) == [b"ab", b"cd"]
+    assert not _held_elsewhere(lock)
+    stream = lock.leased(iter([b"ab", b"cd"]), before_lease=lambda: True)
+    assert next(stream) == b"ab" and _held_elsewhere(lock)
+    stream.close()  # the consumer stops mid-lease
+    assert not _held_elsewhere(lock)
+
+
 def test_a_failing_read_releases_the_lock(tmp_path):
     lock = DeviceLock(os.stat(tmp_path).st_dev, lease_bytes=1 << 20, directory=str(tmp_path))
 

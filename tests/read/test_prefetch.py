@@ -58,3 +58,61 @@ def test_close_stops_a_reader_waiting_on_the_budget():
 def test_budget_must_be_positive():
     with pytest.raises(UsageError, match="budget"):
         ReadAhead([], lambda job: [], budget_bytes=0)
+
+
+def test_wait_room_waits_until_the_consumer_has_made_room():
+    room_at: list[int] = []
+
+    def fetch(job):
+        if job == "big":
+            yield bytes(300)
+            yield bytes(300)
+        else:
+            assert ra.wait_room(500)  # may only go on once at most 500 bytes are queued
+            room_at.append(ra._held)
+            yield bytes(400)
+
+    ra: ReadAhead = ReadAhead(["big", "lease"], fetch, budget_bytes=1000)
+    with ra:
+        stream = iter(ra)
+        time.sleep(0.2)  # the reader is now waiting for room
+        assert room_at == []
+        got = [item for _, item in stream]
+    assert room_at and room_at[0] <= 500
+    assert [len(x) for x in got if isinstance(x, bytes)] == [300, 300, 400]
+
+
+def test_wait_room_returns_false_once_closed_and_a_fetch_left_half_way_is_closed():
+    closed = threading.Event()
+    answers: list[bool] = []
+
+    def fetch(job):
+        try:
+            yield bytes(900)
+            answers.append(ra.wait_room(900))  # nobody takes the first chunk: this waits
+            if answers[-1]:
+                yield bytes(900)
+            yield b"never taken"  # the reader stops here (its put fails) and must close us
+        finally:
+            closed.set()
+
+    ra: ReadAhead = ReadAhead([0], fetch, budget_bytes=1000)
+    ra.start()
+    time.sleep(0.2)
+    assert answers == []
+    ra.close()
+    assert closed.wait(5), "the fetch left half-way was not closed"
+    assert answers == [False]
+
+
+def test_start_reads_before_the_first_item_is_asked_for():
+    fetched = threading.Event()
+
+    def fetch(job):
+        fetched.set()
+        yield b"x"
+
+    with ReadAhead([0], fetch) as ra:
+        ra.start()
+        assert fetched.wait(5)
+        assert list(ra) == [(0, b"x"), (0, None)]

@@ -153,3 +153,42 @@ def test_http_dead_server_fails_within_deadline_naming_url(make_shards, serve_da
     with pytest.raises(shardkit.RemoteError, match=rf"{base}/shard-\d+\.tar: giving up at byte \d+ .*ReadTimeoutError"):
         list(dataset)
     assert time.monotonic() - t0 < 20  # bounded: deadline 1 s per stream, plus a loaded test machine
+
+
+def _shard_gets(http_server) -> int:
+    with http_server.lock:
+        return sum(1 for method, path, _ in http_server.requests if method == "GET" and path.endswith(".tar"))
+
+
+def test_reading_starts_at_iter_and_stops_when_the_iterator_is_dropped(make_shards, serve_dataset, http_server):
+    """A DataLoader worker calls iter(dataset) when it starts: reads begin
+    there, overlapping the other workers' start, not at the first next()."""
+    import gc
+    import threading
+
+    manifest = make_shards([30, 30], payload_bytes=2000)
+    base = serve_dataset(manifest)
+    # A read-ahead budget below one shard keeps the reader thread waiting for the consumer.
+    ds = shardkit.ShardDataset(
+        base + "/", mode="exact", shuffle=False, read_ahead_bytes=8192, source_options=fast_options(chunk_bytes=4096)
+    )
+    stream = iter(ds)
+    deadline = time.monotonic() + 10
+    while _shard_gets(http_server) == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _shard_gets(http_server) > 0, "no shard was requested before the first sample was asked for"
+    assert [s["__key__"] for s in stream] == expected_keys([30, 30])
+
+    def readers() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "shardkit-read-ahead"}
+
+    before = readers()  # other tests may have left readers stuck in a read
+    unstarted = iter(ds)  # dropped before its first sample: its reader thread must stop
+    started = readers() - before
+    assert started, "iter() started no reader"
+    del unstarted
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while any(t.is_alive() for t in started) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(t.is_alive() for t in started)
