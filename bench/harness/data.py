@@ -78,15 +78,22 @@ def ensure_data(root: str, spec: DataSpec) -> dict[str, str]:
     spec_path = os.path.join(root, SPEC_NAME)
     try:
         with open(spec_path) as f:
-            if json.load(f) == asdict(spec):
-                return paths
+            stored = json.load(f)
     except (FileNotFoundError, json.JSONDecodeError):
-        pass
-    shutil.rmtree(root, ignore_errors=True)
-    os.makedirs(root)
-    _write_images(paths["imagefolder"], spec)
-    _write_shards(paths["imagefolder"], paths["shards"], spec)
-    _write_ceiling(paths["ceiling"], spec.ceiling_bytes, spec.seed)
+        stored = None
+    if stored == asdict(spec):
+        return paths
+    if stored is not None and {**stored, "num_shards": spec.num_shards} == asdict(spec):
+        # Only the packing changed: keep the images and the ceiling file.
+        os.unlink(spec_path)
+        shutil.rmtree(paths["shards"], ignore_errors=True)
+        _write_shards(paths["imagefolder"], paths["shards"], spec)
+    else:
+        shutil.rmtree(root, ignore_errors=True)
+        os.makedirs(root)
+        _write_images(paths["imagefolder"], spec)
+        _write_shards(paths["imagefolder"], paths["shards"], spec)
+        _write_ceiling(paths["ceiling"], spec.ceiling_bytes, spec.seed)
     with open(spec_path, "w") as f:
         json.dump(asdict(spec), f)
     return paths

@@ -269,6 +269,13 @@ def shuffle_table(shuffle: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _shard_mb(data: dict[str, Any]) -> str:
+    try:
+        return f"{data['num_images'] / data['num_shards'] * data['mean_image_kb'] / 1e3:.0f}"
+    except (KeyError, TypeError, ZeroDivisionError):
+        return "?"
+
+
 def _section(
     title: str, intro: str, blocks: list[str], *, plot: tuple[str, str], plot_prefix: str | None
 ) -> list[str]:
@@ -306,7 +313,8 @@ def render_markdown(results: dict[str, Any], *, plot_prefix: str | None = None) 
         out += ["", "## Throughput: images/s and MB/s by DataLoader workers", ""]
         out.append(
             f"{data.get('num_images', '?')} JPEGs (mean {data.get('mean_image_kb', 0):.0f} KB) in "
-            f"{data.get('num_classes', '?')} class folders and in {data.get('num_shards', '?')} shards; raw bytes, "
+            f"{data.get('num_classes', '?')} class folders and in {data.get('num_shards', '?')} shards "
+            f"(about {_shard_mb(data)} MB each); raw bytes, "
             f"no decode; caches dropped before every run and again once the loader is built, so file metadata "
             f"and indexes come from the device too; ImageFolder reads {tp['plan']['imagefolder_limit']} images "
             f"in random order per run, webdataset and shardkit one full pass (shard shuffle + a "

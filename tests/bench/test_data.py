@@ -30,3 +30,17 @@ def test_ensure_data_writes_tree_shards_and_ceiling_and_reuses_them(tmp_path):
     stamp = os.path.getmtime(items[0][0])
     assert ensure_data(str(tmp_path / "d"), spec) == paths
     assert os.path.getmtime(items[0][0]) == stamp  # reused, not rewritten
+
+
+def test_ensure_data_repacks_only_the_shards_when_only_their_number_changes(tmp_path):
+    spec = DataSpec(num_images=12, num_classes=3, num_shards=2, ceiling_bytes=1 << 20)
+    paths = ensure_data(str(tmp_path / "d"), spec)
+    first = list_images(paths["imagefolder"])[0][0]
+    stamps = os.path.getmtime(first), os.path.getmtime(paths["ceiling"])
+    ensure_data(str(tmp_path / "d"), DataSpec(num_images=12, num_classes=3, num_shards=3, ceiling_bytes=1 << 20))
+    tars = sorted(f for f in os.listdir(paths["shards"]) if f.endswith(".tar"))
+    assert tars == ["shard-000000.tar", "shard-000001.tar", "shard-000002.tar"]
+    assert (os.path.getmtime(first), os.path.getmtime(paths["ceiling"])) == stamps
+    # Anything else changed regenerates everything.
+    ensure_data(str(tmp_path / "d"), DataSpec(num_images=9, num_classes=3, num_shards=3, ceiling_bytes=1 << 20))
+    assert len(list_images(paths["imagefolder"])) == 9
