@@ -78,8 +78,8 @@ class SourceOptions:
             rotational; True for a disk shardkit cannot detect (FUSE, NFS
             over a disk); False never.
         device_lease_bytes: Bytes one process reads per turn (64 MiB). With
-            the lock on, a reader's read-ahead queue holds up to two leases
-            and a chunk (the next lease is read while the last is parsed).
+            the lock on, a reader's read-ahead queue holds up to a lease and
+            a chunk more than its ``read_ahead_bytes``.
     """
 
     chunk_bytes: int = DEFAULT_CHUNK_BYTES

@@ -156,17 +156,18 @@ class PieceReader:
         return lock.leased(chunks, before_lease=lambda: room(lease_room))
 
     def _read_ahead_budget(self) -> int:
-        """The read-ahead budget, raised to two device leases (and a chunk)
-        where reads take turns on a disk: each lease waits for room for
-        itself, so the next one can be read while the parser still works on
-        the last, instead of the device idling until the parser is done."""
+        """The read-ahead budget, raised by a whole device lease (and a
+        chunk) where reads take turns on a disk: a lease streams into the
+        queue only once it has room for all of it, and the usual budget on
+        top lets the next lease start while the parser still works on the
+        end of the last, instead of the device idling until it is done."""
         first = self.catalog.urls[0] if self.catalog.urls else None
         if first is None or not is_local(first):
             return self.read_ahead_bytes
         lock = lock_for(local_path(first), mode=self.options.device_lock, lease_bytes=self.options.device_lease_bytes)
         if lock is None:
             return self.read_ahead_bytes
-        return max(self.read_ahead_bytes, 2 * lock.lease_bytes + self.options.chunk_bytes)
+        return self.read_ahead_bytes + lock.lease_bytes + self.options.chunk_bytes
 
     def _is_whole_shard(self, piece: Piece) -> bool:
         """Whether ``piece`` is all of a shard the manifest describes. Such a

@@ -66,7 +66,10 @@ def test_target_checks_pass_and_fail_with_figures():
     assert lines[0].startswith("- ✅ `hdd-seek`: shardkit ≥ 10× ImageFolder: 1w 18.4×, 4w 18.3×")
     assert lines[1].startswith("- ✅ `hdd-seek`: shardkit ≥ 95% of the sequential ceiling")
     assert lines[2] == "- ✅ `hdd-seek`: shardkit ≥ 1.2× webdataset at 4+ workers: 4w 1.38×"
-    assert lines[3] == "- ❌ `ssd`: shardkit ≥ webdataset: 1w 0.75×"
+    # make_profile's ceiling is 170 MB/s: webdataset 160 and 120 MB/s.
+    assert lines[3] == ("  - for scale: webdataset reads at 94.1% of the ceiling with 1 worker and 70.6% with 4, "
+                        "so 1.2× its 4-worker rate is 84.7% of the ceiling")
+    assert lines[4] == "- ❌ `ssd`: shardkit ≥ webdataset: 1w 0.75×"
 
 
 def test_missing_shardkit_is_reported_not_checked():
