@@ -33,6 +33,8 @@ class ThroughputPlan:
         workers: DataLoader worker counts.
         loaders: Loader names.
         repeats: Runs per (profile, loader, workers); the median is reported.
+        repeats_by_profile: ``(profile, runs)`` pairs overriding ``repeats``
+            (e.g. more runs where a run lasts two seconds and noise is large).
         imagefolder_limit: Images per ImageFolder run (random subset).
         buffer_size: Shuffle buffer of the streaming loaders, per worker.
         ceiling_repeats: Cold ``dd`` runs for the sequential ceiling.
@@ -48,6 +50,7 @@ class ThroughputPlan:
     workers: tuple[int, ...] = (1, 2, 4, 8)
     loaders: tuple[str, ...] = LOADERS
     repeats: int = 3
+    repeats_by_profile: tuple[tuple[str, int], ...] = ()
     imagefolder_limit: int = 600
     buffer_size: int = 500
     ceiling_repeats: int = 3
@@ -55,6 +58,11 @@ class ThroughputPlan:
     experiments: tuple[str, ...] = ()
     experiment_profiles: tuple[str, ...] = ("hdd", "hdd-seek")
     trace_dir: str | None = None
+
+
+    def repeats_for(self, profile: str) -> int:
+        """Runs per (loader, workers) on ``profile``."""
+        return dict(self.repeats_by_profile).get(profile, self.repeats)
 
 
 _DD_RATE = re.compile(r"^(\d+) bytes .* copied, ([0-9.]+) s", re.MULTILINE)
@@ -129,7 +137,7 @@ def measure_profile(name: str, data: dict[str, str], plan: ThroughputPlan, workd
         with Runner(preexec=profile.join) as runner:
             loaders = plan.loaders + (plan.experiments if name in plan.experiment_profiles else ())
             for workers in plan.workers:
-                for repeat in range(plan.repeats):
+                for repeat in range(plan.repeats_for(name)):
                     for loader in loaders:
                         if loader in unavailable:
                             continue

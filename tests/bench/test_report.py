@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import asdict
 
 import pytest
 
@@ -162,3 +163,12 @@ def test_experiment_rows_get_their_own_lines():
     lines = report.target_checks([profile])
     assert "- (experiment) `hdd-seek`: shardkit with its device lock ÷ without: 4w 1.30×" in lines
     assert "| shardkit, device lock off (experiment) MB/s | 100.0 |" in report.throughput_table(profile)
+
+
+def test_repeats_per_profile_override_the_default_and_are_reported():
+    from bench.harness.throughput import ThroughputPlan
+
+    plan = ThroughputPlan(repeats=3, repeats_by_profile=(("ssd", 5), ("raw", 5)))
+    assert [plan.repeats_for(p) for p in ("hdd", "ssd", "raw")] == [3, 5, 5]
+    assert report._repeats_text(asdict(plan)) == "3 (5 on `ssd` and `raw`)"
+    assert report._repeats_text(asdict(ThroughputPlan(repeats=2))) == "2"
