@@ -284,15 +284,15 @@ def shuffle_table(shuffle: dict[str, Any]) -> str:
 
 
 def _repeats_text(plan: dict[str, Any]) -> str:
-    """``3``, or ``3 (5 on `ssd` and `raw`)`` where some profiles ran more."""
+    """``3 runs``, or ``3 runs (5 on `ssd` and `raw`)`` where some profiles ran more."""
     extra = [tuple(pair) for pair in plan.get("repeats_by_profile", ())]
     if not extra:
-        return str(plan["repeats"])
+        return f"{plan['repeats']} runs"
     by_count: dict[int, list[str]] = {}
     for name, runs in extra:
         by_count.setdefault(runs, []).append(f"`{name}`")
     parts = [f"{runs} on {' and '.join(names)}" for runs, names in by_count.items()]
-    return f"{plan['repeats']} ({'; '.join(parts)})"
+    return f"{plan['repeats']} runs ({'; '.join(parts)})"
 
 
 def _shard_mb(data: dict[str, Any]) -> str:
@@ -347,7 +347,7 @@ def render_markdown(results: dict[str, Any], *, plot_prefix: str | None = None) 
             f"{tp['plan']['buffer_size']}-sample buffer; shardkit in balanced mode, with its default options: "
             f"on `hdd` it detects the spinning disk from sysfs and its workers take turns on it, on `hdd-seek` "
             f"the harness passes `device_lock=True` because a FUSE mount has no block device to detect). "
-            f"Medians of {_repeats_text(tp['plan'])} runs."
+            f"Medians of {_repeats_text(tp['plan'])}."
         )
         out += ["", "### Targets", ""] + target_checks(tp["profiles"])
         for profile in tp["profiles"]:

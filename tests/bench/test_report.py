@@ -170,5 +170,5 @@ def test_repeats_per_profile_override_the_default_and_are_reported():
 
     plan = ThroughputPlan(repeats=3, repeats_by_profile=(("ssd", 5), ("raw", 5)))
     assert [plan.repeats_for(p) for p in ("hdd", "ssd", "raw")] == [3, 5, 5]
-    assert report._repeats_text(asdict(plan)) == "3 (5 on `ssd` and `raw`)"
-    assert report._repeats_text(asdict(ThroughputPlan(repeats=2))) == "2"
+    assert report._repeats_text(asdict(plan)) == "3 runs (5 on `ssd` and `raw`)"
+    assert report._repeats_text(asdict(ThroughputPlan(repeats=2))) == "2 runs"
