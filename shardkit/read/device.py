@@ -192,20 +192,15 @@ class DeviceLock:
                 close()
 
     def _read_lease(self, it: Iterator[bytes]) -> tuple[list[bytes], bool]:
-        """One lease read into memory: its chunks, and whether ``it`` ended."""
+        """One lease read into memory: its chunks, and whether ``it`` ended.
+        The lock is released once the lease is complete, before returning."""
         lease: list[bytes] = []
-        held = 0
-        locked = self.acquire()
-        try:
-            for chunk in it:
-                lease.append(chunk)
-                held += len(chunk)
-                if held >= self.lease_bytes:
-                    return lease, False
-            return lease, True
-        finally:
-            if locked:
-                self.release()
+        stream = self._stream_lease(it)
+        while True:
+            try:
+                lease.append(next(stream))
+            except StopIteration as done:  # the lease's finally has released the lock
+                return lease, done.value
 
     def _stream_lease(self, it: Iterator[bytes]) -> Generator[bytes, None, bool]:
         """One lease passed on chunk by chunk; returns whether ``it`` ended."""

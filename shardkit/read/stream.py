@@ -34,7 +34,7 @@ from shardkit.errors import CorruptShardError, ManifestError
 from shardkit.format.index import decode_index, load_index
 from shardkit.format.tar import END_OF_ARCHIVE, RawSample, SampleParser
 from shardkit.read.catalog import ShardCatalog
-from shardkit.read.device import lock_for
+from shardkit.read.device import DeviceLock, lock_for
 from shardkit.read.prefetch import ReadAhead
 from shardkit.read.sources import ByteSource, SourceOptions, is_local, local_path, open_source
 from shardkit.read.split import Piece
@@ -150,10 +150,15 @@ class PieceReader:
         if lock is None:
             return chunks
         # Chunks stream to the parser while the lock is held, so first make
-        # room in the read-ahead queue for a whole lease (its last chunk may
-        # run past the lease by up to one chunk).
-        lease_room = lock.lease_bytes + self.options.chunk_bytes
+        # room in the read-ahead queue for a whole lease.
+        lease_room = self._lease_room(lock)
         return lock.leased(chunks, before_lease=lambda: room(lease_room))
+
+    def _lease_room(self, lock: DeviceLock) -> int:
+        """Queue room one device lease needs: its bytes, plus one chunk, as
+        its last chunk may run past the lease. The read-ahead budget holds
+        this on top of ``read_ahead_bytes``."""
+        return lock.lease_bytes + self.options.chunk_bytes
 
     def _read_ahead_budget(self) -> int:
         """The read-ahead budget, raised by a whole device lease (and a
@@ -167,7 +172,7 @@ class PieceReader:
         lock = lock_for(local_path(first), mode=self.options.device_lock, lease_bytes=self.options.device_lease_bytes)
         if lock is None:
             return self.read_ahead_bytes
-        return self.read_ahead_bytes + lock.lease_bytes + self.options.chunk_bytes
+        return self.read_ahead_bytes + self._lease_room(lock)
 
     def _is_whole_shard(self, piece: Piece) -> bool:
         """Whether ``piece`` is all of a shard the manifest describes. Such a
