@@ -12,7 +12,9 @@ disk stays busy with sequential transfers. A worker takes the lock only once
 its read-ahead queue has room for a whole lease, and passes each chunk on to
 its parser as it arrives, so it never holds the disk while it waits for its
 consumer, and the parser works while the lease is being read rather than
-after it.
+after it. A lease that leaves at most one more lease of its shard to read
+reads that too when there is room for it, so a shard is not split into a
+lease and a short tail with another reader's turn (two seeks) in between.
 
 Whether a device spins is read from sysfs (``queue/rotational`` of the block
 device holding the file). Paravirtual disks (virtio, Xen), which report a
@@ -160,10 +162,22 @@ class DeviceLock:
         finally:
             self._thread_lock.release()
 
-    def leased(self, chunks: Iterable[bytes], *, before_lease: Callable[[], bool] | None = None) -> Iterator[bytes]:
+    def leased(
+        self,
+        chunks: Iterable[bytes],
+        *,
+        before_lease: Callable[[], bool] | None = None,
+        total_bytes: int | None = None,
+        room_now: Callable[[], bool] | None = None,
+    ) -> Iterator[bytes]:
         """Pull ``chunks`` (whose reads happen as they are pulled) in leases:
         each lease takes the lock, pulls chunks until ``lease_bytes`` have
         arrived, and releases it.
+
+        A lease whose range has at most one more lease left to read keeps the
+        lock and reads the rest too, when ``room_now`` says there is room for
+        it: handing over for a short tail would cost one seek away and one
+        back for a fraction of a lease. So a hold lasts at most two leases.
 
         Args:
             chunks: The reads, as an iterable pulled one chunk at a time.
@@ -173,8 +187,14 @@ class DeviceLock:
                 lock held, so the caller must not block on them. Returning
                 False ends the reads. Without it, each lease is read into
                 memory and passed on once the lock is released.
+            total_bytes: Bytes ``chunks`` yields in all, if known.
+            room_now: Called without waiting, with the lock held, at the end
+                of a lease whose remaining bytes fit in one more: True reads
+                them in the same hold (the caller has room for a lease).
+                Only with ``before_lease``.
         """
         it = iter(chunks)
+        left = total_bytes
         try:
             while True:
                 if before_lease is None:
@@ -183,7 +203,12 @@ class DeviceLock:
                 else:
                     if not before_lease():
                         return
-                    ended = yield from self._stream_lease(it)
+                    extend = None
+                    if room_now is not None and left is not None:
+                        extend = functools.partial(self._may_extend, left, room_now)
+                    ended, got = yield from self._stream_lease(it, extend=extend)
+                    if left is not None:
+                        left -= got
                 if ended:
                     return
         finally:
@@ -200,19 +225,31 @@ class DeviceLock:
             try:
                 lease.append(next(stream))
             except StopIteration as done:  # the lease's finally has released the lock
-                return lease, done.value
+                return lease, done.value[0]
 
-    def _stream_lease(self, it: Iterator[bytes]) -> Generator[bytes, None, bool]:
-        """One lease passed on chunk by chunk; returns whether ``it`` ended."""
+    def _may_extend(self, left: int, room_now: Callable[[], bool], held: int) -> bool:
+        """Whether a lease that has read ``held`` of the ``left`` bytes its
+        range had at its start goes on to the end of the range."""
+        return left - held <= self.lease_bytes and room_now()
+
+    def _stream_lease(
+        self, it: Iterator[bytes], *, extend: Callable[[int], bool] | None = None
+    ) -> Generator[bytes, None, tuple[bool, int]]:
+        """One lease passed on chunk by chunk (run on to the end of ``it``
+        if ``extend(bytes so far)`` says so when the lease is full); returns
+        whether ``it`` ended, and the bytes passed on."""
         held = 0
         locked = self.acquire()
         try:
+            limit = self.lease_bytes
             for chunk in it:
                 held += len(chunk)
                 yield chunk
-                if held >= self.lease_bytes:
-                    return False
-            return True
+                if held >= limit:
+                    if extend is None or limit > self.lease_bytes or not extend(held):
+                        return False, held
+                    limit = 1 << 62  # the range's rest, known to be at most one more lease
+            return True, held
         finally:
             if locked:
                 self.release()

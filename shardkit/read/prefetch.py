@@ -97,6 +97,12 @@ class ReadAhead(Generic[J]):
                 self._cond.wait()
             return not self._stop.is_set()
 
+    def has_room(self, num_bytes: int) -> bool:
+        """Whether ``num_bytes`` more can be queued now without waiting (the
+        test :meth:`wait_room` waits on)."""
+        with self._cond:
+            return not self._held or self._held + num_bytes <= self.budget_bytes
+
     def _run(self) -> None:
         try:
             for job in self._jobs:

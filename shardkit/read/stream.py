@@ -126,7 +126,7 @@ class PieceReader:
         entry = manifest.shards[shard]
         return open_source(url, options=self.options, expected_size=entry.num_bytes, expected_sha256=entry.sha256)
 
-    def _fetch(self, job: _Job, room: Callable[[int], bool]) -> Iterator[bytes]:
+    def _fetch(self, job: _Job, ahead: ReadAhead[_Job]) -> Iterator[bytes]:
         if self.catalog.index_urls is not None and not self._is_whole_shard(job.piece):
             bounds = self._load_bounds(job.piece.shard)
             job.bounds = bounds
@@ -152,7 +152,13 @@ class PieceReader:
         # Chunks stream to the parser while the lock is held, so first make
         # room in the read-ahead queue for a whole lease.
         lease_room = self._lease_room(lock)
-        return lock.leased(chunks, before_lease=lambda: room(lease_room))
+        total = None if job.byte_stop is None else job.byte_stop - job.byte_start
+        return lock.leased(
+            chunks,
+            before_lease=lambda: ahead.wait_room(lease_room),
+            total_bytes=total,
+            room_now=lambda: ahead.has_room(lease_room),
+        )
 
     def _lease_room(self, lock: DeviceLock) -> int:
         """Queue room one device lease needs: its bytes, plus one chunk, as
@@ -243,7 +249,7 @@ class PieceReader:
         """
         jobs = (_Job(piece, self.catalog.urls[piece.shard]) for piece in pieces)
         ahead: ReadAhead[_Job] = ReadAhead(
-            jobs, lambda job: self._fetch(job, ahead.wait_room), budget_bytes=self._read_ahead_budget()
+            jobs, lambda job: self._fetch(job, ahead), budget_bytes=self._read_ahead_budget()
         )
         samples = self._parse(ahead)
         weakref.finalize(samples, ahead.close).atexit = False

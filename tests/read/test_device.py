@@ -70,6 +70,49 @@ def test_streamed_leases_pass_chunks_on_under_the_lock_after_making_room(tmp_pat
     assert not _held_elsewhere(lock)
 
 
+def _hold_log(lock: DeviceLock, chunks, **kwargs) -> list[str]:
+    """``"room"`` where a lease waits for room (lock free), ``"chunk"`` per
+    chunk handed on (lock held)."""
+    events = []
+
+    def before_lease():
+        assert not _held_elsewhere(lock)
+        events.append("room")
+        return True
+
+    for _chunk in lock.leased(chunks, before_lease=before_lease, **kwargs):
+        assert _held_elsewhere(lock)
+        events.append("chunk")
+    assert not _held_elsewhere(lock)
+    return events
+
+
+def test_a_lease_reads_a_short_tail_of_its_range_in_the_same_hold_when_there_is_room(tmp_path):
+    lock = DeviceLock(os.stat(tmp_path).st_dev, lease_bytes=10, directory=str(tmp_path))
+    # 20 bytes in chunks of 4: a lease of 12 leaves 8, at most one more
+    # lease, so it reads them too; 32 bytes: the first lease leaves 20, so it
+    # hands over, and the second takes its tail of 8 with it.
+    asked = []
+
+    def room_now():
+        asked.append(True)
+        return True
+
+    five = [b"abcd"] * 5
+    assert _hold_log(lock, iter(five), total_bytes=20, room_now=room_now) == ["room"] + ["chunk"] * 5
+    assert len(asked) == 1
+    # Without room, or with the length unknown, the tail waits for a lease of its own.
+    split = ["room"] + ["chunk"] * 3 + ["room"] + ["chunk"] * 2
+    assert _hold_log(lock, iter(five), total_bytes=20, room_now=lambda: False) == split
+    assert _hold_log(lock, iter(five), room_now=room_now) == split
+    assert len(asked) == 1
+    eight = [b"abcd"] * 8
+    assert _hold_log(lock, iter(eight), total_bytes=32, room_now=room_now) == ["room"] + ["chunk"] * 3 + [
+        "room"
+    ] + ["chunk"] * 5
+    assert len(asked) == 2
+
+
 def test_a_streamed_lease_stops_when_there_is_no_room_and_a_dropped_one_releases_the_lock(tmp_path):
     lock = DeviceLock(os.stat(tmp_path).st_dev, lease_bytes=4, directory=str(tmp_path))
     answers = iter([True, False])
@@ -192,3 +235,26 @@ def test_workers_taking_turns_read_every_sample_once_with_the_written_bytes(make
     assert sorted(keys) == sorted(f"s{i:03d}_{j:05d}" for i, n in enumerate([40, 25, 33, 0, 17]) for j in range(n))
     plain = ShardDataset(manifest, mode="exact", seed=3, source_options=SourceOptions(device_lock=False))
     assert keys == [s["__key__"] for s in torch.utils.data.DataLoader(plain, batch_size=None, num_workers=2)]
+
+
+def test_a_reader_takes_the_lock_once_per_shard_when_a_shard_is_under_two_leases(make_shards, monkeypatch):
+    sizes = [17, 17, 9]
+    manifest = make_shards(sizes, payload_bytes=3000)
+    largest = max(shard.num_bytes for shard in manifest.shards)
+    # Each 17-sample shard is one lease and a tail shorter than a lease.
+    options = SourceOptions(device_lock=True, device_lease_bytes=largest * 6 // 10, chunk_bytes=4096)
+    holds = []
+    acquire = DeviceLock.acquire
+
+    def counting_acquire(self):
+        holds.append(self.lease_bytes)
+        return acquire(self)
+
+    monkeypatch.setattr(DeviceLock, "acquire", counting_acquire)
+    ds = ShardDataset(manifest, mode="exact", seed=1, source_options=options)
+    samples = list(ds)
+    assert sorted(s["__key__"] for s in samples) == sorted(
+        f"s{i:03d}_{j:05d}" for i, n in enumerate(sizes) for j in range(n)
+    )
+    assert all(s["bin"] == sample_payload(s["__key__"], 3000) for s in samples)
+    assert len(holds) == len(sizes), "a shard's short tail was read in a hold of its own"

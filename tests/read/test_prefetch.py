@@ -82,6 +82,32 @@ def test_wait_room_waits_until_the_consumer_has_made_room():
     assert [len(x) for x in got if isinstance(x, bytes)] == [300, 300, 400]
 
 
+def test_has_room_answers_without_waiting_what_wait_room_would_wait_for():
+    answers: list[bool] = []
+    queued = threading.Event()
+
+    def fetch(job):
+        answers.append(ra.has_room(1000))  # empty queue: always room
+        yield bytes(600)
+        queued.wait(5)
+        answers.append(ra.has_room(400))  # 600 + 400 fits the budget
+        answers.append(ra.has_room(401))  # one byte over: no room, and no wait
+        yield bytes(1)
+
+    ra: ReadAhead = ReadAhead([0], fetch, budget_bytes=1000)
+    with ra:
+        ra.start()
+        deadline = time.monotonic() + 10
+        while ra._held < 600 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        queued.set()
+        while len(answers) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the consumer takes nothing until the reader has asked
+        got = [item for _, item in ra]
+    assert answers == [True, True, False]
+    assert [len(x) for x in got if isinstance(x, bytes)] == [600, 1]
+
+
 def test_wait_room_returns_false_once_closed_and_a_fetch_left_half_way_is_closed():
     closed = threading.Event()
     answers: list[bool] = []
