@@ -77,9 +77,11 @@ class SourceOptions:
             ``"auto"`` (default) does so on disks sysfs reports as
             rotational; True for a disk shardkit cannot detect (FUSE, NFS
             over a disk); False never.
-        device_lease_bytes: Bytes one process reads per turn (64 MiB). With
-            the lock on, a reader's read-ahead queue holds up to a lease and
-            a chunk more than its ``read_ahead_bytes``.
+        device_lease_bytes: Bytes one process reads per turn (64 MiB); a
+            turn that would leave at most one more lease of its shard reads
+            that tail too, so a turn is at most two leases. With the lock
+            on, a reader's read-ahead queue holds up to a lease and a chunk
+            more than its ``read_ahead_bytes``.
     """
 
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
