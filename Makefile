@@ -31,7 +31,7 @@ clean:
 
 # Benchmark suite with emulated storage (needs root: loop devices, blkio
 # cgroups, FUSE). `bench` writes bench/results/*.json, bench/RESULTS.md and
-# plots (~25 min); `bench-quick` a reduced set in bench/work/results-quick (< 5 min).
+# plots (~20 min); `bench-quick` a reduced set in bench/work/results-quick (< 5 min).
 .PHONY: bench bench-quick bench-deps
 bench-deps: $(STAMP)
 	bash bench/profiles/install_deps.sh $(PY)

@@ -283,6 +283,11 @@ def shuffle_table(shuffle: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _and_list(names: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 def _repeats_text(plan: dict[str, Any]) -> str:
     """``3 runs``, or ``3 runs (5 on `ssd` and `raw`)`` where some profiles ran more."""
     extra = [tuple(pair) for pair in plan.get("repeats_by_profile", ())]
@@ -291,7 +296,7 @@ def _repeats_text(plan: dict[str, Any]) -> str:
     by_count: dict[int, list[str]] = {}
     for name, runs in extra:
         by_count.setdefault(runs, []).append(f"`{name}`")
-    parts = [f"{runs} on {' and '.join(names)}" for runs, names in by_count.items()]
+    parts = [f"{runs} on {_and_list(names)}" for runs, names in by_count.items()]
     return f"{plan['repeats']} runs ({'; '.join(parts)})"
 
 

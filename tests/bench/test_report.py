@@ -172,3 +172,5 @@ def test_repeats_per_profile_override_the_default_and_are_reported():
     assert [plan.repeats_for(p) for p in ("hdd", "ssd", "raw")] == [3, 5, 5]
     assert report._repeats_text(asdict(plan)) == "3 runs (5 on `ssd` and `raw`)"
     assert report._repeats_text(asdict(ThroughputPlan(repeats=2))) == "2 runs"
+    three = ThroughputPlan(repeats=3, repeats_by_profile=(("hdd-seek", 5), ("ssd", 5), ("raw", 5), ("hdd", 4)))
+    assert report._repeats_text(asdict(three)) == "3 runs (5 on `hdd-seek`, `ssd` and `raw`; 4 on `hdd`)"
