@@ -203,10 +203,7 @@ class DeviceLock:
                 else:
                     if not before_lease():
                         return
-                    extend = None
-                    if room_now is not None and left is not None:
-                        extend = functools.partial(self._may_extend, left, room_now)
-                    ended, got = yield from self._stream_lease(it, extend=extend)
+                    ended, got = yield from self._stream_lease(it, left=left, room_now=room_now)
                     if left is not None:
                         left -= got
                 if ended:
@@ -227,28 +224,26 @@ class DeviceLock:
             except StopIteration as done:  # the lease's finally has released the lock
                 return lease, done.value[0]
 
-    def _may_extend(self, left: int, room_now: Callable[[], bool], held: int) -> bool:
-        """Whether a lease that has read ``held`` of the ``left`` bytes its
-        range had at its start goes on to the end of the range."""
-        return left - held <= self.lease_bytes and room_now()
-
     def _stream_lease(
-        self, it: Iterator[bytes], *, extend: Callable[[int], bool] | None = None
+        self, it: Iterator[bytes], *, left: int | None = None, room_now: Callable[[], bool] | None = None
     ) -> Generator[bytes, None, tuple[bool, int]]:
-        """One lease passed on chunk by chunk (run on to the end of ``it``
-        if ``extend(bytes so far)`` says so when the lease is full); returns
-        whether ``it`` ended, and the bytes passed on."""
+        """One lease passed on chunk by chunk; returns whether ``it`` ended,
+        and the bytes passed on. With ``left`` (the bytes ``it`` has left)
+        and ``room_now``, a full lease whose rest fits in one more lease
+        reads that rest too when ``room_now()`` allows."""
         held = 0
+        extended = False
         locked = self.acquire()
         try:
-            limit = self.lease_bytes
             for chunk in it:
                 held += len(chunk)
                 yield chunk
-                if held >= limit:
-                    if extend is None or limit > self.lease_bytes or not extend(held):
+                if held >= self.lease_bytes and not extended:
+                    extended = (
+                        left is not None and room_now is not None and left - held <= self.lease_bytes and room_now()
+                    )
+                    if not extended:
                         return False, held
-                    limit = 1 << 62  # the range's rest, known to be at most one more lease
             return True, held
         finally:
             if locked:

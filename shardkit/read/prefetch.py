@@ -78,7 +78,7 @@ class ReadAhead(Generic[J]):
     def _put(self, job: J | None, item: object) -> bool:
         size = len(item) if isinstance(item, bytes) else 0
         with self._cond:
-            while self._held and self._held + size > self.budget_bytes and not self._stop.is_set():
+            while not self._fits(size) and not self._stop.is_set():
                 self._cond.wait()
             if self._stop.is_set():
                 return False
@@ -93,7 +93,7 @@ class ReadAhead(Generic[J]):
         closed. A fetch that must not stall half-way, such as one holding a
         device lock, reserves its room with this before it starts reading."""
         with self._cond:
-            while self._held and self._held + num_bytes > self.budget_bytes and not self._stop.is_set():
+            while not self._fits(num_bytes) and not self._stop.is_set():
                 self._cond.wait()
             return not self._stop.is_set()
 
@@ -101,7 +101,13 @@ class ReadAhead(Generic[J]):
         """Whether ``num_bytes`` more can be queued now without waiting (the
         test :meth:`wait_room` waits on)."""
         with self._cond:
-            return not self._held or self._held + num_bytes <= self.budget_bytes
+            return self._fits(num_bytes)
+
+    def _fits(self, num_bytes: int) -> bool:
+        """Whether ``num_bytes`` more stay within the budget, or the queue is
+        empty (one item larger than the budget goes through alone). Call
+        with ``_cond`` held."""
+        return not self._held or self._held + num_bytes <= self.budget_bytes
 
     def _run(self) -> None:
         try:
