@@ -21,8 +21,10 @@ from typing import Any
 LOADERS = ("imagefolder", "webdataset", "shardkit")
 #: Experiments, not in the default table: ``shardkit-nolock`` is shardkit
 #: with its device lock off (``SourceOptions(device_lock=False)``), every
-#: worker reading whenever it likes, to show what taking turns on a disk buys.
-EXPERIMENTS = ("shardkit-nolock",)
+#: worker reading whenever it likes, to show what taking turns on a disk buys;
+#: ``shardkit-nowarm`` is shardkit without its warm-up (``make_loader(...,
+#: warm_up=False)``): nothing is read until a worker has started.
+EXPERIMENTS = ("shardkit-nolock", "shardkit-nowarm")
 #: Samples per batch inside the workers.
 BATCH = 32
 
@@ -80,7 +82,7 @@ def build(
             .batched(BATCH, collation_fn=_count_samples)
         )
         return DataLoader(dataset, batch_size=None, num_workers=workers)
-    if name in ("shardkit", "shardkit-nolock"):
+    if name in ("shardkit", "shardkit-nolock", "shardkit-nowarm"):
         try:
             import shardkit
             from shardkit.read.loader import make_loader
@@ -98,7 +100,7 @@ def build(
             collate=_count_samples,
             source_options=options,
         )
-        return make_loader(dataset, num_workers=workers, persistent_workers=False)
+        return make_loader(dataset, num_workers=workers, persistent_workers=False, warm_up=name != "shardkit-nowarm")
     raise ValueError(f"unknown loader {name!r}; known: {', '.join(LOADERS + EXPERIMENTS)}")
 
 

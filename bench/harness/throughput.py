@@ -94,7 +94,8 @@ def measure_ceiling(profile: Profile, path: str, repeats: int) -> dict[str, Any]
 
 
 def summarize(runs: list[dict[str, Any]], ceiling_mb_s: float) -> list[dict[str, Any]]:
-    """Median figures per (loader, workers), with the fraction of the ceiling."""
+    """Median figures per (loader, workers), with the fraction of the
+    ceiling and the time from ``iter(loader)`` to the first batch."""
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for run in runs:
         if "images_per_s" in run:
@@ -102,6 +103,7 @@ def summarize(runs: list[dict[str, Any]], ceiling_mb_s: float) -> list[dict[str,
     rows = []
     for (loader, workers), group in sorted(groups.items(), key=lambda kv: ((LOADERS + EXPERIMENTS).index(kv[0][0]), kv[0][1])):
         mb_s = statistics.median(r["mb_per_s"] for r in group)
+        firsts = [r["first_batch_s"] for r in group if r.get("first_batch_s") is not None]
         rows.append(
             {
                 "loader": loader,
@@ -109,6 +111,7 @@ def summarize(runs: list[dict[str, Any]], ceiling_mb_s: float) -> list[dict[str,
                 "images_per_s": statistics.median(r["images_per_s"] for r in group),
                 "mb_per_s": mb_s,
                 "fraction_of_ceiling": mb_s / ceiling_mb_s if ceiling_mb_s > 0 else None,
+                "first_batch_s": statistics.median(firsts) if firsts else None,
                 "runs": len(group),
             }
         )

@@ -45,9 +45,8 @@ DeviceLockMode = Literal["auto"] | bool
 DEFAULT_LEASE_BYTES = 64 << 20
 #: How long a reader waits for a device lock before reading without it.
 PATIENCE_S = 60.0
-#: Shortest and longest pause between tries while the lock is held elsewhere.
-POLL_MIN_S = 0.0005
-POLL_MAX_S = 0.002
+#: How often a blocked waiter looks at its patience and its cancel event.
+WAIT_SLICE_S = 0.05
 
 
 def lock_dir() -> str:
@@ -91,9 +90,12 @@ class DeviceLock:
             user's job included, slows reads down but never hangs them.
 
     The lock file is opened on first use in each process, so an instance
-    made before DataLoader workers fork works in each of them. Waiting polls
-    the lock with sleeps of at most :data:`POLL_MAX_S`, which keeps the hand
-    over between processes within a few milliseconds of a lease of ~0.4 s.
+    made before DataLoader workers fork works in each of them. A reader that
+    finds the lock taken blocks in ``flock`` (in a helper thread, since
+    ``flock`` has no timeout): the kernel wakes blocked waiters in the order
+    they came as soon as the holder lets go, so the disk passes from one
+    reader to the next without a gap, and readers get their turns in about
+    the order they asked.
     """
 
     def __init__(
@@ -108,7 +110,10 @@ class DeviceLock:
         self.lease_bytes = lease_bytes
         self.patience_s = patience_s
         self.path = os.path.join(directory or lock_dir(), f"shardkit-device-{os.major(dev)}-{os.minor(dev)}.lock")
-        self._fd: int | None = None
+        self._fd: int | None = None  # this process's descriptor of the lock file
+        self._held: int | None = None  # the descriptor holding the lock, while held
+        self._offered: int | None = None  # a held descriptor the next forked worker takes over
+        self._inherited: int | None = None  # a held descriptor taken over from the parent
         self._pid = -1
         self._thread_lock = threading.Lock()  # flock does not exclude threads sharing one fd
 
@@ -123,44 +128,115 @@ class DeviceLock:
         if self._pid != os.getpid():
             self._thread_lock = threading.Lock()
             self._fd = _open_lock_file(self.path)
+            self._held = None  # what a parent thread held is the parent's to give back
+            if self._offered is not None:  # offered to a worker, and this process is not it
+                os.close(self._offered)
+                self._offered = None
             self._pid = os.getpid()
 
-    def acquire(self) -> bool:
+    def acquire(self, *, cancel: threading.Event | None = None) -> bool:
         """Take the lock; False if :attr:`patience_s` ran out first (the
-        caller then reads without it)."""
+        caller then reads without it), or once ``cancel`` is set (the
+        caller then does not read)."""
+        return self._acquire(wait=True, cancel=cancel)
+
+    def try_acquire(self) -> bool:
+        """Take the lock if it is free right now; False without waiting if not."""
+        return self._acquire(wait=False)
+
+    def _acquire(self, *, wait: bool, cancel: threading.Event | None = None) -> bool:
         self._adopt()
-        self._thread_lock.acquire()
+        if not self._thread_lock.acquire(blocking=wait):
+            return False
         try:
-            fd = self._fileno()
-            deadline = time.monotonic() + self.patience_s
-            pause = POLL_MIN_S
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return True
-                except BlockingIOError:
-                    pass
-                if time.monotonic() >= deadline:
+            if self._take_inherited() or self._try(self._fileno()) or (wait and self._wait(cancel)):
+                return True
+        except BaseException:
+            self._thread_lock.release()
+            raise
+        self._thread_lock.release()
+        return False
+
+    def release(self) -> None:
+        """Give back a lock :meth:`acquire` or :meth:`try_acquire` took."""
+        fd, self._held = self._held, None
+        assert fd is not None, "release() without the lock"
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            if fd != self._fd:
+                os.close(fd)  # a waiter's own descriptor
+            self._thread_lock.release()
+
+    def offer_to_next_child(self) -> None:
+        """Leave the lock, which a thread of this process holds, to the next
+        DataLoader worker this process forks, instead of giving it back.
+
+        A forked child shares this process's open descriptors, and ``flock``
+        belongs to the open file, so the child already holds the lock too.
+        The worker that calls :func:`take_offered_locks` with ``heir=True``
+        keeps it for its first lease; every other child lets go of its
+        copy. Once the worker has been forked, :meth:`leave` ends this
+        process's part; if no worker was forked, :meth:`withdraw_offer`
+        and :meth:`release` as usual. Only with fork-started workers (a
+        spawned process shares nothing)."""
+        assert self._held is not None and self._pid == os.getpid(), "offer a lock this process holds"
+        self._offered = self._held
+
+    def withdraw_offer(self) -> None:
+        """Forget an offer, so that later children do not take the lock
+        over (call once the worker is forked, or if it never was)."""
+        self._offered = None
+
+    def leave(self) -> None:
+        """End this process's hold on a lock its forked worker took over:
+        close this descriptor without unlocking (the worker's copy keeps
+        the lock held until it releases it)."""
+        fd, self._held = self._held, None
+        assert fd is not None, "leave() without the lock"
+        self._offered = None
+        try:
+            os.close(fd)
+            if fd == self._fd:
+                self._fd = _open_lock_file(self.path)
+        finally:
+            self._thread_lock.release()
+
+    def _take_inherited(self) -> bool:
+        fd, self._inherited = self._inherited, None
+        if fd is None:
+            return False
+        self._held = fd
+        return True
+
+    def _try(self, fd: int) -> bool:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        self._held = fd
+        return True
+
+    def _wait(self, cancel: threading.Event | None) -> bool:
+        """Block until the lock is ours, :attr:`patience_s` runs out or
+        ``cancel`` is set; True if it is ours."""
+        waiter = _Waiter(self.path)
+        deadline = time.monotonic() + self.patience_s
+        while not waiter.got.wait(WAIT_SLICE_S):
+            cancelled = cancel is not None and cancel.is_set()
+            if (cancelled or time.monotonic() >= deadline) and waiter.abandon():
+                if not cancelled:
                     log.warning(
                         "waited %.0f s for the device lock %s; reading without it (another process holds it: "
                         "a stopped job? pass SourceOptions(device_lock=False) to stop taking turns)",
                         self.patience_s,
                         self.path,
                     )
-                    self._thread_lock.release()
-                    return False
-                time.sleep(pause)
-                pause = min(pause * 2, POLL_MAX_S)
-        except BaseException:
-            self._thread_lock.release()
-            raise
-
-    def release(self) -> None:
-        """Give back a lock :meth:`acquire` took."""
-        try:
-            fcntl.flock(self._fileno(), fcntl.LOCK_UN)
-        finally:
-            self._thread_lock.release()
+                return False
+        if waiter.error is not None:
+            raise waiter.error
+        self._held = waiter.fd
+        return True
 
     def leased(
         self,
@@ -250,6 +326,49 @@ class DeviceLock:
                 self.release()
 
 
+class _Waiter:
+    """One blocked wait for a lock, on a descriptor of its own (a separate
+    owner to ``flock``), in a daemon thread, since ``flock`` cannot time out.
+
+    If the waiting side gives up (:meth:`abandon`), the thread lets the lock
+    go the moment it gets it. The descriptor stays the thread's until
+    ``flock`` returns: closing it under a blocked call could hand its number
+    to another file.
+    """
+
+    def __init__(self, path: str):
+        self.fd = _open_lock_file(path)
+        self.got = threading.Event()
+        self.error: OSError | None = None
+        self._mutex = threading.Lock()
+        self._abandoned = False
+        threading.Thread(target=self._run, name="shardkit-device-wait", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except OSError as exc:  # e.g. ENOLCK: the waiting side raises it
+            self.error = exc
+        with self._mutex:
+            if self._abandoned:
+                if self.error is None:
+                    fcntl.flock(self.fd, fcntl.LOCK_UN)
+                os.close(self.fd)
+            else:
+                if self.error is not None:
+                    os.close(self.fd)
+                self.got.set()
+
+    def abandon(self) -> bool:
+        """Stop waiting: True if the lock was not taken (the thread will let
+        it go), False if it was taken just now (the caller holds it)."""
+        with self._mutex:
+            if self.got.is_set():
+                return False
+            self._abandoned = True
+            return True
+
+
 def _open_lock_file(path: str) -> int:
     """Open (creating if needed) a lock file every user may lock. ``flock``
     needs only a read-only descriptor; a file another user made unreadable
@@ -267,6 +386,22 @@ def _open_lock_file(path: str) -> int:
 
 
 _locks: dict[int, DeviceLock] = {}
+
+
+def take_offered_locks(*, heir: bool) -> None:
+    """In a freshly forked DataLoader worker: take over the locks the parent
+    offered (see :meth:`DeviceLock.offer_to_next_child`) if this worker is
+    their ``heir``, each for its first acquire; else let go of this
+    process's copy, so only the heir holds them."""
+    for lock in _locks.values():
+        fd, lock._offered = lock._offered, None
+        if fd is None:
+            continue
+        lock._adopt()
+        if heir:
+            lock._inherited = fd
+        else:
+            os.close(fd)
 
 
 def lock_for(path: str, *, mode: DeviceLockMode, lease_bytes: int = DEFAULT_LEASE_BYTES) -> DeviceLock | None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -66,6 +66,16 @@ class _Job:
         self.byte_start = 0
         self.byte_stop: int | None = None
         self.whole = True  # the range runs to the end of the shard
+
+
+class FirstRead(NamedTuple):
+    """The start of a piece's read: bytes ``[start, stop)`` of a local file,
+    read under ``lock`` (None: freely). See :meth:`PieceReader.first_read`."""
+
+    path: str
+    start: int
+    stop: int
+    lock: DeviceLock | None
 
 
 class _Truncated(CorruptShardError):
@@ -126,7 +136,9 @@ class PieceReader:
         entry = manifest.shards[shard]
         return open_source(url, options=self.options, expected_size=entry.num_bytes, expected_sha256=entry.sha256)
 
-    def _fetch(self, job: _Job, ahead: ReadAhead[_Job]) -> Iterator[bytes]:
+    def _locate(self, job: _Job) -> None:
+        """Fill in the byte range ``job`` reads: its samples' bytes through
+        the offset index, or a whole shard up to the manifest's size."""
         if self.catalog.index_urls is not None and not self._is_whole_shard(job.piece):
             bounds = self._load_bounds(job.piece.shard)
             job.bounds = bounds
@@ -139,6 +151,13 @@ class PieceReader:
             # Up to the manifest's size: a truncated shard is caught, and extra
             # samples in a rewritten one are never read.
             job.byte_stop = self.catalog.manifest.shards[job.piece.shard].num_bytes
+
+    def _device_lock(self, url: str) -> DeviceLock | None:
+        """The lock reads of a local ``url`` take turns under (None: read freely)."""
+        return lock_for(local_path(url), mode=self.options.device_lock, lease_bytes=self.options.device_lease_bytes)
+
+    def _fetch(self, job: _Job, ahead: ReadAhead[_Job]) -> Iterator[bytes]:
+        self._locate(job)
         source = self._open_shard(job.piece.shard, job.url)
         if not is_local(job.url):
             return source.iter_range(job.byte_start, job.byte_stop, chunk_bytes=self.options.chunk_bytes)
@@ -146,7 +165,7 @@ class PieceReader:
             chunks = self._aligned_chunks(source, job)
         else:
             chunks = source.iter_range(job.byte_start, job.byte_stop, chunk_bytes=self.options.chunk_bytes)
-        lock = lock_for(local_path(job.url), mode=self.options.device_lock, lease_bytes=self.options.device_lease_bytes)
+        lock = self._device_lock(job.url)
         if lock is None:
             return chunks
         # Chunks stream to the parser while the lock is held, so first make
@@ -175,10 +194,32 @@ class PieceReader:
         first = self.catalog.urls[0] if self.catalog.urls else None
         if first is None or not is_local(first):
             return self.read_ahead_bytes
-        lock = lock_for(local_path(first), mode=self.options.device_lock, lease_bytes=self.options.device_lease_bytes)
+        lock = self._device_lock(first)
         if lock is None:
             return self.read_ahead_bytes
         return self.read_ahead_bytes + self._lease_room(lock)
+
+    def first_read(self, piece: Piece) -> FirstRead | None:
+        """Where reading ``piece`` starts, for reading its first bytes ahead
+        of time into the page cache (see :mod:`.warmup`), or None for a
+        remote shard. Loads the offset index when the piece starts inside
+        its shard.
+
+        Raises:
+            CorruptShardError, ManifestError: The index is unusable (the
+                reader itself reports this when it gets there).
+        """
+        url = self.catalog.urls[piece.shard]
+        if not is_local(url):
+            return None
+        job = _Job(piece, url)
+        self._locate(job)
+        lock = self._device_lock(url)
+        # Never further ahead than the reader's own read-ahead would be, and
+        # on a disk that takes turns, one turn.
+        limit = self._read_ahead_budget() if lock is None else lock.lease_bytes
+        stop = job.byte_start + limit if job.byte_stop is None else min(job.byte_stop, job.byte_start + limit)
+        return FirstRead(local_path(url), job.byte_start, stop, lock)
 
     def _is_whole_shard(self, piece: Piece) -> bool:
         """Whether ``piece`` is all of a shard the manifest describes. Such a

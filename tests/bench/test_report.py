@@ -17,7 +17,7 @@ def make_profile(name: str, rates: dict[str, dict[int, float]], ceiling: float =
         for workers, mb_s in by_workers.items():
             for jitter in (-1.0, 0.0, 1.0):  # median is the middle one
                 runs.append({"loader": loader, "workers": workers, "mb_per_s": mb_s + jitter,
-                             "images_per_s": (mb_s + jitter) * 10})
+                             "images_per_s": (mb_s + jitter) * 10, "first_batch_s": 0.5 + jitter / 10})
     return {
         "profile": name,
         "description": "test profile",
@@ -32,6 +32,7 @@ def test_summarize_takes_medians_and_fraction_of_ceiling():
     [row] = profile["table"]
     assert row["mb_per_s"] == 153.0
     assert row["images_per_s"] == 1530.0
+    assert row["first_batch_s"] == 0.5
     assert row["fraction_of_ceiling"] == pytest.approx(0.9)
     assert row["runs"] == 3
 
@@ -57,6 +58,7 @@ def test_throughput_table_has_a_row_per_loader_and_figure():
     assert "| ImageFolder images/s | 90 | 100 |" in lines
     assert "| webdataset MB/s | 160.0 | 150.0 |" in lines
     assert "| webdataset % of ceiling | 94% | 88% |" in lines
+    assert "| webdataset s to first batch | 0.50 | 0.50 |" in lines
 
 
 def test_target_checks_pass_and_fail_with_figures():
@@ -159,10 +161,14 @@ def test_calibration_lines_name_the_model_and_the_two_targets():
 
 def test_experiment_rows_get_their_own_lines():
     profile = make_profile("hdd-seek", {"imagefolder": {4: 9.0}, "webdataset": {4: 100.0},
-                                        "shardkit": {4: 130.0}, "shardkit-nolock": {4: 100.0}})
+                                        "shardkit": {4: 130.0}, "shardkit-nolock": {4: 100.0},
+                                        "shardkit-nowarm": {4: 125.0}})
     lines = report.target_checks([profile])
     assert "- (experiment) `hdd-seek`: shardkit with its device lock ÷ without: 4w 1.30×" in lines
-    assert "| shardkit, device lock off (experiment) MB/s | 100.0 |" in report.throughput_table(profile)
+    assert "- (experiment) `hdd-seek`: shardkit with its warm-up ÷ without: 4w 1.04×" in lines
+    table = report.throughput_table(profile)
+    assert "| shardkit, device lock off (experiment) MB/s | 100.0 |" in table
+    assert "| shardkit, warm-up off (experiment) MB/s | 125.0 |" in table
 
 
 def test_repeats_per_profile_override_the_default_and_are_reported():

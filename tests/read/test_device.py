@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import fcntl
 import multiprocessing
+import multiprocessing.synchronize
 import os
+import threading
 import time
 
 import pytest
@@ -12,22 +14,11 @@ import torch
 
 from shardkit import ShardDataset
 from shardkit.errors import UsageError
-from shardkit.read.device import DeviceLock, is_rotational, lock_for
+from shardkit.read import device
+from shardkit.read.device import DeviceLock, is_rotational, lock_for, take_offered_locks
 from shardkit.read.sources import SourceOptions
 from tests.conftest import sample_payload
-
-
-def _held_elsewhere(lock: DeviceLock) -> bool:
-    """Whether some other holder has the lock (tried from a fresh open file,
-    which flock treats as another owner)."""
-    fd = os.open(lock.path, os.O_RDWR | os.O_CREAT)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+from tests.read.locks import held_elsewhere
 
 
 def test_leases_pull_chunks_under_the_lock_and_release_between_leases(tmp_path):
@@ -36,16 +27,16 @@ def test_leases_pull_chunks_under_the_lock_and_release_between_leases(tmp_path):
 
     def chunks():
         for i in range(7):
-            pulled_while_held.append(_held_elsewhere(lock))
+            pulled_while_held.append(held_elsewhere(lock))
             yield bytes([i]) * 4
 
     seen = []
     for chunk in lock.leased(chunks()):
-        assert not _held_elsewhere(lock), "the lock is kept while the lease's bytes are handed on"
+        assert not held_elsewhere(lock), "the lock is kept while the lease's bytes are handed on"
         seen.append(chunk)
     assert seen == [bytes([i]) * 4 for i in range(7)]
     assert all(pulled_while_held)
-    assert not _held_elsewhere(lock)
+    assert not held_elsewhere(lock)
 
 
 def test_streamed_leases_pass_chunks_on_under_the_lock_after_making_room(tmp_path):
@@ -53,12 +44,12 @@ def test_streamed_leases_pass_chunks_on_under_the_lock_after_making_room(tmp_pat
     events = []
 
     def before_lease():
-        events.append(("room", _held_elsewhere(lock)))
+        events.append(("room", held_elsewhere(lock)))
         return True
 
     seen = []
     for chunk in lock.leased((bytes([i]) * 4 for i in range(7)), before_lease=before_lease):
-        events.append(("chunk", _held_elsewhere(lock)))
+        events.append(("chunk", held_elsewhere(lock)))
         seen.append(chunk)
     assert seen == [bytes([i]) * 4 for i in range(7)]
     # 28 bytes in leases of >= 10: three chunks, three chunks, one chunk; the
@@ -67,7 +58,7 @@ def test_streamed_leases_pass_chunks_on_under_the_lock_after_making_room(tmp_pat
         ("room", False),
         ("chunk", True),
     ]
-    assert not _held_elsewhere(lock)
+    assert not held_elsewhere(lock)
 
 
 def _hold_log(lock: DeviceLock, chunks, **kwargs) -> list[str]:
@@ -76,14 +67,14 @@ def _hold_log(lock: DeviceLock, chunks, **kwargs) -> list[str]:
     events = []
 
     def before_lease():
-        assert not _held_elsewhere(lock)
+        assert not held_elsewhere(lock)
         events.append("room")
         return True
 
     for _chunk in lock.leased(chunks, before_lease=before_lease, **kwargs):
-        assert _held_elsewhere(lock)
+        assert held_elsewhere(lock)
         events.append("chunk")
-    assert not _held_elsewhere(lock)
+    assert not held_elsewhere(lock)
     return events
 
 
@@ -117,11 +108,11 @@ def test_a_streamed_lease_stops_when_there_is_no_room_and_a_dropped_one_releases
     lock = DeviceLock(os.stat(tmp_path).st_dev, lease_bytes=4, directory=str(tmp_path))
     answers = iter([True, False])
     assert list(lock.leased(iter([b"ab", b"cd", b"ef"]), before_lease=lambda: next(answers))) == [b"ab", b"cd"]
-    assert not _held_elsewhere(lock)
+    assert not held_elsewhere(lock)
     stream = lock.leased(iter([b"ab", b"cd"]), before_lease=lambda: True)
-    assert next(stream) == b"ab" and _held_elsewhere(lock)
+    assert next(stream) == b"ab" and held_elsewhere(lock)
     stream.close()  # the consumer stops mid-lease
-    assert not _held_elsewhere(lock)
+    assert not held_elsewhere(lock)
 
 
 def test_a_failing_read_releases_the_lock(tmp_path):
@@ -133,7 +124,7 @@ def test_a_failing_read_releases_the_lock(tmp_path):
 
     with pytest.raises(OSError, match="disk gone"):
         list(lock.leased(chunks()))
-    assert not _held_elsewhere(lock)
+    assert not held_elsewhere(lock)
 
 
 def _hold(path: str, dev: int, log: str, rounds: int) -> None:
@@ -198,6 +189,88 @@ def test_a_worker_forked_while_a_parent_thread_holds_the_lock_still_reads(tmp_pa
     finally:
         lock.release()
     assert (tmp_path / "out").read_bytes() == b"xy"
+
+
+def test_try_acquire_takes_a_free_lock_and_never_waits_for_a_held_one(tmp_path):
+    lock = DeviceLock(os.stat(tmp_path).st_dev, directory=str(tmp_path))
+    assert lock.try_acquire() and held_elsewhere(lock)
+    lock.release()
+    squatter = os.open(lock.path, os.O_RDONLY | os.O_CREAT)
+    fcntl.flock(squatter, fcntl.LOCK_EX)
+    try:
+        assert not lock.try_acquire()
+    finally:
+        os.close(squatter)
+    assert lock.try_acquire()
+    lock.release()
+    assert not held_elsewhere(lock)
+
+
+def test_a_cancelled_wait_returns_at_once_and_lets_the_lock_go_when_it_comes(tmp_path):
+    lock = DeviceLock(os.stat(tmp_path).st_dev, directory=str(tmp_path))
+    squatter = os.open(lock.path, os.O_RDONLY | os.O_CREAT)
+    fcntl.flock(squatter, fcntl.LOCK_EX)
+    cancel = threading.Event()
+    result = []
+    waiter = threading.Thread(target=lambda: result.append(lock.acquire(cancel=cancel)))
+    waiter.start()
+    time.sleep(0.1)
+    assert waiter.is_alive(), "acquire() returned while the lock was held elsewhere"
+    cancel.set()
+    waiter.join(timeout=5)
+    assert result == [False]
+    os.close(squatter)  # the holder goes; the abandoned wait gets the lock and must let it go
+    deadline = time.monotonic() + 5
+    while held_elsewhere(lock):
+        assert time.monotonic() < deadline, "an abandoned wait kept the lock"
+        time.sleep(0.01)
+    assert lock.acquire()
+    lock.release()
+
+
+def _take_over(lock: DeviceLock, heir: bool, out: str, go: multiprocessing.synchronize.Event) -> None:
+    take_offered_locks(heir=heir)
+    if heir:
+        assert lock.try_acquire(), "the heir does not hold the lock it was left"
+        with open(out, "w") as f:
+            f.write("holding\n")
+        go.wait(timeout=20)
+        lock.release()
+    else:
+        assert lock.acquire()  # waits for the heir
+        with open(out, "w") as f:
+            f.write(f"got it after the heir: {go.is_set()}\n")
+        lock.release()
+
+
+def test_a_lock_offered_to_a_forked_worker_passes_to_it_and_to_no_other(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    lock = DeviceLock(os.stat(tmp_path).st_dev, directory=str(tmp_path), patience_s=30)
+    device._locks[-1] = lock  # where take_offered_locks finds it (as lock_for would put it)
+    go = ctx.Event()
+    try:
+        assert lock.try_acquire()
+        lock.offer_to_next_child()
+        heir = ctx.Process(target=_take_over, args=(lock, True, str(tmp_path / "heir"), go))
+        other = ctx.Process(target=_take_over, args=(lock, False, str(tmp_path / "other"), go))
+        heir.start()
+        other.start()
+        lock.withdraw_offer()
+        lock.leave()  # this process is done with it; the heir's copy keeps it held
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "heir").exists():
+            assert time.monotonic() < deadline and heir.is_alive(), "the heir never held the lock"
+            time.sleep(0.01)
+        time.sleep(0.2)
+        assert held_elsewhere(lock) and not (tmp_path / "other").exists(), "another worker took the heir's turn"
+        go.set()
+        for proc in (heir, other):
+            proc.join(timeout=20)
+            assert proc.exitcode == 0
+        assert (tmp_path / "other").read_text() == "got it after the heir: True\n"
+        assert not held_elsewhere(lock)
+    finally:
+        del device._locks[-1]
 
 
 def test_lock_for_follows_the_mode(tmp_path):
