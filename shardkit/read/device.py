@@ -114,6 +114,7 @@ class DeviceLock:
         self._held: int | None = None  # the descriptor holding the lock, while held
         self._offered: int | None = None  # a held descriptor the next forked worker takes over
         self._inherited: int | None = None  # a held descriptor taken over from the parent
+        self._spare: _Waiter | None = None  # an abandoned wait still blocked in flock
         self._pid = -1
         self._thread_lock = threading.Lock()  # flock does not exclude threads sharing one fd
 
@@ -129,6 +130,7 @@ class DeviceLock:
             self._thread_lock = threading.Lock()
             self._fd = _open_lock_file(self.path)
             self._held = None  # what a parent thread held is the parent's to give back
+            self._spare = None  # its thread lives in the parent
             if self._offered is not None:  # offered to a worker, and this process is not it
                 os.close(self._offered)
                 self._offered = None
@@ -220,11 +222,16 @@ class DeviceLock:
     def _wait(self, cancel: threading.Event | None) -> bool:
         """Block until the lock is ours, :attr:`patience_s` runs out or
         ``cancel`` is set; True if it is ours."""
-        waiter = _Waiter(self.path)
+        # A wait given up earlier and still blocked (a holder that never lets
+        # go) is waited on again, so such a holder costs one thread, not one
+        # per patience.
+        spare, self._spare = self._spare, None
+        waiter = spare if spare is not None and spare.reclaim() else _Waiter(self.path)
         deadline = time.monotonic() + self.patience_s
         while not waiter.got.wait(WAIT_SLICE_S):
             cancelled = cancel is not None and cancel.is_set()
             if (cancelled or time.monotonic() >= deadline) and waiter.abandon():
+                self._spare = waiter
                 if not cancelled:
                     log.warning(
                         "waited %.0f s for the device lock %s; reading without it (another process holds it: "
@@ -342,6 +349,7 @@ class _Waiter:
         self.error: OSError | None = None
         self._mutex = threading.Lock()
         self._abandoned = False
+        self._ended = False  # the thread let the lock go after an abandon
         threading.Thread(target=self._run, name="shardkit-device-wait", daemon=True).start()
 
     def _run(self) -> None:
@@ -354,6 +362,7 @@ class _Waiter:
                 if self.error is None:
                     fcntl.flock(self.fd, fcntl.LOCK_UN)
                 os.close(self.fd)
+                self._ended = True
             else:
                 if self.error is not None:
                     os.close(self.fd)
@@ -366,6 +375,15 @@ class _Waiter:
             if self.got.is_set():
                 return False
             self._abandoned = True
+            return True
+
+    def reclaim(self) -> bool:
+        """Wait again after :meth:`abandon`; False if the thread has ended
+        meanwhile (the lock came and was let go)."""
+        with self._mutex:
+            if self._ended or not self._abandoned:
+                return False
+            self._abandoned = False
             return True
 
 

@@ -228,6 +228,26 @@ def test_a_cancelled_wait_returns_at_once_and_lets_the_lock_go_when_it_comes(tmp
     lock.release()
 
 
+def test_a_holder_that_never_lets_go_costs_one_waiting_thread_not_one_per_wait(tmp_path):
+    lock = DeviceLock(os.stat(tmp_path).st_dev, directory=str(tmp_path), patience_s=0.1)
+    squatter = os.open(lock.path, os.O_RDONLY | os.O_CREAT)
+    fcntl.flock(squatter, fcntl.LOCK_EX)
+
+    def waiting() -> int:
+        return sum(t.name == "shardkit-device-wait" for t in threading.enumerate())
+
+    try:
+        before = waiting()
+        for _ in range(5):
+            assert not lock.acquire()  # patience runs out each time
+        assert waiting() == before + 1
+    finally:
+        os.close(squatter)
+    assert lock.acquire(), "the reclaimed wait takes the lock once the holder is gone"
+    lock.release()
+    assert not held_elsewhere(lock)
+
+
 def _take_over(lock: DeviceLock, heir: bool, out: str, go: multiprocessing.synchronize.Event) -> None:
     take_offered_locks(heir=heir)
     if heir:
