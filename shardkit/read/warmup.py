@@ -23,10 +23,9 @@ workers the turn passes on directly (:meth:`WarmUp.offer_turn`); spawned
 workers race for it like any reader.
 
 The main thread forks the workers right after starting the warm-up, and a
-fork holds the GIL for many milliseconds. So the steps before the first
-read (finding the range, taking a free turn, opening the file) run in the
-calling thread, which then waits until the first read is under way, and
-each read is a large request that needs the GIL once.
+fork holds the GIL for many milliseconds. So the calling thread finds the
+range and takes a free turn, then waits until the first read is under way,
+and each read is a large request that needs the GIL once.
 
 Local files only: the page cache is what hands the bytes over.
 """
@@ -87,10 +86,9 @@ class WarmUp:
         self._leave = False
 
     def start(self) -> WarmUp:
-        """Find the bytes, take the device's turn if it is free, open the
-        file, and read on in the background; returns once the first read
-        is under way (a turn held by another process is waited for in the
-        background)."""
+        """Find the bytes, take the device's turn if it is free, and read on
+        in the background; returns once the first read is under way (a turn
+        held by another process is waited for in the background)."""
         try:
             first = self.reader.first_read(self.piece)
         except Exception as exc:  # the worker reads the same bytes and reports it
@@ -98,19 +96,11 @@ class WarmUp:
             return self
         if first is None:
             return self
-        fd = None
         if first.lock is not None and first.lock.try_acquire():
             self._lock = first.lock
-        try:
-            if first.lock is None or self._lock is not None:
-                fd = os.open(first.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except OSError as exc:
-            self._let_go()
-            log.debug("no warm-up of %s: %s", self.piece, exc)
-            return self
-        self._thread = threading.Thread(target=self._run, args=(first, fd), name="shardkit-warm-up", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(first,), name="shardkit-warm-up", daemon=True)
         self._thread.start()
-        if fd is not None:
+        if first.lock is None or self._lock is not None:
             self._reading.wait(START_WAIT_S)
         return self
 
@@ -149,17 +139,16 @@ class WarmUp:
             return not self._thread.is_alive()
         return True
 
-    def _run(self, first: FirstRead, fd: int | None) -> None:
-        """Read ``first``'s bytes from ``fd``, already opened under its lock;
-        without ``fd``, wait for the lock and open the file first."""
+    def _run(self, first: FirstRead) -> None:
+        """Read ``first``'s bytes, under its lock if it has one: taken
+        already by :meth:`start`, or waited for here."""
         try:
-            if fd is None:
-                assert first.lock is not None
+            if first.lock is not None and self._lock is None:
                 if not first.lock.acquire(cancel=self._stop):
                     return  # stopped (or out of patience) before its turn came
                 with self._mutex:
                     self._lock = first.lock
-                fd = os.open(first.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(first.path, os.O_RDONLY)
             try:
                 self._read(fd, first.start, first.stop)
             finally:
@@ -181,7 +170,6 @@ class WarmUp:
             lock, self._lock = self._lock, None
             if lock is None:
                 return
-            lock.withdraw_offer()
             if self._leave:
                 lock.leave()
             else:
@@ -192,8 +180,8 @@ class WarmUp:
             os.posix_fadvise(fd, start, stop - start, os.POSIX_FADV_SEQUENTIAL)
         pos = start
         with _Sink() as sink:
+            self._reading.set()
             while pos < stop and not self._stop.is_set():
-                self._reading.set()
                 got = sink.take(fd, pos, min(self.chunk_bytes, stop - pos))
                 if not got:
                     return  # the file ends early; the worker says so
@@ -217,7 +205,7 @@ class _Sink:
     process), else ordinary reads into one reused buffer."""
 
     def __init__(self) -> None:
-        self._null = os.open(os.devnull, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+        self._null = os.open(os.devnull, os.O_WRONLY)
         self._buffer: memoryview | None = None
 
     def take(self, fd: int, offset: int, count: int) -> int:
