@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import shardkit  # noqa: E402
 from bench.common import save_record  # noqa: E402
-from shardkit.read.sources import SourceOptions  # noqa: E402
+from shardkit.io.base import SourceOptions  # noqa: E402
 
 EMULATION = os.path.join(HERE, "remote_emulation.sh")
 MB = 1_000_000

@@ -18,11 +18,12 @@ from shardkit.errors import (
     ShardkitError,
     SourceError,
     StateError,
+    TruncatedShardError,
     UsageError,
     VerifyError,
 )
 from shardkit.format.manifest import Manifest, ShardEntry, SkippedInput, load_manifest
-from shardkit.read.sources import SourceOptions
+from shardkit.io.base import SourceOptions
 from shardkit.write.writer import ShardWriter
 
 __version__ = "0.1.0"
@@ -76,6 +77,7 @@ __all__ = [
     "SourceError",
     "SourceOptions",
     "StateError",
+    "TruncatedShardError",
     "UsageError",
     "VerifyError",
     "World",

@@ -8,7 +8,6 @@ Each subcommand is a thin function over the library. Exit codes: 0 success,
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 import sys
@@ -182,7 +181,7 @@ def _add_info(sub: argparse._SubParsersAction) -> None:
 
 def cmd_info(args: argparse.Namespace) -> int:
     """Print the summary of a dataset's manifest."""
-    from shardkit.read.catalog import fetch_manifest
+    from shardkit.io.manifest import fetch_manifest
 
     m = fetch_manifest(args.dataset)
     counts = [s.num_samples for s in m.shards] or [0]
@@ -218,8 +217,8 @@ def _add_verify(sub: argparse._SubParsersAction) -> None:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Check every shard's size, checksum, tar structure, sample count and offset index."""
-    from shardkit.read.catalog import fetch_manifest
-    from shardkit.write.verify import verify_shard
+    from shardkit.io.manifest import fetch_manifest
+    from shardkit.verify import verify_shard
 
     manifest = fetch_manifest(args.dataset)
     bar = None

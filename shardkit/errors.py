@@ -12,6 +12,7 @@ still catch them::
     ├── DestinationError (FileExistsError)  output directory not usable
     ├── ManifestError (ValueError)       manifest missing, malformed, mismatched
     ├── CorruptShardError (ValueError)   tar bytes are not what they must be
+    │   └── TruncatedShardError          a shard's data ends before its manifest or index says
     ├── VerifyError (ValueError)         ``shardkit verify`` found a bad shard
     ├── StateError (ValueError)          a reader checkpoint cannot be restored
     └── RemoteError (OSError)            a remote object could not be fetched or stored
@@ -95,6 +96,12 @@ class CorruptShardError(ShardkitError, ValueError):
         self.path = path
         self.member = member
         self.offset = offset
+
+
+class TruncatedShardError(CorruptShardError):
+    """A shard's data stops before the end its manifest or offset index gives
+    (or goes on past it): the shard was cut short, damaged or rewritten.
+    ``offset`` is where the data ended; nothing after it can be read."""
 
 
 class VerifyError(ShardkitError, ValueError):

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
-from shardkit.write.atomic import atomic_write_bytes
+from shardkit.io.atomic import atomic_write_bytes
 from shardkit.write.destination import shard_name
 from shardkit.write.shard import ShardFile
 

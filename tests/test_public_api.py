@@ -25,7 +25,7 @@ def test_writer_path_does_not_import_torch(tmp_path):
     code = (
         "import sys, shardkit, shardkit.cli\n"
         "from shardkit.write.parallel import write_dataset\n"
-        "from shardkit.write.verify import verify_dataset\n"
+        "from shardkit.verify import verify_dataset\n"
         "assert 'torch' not in sys.modules, 'writer imported torch'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

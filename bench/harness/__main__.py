@@ -58,7 +58,7 @@ FULL = Suite(
         repeats_by_profile=(("hdd-seek", 5), ("ssd", 5), ("raw", 5)),
         imagefolder_limit=600,
         ceiling_repeats=3,
-        experiments=("shardkit-nolock", "shardkit-nowarm"),
+        experiments=("shardkit-nolock",),
         # On `hdd` the throttle charges every request alike, so the lock
         # changes nothing there (0.98-1.02x in earlier runs).
         experiment_profiles=("hdd-seek",),

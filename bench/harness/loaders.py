@@ -21,10 +21,8 @@ from typing import Any
 LOADERS = ("imagefolder", "webdataset", "shardkit")
 #: Experiments, not in the default table: ``shardkit-nolock`` is shardkit
 #: with its device lock off (``SourceOptions(device_lock=False)``), every
-#: worker reading whenever it likes, to show what taking turns on a disk buys;
-#: ``shardkit-nowarm`` is shardkit without its warm-up (``make_loader(...,
-#: warm_up=False)``): nothing is read until a worker has started.
-EXPERIMENTS = ("shardkit-nolock", "shardkit-nowarm")
+#: worker reading whenever it likes, to show what taking turns on a disk buys.
+EXPERIMENTS = ("shardkit-nolock",)
 #: Samples per batch inside the workers.
 BATCH = 32
 
@@ -82,11 +80,11 @@ def build(
             .batched(BATCH, collation_fn=_count_samples)
         )
         return DataLoader(dataset, batch_size=None, num_workers=workers)
-    if name in ("shardkit", "shardkit-nolock", "shardkit-nowarm"):
+    if name in ("shardkit", "shardkit-nolock"):
         try:
             import shardkit
+            from shardkit.io.base import SourceOptions
             from shardkit.read.loader import make_loader
-            from shardkit.read.sources import SourceOptions
         except ImportError as exc:
             raise LoaderUnavailable(f"shardkit reader not importable: {exc}") from None
         options = SourceOptions(device_lock=False if name == "shardkit-nolock" else device_lock)
@@ -100,7 +98,7 @@ def build(
             collate=_count_samples,
             source_options=options,
         )
-        return make_loader(dataset, num_workers=workers, persistent_workers=False, warm_up=name != "shardkit-nowarm")
+        return make_loader(dataset, num_workers=workers, persistent_workers=False)
     raise ValueError(f"unknown loader {name!r}; known: {', '.join(LOADERS + EXPERIMENTS)}")
 
 

@@ -55,7 +55,7 @@ def ensure_synthetic(root: str, num_samples: int) -> dict[str, str]:
     """Build (or reuse) the shardkit folder and SQLite file for N samples."""
     from shardkit import ShardWriter
     from shardkit.format.manifest import MANIFEST_NAME, Manifest, ShardEntry, load_manifest
-    from shardkit.write.atomic import atomic_write_bytes
+    from shardkit.io.atomic import atomic_write_bytes
 
     base = os.path.join(root, f"base-{PAYLOAD_BYTES}")
     if not os.path.exists(os.path.join(base, MANIFEST_NAME)):

@@ -23,12 +23,10 @@ LABELS = {
     "webdataset": "webdataset",
     "shardkit": "shardkit",
     "shardkit-nolock": "shardkit, device lock off (experiment)",
-    "shardkit-nowarm": "shardkit, warm-up off (experiment)",
 }
 #: What comparing shardkit with each experiment shows.
 EXPERIMENT_GAINS = {
     "shardkit-nolock": "shardkit with its device lock ÷ without",
-    "shardkit-nowarm": "shardkit with its warm-up ÷ without",
 }
 
 
@@ -359,8 +357,7 @@ def render_markdown(results: dict[str, Any], *, plot_prefix: str | None = None) 
             f"in random order per run, webdataset and shardkit one full pass (shard shuffle + a "
             f"{tp['plan']['buffer_size']}-sample buffer; shardkit in balanced mode, with its default options: "
             f"on `hdd` it detects the spinning disk from sysfs and its workers take turns on it, on `hdd-seek` "
-            f"the harness passes `device_lock=True` because a FUSE mount has no block device to detect; while "
-            f"its workers start, its main process reads the first worker's first bytes, the warm-up). "
+            f"the harness passes `device_lock=True` because a FUSE mount has no block device to detect). "
             f"Medians of {_repeats_text(tp['plan'])}; \"s to first batch\" counts from `iter(loader)`, worker "
             f"start-up included."
         )

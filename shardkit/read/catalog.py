@@ -19,7 +19,9 @@ import numpy as np
 from shardkit.errors import ManifestError, UsageError
 from shardkit.format.index import index_path_for, load_index
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, load_manifest
-from shardkit.read.sources import SourceOptions, is_local, local_path, open_source
+from shardkit.io.manifest import remote_manifest
+from shardkit.io.base import SourceOptions
+from shardkit.io.urls import is_local, local_path
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,28 +58,6 @@ def from_manifest(manifest: Manifest) -> ShardCatalog:
         index_urls=tuple(manifest.resolve(s.index) for s in manifest.shards),
         manifest=manifest,
     )
-
-
-def _remote_manifest(url: str, options: SourceOptions) -> Manifest:
-    text = open_source(url, options=options).read_all()
-    return Manifest.from_json(text, location=url.rsplit("/", 1)[0])
-
-
-def fetch_manifest(location: str, *, options: SourceOptions | None = None) -> Manifest:
-    """Load a manifest from a local path or a URL.
-
-    Args:
-        location: A dataset directory or ``manifest.json``, local (path or
-            ``file://``) or remote (a URL of the folder or of the file).
-        options: How to read remote manifests.
-
-    Raises:
-        ManifestError: Missing or invalid manifest.
-    """
-    if is_local(location):
-        return load_manifest(local_path(location))
-    url = location if location.endswith(".json") else location.rstrip("/") + "/" + MANIFEST_NAME
-    return _remote_manifest(url, options or SourceOptions())
 
 
 def _from_shard_urls(urls: Sequence[str]) -> ShardCatalog:
@@ -131,7 +111,7 @@ def resolve_catalog(
             raise ManifestError(f"{path}: no such shard, manifest or dataset directory", path=path)
         return _from_shard_urls([text])
     if text.endswith("/"):
-        return from_manifest(_remote_manifest(text + MANIFEST_NAME, options))
+        return from_manifest(remote_manifest(text + MANIFEST_NAME, options))
     if text.endswith(".json"):
-        return from_manifest(_remote_manifest(text, options))
+        return from_manifest(remote_manifest(text, options))
     return _from_shard_urls([text])

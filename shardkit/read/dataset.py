@@ -35,7 +35,7 @@ from shardkit.read.resume import (
     start_for,
 )
 from shardkit.read.shuffle import ShuffleBuffer
-from shardkit.read.sources import SourceOptions
+from shardkit.io.base import SourceOptions
 from shardkit.read.split import (
     MODES,
     SAMPLE_SHUFFLE_STREAM,
@@ -48,7 +48,6 @@ from shardkit.read.split import (
     skip_samples,
 )
 from shardkit.read.stream import ON_ERROR, Located, OnError, PieceReader
-from shardkit.read.warmup import WarmUp
 from shardkit.world import World, detect_rank, detect_worker
 
 log = logging.getLogger(__name__)
@@ -396,16 +395,6 @@ class ShardDataset(IterableDataset):
             options=self.options,
             read_ahead_bytes=max(self.read_ahead_bytes // self.interleave, 1),
         )
-
-    def warm_up(self, world: World) -> WarmUp | None:
-        """A warm-up (not yet started) of the first bytes ``world``'s slot
-        reads in the current epoch, or None when the slot has nothing to read.
-
-        :class:`~shardkit.read.loader.ShardLoader` runs one for its first
-        worker while the worker processes start (see :mod:`.warmup`).
-        """
-        piece = next(self.pieces(world, epoch=self.epoch, num_parts=self.interleave), None)
-        return None if piece is None else WarmUp(self._reader(), piece)
 
     def shuffle_buffer(self, world: World, *, epoch: int, nbytes: Callable[[Any], int]) -> ShuffleBuffer[Any] | None:
         """A fresh shuffle buffer of ``world``'s slot for ``epoch`` (None

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import inspect
 import logging
-import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from torch.utils.data import DataLoader, default_collate, default_convert
 
-from shardkit.errors import ShardkitError, UsageError
+from shardkit.errors import UsageError
 from shardkit.read.dataset import ShardDataset
-from shardkit.read.device import take_offered_locks
 from shardkit.read.resume import Level
-from shardkit.read.warmup import WarmUp
 from shardkit.world import World
 
 log = logging.getLogger(__name__)
@@ -46,21 +43,6 @@ class _TaggedCollate:
         return worker, count, self.collate(item)
 
 
-class _WorkerStart:
-    """A worker's first step: the first worker takes over a device turn its
-    parent's warm-up left it, the others let go of their copy (see
-    :func:`shardkit.read.device.take_offered_locks`); then the user's
-    ``worker_init_fn``. Picklable for spawned workers."""
-
-    def __init__(self, user_fn: Callable[[int], None] | None):
-        self.user_fn = user_fn
-
-    def __call__(self, worker_id: int) -> None:
-        take_offered_locks(heir=worker_id == 0)
-        if self.user_fn is not None:
-            self.user_fn(worker_id)
-
-
 class ShardLoader(DataLoader):
     """A DataLoader over a :class:`~shardkit.ShardDataset` that can checkpoint.
 
@@ -71,26 +53,17 @@ class ShardLoader(DataLoader):
     prefetched), with any ``in_order`` setting. Per batch this costs one
     tuple; nothing is gathered until :meth:`state_dict` is called.
 
-    When it starts worker processes (the first iteration, or every one
-    without persistent workers), it reads the first worker's first bytes
-    into the page cache in the meantime, so the storage works while the
-    workers start (``warm_up``, see :mod:`shardkit.read.warmup`).
-
     Attributes:
         shard_dataset: The dataset given to :func:`make_loader` (``dataset``
             is a copy of it that tags its items, sharing its epoch and
             loaded state).
-        warm_up: Whether iterations that start workers warm up their reads.
     """
 
-    def __init__(self, dataset: ShardDataset, *, batch_size: int | None, warm_up: bool = True, **kwargs: Any):
+    def __init__(self, dataset: ShardDataset, *, batch_size: int | None, **kwargs: Any):
         batched = batch_size is not None
         collate = _TaggedCollate(default_collate if batched else default_convert, batched=batched)
-        kwargs["worker_init_fn"] = _WorkerStart(kwargs.get("worker_init_fn"))
         super().__init__(dataset._tagged_copy(), batch_size=batch_size, collate_fn=collate, **kwargs)
         self.shard_dataset = dataset
-        self.warm_up = warm_up
-        self._last_warm_up: WarmUp | None = None
         self._epoch = -1
         self._base: tuple[Level, ...] = ()
         self._counts: list[int] = []
@@ -111,41 +84,12 @@ class ShardLoader(DataLoader):
         # (DataLoader starts each iteration with worker 0).
         shift = starts[0][2]
         self.dataset._worker_shift.value = shift  # type: ignore[attr-defined]
-        warm_up = self._start_warm_up(world, resuming=any(b or c for b, c, _ in starts))
-        # A forked first worker takes over the warm-up's turn on the disk.
-        offered = warm_up is not None and self._forks_workers() and warm_up.offer_turn()
-        forked = False
-        try:
-            batches = super().__iter__()  # workers start here, with the loaded state
-            forked = True
-        finally:
-            if warm_up is not None:
-                warm_up.stop(leave=offered and forked)  # the workers are up: they read on from here
+        batches = super().__iter__()  # workers start here, with the loaded state
         if self.num_workers > 0:
             dataset.drop_pending()
         self._epoch, self._base, self._counts, self._started = dataset.epoch, base, counts, True
         self._next = [shift]
         return self._unwrap(batches, counts, self._next, world.num_workers)
-
-    def _start_warm_up(self, world: World, *, resuming: bool) -> WarmUp | None:
-        """Start reading the first worker's first bytes if worker processes
-        are about to start (see :mod:`shardkit.read.warmup`)."""
-        if self._last_warm_up is not None:
-            self._last_warm_up.join()  # at most one at a time (it was told to stop)
-        reused = self.persistent_workers and self._iterator is not None
-        if not self.warm_up or self.num_workers == 0 or reused or resuming:
-            return None
-        try:
-            warm_up = self.shard_dataset.warm_up(world.with_worker(0, world.num_workers))
-        except ShardkitError as exc:  # the worker meets it and reports it
-            log.debug("no warm-up: %s", exc)
-            return None
-        self._last_warm_up = warm_up
-        return None if warm_up is None else warm_up.start()
-
-    def _forks_workers(self) -> bool:
-        context = self.multiprocessing_context or multiprocessing.get_context()
-        return context.get_start_method() == "fork"
 
     @staticmethod
     def _unwrap(
@@ -206,7 +150,6 @@ def make_loader(
     drop_last: bool = False,
     timeout_s: float = 0,
     multiprocessing_context: Any = None,
-    warm_up: bool = True,
 ) -> ShardLoader:
     """Build a DataLoader over a ShardDataset, with checkpointing.
 
@@ -233,10 +176,6 @@ def make_loader(
         drop_last: Drop each worker's last partial DataLoader batch.
         timeout_s: Seconds to wait for a batch before raising (0: forever).
         multiprocessing_context: Passed to the DataLoader (e.g. ``"spawn"``).
-        warm_up: While worker processes start, read the first worker's
-            first bytes (local shards, at most one read-ahead budget or one
-            device turn) into the page cache from the main process, so the
-            storage is not idle meanwhile.
 
     Returns:
         A :class:`ShardLoader` (a DataLoader with ``state_dict()`` /
@@ -266,6 +205,5 @@ def make_loader(
         pin_memory=pin_memory,
         drop_last=drop_last,
         timeout=timeout_s,
-        warm_up=warm_up,
         **kwargs,
     )

@@ -30,13 +30,15 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-from shardkit.errors import CorruptShardError, ManifestError
+from shardkit.errors import CorruptShardError, ManifestError, TruncatedShardError
 from shardkit.format.index import decode_index, load_index
 from shardkit.format.tar import END_OF_ARCHIVE, RawSample, SampleParser
 from shardkit.read.catalog import ShardCatalog
-from shardkit.read.device import DeviceLock, lock_for
+from shardkit.io.device import DeviceLock, lock_for
 from shardkit.read.prefetch import ReadAhead
-from shardkit.read.sources import ByteSource, SourceOptions, is_local, local_path, open_source
+from shardkit.io.base import ByteSource, SourceOptions
+from shardkit.io.registry import open_source
+from shardkit.io.urls import is_local, local_path
 from shardkit.read.split import Piece
 
 log = logging.getLogger(__name__)
@@ -76,10 +78,6 @@ class FirstRead(NamedTuple):
     start: int
     stop: int
     lock: DeviceLock | None
-
-
-class _Truncated(CorruptShardError):
-    """The data stopped before the end of the range: nothing after it to save."""
 
 
 class PieceReader:
@@ -333,7 +331,7 @@ class PieceReader:
     def _finish(self, job: _Job, parser: SampleParser, received: int, got: int) -> list[RawSample]:
         if job.byte_stop is not None and received < job.byte_stop - job.byte_start:
             end = job.byte_start + received
-            raise _Truncated(
+            raise TruncatedShardError(
                 f"{job.url}: truncated: data ends at byte {end} but the "
                 f"{'offset index says samples run' if job.bounds is not None else 'manifest says the shard runs'} "
                 f"to byte {job.byte_stop}. Run `shardkit verify` on the dataset or rewrite this shard.",
@@ -341,7 +339,7 @@ class PieceReader:
                 offset=end,
             )
         if job.bounds is not None and job.whole and not parser.ended:
-            raise _Truncated(
+            raise TruncatedShardError(
                 f"{job.url}: data goes on past byte {int(job.bounds[-1])}, where the offset index says the "
                 "shard ends: the shard holds more samples than its index and manifest list. Run `shardkit "
                 "verify` on the dataset or rewrite this shard.",
@@ -349,7 +347,7 @@ class PieceReader:
                 offset=int(job.bounds[-1]),
             )
         if job.bounds is None and job.byte_stop is not None and not parser.ended:
-            raise _Truncated(
+            raise TruncatedShardError(
                 f"{job.url}: no end-of-archive marker at byte {job.byte_stop}, where the manifest says the shard "
                 "ends: the shard was damaged or rewritten after its manifest was written. Run `shardkit verify` "
                 "on the dataset or rewrite this shard.",
@@ -361,7 +359,7 @@ class PieceReader:
         if counted and got + len(tail) != job.piece.num_samples:
             where = "the offset index lists" if job.bounds is not None else "the manifest lists"
             stop = "its end" if job.byte_stop is None else job.byte_stop
-            raise _Truncated(
+            raise TruncatedShardError(
                 f"{job.url}: bytes {job.byte_start}..{stop} hold {got + len(tail)} samples but {where} "
                 f"{job.piece.num_samples} there. Run `shardkit verify` on the dataset or rewrite this shard.",
                 path=job.url,
@@ -388,7 +386,7 @@ class PieceReader:
         bad = int(np.searchsorted(bounds, offset, side="right")) - 1  # the sample holding the fault
         bad = min(max(bad, next_sample), job.piece.stop)
         ranges = [(next_sample, bad)]
-        if not isinstance(exc, _Truncated):
+        if not isinstance(exc, TruncatedShardError):
             ranges.append((bad + 1, job.piece.stop))
         for lo, hi in ranges:
             if lo < hi:

@@ -38,7 +38,7 @@ from shardkit.errors import DuplicateSampleError, SourceError, UsageError
 from shardkit.format.codecs import encode_value
 from shardkit.format.manifest import MANIFEST_NAME, SkippedInput
 from shardkit.format.tar import SampleParser, split_key
-from shardkit.read.sources import LocalFile
+from shardkit.io.local import LocalFile
 
 FORMATS = ("imagefolder", "directory", "jsonl", "tar")
 

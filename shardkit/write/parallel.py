@@ -30,14 +30,14 @@ from shardkit.errors import InputFileError, UsageError
 from shardkit.format.index import index_path_for
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, ShardEntry, SkippedInput
 from shardkit.format.tar import SampleParser
-from shardkit.read.sources import LocalFile
-from shardkit.write.atomic import TMP_SUFFIX, atomic_write_bytes
+from shardkit.io.local import LocalFile
+from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes
 from shardkit.write.destination import JOURNAL_DIR, prepare_destination
 from shardkit.write.inputs import InputSample, scan_source
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
 from shardkit.write.plan import ShardTask, plan_shards
 from shardkit.write.shard import ShardFile
-from shardkit.write.verify import file_sha256
+from shardkit.io.local import file_sha256
 
 log = logging.getLogger(__name__)
 

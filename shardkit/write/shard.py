@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from shardkit.format.index import encode_index, index_path_for
 from shardkit.format.manifest import ShardEntry
 from shardkit.format.tar import END_OF_ARCHIVE, encode_header, padding
-from shardkit.write.atomic import TMP_SUFFIX, atomic_write_bytes, commit
+from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes, commit
 
 #: Bytes gathered in memory before one write() to the file.
 WRITE_BUFFER_BYTES = 4 << 20

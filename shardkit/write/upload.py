@@ -21,10 +21,10 @@ from typing import Any
 
 from shardkit.errors import DestinationError, RemoteError
 from shardkit.format.manifest import MANIFEST_NAME
-from shardkit.read.ranged import make_backoff
-from shardkit.read.retry import call_with_retry
-from shardkit.read.sources import SourceOptions
-from shardkit.read.urls import redact_url, url_scheme
+from shardkit.io.ranged import make_backoff
+from shardkit.io.retry import call_with_retry
+from shardkit.io.base import SourceOptions
+from shardkit.io.urls import redact_url, url_scheme
 
 logger = logging.getLogger(__name__)
 
@@ -64,12 +64,12 @@ class RemoteDestination:
         self._lock = threading.Lock()
         self.uploaded: list[str] = []
         if self.scheme == "s3":
-            from shardkit.read.s3 import s3_client, split_s3_url
+            from shardkit.io.s3 import s3_client, split_s3_url
 
             self._client = s3_client(self.options)
             self.bucket, self.prefix = split_s3_url(self.url + "/")
         else:
-            from shardkit.read.remote_fs import url_to_fs
+            from shardkit.io.fsspec import url_to_fs
 
             self._fs, self._root = url_to_fs(self.url)
         if not overwrite and self.exists(MANIFEST_NAME):
@@ -114,10 +114,10 @@ class RemoteDestination:
     def _error(self, exc: BaseException, relative_name: str) -> BaseException:
         url = self.object_url(relative_name)
         if self.scheme == "s3":
-            from shardkit.read.s3 import classify_s3_error
+            from shardkit.io.s3 import classify_s3_error
 
             return classify_s3_error(exc, url, None)
-        from shardkit.read.remote_fs import classify_fs_error
+        from shardkit.io.fsspec import classify_fs_error
 
         return classify_fs_error(exc, url, None)
 

@@ -20,7 +20,7 @@ from shardkit.errors import UsageError
 from shardkit.format.codecs import encode_value
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
 from shardkit.format.tar import encoded_sample_size, split_key
-from shardkit.write.atomic import atomic_write_bytes
+from shardkit.io.atomic import atomic_write_bytes
 from shardkit.write.destination import prepare_destination, shard_name
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
 from shardkit.write.shard import ShardFile, WrittenShard

@@ -161,14 +161,11 @@ def test_calibration_lines_name_the_model_and_the_two_targets():
 
 def test_experiment_rows_get_their_own_lines():
     profile = make_profile("hdd-seek", {"imagefolder": {4: 9.0}, "webdataset": {4: 100.0},
-                                        "shardkit": {4: 130.0}, "shardkit-nolock": {4: 100.0},
-                                        "shardkit-nowarm": {4: 125.0}})
+                                        "shardkit": {4: 130.0}, "shardkit-nolock": {4: 100.0}})
     lines = report.target_checks([profile])
     assert "- (experiment) `hdd-seek`: shardkit with its device lock ÷ without: 4w 1.30×" in lines
-    assert "- (experiment) `hdd-seek`: shardkit with its warm-up ÷ without: 4w 1.04×" in lines
     table = report.throughput_table(profile)
     assert "| shardkit, device lock off (experiment) MB/s | 100.0 |" in table
-    assert "| shardkit, warm-up off (experiment) MB/s | 125.0 |" in table
 
 
 def test_repeats_per_profile_override_the_default_and_are_reported():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 
-from shardkit.read.device import DeviceLock
+from shardkit.io.device import DeviceLock
 
 
 def held_elsewhere(lock: DeviceLock) -> bool:

@@ -252,7 +252,7 @@ def test_interleave_mixes_streams_and_keeps_exact_coverage(make_shards, interlea
 
 @pytest.mark.parametrize("chunk_bytes", [1000, 7000, 1 << 20])
 def test_any_read_size_gives_the_same_samples(make_shards, chunk_bytes):
-    from shardkit.read.sources import SourceOptions
+    from shardkit.io.base import SourceOptions
 
     manifest = make_shards([9, 4, 0, 6], payload_bytes=1500)
     ds = ShardDataset(manifest, mode="exact", shuffle=False, source_options=SourceOptions(chunk_bytes=chunk_bytes))

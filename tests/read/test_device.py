@@ -14,9 +14,9 @@ import torch
 
 from shardkit import ShardDataset
 from shardkit.errors import UsageError
-from shardkit.read import device
-from shardkit.read.device import DeviceLock, is_rotational, lock_for, take_offered_locks
-from shardkit.read.sources import SourceOptions
+from shardkit.io import device
+from shardkit.io.device import DeviceLock, is_rotational, lock_for, take_offered_locks
+from shardkit.io.base import SourceOptions
 from tests.conftest import sample_payload
 from tests.read.locks import held_elsewhere
 
@@ -161,7 +161,7 @@ def test_a_holder_that_never_lets_go_slows_reads_but_never_hangs_them(tmp_path, 
     fcntl.flock(squatter, fcntl.LOCK_EX)  # e.g. a stopped job on the same disk
     try:
         start = time.monotonic()
-        with caplog.at_level("WARNING", logger="shardkit.read.device"):
+        with caplog.at_level("WARNING", logger="shardkit.io.device"):
             assert list(lock.leased(iter([b"ab", b"cd", b"ef"]))) == [b"ab", b"cd", b"ef"]
         assert time.monotonic() - start < 5
         assert "reading without it" in caplog.text and lock.path in caplog.text

@@ -13,7 +13,7 @@ import tracemalloc
 import pytest
 
 from shardkit import Manifest, ShardDataset, ShardEntry
-from shardkit.read.sources import SourceOptions
+from shardkit.io.base import SourceOptions
 from shardkit.world import World
 from shardkit.write.shard import ShardFile, WrittenShard
 

@@ -63,7 +63,7 @@ def s3_server():
 
 @pytest.fixture
 def s3_options(s3_server):
-    from shardkit.read.sources import SourceOptions
+    from shardkit.io.base import SourceOptions
 
     return SourceOptions(
         part_bytes=128 << 10,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from shardkit.read.sources import SourceOptions
+from shardkit.io.base import SourceOptions
 
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
 

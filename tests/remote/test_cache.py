@@ -14,8 +14,9 @@ import pytest
 from tests.remote.remote_servers import Faults, fast_options
 
 from shardkit.errors import CorruptShardError
-from shardkit.read.cache import ShardCache, cache_key
-from shardkit.read.sources import SourceOptions, open_source
+from shardkit.io.cache import ShardCache, cache_key
+from shardkit.io.base import SourceOptions
+from shardkit.io.registry import open_source
 
 
 def options(cache_dir, **kw) -> SourceOptions:
@@ -133,7 +134,8 @@ def test_manifests_and_indexes_bypass_the_cache(http_server, tmp_path):
 _READER = textwrap.dedent(
     """
     import hashlib, sys
-    from shardkit.read.sources import SourceOptions, open_source
+    from shardkit.io.base import SourceOptions
+    from shardkit.io.registry import open_source
     cache_dir, *urls = sys.argv[1:]
     opts = SourceOptions(cache_dir=cache_dir, part_bytes=64 << 10, chunk_bytes=16 << 10, read_timeout_s=5.0)
     for url in urls:
@@ -194,7 +196,7 @@ def test_rewritten_object_with_new_checksum_is_not_served_stale(http_server, tmp
 
 
 def test_failing_cache_disk_does_not_fail_the_read(http_server, tmp_path, monkeypatch, caplog):
-    from shardkit.read import cache as cache_module
+    from shardkit.io import cache as cache_module
 
     data = os.urandom(200_000)
     url = http_server.add("/a.tar", data)

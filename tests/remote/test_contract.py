@@ -7,10 +7,11 @@ import os
 import pytest
 
 from shardkit.errors import RemoteError
-from shardkit.read.sources import SourceOptions, open_source
+from shardkit.io.base import SourceOptions
+from shardkit.io.registry import open_source
 
 DATA = os.urandom(300_007)
-SMALL = SourceOptions(part_bytes=64 << 10, chunk_bytes=16 << 10, read_ahead_bytes=256 << 10, retry_deadline_s=2.0)
+SMALL = SourceOptions(part_bytes=64 << 10, chunk_bytes=16 << 10, remote_read_ahead_bytes=256 << 10, retry_deadline_s=2.0)
 
 
 @pytest.fixture(params=["path", "file", "http", "s3", "memory", "pipe"])

@@ -9,7 +9,8 @@ import pytest
 
 from shardkit.errors import RemoteError, UsageError
 from shardkit.format.tar import SampleParser
-from shardkit.read.sources import SourceOptions, open_source
+from shardkit.io.base import SourceOptions
+from shardkit.io.registry import open_source
 
 FAST = SourceOptions(
     connect_timeout_s=2.0,
@@ -18,7 +19,7 @@ FAST = SourceOptions(
     backoff_initial_s=0.01,
     backoff_max_s=0.1,
     part_bytes=64 << 10,
-    read_ahead_bytes=256 << 10,
+    remote_read_ahead_bytes=256 << 10,
     chunk_bytes=32 << 10,
 )
 
@@ -157,7 +158,7 @@ def test_refused_connection_gives_up_naming_url():
 def test_concurrency_is_bounded(http_server):
     data = blob(2_000_000)
     url = http_server.add("/a.tar", data)
-    options = SourceOptions(part_bytes=50_000, max_concurrent_requests=3, read_ahead_bytes=10 << 20, chunk_bytes=50_000)
+    options = SourceOptions(part_bytes=50_000, max_concurrent_requests=3, remote_read_ahead_bytes=10 << 20, chunk_bytes=50_000)
     import threading
 
     peak = 0
@@ -263,7 +264,7 @@ def test_read_ahead_is_bounded_by_the_byte_budget(http_server):
     data = blob(64 << 20)
     url = http_server.add("/big.tar", data)
     options = SourceOptions(
-        part_bytes=256 << 10, read_ahead_bytes=2 << 20, max_concurrent_requests=4, chunk_bytes=64 << 10
+        part_bytes=256 << 10, remote_read_ahead_bytes=2 << 20, max_concurrent_requests=4, chunk_bytes=64 << 10
     )
     it = open_source(url, options=options, expected_size=len(data)).iter_range(0, None, chunk_bytes=64 << 10)
     got = b"".join(next(it) for _ in range(16))  # 1 MiB, then the consumer pauses

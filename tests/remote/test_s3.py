@@ -9,7 +9,8 @@ import pytest
 
 from shardkit.errors import DestinationError, RemoteError
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
-from shardkit.read.sources import SourceOptions, open_source
+from shardkit.io.base import SourceOptions
+from shardkit.io.registry import open_source
 from shardkit.write.upload import RemoteDestination
 
 

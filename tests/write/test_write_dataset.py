@@ -14,7 +14,7 @@ import webdataset as wds
 from shardkit.format.index import load_index
 from shardkit.format.manifest import load_manifest
 from shardkit.write.parallel import WriteOptions, write_dataset
-from shardkit.write.verify import verify_dataset
+from shardkit.verify import verify_dataset
 from tests.write.conftest import make_imagefolder
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from shardkit.errors import RemoteError, UsageError
-from shardkit.read.ranged import fatal_status
-from shardkit.read.retry import TransientFault
-from shardkit.read.sources import SourceOptions
-from shardkit.read.urls import redact_url
+from shardkit.io.ranged import fatal_status
+from shardkit.io.retry import TransientFault
+from shardkit.io.base import SourceOptions
+from shardkit.io.urls import redact_url
 
 
 def url_to_fs(url: str) -> tuple[Any, str]:

@@ -2,7 +2,7 @@
 
 One connection pool per process, created after a DataLoader worker forks
 (pools are never shared across a fork). urllib3 does no retrying of its own
-here: :mod:`shardkit.read.ranged` resumes and retries with its own deadline.
+here: :mod:`shardkit.io.ranged` resumes and retries with its own deadline.
 Redirects are followed. Query strings (presigned URLs carry tokens there)
 are sent but never logged, urllib3's own debug lines included.
 """
@@ -18,10 +18,10 @@ import urllib3
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from shardkit.errors import RemoteError
-from shardkit.read.ranged import fatal_status, is_transient_status
-from shardkit.read.retry import TransientFault
-from shardkit.read.sources import SourceOptions
-from shardkit.read.urls import redact_url
+from shardkit.io.ranged import fatal_status, is_transient_status
+from shardkit.io.retry import TransientFault
+from shardkit.io.base import SourceOptions
+from shardkit.io.urls import redact_url
 
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _pools: dict[tuple[int, int], urllib3.PoolManager] = {}

@@ -39,9 +39,9 @@ from collections.abc import Iterator
 import filelock
 
 from shardkit.errors import CorruptShardError, UsageError
-from shardkit.read.sources import ByteSource, SourceOptions
-from shardkit.read.urls import redact_url
-from shardkit.write.atomic import fsync_dir
+from shardkit.io.base import ByteSource, SourceOptions
+from shardkit.io.urls import redact_url
+from shardkit.io.atomic import fsync_dir
 
 logger = logging.getLogger(__name__)
 

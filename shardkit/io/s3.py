@@ -3,7 +3,7 @@
 Endpoint, region and credentials come from boto3's standard configuration:
 environment (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_PROFILE``,
 ``AWS_ACCESS_KEY_ID``...), ``~/.aws/config`` and ``~/.aws/credentials``,
-instance roles. :class:`~shardkit.read.sources.SourceOptions` may override
+instance roles. :class:`~shardkit.io.base.SourceOptions` may override
 the endpoint and region (for S3-compatible stores); credentials are never
 taken from URLs or options, and never logged.
 
@@ -18,10 +18,10 @@ import threading
 from typing import Any
 
 from shardkit.errors import RemoteError
-from shardkit.read.ranged import fatal_status, is_transient_status
-from shardkit.read.retry import TransientFault
-from shardkit.read.sources import SourceOptions
-from shardkit.read.urls import redact_url
+from shardkit.io.ranged import fatal_status, is_transient_status
+from shardkit.io.retry import TransientFault
+from shardkit.io.base import SourceOptions
+from shardkit.io.urls import redact_url
 
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _TRANSIENT_CODES = {

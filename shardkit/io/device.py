@@ -35,14 +35,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
-from typing import Literal
+
+from shardkit.io.base import DEFAULT_LEASE_BYTES, DeviceLockMode
 
 log = logging.getLogger(__name__)
 
-DeviceLockMode = Literal["auto"] | bool
 
-#: Default bytes read per hold of a device lock.
-DEFAULT_LEASE_BYTES = 64 << 20
 #: How long a reader waits for a device lock before reading without it.
 PATIENCE_S = 60.0
 #: How often a blocked waiter looks at its patience and its cancel event.

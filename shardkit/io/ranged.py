@@ -2,7 +2,7 @@
 
 Every remote backend (HTTP, S3, fsspec) only needs to open one byte range as
 a stream (:class:`RangeFetcher`). This module turns that into a
-:class:`~shardkit.read.sources.ByteSource`:
+:class:`~shardkit.io.base.ByteSource`:
 
 * :func:`stream_range` reads one range over one connection at a time. When the
   connection drops or stalls, it asks again for the bytes from the last one it
@@ -11,7 +11,7 @@ a stream (:class:`RangeFetcher`). This module turns that into a
   ``part_bytes`` and fetches up to ``max_concurrent_requests`` of them at once
   in threads, while the caller consumes the parts in order. A per-connection
   bandwidth cap thus does not cap the reader. Parts are started only while
-  the bytes fetched but not yet consumed stay within ``read_ahead_bytes``.
+  the bytes fetched but not yet consumed stay within ``remote_read_ahead_bytes``.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from shardkit.errors import RemoteError
-from shardkit.read.retry import Backoff, TransientFault, call_with_retry
+from shardkit.io.retry import Backoff, TransientFault, call_with_retry
 
 if TYPE_CHECKING:
-    from shardkit.read.sources import SourceOptions
+    from shardkit.io.base import SourceOptions
 
 logger = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ def iter_parallel_range(
     not below ``MIN_PART_BYTES``).
     At most ``options.max_concurrent_requests`` parts are in flight, and a new
     part starts only while the bytes reserved for unconsumed parts stay within
-    ``options.read_ahead_bytes`` (one part always may start). Closing the
+    ``options.remote_read_ahead_bytes`` (one part always may start). Closing the
     generator early cancels the fetches.
 
     Raises:
@@ -213,7 +213,7 @@ def iter_parallel_range(
     # parts (down to MIN_PART_BYTES), so small shards are fetched in parallel too.
     even_split = -(-(end - start) // options.max_concurrent_requests)
     part_bytes = max(min(options.part_bytes, max(MIN_PART_BYTES, even_split)), 1)
-    if end - start <= part_bytes or options.max_concurrent_requests <= 1 and options.read_ahead_bytes <= part_bytes:
+    if end - start <= part_bytes or options.max_concurrent_requests <= 1 and options.remote_read_ahead_bytes <= part_bytes:
         yield from stream_range(fetcher, start, end, options=options, chunk_bytes=chunk_bytes)
         return
     parts = [_Part(s, min(s + part_bytes, end)) for s in range(start, end, part_bytes)]
@@ -244,7 +244,7 @@ def iter_parallel_range(
         while next_part < len(parts) and state["active"] < options.max_concurrent_requests:
             part = parts[next_part]
             size = part.end - part.start
-            if state["reserved"] and state["reserved"] + size > options.read_ahead_bytes:
+            if state["reserved"] and state["reserved"] + size > options.remote_read_ahead_bytes:
                 break
             state["active"] += 1
             state["reserved"] += size
@@ -272,7 +272,7 @@ def iter_parallel_range(
 
 
 class RangedObject:
-    """A :class:`~shardkit.read.sources.ByteSource` over any :class:`RangeFetcher`.
+    """A :class:`~shardkit.io.base.ByteSource` over any :class:`RangeFetcher`.
 
     Args:
         fetcher: The backend object.

@@ -18,20 +18,10 @@ from shardkit.errors import CorruptShardError, ManifestError, VerifyError
 from shardkit.format.index import decode_index, load_index
 from shardkit.format.manifest import Manifest, ShardEntry
 from shardkit.format.tar import SampleParser
-from shardkit.read.catalog import fetch_manifest
-from shardkit.read.sources import is_local, local_path, open_source
-
-_CHUNK = 8 << 20
-
-
-def file_sha256(path: str) -> str:
-    """Hex SHA-256 of a file, read in large chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb", buffering=0) as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
+from shardkit.io.local import HASH_CHUNK_BYTES
+from shardkit.io.manifest import fetch_manifest
+from shardkit.io.registry import open_source
+from shardkit.io.urls import is_local, local_path
 
 @dataclass(frozen=True)
 class VerifyReport:
@@ -54,7 +44,7 @@ def verify_shard(manifest: Manifest, entry: ShardEntry) -> int:
     bounds = [0]
     size = 0
     try:
-        for chunk in open_source(path).iter_range(0, None, chunk_bytes=_CHUNK):
+        for chunk in open_source(path).iter_range(0, None, chunk_bytes=HASH_CHUNK_BYTES):
             size += len(chunk)
             digest.update(chunk)
             bounds.extend(s.end for s in parser.feed(chunk))

@@ -1,0 +1,139 @@
+"""The storage floor's contracts: :class:`ByteSource` and :class:`SourceOptions`.
+
+Readers and writers talk to storage only through these: a source reads a
+byte range of one stored object as a stream of large chunks, or a small
+object whole. :func:`shardkit.io.registry.open_source` picks the backend
+from the URL:
+
+=====================  ==========================================================
+``/path``, ``file://``  :class:`LocalFile`
+``http://``, ``https://``  ranged GETs with urllib3 (:mod:`shardkit.io.http`)
+``s3://bucket/key``    boto3 ranged GETs (:mod:`shardkit.io.s3`); endpoint,
+                       region and credentials come from the usual AWS config
+                       (``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, ``~/.aws``...)
+other ``scheme://``    any fsspec filesystem (:mod:`shardkit.io.fsspec`)
+``pipe:CMD``           a command's stdout, only with ``allow_pipe=True``;
+                       run without a shell (:mod:`shardkit.io.pipe`)
+=====================  ==========================================================
+
+Remote objects are read with several concurrent ranged requests, resume
+after dropped connections and retry transient faults up to a deadline (see
+:mod:`shardkit.io.ranged`). With ``cache_dir`` set, whole shards are kept
+in a local cache shared by processes (:mod:`shardkit.io.cache`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from shardkit.errors import UsageError
+
+#: Default size of one chunk handed to the parser: large sequential reads are
+#: what make tar shards fast on disks and object stores.
+DEFAULT_CHUNK_BYTES = 4 << 20
+
+#: Bytes one process reads per turn on a disk that takes turns (see
+#: :mod:`shardkit.io.device`).
+DEFAULT_LEASE_BYTES = 64 << 20
+
+#: ``"auto"``: take turns on disks sysfs reports as rotational.
+DeviceLockMode = Literal["auto"] | bool
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """How to read from storage. All sizes in bytes, all times in seconds.
+
+    Attributes:
+        chunk_bytes: Largest chunk a source yields (4 MiB).
+        connect_timeout_s: Time to open a connection before the attempt counts
+            as failed (10 s).
+        read_timeout_s: Longest silence on an open connection before it counts
+            as stalled and is resumed on a new one (30 s).
+        retry_deadline_s: How long to keep retrying transient faults (timeouts,
+            dropped connections, 5xx) before raising
+            :class:`~shardkit.errors.RemoteError`; the clock restarts whenever
+            bytes arrive (120 s).
+        backoff_initial_s: First wait between attempts; doubles each attempt,
+            with jitter (0.2 s).
+        backoff_max_s: Longest wait between attempts (10 s).
+        max_concurrent_requests: Ranged requests in flight at once per open
+            range (8). More requests get past per-connection bandwidth caps
+            (one S3 connection gives tens of MB/s).
+        part_bytes: Size of one ranged request (4 MiB).
+        remote_read_ahead_bytes: Memory budget per open remote range for bytes fetched ahead
+            of the consumer (64 MiB).
+        cache_dir: Directory of a local shard cache shared by processes, or
+            None for no cache. Whole remote shards are stored there on first
+            read and served from there afterwards (objects opened with an
+            ``expected_sha256``, and ``.tar`` objects).
+        cache_max_bytes: Size limit of the cache; least recently used shards
+            are evicted beyond it. None means no limit.
+        allow_pipe: Accept ``pipe:CMD`` URLs (runs CMD, without a shell).
+        s3_endpoint_url: S3 endpoint for ``s3://`` URLs, overriding the AWS
+            configuration (for S3-compatible stores), or None.
+        s3_region: S3 region, overriding the AWS configuration, or None.
+        device_lock: Take turns reading local shards on one disk across all
+            processes (DataLoader workers, ranks on the node), one lease of
+            ``device_lease_bytes`` at a time, so their streams do not make
+            the head seek between them (see :mod:`shardkit.io.device`).
+            ``"auto"`` (default) does so on disks sysfs reports as
+            rotational; True for a disk shardkit cannot detect (FUSE, NFS
+            over a disk); False never.
+        device_lease_bytes: Bytes one process reads per turn (64 MiB); a
+            turn that would leave at most one more lease of its shard reads
+            that tail too, so a turn is at most two leases. With the lock
+            on, a reader's read-ahead queue holds up to a lease and a chunk
+            more than its ``read_ahead_bytes`` (the reader's per-worker budget).
+    """
+
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 30.0
+    retry_deadline_s: float = 120.0
+    backoff_initial_s: float = 0.2
+    backoff_max_s: float = 10.0
+    max_concurrent_requests: int = 8
+    part_bytes: int = 4 << 20
+    remote_read_ahead_bytes: int = 64 << 20
+    cache_dir: str | None = None
+    cache_max_bytes: int | None = None
+    allow_pipe: bool = False
+    s3_endpoint_url: str | None = None
+    s3_region: str | None = None
+    device_lock: DeviceLockMode = "auto"
+    device_lease_bytes: int = DEFAULT_LEASE_BYTES
+
+    def __post_init__(self) -> None:
+        if self.device_lock not in ("auto", True, False):
+            raise UsageError(f"SourceOptions.device_lock must be 'auto', True or False, got {self.device_lock!r}")
+        for name in ("chunk_bytes", "max_concurrent_requests", "part_bytes", "remote_read_ahead_bytes", "device_lease_bytes"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"SourceOptions.{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("connect_timeout_s", "read_timeout_s", "backoff_initial_s", "backoff_max_s"):
+            if getattr(self, name) <= 0:
+                raise UsageError(f"SourceOptions.{name} must be positive, got {getattr(self, name)}")
+        if self.retry_deadline_s < 0:
+            raise UsageError(f"SourceOptions.retry_deadline_s must be >= 0, got {self.retry_deadline_s}")
+        if self.cache_max_bytes is not None and self.cache_max_bytes < 0:
+            raise UsageError(f"SourceOptions.cache_max_bytes must be >= 0 or None, got {self.cache_max_bytes}")
+
+
+class ByteSource(Protocol):
+    """Read access to one stored object (a shard, an index, a manifest)."""
+
+    url: str
+
+    def iter_range(self, start: int, end: int | None, *, chunk_bytes: int) -> Iterator[bytes]:
+        """Yield the bytes ``[start, end)`` in order, in chunks of at most
+        ``chunk_bytes``; ``end=None`` reads to the end of the object."""
+        ...
+
+    def read_all(self) -> bytes:
+        """Return the whole object (for small objects: manifests, indexes)."""
+        ...
+
+
+__all__ = ["DEFAULT_CHUNK_BYTES", "DEFAULT_LEASE_BYTES", "ByteSource", "DeviceLockMode", "SourceOptions"]

@@ -1,0 +1,48 @@
+"""Files on a local or mounted file system."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+
+from shardkit.io.urls import local_path
+
+#: Read size when hashing a whole file.
+HASH_CHUNK_BYTES = 8 << 20
+
+
+class LocalFile:
+    """A file on a local or mounted file system."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.path = local_path(url)
+
+    def iter_range(self, start: int, end: int | None, *, chunk_bytes: int) -> Iterator[bytes]:
+        with open(self.path, "rb", buffering=0) as f:
+            if hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(f.fileno(), start, 0 if end is None else end - start, os.POSIX_FADV_SEQUENTIAL)
+            f.seek(start)
+            remaining = None if end is None else end - start
+            while remaining is None or remaining > 0:
+                want = chunk_bytes if remaining is None else min(chunk_bytes, remaining)
+                chunk = f.read(want)
+                if not chunk:
+                    return
+                if remaining is not None:
+                    remaining -= len(chunk)
+                yield chunk
+
+    def read_all(self) -> bytes:
+        with open(self.path, "rb") as f:
+            return f.read()
+
+
+def file_sha256(path: str) -> str:
+    """Hex SHA-256 of a file, read in large chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb", buffering=0) as f:
+        while chunk := f.read(HASH_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
