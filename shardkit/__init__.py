@@ -34,8 +34,10 @@ _LAZY = {
     "Decoder": "shardkit.read.decode",
     "ShardDataset": "shardkit.read.dataset",
     "World": "shardkit.world",
+    "WriteOptions": "shardkit.write.parallel",
     "make_loader": "shardkit.read.loader",
     "shuffle_quality": "shardkit.read.shuffle",
+    "write_dataset": "shardkit.write.parallel",
 }
 
 if TYPE_CHECKING:
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from shardkit.read.loader import make_loader
     from shardkit.read.shuffle import shuffle_quality
     from shardkit.world import World
+    from shardkit.write.parallel import WriteOptions, write_dataset
 
 
 def __getattr__(name: str) -> Any:
@@ -81,8 +84,10 @@ __all__ = [
     "UsageError",
     "VerifyError",
     "World",
+    "WriteOptions",
     "__version__",
     "load_manifest",
     "make_loader",
     "shuffle_quality",
+    "write_dataset",
 ]
