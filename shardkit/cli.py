@@ -38,53 +38,16 @@ def _human_bytes(n: float) -> str:
 
 # -------------------------------------------------------------------- write
 
-# Options `write` takes from --config YAML; same names as WriteOptions fields.
-_CONFIG_KEYS = ("format", "max_samples", "max_bytes", "shuffle", "seed", "workers", "on_error")
-
-
-def _load_config(path: str) -> dict[str, Any]:
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f) or {}
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read config ({exc.strerror or exc})") from None
-    except yaml.YAMLError as exc:
-        raise UsageError(f"{path}: invalid YAML ({exc})") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"{path}: config must be a mapping of option names to values")
-    section = data.get("write", data)
-    unknown = sorted(set(section) - set(_CONFIG_KEYS))
-    if unknown:
-        raise UsageError(f"{path}: unknown option(s) {', '.join(unknown)}; known: {', '.join(_CONFIG_KEYS)}")
-    return dict(section)
-
-
-def _size_option(value: Any, name: str) -> int | None:
-    from shardkit.write.limits import parse_size
-
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise UsageError(f"{name} must be a size, got {value!r}")
-    if isinstance(value, int):
-        if value <= 0:
-            raise UsageError(f"{name} must be positive, got {value}")
-        return value
-    try:
-        return parse_size(str(value))
-    except UsageError as exc:
-        raise UsageError(f"{name}: {exc}") from None
-
-
-def _count_option(value: Any, name: str) -> int | None:
-    if value is None:
-        return None
-    text = str(value).strip()
-    if isinstance(value, bool) or not text.isdigit() or int(text) < 1:
-        raise UsageError(f"{name} must be a positive integer, got {value!r}")
-    return int(text)
+# Command-line flags of `write` that set a WriteOptions field (flags win over --config).
+_WRITE_FLAGS = {
+    "format": "--format",
+    "max_samples": "--max-samples",
+    "max_bytes": "--max-bytes",
+    "shuffle": "--no-shuffle",
+    "seed": "--seed",
+    "workers": "--workers",
+    "on_error": "--on-error",
+}
 
 
 def _add_write(sub: argparse._SubParsersAction) -> None:
@@ -108,29 +71,14 @@ def _add_write(sub: argparse._SubParsersAction) -> None:
 
 def cmd_write(args: argparse.Namespace) -> int:
     """Pack SOURCE into tar shards under DEST with a manifest and offset indexes."""
-    from shardkit.write.limits import DEFAULT_MAX_BYTES
+    from shardkit.config import load_options
     from shardkit.write.parallel import WriteOptions, write_dataset
 
-    settings: dict[str, Any] = _load_config(args.config) if args.config else {}
-    for key in _CONFIG_KEYS:
-        value = getattr(args, key, None)
-        if value is not None:
-            settings[key] = value
-    if "seed" in settings:
-        try:
-            settings["seed"] = int(settings["seed"])
-        except (TypeError, ValueError):
-            raise UsageError(f"seed must be an integer, got {settings['seed']!r}") from None
-    options = WriteOptions(
-        format=settings.get("format"),
-        max_samples=_count_option(settings.get("max_samples"), "--max-samples"),
-        max_bytes=_size_option(settings.get("max_bytes", DEFAULT_MAX_BYTES), "--max-bytes"),
-        shuffle=bool(settings.get("shuffle", True)),
-        seed=settings.get("seed", 0),
-        workers=_count_option(settings.get("workers"), "--workers"),
-        on_error=settings.get("on_error", "raise"),
-        resume=args.resume,
-        overwrite=args.overwrite,
+    overrides = {field: getattr(args, field, None) for field in _WRITE_FLAGS}
+    overrides["resume"] = args.resume or None
+    overrides["overwrite"] = args.overwrite or None
+    options = load_options(
+        WriteOptions, args.config, section="write", overrides=overrides, override_names=_WRITE_FLAGS
     )
     bar = None
     written_bytes = 0

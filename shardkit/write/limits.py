@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shardkit.config import parse_size  # noqa: F401  (re-exported: sizes are parsed in one place)
 from shardkit.errors import UsageError
 from shardkit.format.tar import END_OF_ARCHIVE
 
@@ -44,28 +45,3 @@ class ShardLimits:
         if self.max_bytes is not None and num_bytes + sample_bytes + len(END_OF_ARCHIVE) > self.max_bytes:
             return False
         return True
-
-
-def parse_size(text: str) -> int:
-    """Parse a byte size such as ``"512MB"``, ``"1GiB"`` or ``"4096"``.
-
-    Raises:
-        UsageError: Not a positive size.
-    """
-    units = {
-        "": 1, "b": 1,
-        "k": 1000, "kb": 1000, "kib": 1 << 10,
-        "m": 1000**2, "mb": 1000**2, "mib": 1 << 20,
-        "g": 1000**3, "gb": 1000**3, "gib": 1 << 30,
-        "t": 1000**4, "tb": 1000**4, "tib": 1 << 40,
-    }  # fmt: skip
-    cleaned = text.strip().lower().replace(" ", "")
-    number = cleaned.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = cleaned[len(number) :]
-    try:
-        value = float(number)
-    except ValueError:
-        raise UsageError(f"not a size: {text!r} (examples: 4096, 512MB, 1GiB)") from None
-    if unit not in units or value <= 0 or value != value:
-        raise UsageError(f"not a positive size: {text!r} (examples: 4096, 512MB, 1GiB)")
-    return int(value * units[unit])

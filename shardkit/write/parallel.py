@@ -24,7 +24,7 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from shardkit.errors import InputFileError, UsageError
 from shardkit.format.index import index_path_for
@@ -106,7 +106,6 @@ class WriteOptions:
     on_error: str = "raise"
     resume: bool = False
     overwrite: bool = False
-    extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR_POLICIES:

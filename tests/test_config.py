@@ -1,0 +1,72 @@
+"""The one config loader: YAML and mappings into frozen options dataclasses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from shardkit.config import load_options, parse_size
+from shardkit.errors import UsageError
+from shardkit.write.parallel import WriteOptions
+
+
+@dataclass(frozen=True)
+class _Knobs:
+    cache_max_bytes: int | None = None
+    timeout_s: float = 1.0
+    name: str = "x"
+    enabled: bool = True
+
+
+def test_yaml_section_loads_into_write_options_with_sizes(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("write:\n  max_bytes: 1MiB\n  max_samples: 7\n  shuffle: false\n")
+    options = load_options(WriteOptions, config, section="write")
+    assert options == WriteOptions(max_bytes=1 << 20, max_samples=7, shuffle=False)
+
+
+def test_unknown_key_is_refused_by_name_with_the_file(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("max_sample: 3\n")
+    with pytest.raises(UsageError, match="max_sample") as info:
+        load_options(WriteOptions, config, section="write")
+    assert str(config) in str(info.value)
+
+
+def test_bad_value_names_file_and_key(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("cache_max_bytes: lots\n")
+    with pytest.raises(UsageError) as info:
+        load_options(_Knobs, config)
+    assert f"{config}: cache_max_bytes" in str(info.value) and "lots" in str(info.value)
+
+
+def test_overrides_win_and_none_means_not_given():
+    options = load_options(
+        _Knobs, {"timeout_s": 2, "name": "a"}, overrides={"timeout_s": "3.5", "name": None, "enabled": "false"}
+    )
+    assert options == _Knobs(timeout_s=3.5, name="a", enabled=False)
+
+
+def test_override_errors_use_the_flag_name():
+    with pytest.raises(UsageError, match="--max-samples.*1.5"):
+        load_options(WriteOptions, None, overrides={"max_samples": "1.5"}, override_names={"max_samples": "--max-samples"})
+
+
+def test_class_validation_errors_name_the_key(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("write:\n  on_error: ignore\n")
+    with pytest.raises(UsageError, match=f"{config}: on_error.*ignore"):
+        load_options(WriteOptions, config, section="write")
+
+
+@pytest.mark.parametrize(("text", "expected"), [("4096", 4096), ("512MB", 512 * 10**6), ("1GiB", 1 << 30), ("1.5 kb", 1500)])
+def test_parse_size(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["0", "-5MB", "lots", "3 parsecs"])
+def test_parse_size_refuses_nonsense(text):
+    with pytest.raises(UsageError, match="size"):
+        parse_size(text)
