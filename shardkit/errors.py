@@ -25,7 +25,27 @@ from __future__ import annotations
 
 
 class ShardkitError(Exception):
-    """Base class of every error shardkit raises on purpose."""
+    """Base class of every error shardkit raises on purpose.
+
+    Every subclass survives ``pickle`` (a worker process, a Ray task or a
+    DataLoader worker hands it to its parent) with its message and its
+    attributes, whatever its ``__init__`` takes: the instance is rebuilt
+    without calling ``__init__`` and given back its ``args`` and attributes.
+    """
+
+    def __reduce__(self) -> tuple:
+        return (_rebuild_error, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild_error(cls: type[ShardkitError], args: tuple, state: dict) -> ShardkitError:
+    # The C-level constructor of the builtin that lays the instance out
+    # (OSError's differs from the others'); __init__ is not called, as it may
+    # take keyword-only arguments that args does not hold.
+    base: type[BaseException] = OSError if issubclass(cls, OSError) else BaseException
+    error = base.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class UsageError(ShardkitError, ValueError):
@@ -140,17 +160,6 @@ class RemoteError(ShardkitError, OSError):
         self.offset = offset
         self.status = status
         self.retryable = retryable
-
-    def __reduce__(self) -> tuple:
-        # Keep the attributes when the error crosses a process boundary
-        # (DataLoader workers, multiprocessing pools).
-        return (_rebuild_remote_error, (type(self), str(self), self.url, self.offset, self.status, self.retryable))
-
-
-def _rebuild_remote_error(
-    cls: type[RemoteError], message: str, url: str | None, offset: int | None, status: int | None, retryable: bool
-) -> RemoteError:
-    return cls(message, url=url, offset=offset, status=status, retryable=retryable)
 
 
 class StateError(ShardkitError, ValueError):
