@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Pins this machine's torch for the commands below; pyproject.toml has ranges.
+CONSTRAINTS := tools/constraints.txt
 
 .PHONY: demo test venv bench-writer clean
 
@@ -10,9 +12,9 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet pip
 
-# torch is large: install once, reinstall only when pyproject.toml changes.
-$(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[test,bench]'
+# torch is large: install once, reinstall only when pyproject.toml or the pins change.
+$(STAMP): pyproject.toml $(CONSTRAINTS) | $(PY)
+	$(PY) -m pip install --quiet -e '.[torch,test,bench]' -c $(CONSTRAINTS)
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -40,6 +40,9 @@ _LAZY = {
     "write_dataset": "shardkit.write.parallel",
 }
 
+# Modules only the `torch` extra installs; a lazy name that misses one asks for it.
+_READER_NEEDS = frozenset({"torch", "torchvision", "PIL"})
+
 if TYPE_CHECKING:
     from shardkit.read.dataset import ShardDataset
     from shardkit.read.decode import Decoder
@@ -55,7 +58,17 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'shardkit' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(module), name)
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in _READER_NEEDS:
+            raise
+        raise ImportError(
+            f"shardkit's reader needs torch: pip install 'shardkit[torch]' "
+            f"(shardkit.{name} could not import {exc.name!r})",
+            name=exc.name,
+        ) from exc
     globals()[name] = value
     return value
 
