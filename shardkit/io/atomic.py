@@ -8,6 +8,7 @@ the rename itself survives a power loss.
 from __future__ import annotations
 
 import os
+import shutil
 
 TMP_SUFFIX = ".tmp"
 
@@ -36,11 +37,44 @@ def atomic_write_bytes(path: str, data: bytes, *, sync_dir: bool = True) -> None
             can pass False to save one flush.
     """
     tmp = path + TMP_SUFFIX
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        remove_quietly(tmp)  # a full disk leaves no half temporary behind
+        raise
     if sync_dir:
         commit(tmp, path)
     else:
         os.replace(tmp, path)
+
+
+def atomic_copy_file(src: str, path: str, *, sync_dir: bool = True) -> None:
+    """Copy the file ``src`` to ``path`` so that it appears whole or not at all.
+
+    On failure (a full disk, say) the temporary copy is removed and the
+    error raised.
+    """
+    tmp = path + TMP_SUFFIX
+    try:
+        with open(src, "rb") as fin, open(tmp, "wb") as fout:
+            shutil.copyfileobj(fin, fout, 8 << 20)
+            fout.flush()
+            os.fsync(fout.fileno())
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+    if sync_dir:
+        commit(tmp, path)
+    else:
+        os.replace(tmp, path)
+
+
+def remove_quietly(path: str) -> None:
+    """Remove ``path`` if it exists; errors are ignored (cleanup after a failure)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -1,9 +1,10 @@
-"""The storage floor's contracts: :class:`ByteSource` and :class:`SourceOptions`.
+"""The storage floor's contracts: :class:`ByteSource`, :class:`Destination`, :class:`SourceOptions`.
 
 Readers and writers talk to storage only through these: a source reads a
 byte range of one stored object as a stream of large chunks, or a small
-object whole. :func:`shardkit.io.registry.open_source` picks the backend
-from the URL:
+object whole; a destination publishes whole files into a dataset folder.
+:func:`shardkit.io.registry.open_source` and
+:func:`~shardkit.io.registry.open_destination` pick the backend from the URL:
 
 =====================  ==========================================================
 ``/path``, ``file://``  :class:`LocalFile`
@@ -136,4 +137,48 @@ class ByteSource(Protocol):
         ...
 
 
-__all__ = ["DEFAULT_CHUNK_BYTES", "DEFAULT_LEASE_BYTES", "ByteSource", "DeviceLockMode", "SourceOptions"]
+class Destination(Protocol):
+    """Write access to one dataset folder (local directory, S3 prefix, fsspec URL).
+
+    Files are published whole or not at all: a local file is written under a
+    temporary name, fsynced and renamed; S3 shows an object only once its
+    ``PutObject`` or multipart upload completes; other filesystems get a
+    temporary name and a move. :func:`shardkit.io.registry.open_destination`
+    picks the backend from the URL.
+
+    Attributes:
+        url: The folder's URL for messages and manifests (no credentials, no
+            query string).
+        local_dir: The folder's path when it is on a local or mounted file
+            system, so a writer may create files there directly; None when
+            files must be handed over with :meth:`put_file`.
+    """
+
+    url: str
+    local_dir: str | None
+
+    def object_url(self, name: str) -> str:
+        """The redacted URL of file ``name`` in the folder."""
+        ...
+
+    def exists(self, name: str) -> bool:
+        """Whether file ``name`` exists in the folder."""
+        ...
+
+    def put_file(self, local_path: str, name: str) -> None:
+        """Publish the finished local file ``local_path`` as ``name``, whole or not at all."""
+        ...
+
+    def put_bytes(self, name: str, data: bytes) -> None:
+        """Publish ``data`` as file ``name``, whole or not at all."""
+        ...
+
+
+__all__ = [
+    "DEFAULT_CHUNK_BYTES",
+    "DEFAULT_LEASE_BYTES",
+    "ByteSource",
+    "Destination",
+    "DeviceLockMode",
+    "SourceOptions",
+]

@@ -1,4 +1,4 @@
-"""Any fsspec URL (``gs://``, ``az://``, ``hf://``, ``memory://``...) as a ranged source.
+"""Any fsspec URL (``gs://``, ``az://``, ``hf://``, ``memory://``...) as a ranged source or a destination.
 
 The filesystem comes from :func:`fsspec.core.url_to_fs`, configured the way
 that fsspec implementation reads its own configuration. Each range is a file
@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from shardkit.errors import RemoteError, UsageError
-from shardkit.io.ranged import fatal_status
-from shardkit.io.retry import TransientFault
+from shardkit.io.atomic import TMP_SUFFIX
+from shardkit.io.ranged import fatal_status, make_backoff
+from shardkit.io.retry import TransientFault, call_with_retry
 from shardkit.io.base import SourceOptions
 from shardkit.io.urls import redact_url
 
@@ -29,7 +30,7 @@ def url_to_fs(url: str) -> tuple[Any, str]:
     try:
         return fsspec.core.url_to_fs(url)
     except (ValueError, ImportError) as exc:
-        raise UsageError(f"{redact_url(url)}: no filesystem for this URL scheme ({exc})") from None
+        raise UsageError(f"{redact_url(url)}: no filesystem for this URL scheme ({exc})") from exc
 
 
 def classify_fs_error(exc: BaseException, url: str, offset: int | None) -> BaseException:
@@ -67,7 +68,7 @@ class _FsResponse:
             try:
                 data = fetcher.fs.cat_file(fetcher.path, start=self.start, end=self.end)
             except Exception as exc:
-                raise classify_fs_error(exc, fetcher.url, self.start) from None
+                raise classify_fs_error(exc, fetcher.url, self.start) from exc
             self._data = memoryview(data)
             if self.end is None:
                 self.end = self.start + len(data)
@@ -96,8 +97,74 @@ class FsspecFetcher:
         try:
             size = self.fs.size(self.path)
         except Exception as exc:
-            raise classify_fs_error(exc, self.url, None) from None
+            raise classify_fs_error(exc, self.url, None) from exc
         return None if size is None else int(size)
 
     def open_range(self, start: int, end: int | None) -> _FsResponse:
         return _FsResponse(self, start, end)
+
+
+#: fsspec protocols whose uploads are atomic (object stores): no temporary name.
+ATOMIC_PUT_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "r2"})
+
+
+class FsspecDestination:
+    """A dataset folder on an fsspec filesystem.
+
+    On object stores an upload appears only once complete; on other
+    filesystems it goes to ``NAME.tmp`` and is moved into place. Transient
+    faults are retried up to ``options.retry_deadline_s``.
+
+    Args:
+        url: The folder's fsspec URL (file names are appended).
+        options: Retry deadline and backoff.
+
+    Raises:
+        UsageError: fsspec has no filesystem for the scheme.
+    """
+
+    local_dir = None
+
+    def __init__(self, url: str, *, options: SourceOptions | None = None):
+        self.options = options or SourceOptions()
+        self.url = redact_url(url.rstrip("/"))
+        self.fs, self.root = url_to_fs(url.rstrip("/"))
+        protocols = (self.fs.protocol,) if isinstance(self.fs.protocol, str) else tuple(self.fs.protocol)
+        self.atomic_put = bool(set(protocols) & ATOMIC_PUT_PROTOCOLS)
+
+    def object_url(self, name: str) -> str:
+        return f"{self.url}/{name}"
+
+    def exists(self, name: str) -> bool:
+        return self._retrying(name, lambda: bool(self.fs.exists(f"{self.root}/{name}")))
+
+    def put_file(self, local_path: str, name: str) -> None:
+        import os
+
+        if not os.path.isfile(local_path):  # a local problem, never worth retrying
+            raise FileNotFoundError(f"{local_path}: file to upload is missing")
+        self._retrying(name, lambda: self._publish(name, lambda target: self.fs.put_file(local_path, target)))
+
+    def put_bytes(self, name: str, data: bytes) -> None:
+        self._retrying(name, lambda: self._publish(name, lambda target: self.fs.pipe_file(target, data)))
+
+    def _publish(self, name: str, upload: Any) -> None:
+        final = f"{self.root}/{name}"
+        if self.atomic_put:
+            upload(final)
+        else:
+            upload(final + TMP_SUFFIX)
+            self.fs.mv(final + TMP_SUFFIX, final)
+
+    def _retrying(self, name: str, attempt: Any) -> Any:
+        url = self.object_url(name)
+
+        def guarded() -> Any:
+            try:
+                return attempt()
+            except (RemoteError, TransientFault):
+                raise
+            except Exception as exc:
+                raise classify_fs_error(exc, url, None) from exc
+
+        return call_with_retry(guarded, make_backoff(url, self.options))

@@ -85,6 +85,7 @@ class _HttpResponse:
             # before a dropped connection are kept and not fetched again.
             return self._response.read1(amt)
         except (Urllib3Error, OSError) as exc:
+            # from None: urllib3's messages carry the full URL, query string included.
             raise TransientFault(f"read failed ({_describe(exc)})") from None
 
     def close(self) -> None:

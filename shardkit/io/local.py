@@ -1,4 +1,4 @@
-"""Files on a local or mounted file system."""
+"""Files on a local or mounted file system: a byte source and a destination."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import hashlib
 import os
 from collections.abc import Iterator
 
+from shardkit.io.atomic import atomic_copy_file, atomic_write_bytes
 from shardkit.io.urls import local_path
 
 #: Read size when hashing a whole file.
@@ -46,3 +47,35 @@ def file_sha256(path: str) -> str:
         while chunk := f.read(HASH_CHUNK_BYTES):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+class LocalDestination:
+    """A dataset folder on a local or mounted file system.
+
+    Files are copied under a temporary name, fsynced and renamed (see
+    :mod:`shardkit.io.atomic`); writers may also create files directly in
+    :attr:`local_dir`.
+
+    Args:
+        url: A path or ``file://`` URL of the folder (created when needed by
+            the writer, not here).
+    """
+
+    def __init__(self, url: str):
+        self.local_dir = local_path(url)
+        self.url = self.local_dir
+
+    def object_url(self, name: str) -> str:
+        return os.path.join(self.local_dir, name)
+
+    def exists(self, name: str) -> bool:
+        return os.path.exists(self.object_url(name))
+
+    def put_file(self, local_path: str, name: str) -> None:
+        target = self.object_url(name)
+        if os.path.abspath(local_path) == os.path.abspath(target):
+            return
+        atomic_copy_file(local_path, target)
+
+    def put_bytes(self, name: str, data: bytes) -> None:
+        atomic_write_bytes(self.object_url(name), data)

@@ -40,7 +40,7 @@ class PipeSource:
         try:
             process = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, shell=False)
         except OSError as exc:
-            raise RemoteError(f"pipe:{name}: cannot run the command ({exc.strerror})", url=f"pipe:{name}") from None
+            raise RemoteError(f"pipe:{name}: cannot run the command ({exc.strerror})", url=f"pipe:{name}") from exc
         assert process.stdout is not None
         pos = 0
         finished = False

@@ -1,4 +1,6 @@
-"""One place that maps a URL to the backend that reads it.
+"""One place that maps a URL to the backend that reads it, or writes it.
+
+Reading (:func:`open_source`):
 
 =====================  ==========================================================
 ``/path``, ``file://``  :class:`~shardkit.io.local.LocalFile`
@@ -9,6 +11,12 @@ other ``scheme://``    any fsspec filesystem (:mod:`shardkit.io.fsspec`)
                        (:mod:`shardkit.io.pipe`)
 =====================  ==========================================================
 
+Writing (:func:`open_destination`): a local path or ``file://`` URL is a
+:class:`~shardkit.io.local.LocalDestination`, ``s3://`` an
+:class:`~shardkit.io.s3.S3Destination`, any other ``scheme://`` an
+:class:`~shardkit.io.fsspec.FsspecDestination`; ``pipe:`` and ``http(s)://``
+cannot be written to.
+
 Backends are imported when a URL of theirs is first opened, so reading local
 files never imports urllib3, boto3 or fsspec.
 """
@@ -16,9 +24,9 @@ files never imports urllib3, boto3 or fsspec.
 from __future__ import annotations
 
 from shardkit.errors import UsageError
-from shardkit.io.base import ByteSource, SourceOptions
-from shardkit.io.local import LocalFile
-from shardkit.io.urls import is_local, url_scheme
+from shardkit.io.base import ByteSource, Destination, SourceOptions
+from shardkit.io.local import LocalDestination, LocalFile
+from shardkit.io.urls import is_local, redact_url, url_scheme
 
 
 def open_remote(url: str, *, options: SourceOptions, expected_size: int | None = None) -> ByteSource:
@@ -99,3 +107,36 @@ def open_source(
             url, source, cache=cache, expected_size=expected_size, expected_sha256=expected_sha256, options=options
         )
     return source
+
+
+def open_destination(url: str, *, options: SourceOptions | None = None) -> Destination:
+    """Open a dataset folder for writing.
+
+    Args:
+        url: Local path, ``file://``, ``s3://bucket/prefix`` or another fsspec
+            URL of the folder.
+        options: Timeouts, retries, S3 endpoint and region; defaults if None.
+
+    Returns:
+        The folder's :class:`~shardkit.io.base.Destination`; its
+        ``local_dir`` is set for local folders.
+
+    Raises:
+        UsageError: The scheme cannot be written to (``pipe:``, ``http(s)://``)
+            or fsspec has no filesystem for it.
+    """
+    options = options or SourceOptions()
+    if is_local(url):
+        return LocalDestination(url)
+    scheme = url_scheme(url)
+    if scheme in ("pipe", "http", "https"):
+        raise UsageError(
+            f"{redact_url(url)}: cannot write to {scheme}: URLs; write to a directory, s3:// or another fsspec URL"
+        )
+    if scheme == "s3":
+        from shardkit.io.s3 import S3Destination
+
+        return S3Destination(url, options=options)
+    from shardkit.io.fsspec import FsspecDestination
+
+    return FsspecDestination(url, options=options)

@@ -109,7 +109,7 @@ class Backoff:
                 offset=offset,
                 status=fault.status,
                 retryable=True,
-            ) from None
+            ) from fault
         logger.warning("%s: %s%s; retry %d in %.2fs", self.url, fault.cause, where, self._attempts, delay)
         if self.stop is not None:
             self.stop.wait(delay)

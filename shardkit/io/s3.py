@@ -1,4 +1,5 @@
-"""``s3://bucket/key`` objects read with ranged GetObject requests (boto3).
+"""``s3://bucket/key`` objects: read with ranged GetObject requests, written
+with PutObject or multipart uploads (boto3).
 
 Endpoint, region and credentials come from boto3's standard configuration:
 environment (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_PROFILE``,
@@ -12,14 +13,15 @@ boto3 is an optional dependency: ``pip install 'shardkit[s3]'``.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
 from typing import Any
 
 from shardkit.errors import RemoteError
-from shardkit.io.ranged import fatal_status, is_transient_status
-from shardkit.io.retry import TransientFault
+from shardkit.io.ranged import fatal_status, is_transient_status, make_backoff
+from shardkit.io.retry import TransientFault, call_with_retry
 from shardkit.io.base import SourceOptions
 from shardkit.io.urls import redact_url
 
@@ -32,6 +34,7 @@ _TRANSIENT_CODES = {
     "ServiceUnavailable",
     "Throttling",
 }
+logger = logging.getLogger(__name__)
 _clients: dict[tuple, Any] = {}
 _clients_lock = threading.Lock()
 
@@ -80,8 +83,8 @@ def s3_client(options: SourceOptions) -> Any:
             try:
                 import boto3
                 from botocore.config import Config
-            except ImportError:
-                raise RemoteError("s3:// URLs need boto3: pip install 'shardkit[s3]'", url="s3://") from None
+            except ImportError as exc:
+                raise RemoteError("s3:// URLs need boto3: pip install 'shardkit[s3]'", url="s3://") from exc
             config = Config(
                 connect_timeout=options.connect_timeout_s,
                 read_timeout=options.read_timeout_s,
@@ -141,7 +144,7 @@ class _S3Response:
         try:
             return self._body.read(min(amt, _READ_BYTES))
         except Exception as exc:
-            raise classify_s3_error(exc, self._url, None) from None
+            raise classify_s3_error(exc, self._url, None) from exc
 
     def close(self) -> None:
         self._body.close()
@@ -164,7 +167,7 @@ class S3Fetcher:
         try:
             head = s3_client(self.options).head_object(Bucket=self.bucket, Key=self.key)
         except Exception as exc:
-            raise classify_s3_error(exc, self.url, None) from None
+            raise classify_s3_error(exc, self.url, None) from exc
         return int(head["ContentLength"])
 
     def open_range(self, start: int, end: int | None) -> _S3Response:
@@ -174,7 +177,7 @@ class S3Fetcher:
         try:
             answer = s3_client(self.options).get_object(**kwargs)
         except Exception as exc:
-            raise classify_s3_error(exc, self.url, start) from None
+            raise classify_s3_error(exc, self.url, start) from exc
         match = _CONTENT_RANGE.match(answer.get("ContentRange") or "")
         if match is not None:
             if int(match.group(1)) != start:
@@ -183,3 +186,100 @@ class S3Fetcher:
             return _S3Response(answer["Body"], start, int(match.group(2)) + 1, self.url)
         length = answer.get("ContentLength")
         return _S3Response(answer["Body"], 0, None if length is None else int(length), self.url)
+
+
+#: Files above this size go to S3 as multipart uploads of this part size.
+MULTIPART_THRESHOLD_BYTES = 64 << 20
+MULTIPART_PART_BYTES = 32 << 20
+
+
+class S3Destination:
+    """A dataset folder under an ``s3://bucket/prefix``.
+
+    An object appears only once its ``PutObject`` or multipart upload has
+    completed, so no temporary names are needed; a failed multipart upload is
+    aborted. Transient faults are retried up to ``options.retry_deadline_s``.
+
+    Args:
+        url: ``s3://bucket/prefix`` of the folder (file names are appended).
+        options: Timeouts, retry deadline, S3 endpoint and region.
+
+    Raises:
+        UsageError: No bucket in the URL, or credentials in it.
+    """
+
+    local_dir = None
+
+    def __init__(self, url: str, *, options: SourceOptions | None = None):
+        self.options = options or SourceOptions()
+        self.url = redact_url(url.rstrip("/"))
+        self.bucket, self.prefix = split_s3_url(url.rstrip("/") + "/")
+        self._client = s3_client(self.options)
+
+    def object_url(self, name: str) -> str:
+        return f"{self.url}/{name}"
+
+    def exists(self, name: str) -> bool:
+        return self._retrying(name, lambda: self._exists(name))
+
+    def put_file(self, local_path: str, name: str) -> None:
+        if not os.path.isfile(local_path):  # a local problem, never worth retrying
+            raise FileNotFoundError(f"{local_path}: file to upload is missing")
+        self._retrying(name, lambda: self._put(local_path, name))
+
+    def put_bytes(self, name: str, data: bytes) -> None:
+        self._retrying(name, lambda: self._call(name, self._client.put_object, Bucket=self.bucket,
+                                                Key=self.prefix + name, Body=data))
+
+    def _retrying(self, name: str, attempt: Any) -> Any:
+        return call_with_retry(attempt, make_backoff(self.object_url(name), self.options))
+
+    def _call(self, name: str, method: Any, **kwargs: Any) -> Any:
+        try:
+            return method(**kwargs)
+        except Exception as exc:
+            raise classify_s3_error(exc, self.object_url(name), None) from exc
+
+    def _exists(self, name: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self._client.head_object(Bucket=self.bucket, Key=self.prefix + name)
+            return True
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise classify_s3_error(exc, self.object_url(name), None) from exc
+        except Exception as exc:
+            raise classify_s3_error(exc, self.object_url(name), None) from exc
+
+    def _put(self, local_path: str, name: str) -> None:
+        # One PutObject for small files; a multipart upload for large ones.
+        key = self.prefix + name
+        size = os.path.getsize(local_path)
+        client = self._client
+        with open(local_path, "rb") as f:
+            if size <= MULTIPART_THRESHOLD_BYTES:
+                self._call(name, client.put_object, Bucket=self.bucket, Key=key, Body=f.read())
+                return
+            upload_id = self._call(name, client.create_multipart_upload, Bucket=self.bucket, Key=key)["UploadId"]
+            try:
+                parts = []
+                number = 1
+                while data := f.read(MULTIPART_PART_BYTES):
+                    answer = self._call(
+                        name, client.upload_part,
+                        Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=data,
+                    )  # fmt: skip
+                    parts.append({"PartNumber": number, "ETag": answer["ETag"]})
+                    number += 1
+                self._call(
+                    name, client.complete_multipart_upload,
+                    Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts},
+                )  # fmt: skip
+            except BaseException:
+                try:
+                    client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+                except Exception:  # the original error is the one to report
+                    logger.debug("could not abort multipart upload of %s", self.object_url(name))
+                raise

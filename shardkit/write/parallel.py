@@ -30,14 +30,15 @@ from shardkit.errors import InputFileError, UsageError
 from shardkit.format.index import index_path_for
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, ShardEntry, SkippedInput
 from shardkit.format.tar import SampleParser
-from shardkit.io.local import LocalFile
+from shardkit.io.local import LocalFile, file_sha256
+from shardkit.io.registry import open_destination
 from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes
 from shardkit.write.destination import JOURNAL_DIR, prepare_destination
 from shardkit.write.inputs import InputSample, scan_source
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
 from shardkit.write.plan import ShardTask, plan_shards
+from shardkit.write.upload import write_to_remote
 from shardkit.write.shard import ShardFile
-from shardkit.io.local import file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -283,12 +284,10 @@ def write_dataset(
         UsageError, SourceError, DestinationError, InputFileError.
     """
     options = options or WriteOptions()
-    from shardkit.write.upload import is_remote_destination, write_to_remote
-
-    if is_remote_destination(dest):  # s3:// or fsspec: stage locally, upload each shard as it is done
-        return write_to_remote(source, dest, options=options, progress=progress, write_local=write_dataset)
-    if dest.startswith("file://"):
-        dest = dest[len("file://") :]
+    destination = open_destination(dest)
+    if destination.local_dir is None:  # s3:// or fsspec: stage locally, upload each shard as it is done
+        return write_to_remote(source, destination, options=options, progress=progress, write_local=write_dataset)
+    dest = destination.local_dir
     started = time.perf_counter()
     limits = ShardLimits(max_samples=options.max_samples, max_bytes=options.max_bytes)
     # Check the source before touching the destination.

@@ -103,18 +103,18 @@ def test_cli_write_to_s3_then_read_multi_rank(tmp_path, make_shards, s3_bucket, 
 def test_failed_upload_publishes_no_manifest(make_shards, s3_bucket, s3_options, monkeypatch):
     from shardkit.errors import RemoteError
     from shardkit.write.parallel import WriteOptions, write_dataset
-    from shardkit.write.upload import RemoteDestination
+    from shardkit.io.s3 import S3Destination
 
     client, bucket = s3_bucket
     local = make_shards(SIZES, name="src")
-    real_put = RemoteDestination._put
+    real_put = S3Destination._put
 
     def flaky_put(self, local_path, name):
         if name == "shard-000002.tar":
             raise RemoteError(f"{self.object_url(name)}: HTTP 403 Forbidden: access denied", url=self.object_url(name))
         real_put(self, local_path, name)
 
-    monkeypatch.setattr(RemoteDestination, "_put", flaky_put)
+    monkeypatch.setattr(S3Destination, "_put", flaky_put)
     t0 = time.monotonic()
     with pytest.raises(RemoteError, match="shard-000002.tar: HTTP 403"):
         write_dataset(local.location, f"s3://{bucket}/ds", options=WriteOptions(max_samples=5, workers=1))

@@ -10,8 +10,8 @@ import pytest
 from shardkit.errors import DestinationError, RemoteError
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
 from shardkit.io.base import SourceOptions
-from shardkit.io.registry import open_source
-from shardkit.write.upload import RemoteDestination
+from shardkit.io.registry import open_destination, open_source
+from shardkit.write.upload import refuse_existing_dataset
 
 
 def test_ranged_reads(s3_bucket, s3_options):
@@ -40,12 +40,13 @@ def test_missing_bucket_fails_fast(s3_server, s3_options):
 def test_upload_dataset_then_read_back(make_shards, s3_bucket, s3_options):
     client, bucket = s3_bucket
     manifest = make_shards([7, 0, 4], payload_bytes=5000)
-    dest = RemoteDestination(f"s3://{bucket}/ds", options=s3_options)
+    dest = open_destination(f"s3://{bucket}/ds", options=s3_options)
+    refuse_existing_dataset(dest, overwrite=False)
     for entry in manifest.shards:
-        dest.upload_file(os.path.join(manifest.location, entry.path), entry.path)
-        dest.upload_file(os.path.join(manifest.location, entry.index), entry.index)
+        dest.put_file(os.path.join(manifest.location, entry.path), entry.path)
+        dest.put_file(os.path.join(manifest.location, entry.index), entry.index)
         assert not dest.exists(MANIFEST_NAME)  # nothing references the shards yet
-    dest.finish_manifest(manifest.to_json().encode())
+    dest.put_bytes(MANIFEST_NAME, manifest.to_json().encode())
     text = open_source(f"s3://{bucket}/ds/{MANIFEST_NAME}", options=s3_options).read_all()
     remote = Manifest.from_json(text, location=f"s3://{bucket}/ds")
     assert remote == manifest
@@ -53,18 +54,18 @@ def test_upload_dataset_then_read_back(make_shards, s3_bucket, s3_options):
         data = open_source(remote.resolve(entry.path), options=s3_options, expected_size=entry.num_bytes).read_all()
         assert hashlib.sha256(data).hexdigest() == entry.sha256
     with pytest.raises(DestinationError, match="already there"):
-        RemoteDestination(f"s3://{bucket}/ds", options=s3_options)
-    RemoteDestination(f"s3://{bucket}/ds", options=s3_options, overwrite=True)
+        refuse_existing_dataset(open_destination(f"s3://{bucket}/ds", options=s3_options), overwrite=False)
+    refuse_existing_dataset(open_destination(f"s3://{bucket}/ds", options=s3_options), overwrite=True)
 
 
 def test_upload_to_fsspec_memory(make_shards):
     import fsspec
 
     manifest = make_shards([3])
-    dest = RemoteDestination("memory://shardkit-test/ds")
+    dest = open_destination("memory://shardkit-test/ds")
     entry = manifest.shards[0]
-    dest.upload_file(os.path.join(manifest.location, entry.path), entry.path)
-    dest.finish_manifest(manifest.to_json().encode())
+    dest.put_file(os.path.join(manifest.location, entry.path), entry.path)
+    dest.put_bytes(MANIFEST_NAME, manifest.to_json().encode())
     fs = fsspec.filesystem("memory")
     assert sorted(p.rsplit("/", 1)[1] for p in fs.ls("/shardkit-test/ds", detail=False)) == [MANIFEST_NAME, entry.path]
     data = open_source(f"memory://shardkit-test/ds/{entry.path}", options=SourceOptions(part_bytes=1000)).read_all()
@@ -86,14 +87,14 @@ def test_cache_over_s3(s3_bucket, s3_options, tmp_path):
 
 
 def test_large_file_goes_up_in_parts(s3_bucket, s3_options, tmp_path, monkeypatch):
-    import shardkit.write.upload as upload
+    import shardkit.io.s3 as s3
 
     client, bucket = s3_bucket
-    monkeypatch.setattr(upload, "MULTIPART_THRESHOLD_BYTES", 1 << 20)
+    monkeypatch.setattr(s3, "MULTIPART_THRESHOLD_BYTES", 1 << 20)
     data = os.urandom((5 << 20) + 12345)
     path = tmp_path / "big.tar"
     path.write_bytes(data)
-    RemoteDestination(f"s3://{bucket}/ds", options=s3_options).upload_file(str(path), "big.tar")
+    open_destination(f"s3://{bucket}/ds", options=s3_options).put_file(str(path), "big.tar")
     assert client.get_object(Bucket=bucket, Key="ds/big.tar")["Body"].read() == data
     assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
 
@@ -148,7 +149,7 @@ def test_unreachable_store_is_a_remote_error_naming_it(monkeypatch):
         s3_endpoint_url=f"http://127.0.0.1:{port}", retry_deadline_s=0.3, backoff_initial_s=0.01, backoff_max_s=0.05
     )
     with pytest.raises(RemoteError, match=r"s3://bucket/ds/manifest\.json: giving up"):
-        RemoteDestination("s3://bucket/ds", options=options)
+        refuse_existing_dataset(open_destination("s3://bucket/ds", options=options), overwrite=False)
 
 
 def test_missing_credentials_say_how_to_configure(monkeypatch, tmp_path):
