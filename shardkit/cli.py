@@ -1,8 +1,9 @@
 """The ``shardkit`` command line: ``write``, ``info`` and ``verify``.
 
 Each subcommand is a thin function over the library. Exit codes: 0 success,
-1 a check failed (``verify`` found a bad shard), 2 a usage error or any
-:class:`~shardkit.errors.ShardkitError` (one line on stderr).
+1 a check failed (``verify`` found a bad shard), 2 a usage error, any
+:class:`~shardkit.errors.ShardkitError` or an I/O error (one line on stderr
+naming the file and what to do; the traceback too with ``-v``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -53,7 +55,7 @@ _WRITE_FLAGS = {
 def _add_write(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("write", help="pack a dataset into tar shards", description=cmd_write.__doc__)
     p.add_argument("source", help="ImageFolder tree, directory, JSONL file, or tar shards (file, dir, brace pattern)")
-    p.add_argument("dest", help="output directory")
+    p.add_argument("dest", help="output directory, or an s3:// or other fsspec URL")
     p.add_argument("--format", choices=("imagefolder", "directory", "jsonl", "tar"), help="source format (default: detect)")
     p.add_argument("--max-samples", help="most samples per shard")
     p.add_argument("--max-bytes", help="most bytes per shard, e.g. 256MB, 1GiB (default 256MiB)")
@@ -212,16 +214,27 @@ def _version() -> str:
     return __version__
 
 
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    if isinstance(exc, ShardkitError):
+        return text
+    return f"{type(exc).__name__}: {text}"  # an OSError shardkit did not expect: say what it is
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code instead of exiting."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = "-v" in argv or "--verbose" in argv
     try:
         args = build_parser().parse_args(argv)
-        logging.basicConfig(
-            level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s"
-        )
+        verbose = args.verbose
+        logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s: %(message)s")
         return args.func(args)
-    except ShardkitError as exc:
-        print(f"shardkit: error: {exc}", file=sys.stderr)
+    except (ShardkitError, OSError) as exc:
+        # One line naming the file and what to do; the traceback only with -v.
+        if verbose:
+            traceback.print_exc(file=sys.stderr)
+        print(f"shardkit: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("shardkit: interrupted", file=sys.stderr)

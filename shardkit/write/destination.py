@@ -1,4 +1,4 @@
-"""The output directory: naming shards and refusing to clobber data.
+"""The output directory: naming shards, refusing to clobber data, failing clearly.
 
 ``--overwrite`` only removes files that shardkit itself names (shards, their
 indexes, the manifest, temporaries and the resume journal); a directory that
@@ -7,15 +7,22 @@ holds anything else is refused, so a mistyped DEST never deletes user data.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
+from collections.abc import Iterable
 
 from shardkit.errors import DestinationError
 
 SHARD_PATTERN = "shard-{:06d}.tar"
 JOURNAL_DIR = ".shardkit-journal"
 _OURS = re.compile(r"^(shard-\d{6,}\.(tar|idx)(\.tmp)?|manifest\.json(\.tmp)?|\.shardkit-journal)$")
+
+
+def is_shardkit_name(name: str) -> bool:
+    """Whether ``name`` (in DEST) is a file or folder shardkit itself writes."""
+    return _OURS.match(name) is not None
 
 
 def shard_name(index: int) -> str:
@@ -38,8 +45,11 @@ def prepare_destination(dest: str, *, overwrite: bool, resume: bool) -> None:
     """
     if os.path.exists(dest) and not os.path.isdir(dest):
         raise DestinationError(f"{dest}: destination exists and is not a directory", path=dest)
-    os.makedirs(dest, exist_ok=True)
-    entries = sorted(os.listdir(dest))
+    try:
+        os.makedirs(dest, exist_ok=True)
+        entries = sorted(os.listdir(dest))
+    except OSError as exc:
+        raise output_error(exc, dest, resume_hint=False) from exc
     if not entries or resume:
         return
     if not overwrite:
@@ -58,7 +68,73 @@ def prepare_destination(dest: str, *, overwrite: bool, resume: bool) -> None:
         )
     for entry in entries:
         path = os.path.join(dest, entry)
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        else:
-            os.unlink(path)
+        try:
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        except OSError as exc:
+            raise output_error(exc, path, resume_hint=False) from exc
+
+
+#: What a user can do about a failed write, by errno.
+_ADVICE = {
+    errno.ENOSPC: "no space left on the device; free space",
+    errno.EDQUOT: "disk quota exceeded; free space or raise the quota",
+    errno.EROFS: "the file system is read-only; remount it read-write or choose another DEST",
+    errno.EACCES: "permission denied; make DEST writable or choose another DEST",
+    errno.EPERM: "operation not permitted; make DEST writable or choose another DEST",
+    errno.EIO: "I/O error from the device; check the disk",
+}
+
+
+def output_error(exc: OSError, path: str, *, resume_hint: bool = True) -> DestinationError:
+    """A one-line :class:`DestinationError` for a failed write of ``path``.
+
+    Args:
+        exc: The error the operating system gave.
+        path: The output file or directory being written.
+        resume_hint: Whether finished shards are kept, so that ``--resume``
+            saves work (False before any shard was written).
+
+    Returns:
+        The error to raise (``from exc``), with ``path`` set.
+    """
+    where = exc.filename if isinstance(exc.filename, str) and exc.filename else path
+    advice = _ADVICE.get(exc.errno or 0, f"{exc.strerror or exc}; fix the cause")
+    rerun = "then rerun with --resume" if resume_hint else "then rerun"
+    return DestinationError(f"{where}: cannot write: {advice}, {rerun}", path=where)
+
+
+def check_free_space(dest: str, file_sizes: Iterable[int]) -> None:
+    """Refuse to start when the files a plan will write cannot fit in ``dest``.
+
+    Each file is counted in whole blocks of the file system, as it will be
+    stored.
+
+    Args:
+        dest: An existing local output directory.
+        file_sizes: Sizes in bytes of the files to write (shards, indexes,
+            journal records, the manifest).
+
+    Raises:
+        DestinationError: The file system holding ``dest`` has less space
+            free for this user than needed; both numbers are in the message.
+    """
+    try:
+        stats = os.statvfs(dest)
+    except (OSError, AttributeError):  # no statvfs here: cannot tell, so try
+        return
+    block = max(stats.f_frsize, 1)
+    required = sum(-(-size // block) * block for size in file_sizes)
+    free = stats.f_bavail * stats.f_frsize
+    if required > free:
+        raise DestinationError(
+            f"{dest}: not enough free space: the plan needs {required} bytes ({_mb(required)}) "
+            f"and {free} bytes ({_mb(free)}) are free; free space or choose another DEST, then rerun",
+            path=dest,
+        )
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"

@@ -20,20 +20,29 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
+import functools
 import os
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 
-from shardkit.errors import InputFileError, UsageError
+from shardkit.errors import InputFileError, ShardkitError, UsageError
 from shardkit.format.index import index_path_for
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, ShardEntry, SkippedInput
 from shardkit.format.tar import SampleParser
 from shardkit.io.local import LocalFile, file_sha256
 from shardkit.io.registry import open_destination
-from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes
-from shardkit.write.destination import JOURNAL_DIR, prepare_destination
+from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes, remove_quietly
+from shardkit.write.destination import (
+    JOURNAL_DIR,
+    check_free_space,
+    is_shardkit_name,
+    output_error,
+    prepare_destination,
+)
 from shardkit.write.inputs import InputSample, scan_source
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
 from shardkit.write.plan import ShardTask, plan_shards
@@ -140,7 +149,11 @@ def _read_fields(sample: InputSample) -> list[tuple[str, bytes]]:
                 raws += parser.feed(chunk)
             raws += parser.finish(expect_end_marker=False)
         except OSError as exc:
-            raise InputFileError(f"{path}: cannot read input shard ({exc})", path=path) from None
+            raise InputFileError(
+                f"{path}: cannot read input shard ({exc.strerror or exc}); "
+                "restore it, or pass --on-error skip to leave its samples out",
+                path=path,
+            ) from exc
         if len(raws) != 1 or raws[0].key != sample.key:
             raise InputFileError(f"{path}: input shard changed since it was scanned (at byte {start})", path=path)
         fields = sorted(raws[0].fields.items())
@@ -159,7 +172,7 @@ def _read_fields(sample: InputSample) -> list[tuple[str, bytes]]:
                     f"{f.path}: cannot read input file ({exc.strerror or exc}); "
                     "restore it, or pass --on-error skip to leave it out",
                     path=f.path,
-                ) from None
+                ) from exc
             fields.append((f.ext, data))
     for (ext, data), planned in zip(fields, sample.fields):
         if len(data) != planned.size or ext != planned.ext:
@@ -171,28 +184,65 @@ def _read_fields(sample: InputSample) -> list[tuple[str, bytes]]:
     return fields
 
 
-def write_shard(task: ShardTask, dest: str, *, on_error: str = "raise") -> ShardResult:
+class _Stopped(Exception):
+    """A shard task given up because the run is stopping (another task failed)."""
+
+
+def write_shard(task: ShardTask, dest: str, *, on_error: str = "raise", stop: Any = None) -> ShardResult:
     """Write one planned shard into local directory ``dest``.
+
+    Args:
+        task: The planned shard.
+        dest: The output directory.
+        on_error: ``"raise"`` or ``"skip"`` for inputs that cannot be read.
+        stop: An event (``threading`` or ``multiprocessing``); once it is set
+            the task gives up between samples, leaving no file behind.
 
     Raises:
         InputFileError: An input vanished, became unreadable or changed, and
             ``on_error`` is ``"raise"``. No file is left under the final name.
+        DestinationError: The shard, its index or its journal record could
+            not be written (disk full, read-only, no permission); the message
+            names the file and what to do. No temporary file is left.
     """
     skipped = []
-    with ShardFile(os.path.join(dest, task.name)) as shard:
-        for sample in task.samples:
-            try:
-                fields = _read_fields(sample)
-            except InputFileError as exc:
-                if on_error == "raise":
-                    raise
-                skipped.append(SkippedInput(path=exc.path or sample.origin, reason=str(exc)))
-                continue
-            shard.add(sample.key, fields)
-        written = shard.commit()
-    result = ShardResult(index=task.index, entry=written.entry(), fingerprint=task.fingerprint, skipped=tuple(skipped))
-    _journal_record(dest, result)
+    path = os.path.join(dest, task.name)
+    try:
+        with ShardFile(path) as shard:
+            for sample in task.samples:
+                if stop is not None and stop.is_set():
+                    raise _Stopped(task.name)
+                try:
+                    fields = _read_fields(sample)
+                except InputFileError as exc:
+                    if on_error == "raise":
+                        raise
+                    skipped.append(SkippedInput(path=exc.path or sample.origin, reason=str(exc)))
+                    continue
+                shard.add(sample.key, fields)
+            written = shard.commit()
+        result = ShardResult(
+            index=task.index, entry=written.entry(), fingerprint=task.fingerprint, skipped=tuple(skipped)
+        )
+        _journal_record(dest, result)
+    except ShardkitError:
+        raise
+    except OSError as exc:
+        raise output_error(exc, path) from exc
     return result
+
+
+def _write_shard_in_worker(task: ShardTask, dest: str, on_error: str) -> ShardResult:
+    return write_shard(task, dest, on_error=on_error, stop=_worker_stop)
+
+
+#: The run's stop event in a writer process (set by the pool initializer).
+_worker_stop: Any = None
+
+
+def _init_worker(stop: Any) -> None:
+    global _worker_stop
+    _worker_stop = stop
 
 
 # ------------------------------------------------------------------ journal
@@ -286,8 +336,20 @@ def write_dataset(
     options = options or WriteOptions()
     destination = open_destination(dest)
     if destination.local_dir is None:  # s3:// or fsspec: stage locally, upload each shard as it is done
-        return write_to_remote(source, destination, options=options, progress=progress, write_local=write_dataset)
-    dest = destination.local_dir
+        stage = functools.partial(_write_local, check_space=False)  # staging holds a few shards at a time
+        return write_to_remote(source, destination, options=options, progress=progress, write_local=stage)
+    return _write_local(source, destination.local_dir, options=options, progress=progress, check_space=True)
+
+
+def _write_local(
+    source: str,
+    dest: str,
+    *,
+    options: WriteOptions,
+    progress: Callable[[Progress], None] | None,
+    check_space: bool,
+) -> WriteReport:
+    """:func:`write_dataset` into the local directory ``dest``."""
     started = time.perf_counter()
     limits = ShardLimits(max_samples=options.max_samples, max_bytes=options.max_bytes)
     # Check the source before touching the destination.
@@ -300,42 +362,58 @@ def write_dataset(
     source_info = {"format": scanned.format, "path": source}
 
     results: dict[int, ShardResult] = {}
-    todo = tasks
-    if options.resume:
-        finished = _finished_entries(dest, source_info, options)
-        todo = []
-        for task in tasks:
-            reused = _reusable(dest, task, finished)
-            if reused is None:
-                todo.append(task)
-            else:
-                results[task.index] = reused
-                _report(progress, reused, len(scanned.samples))
-        _remove_stale(dest, keep={t.name for t in tasks})
-        if os.path.exists(os.path.join(dest, MANIFEST_NAME)) and todo:
-            os.unlink(os.path.join(dest, MANIFEST_NAME))
+    try:
+        todo = tasks
+        if options.resume:
+            finished = _finished_entries(dest, source_info, options)
+            todo = []
+            for task in tasks:
+                reused = _reusable(dest, task, finished)
+                if reused is None:
+                    todo.append(task)
+                else:
+                    results[task.index] = reused
+                    _report(progress, reused, len(scanned.samples))
+            _remove_stale(dest, keep={t.name for t in tasks})
+            if os.path.exists(os.path.join(dest, MANIFEST_NAME)) and todo:
+                os.unlink(os.path.join(dest, MANIFEST_NAME))
+        if check_space:
+            check_free_space(dest, _planned_file_sizes(todo))
 
-    for result in _run_tasks(todo, dest, options):
-        results[result.index] = result
-        _report(progress, result, len(scanned.samples))
+        runner = _run_tasks(todo, dest, options)
+        try:
+            for result in runner:
+                results[result.index] = result
+                _report(progress, result, len(scanned.samples))
+        finally:
+            runner.close()  # stops the pool at once when the loop ends early
 
-    ordered = [results[t.index] for t in tasks]
-    skipped = list(scanned.skipped)
-    for r in ordered:
-        skipped.extend(r.skipped)
-    extensions = sorted({f.ext for s in scanned.samples for f in s.fields})
-    manifest = Manifest(
-        shards=tuple(r.entry for r in ordered),
-        extensions=tuple(extensions),
-        class_names=scanned.class_names,
-        source=source_info,
-        options=options.recorded(),
-        seed=options.seed if options.shuffle else None,
-        skipped=tuple(skipped),
-        location=os.path.abspath(dest),
-    )
-    atomic_write_bytes(os.path.join(dest, MANIFEST_NAME), manifest.to_json().encode("utf-8"))
-    _clear_journal(dest)
+        ordered = [results[t.index] for t in tasks]
+        skipped = list(scanned.skipped)
+        for r in ordered:
+            skipped.extend(r.skipped)
+        extensions = sorted({f.ext for s in scanned.samples for f in s.fields})
+        manifest = Manifest(
+            shards=tuple(r.entry for r in ordered),
+            extensions=tuple(extensions),
+            class_names=scanned.class_names,
+            source=source_info,
+            options=options.recorded(),
+            seed=options.seed if options.shuffle else None,
+            skipped=tuple(skipped),
+            location=os.path.abspath(dest),
+        )
+        manifest_path = os.path.join(dest, MANIFEST_NAME)
+        try:
+            atomic_write_bytes(manifest_path, manifest.to_json().encode("utf-8"))
+        except OSError as exc:
+            raise output_error(exc, manifest_path) from exc
+        _clear_journal(dest)
+    except BaseException as exc:
+        remove_temporaries(dest)
+        if isinstance(exc, OSError) and not isinstance(exc, ShardkitError):
+            raise output_error(exc, dest) from exc
+        raise
     return WriteReport(
         manifest=manifest,
         num_written=sum(not r.reused for r in ordered),
@@ -343,6 +421,35 @@ def write_dataset(
         seconds=time.perf_counter() - started,
         oversized=tuple(s.origin for s in oversized),
     )
+
+
+def _planned_file_sizes(tasks: list[ShardTask]) -> list[int]:
+    """Sizes of the files writing ``tasks`` creates: shards, indexes, journal
+    records, and a generous allowance for the manifest."""
+    sizes = [_MANIFEST_ALLOWANCE_BYTES + _MANIFEST_BYTES_PER_SHARD * len(tasks)]
+    for task in tasks:
+        sizes += [task.planned_bytes, _INDEX_HEADER_BYTES + 8 * (len(task.samples) + 1), _JOURNAL_RECORD_BYTES]
+    return sizes
+
+
+# Upper bounds for the small files the writer adds beside the shards.
+_INDEX_HEADER_BYTES = 128
+_JOURNAL_RECORD_BYTES = 1024
+_MANIFEST_ALLOWANCE_BYTES = 64 << 10
+_MANIFEST_BYTES_PER_SHARD = 512
+
+
+def remove_temporaries(dest: str) -> None:
+    """Remove the temporary files of shardkit's own outputs in ``dest``
+    (shards, indexes, manifest, journal records) after a failed run."""
+    for folder in (dest, os.path.join(dest, JOURNAL_DIR)):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(TMP_SUFFIX) and (folder != dest or is_shardkit_name(name)):
+                remove_quietly(os.path.join(folder, name))
 
 
 def _report(progress: Callable[[Progress], None] | None, result: ShardResult, total: int) -> None:
@@ -371,20 +478,31 @@ def _pool_context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
 
-def _run_tasks(tasks: list[ShardTask], dest: str, options: WriteOptions):
-    """Run shard tasks, yielding results as they finish (any order)."""
+def _run_tasks(tasks: list[ShardTask], dest: str, options: WriteOptions) -> Iterator[ShardResult]:
+    """Run shard tasks, yielding results as they finish (any order).
+
+    When the caller stops early (a task failed, or the consumer raised), the
+    pool is stopped: queued tasks are cancelled and running ones give up
+    between samples, removing their temporary files.
+    """
     workers = min(options.workers or os.cpu_count() or 1, max(len(tasks), 1))
+    stop: Any
     if workers <= 1:
         # One process, two threads: file reads, hashing and writes release the
         # GIL, so one shard's fsync overlaps the next shard's writing.
-        executor: Executor = ThreadPoolExecutor(max_workers=2)
+        stop = threading.Event()
+        pool: Executor = ThreadPoolExecutor(max_workers=2)
+        futures = [pool.submit(write_shard, task, dest, on_error=options.on_error, stop=stop) for task in tasks]
     else:
-        executor = ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context())
-    with executor as pool:
-        futures = [pool.submit(write_shard, task, dest, on_error=options.on_error) for task in tasks]
-        try:
-            for future in as_completed(futures):
-                yield future.result()
-        finally:
-            for future in futures:
-                future.cancel()
+        context = _pool_context()
+        stop = context.Event()
+        pool = ProcessPoolExecutor(
+            max_workers=workers, mp_context=context, initializer=_init_worker, initargs=(stop,)
+        )
+        futures = [pool.submit(_write_shard_in_worker, task, dest, options.on_error) for task in tasks]
+    try:
+        for future in as_completed(futures):
+            yield future.result()
+    finally:
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
