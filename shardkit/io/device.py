@@ -3,18 +3,36 @@
 A hard disk reads one stream at full speed, but several streams at once make
 its head seek between them: with DataLoader workers each reading its own
 shard, the disk spends more and more of its time seeking as workers are added.
-A :class:`DeviceLock` takes turns instead. It is an exclusive ``flock`` on a
-small lock file named after the device, so every process on the machine that
-reads that disk through shardkit (all DataLoader workers of all ranks on the
-node) shares it. A worker holds it for one *lease*: a run of reads adding up to
-``lease_bytes`` (64 MiB by default). Each lease costs at most one seek, so the
-disk stays busy with sequential transfers. A worker takes the lock only once
-its read-ahead queue has room for a whole lease, and passes each chunk on to
-its parser as it arrives, so it never holds the disk while it waits for its
-consumer, and the parser works while the lease is being read rather than
-after it. A lease that leaves at most one more lease of its shard to read
-reads that too when there is room for it, so a shard is not split into a
-lease and a short tail with another reader's turn (two seeks) in between.
+Readers take turns instead, in two parts:
+
+* :class:`DeviceLock` is the turn itself: an exclusive ``flock`` on a small
+  lock file named after the device, so every process on the machine that
+  reads that disk through shardkit (all DataLoader workers of all ranks on
+  the node) shares it.
+* :class:`DeviceLockedSource` wraps any :class:`~shardkit.io.base.ByteSource`
+  and reads its ranges in *leases*: it takes the lock, reads until
+  ``lease_bytes`` (64 MiB by default) have arrived and lets go. Each lease
+  costs at most one seek, so the disk stays busy with sequential transfers.
+  Whoever reads the wrapped source sees plain chunks; nothing above the
+  storage floor knows about leases.
+
+A turn must not stall half-way, or the disk would idle while its holder waits
+for its consumer. So the wrapper takes a :class:`Room`: whatever its chunks go
+to (a bounded queue, such as the reader's read-ahead) answers "can you take
+``n`` more bytes without blocking?", waiting (:meth:`Room.wait_room`) or not
+(:meth:`Room.has_room`). Before each lease the wrapper waits, with the lock
+free, until there is room for a whole lease (plus one chunk, as the last chunk
+may run past the lease); the chunks then pass on as they arrive, so the
+consumer parses a lease while it is being read rather than after it. The
+queue only counts bytes: it does not know why room is asked for. A lease that
+leaves at most one more lease of its range reads that too, in the same hold,
+when the room says it can take another lease now: a shard is then not split
+into a lease and a short tail with another reader's turn (two seeks) in
+between, and a hold lasts at most two leases. Without a room each lease is
+read into memory and passed on once the lock is free again. A consumer that
+asks for room before each lease holds up to a lease and a chunk more than it
+otherwise would; :func:`reserved_room_bytes` tells it how much, so it can
+size its queue.
 
 Whether a device spins is read from sysfs (``queue/rotational`` of the block
 device holding the file). Paravirtual disks (virtio, Xen), which report a
@@ -34,9 +52,10 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Generator, Iterator
+from typing import Protocol, runtime_checkable
 
-from shardkit.io.base import DEFAULT_LEASE_BYTES, DeviceLockMode
+from shardkit.io.base import DEFAULT_LEASE_BYTES, ByteSource, DeviceLockMode, SourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -81,19 +100,20 @@ class DeviceLock:
 
     Args:
         dev: The device (``st_dev`` of a file on it).
-        lease_bytes: Bytes read per hold (see :meth:`leased`).
+        lease_bytes: Bytes read per hold by a :class:`DeviceLockedSource`.
         directory: Where the lock file lives (default :func:`lock_dir`).
         patience_s: Longest wait for the lock; past it the reader goes ahead
             without it (logged), so a stopped or misbehaving holder, another
             user's job included, slows reads down but never hangs them.
 
     The lock file is opened on first use in each process, so an instance
-    made before DataLoader workers fork works in each of them. A reader that
-    finds the lock taken blocks in ``flock`` (in a helper thread, since
-    ``flock`` has no timeout): the kernel wakes blocked waiters in the order
-    they came as soon as the holder lets go, so the disk passes from one
-    reader to the next without a gap, and readers get their turns in about
-    the order they asked.
+    made before DataLoader workers fork works in each of them: a forked
+    process starts from its own descriptor and its own thread lock, whatever
+    the parent held at fork time. A reader that finds the lock taken blocks
+    in ``flock`` (in a helper thread, since ``flock`` has no timeout): the
+    kernel wakes blocked waiters as soon as the holder lets go, so the disk
+    passes from one reader to the next without a gap, and readers get their
+    turns in about the order they asked.
     """
 
     def __init__(
@@ -110,8 +130,6 @@ class DeviceLock:
         self.path = os.path.join(directory or lock_dir(), f"shardkit-device-{os.major(dev)}-{os.minor(dev)}.lock")
         self._fd: int | None = None  # this process's descriptor of the lock file
         self._held: int | None = None  # the descriptor holding the lock, while held
-        self._offered: int | None = None  # a held descriptor the next forked worker takes over
-        self._inherited: int | None = None  # a held descriptor taken over from the parent
         self._spare: _Waiter | None = None  # an abandoned wait still blocked in flock
         self._pid = -1
         self._thread_lock = threading.Lock()  # flock does not exclude threads sharing one fd
@@ -129,9 +147,6 @@ class DeviceLock:
             self._fd = _open_lock_file(self.path)
             self._held = None  # what a parent thread held is the parent's to give back
             self._spare = None  # its thread lives in the parent
-            if self._offered is not None:  # offered to a worker, and this process is not it
-                os.close(self._offered)
-                self._offered = None
             self._pid = os.getpid()
 
     def acquire(self, *, cancel: threading.Event | None = None) -> bool:
@@ -149,7 +164,7 @@ class DeviceLock:
         if not self._thread_lock.acquire(blocking=wait):
             return False
         try:
-            if self._take_inherited() or self._try(self._fileno()) or (wait and self._wait(cancel)):
+            if self._try(self._fileno()) or (wait and self._wait(cancel)):
                 return True
         except BaseException:
             self._thread_lock.release()
@@ -167,47 +182,6 @@ class DeviceLock:
             if fd != self._fd:
                 os.close(fd)  # a waiter's own descriptor
             self._thread_lock.release()
-
-    def offer_to_next_child(self) -> None:
-        """Leave the lock, which a thread of this process holds, to the next
-        DataLoader worker this process forks, instead of giving it back.
-
-        A forked child shares this process's open descriptors, and ``flock``
-        belongs to the open file, so the child already holds the lock too.
-        The worker that calls :func:`take_offered_locks` with ``heir=True``
-        keeps it for its first lease; every other child lets go of its
-        copy. Once the worker has been forked, :meth:`leave` ends this
-        process's part; if no worker was forked, :meth:`withdraw_offer`
-        and :meth:`release` as usual. Only with fork-started workers (a
-        spawned process shares nothing)."""
-        assert self._held is not None and self._pid == os.getpid(), "offer a lock this process holds"
-        self._offered = self._held
-
-    def withdraw_offer(self) -> None:
-        """Forget an offer, so that later children do not take the lock
-        over (call once the worker is forked, or if it never was)."""
-        self._offered = None
-
-    def leave(self) -> None:
-        """End this process's hold on a lock its forked worker took over:
-        close this descriptor without unlocking (the worker's copy keeps
-        the lock held until it releases it)."""
-        fd, self._held = self._held, None
-        assert fd is not None, "leave() without the lock"
-        self._offered = None
-        try:
-            os.close(fd)
-            if fd == self._fd:
-                self._fd = _open_lock_file(self.path)
-        finally:
-            self._thread_lock.release()
-
-    def _take_inherited(self) -> bool:
-        fd, self._inherited = self._inherited, None
-        if fd is None:
-            return False
-        self._held = fd
-        return True
 
     def _try(self, fd: int) -> bool:
         try:
@@ -242,93 +216,6 @@ class DeviceLock:
             raise waiter.error
         self._held = waiter.fd
         return True
-
-    def leased(
-        self,
-        chunks: Iterable[bytes],
-        *,
-        before_lease: Callable[[], bool] | None = None,
-        total_bytes: int | None = None,
-        room_now: Callable[[], bool] | None = None,
-    ) -> Iterator[bytes]:
-        """Pull ``chunks`` (whose reads happen as they are pulled) in leases:
-        each lease takes the lock, pulls chunks until ``lease_bytes`` have
-        arrived, and releases it.
-
-        A lease whose range has at most one more lease left to read keeps the
-        lock and reads the rest too, when ``room_now`` says there is room for
-        it: handing over for a short tail would cost one seek away and one
-        back for a fraction of a lease. So a hold lasts at most two leases.
-
-        Args:
-            chunks: The reads, as an iterable pulled one chunk at a time.
-            before_lease: Called with the lock free before each lease, to
-                wait until whatever takes the chunks has room for a whole
-                lease; chunks are then passed on as they arrive, with the
-                lock held, so the caller must not block on them. Returning
-                False ends the reads. Without it, each lease is read into
-                memory and passed on once the lock is released.
-            total_bytes: Bytes ``chunks`` yields in all, if known.
-            room_now: Called without waiting, with the lock held, at the end
-                of a lease whose remaining bytes fit in one more: True reads
-                them in the same hold (the caller has room for a lease).
-                Only with ``before_lease``.
-        """
-        it = iter(chunks)
-        left = total_bytes
-        try:
-            while True:
-                if before_lease is None:
-                    lease, ended = self._read_lease(it)
-                    yield from lease
-                else:
-                    if not before_lease():
-                        return
-                    ended, got = yield from self._stream_lease(it, left=left, room_now=room_now)
-                    if left is not None:
-                        left -= got
-                if ended:
-                    return
-        finally:
-            close = getattr(it, "close", None)
-            if close is not None:
-                close()
-
-    def _read_lease(self, it: Iterator[bytes]) -> tuple[list[bytes], bool]:
-        """One lease read into memory: its chunks, and whether ``it`` ended.
-        The lock is released once the lease is complete, before returning."""
-        lease: list[bytes] = []
-        stream = self._stream_lease(it)
-        while True:
-            try:
-                lease.append(next(stream))
-            except StopIteration as done:  # the lease's finally has released the lock
-                return lease, done.value[0]
-
-    def _stream_lease(
-        self, it: Iterator[bytes], *, left: int | None = None, room_now: Callable[[], bool] | None = None
-    ) -> Generator[bytes, None, tuple[bool, int]]:
-        """One lease passed on chunk by chunk; returns whether ``it`` ended,
-        and the bytes passed on. With ``left`` (the bytes ``it`` has left)
-        and ``room_now``, a full lease whose rest fits in one more lease
-        reads that rest too when ``room_now()`` allows."""
-        held = 0
-        extended = False
-        locked = self.acquire()
-        try:
-            for chunk in it:
-                held += len(chunk)
-                yield chunk
-                if held >= self.lease_bytes and not extended:
-                    extended = (
-                        left is not None and room_now is not None and left - held <= self.lease_bytes and room_now()
-                    )
-                    if not extended:
-                        return False, held
-            return True, held
-        finally:
-            if locked:
-                self.release()
 
 
 class _Waiter:
@@ -401,23 +288,132 @@ def _open_lock_file(path: str) -> int:
     return fd
 
 
+@runtime_checkable
+class Room(Protocol):
+    """Where the chunks of a :class:`DeviceLockedSource` go, asked for room
+    before a turn starts. A queue bounded in bytes fits (the reader's
+    read-ahead queue is one); it needs to know nothing about leases."""
+
+    def wait_room(self, num_bytes: int) -> bool:
+        """Block until ``num_bytes`` more can be taken without blocking;
+        False if nothing more will be taken (the reads then stop)."""
+        ...
+
+    def has_room(self, num_bytes: int) -> bool:
+        """Whether ``num_bytes`` more can be taken now, without waiting."""
+        ...
+
+
+class DeviceLockedSource:
+    """A byte source whose range reads take turns on a disk, one lease at
+    a time (see the module docstring).
+
+    Args:
+        source: What to read (a local file on the disk ``lock`` guards).
+        lock: The disk's lock; ``lock.lease_bytes`` is the size of a turn.
+        room: Where the chunks go. With it, each lease waits (with the lock
+            free) until ``room`` can take a whole lease and one chunk, and
+            chunks are then passed on as they arrive, with the lock held: so
+            the caller must not block on them other than through ``room``.
+            Without it, each lease is read into memory and passed on once
+            the lock is free again.
+
+    A range read dropped half-way (its generator closed) lets go of the lock
+    at once. Each chunk is read when pulled, so a lease is exactly the reads
+    done while it is held.
+    """
+
+    def __init__(self, source: ByteSource, lock: DeviceLock, *, room: Room | None = None):
+        self.source = source
+        self.lock = lock
+        self.room = room
+        self.url = source.url
+
+    def room_bytes(self, chunk_bytes: int) -> int:
+        """Room one lease asks for: the lease, plus one chunk of
+        ``chunk_bytes``, as its last chunk may run past the lease."""
+        return self.lock.lease_bytes + chunk_bytes
+
+    def iter_range(self, start: int, end: int | None, *, chunk_bytes: int) -> Iterator[bytes]:
+        """Yield bytes ``[start, end)`` of the source, read in leases.
+
+        Where ``end`` is known and a full lease leaves at most one more
+        lease of the range, that rest is read in the same hold if ``room``
+        has room for another lease now; so a hold lasts at most two leases.
+        """
+        chunks = self.source.iter_range(start, end, chunk_bytes=chunk_bytes)
+        left = None if end is None else end - start
+        room_bytes = self.room_bytes(chunk_bytes)
+        try:
+            while True:
+                if self.room is None:
+                    lease, ended = self._buffered_lease(chunks)
+                    yield from lease
+                else:
+                    if not self.room.wait_room(room_bytes):
+                        return
+                    ended, got = yield from self._lease(chunks, left=left, room_bytes=room_bytes)
+                    if left is not None:
+                        left -= got
+                if ended:
+                    return
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+
+    def read_all(self) -> bytes:
+        """Return the whole object, read in one hold of the lock."""
+        locked = self.lock.acquire()
+        try:
+            return self.source.read_all()
+        finally:
+            if locked:
+                self.lock.release()
+
+    def _buffered_lease(self, chunks: Iterator[bytes]) -> tuple[list[bytes], bool]:
+        """One lease read into memory: its chunks, and whether ``chunks``
+        ended. The lock is released before this returns."""
+        lease: list[bytes] = []
+        stream = self._lease(chunks)
+        while True:
+            try:
+                lease.append(next(stream))
+            except StopIteration as done:  # the lease's finally has released the lock
+                return lease, done.value[0]
+
+    def _lease(
+        self, chunks: Iterator[bytes], *, left: int | None = None, room_bytes: int = 0
+    ) -> Generator[bytes, None, tuple[bool, int]]:
+        """One hold of the lock, passing chunks on as they are read; returns
+        whether ``chunks`` ended, and the bytes passed on. With ``left``
+        (the bytes ``chunks`` has left) and a room, a full lease whose rest
+        fits in one more lease reads that rest too when the room can take
+        ``room_bytes`` now."""
+        lease_bytes = self.lock.lease_bytes
+        held = 0
+        extended = False
+        locked = self.lock.acquire()
+        try:
+            for chunk in chunks:
+                held += len(chunk)
+                yield chunk
+                if held >= lease_bytes and not extended:
+                    extended = (
+                        left is not None
+                        and self.room is not None
+                        and left - held <= lease_bytes
+                        and self.room.has_room(room_bytes)
+                    )
+                    if not extended:
+                        return False, held
+            return True, held
+        finally:
+            if locked:
+                self.lock.release()
+
+
 _locks: dict[int, DeviceLock] = {}
-
-
-def take_offered_locks(*, heir: bool) -> None:
-    """In a freshly forked DataLoader worker: take over the locks the parent
-    offered (see :meth:`DeviceLock.offer_to_next_child`) if this worker is
-    their ``heir``, each for its first acquire; else let go of this
-    process's copy, so only the heir holds them."""
-    for lock in _locks.values():
-        fd, lock._offered = lock._offered, None
-        if fd is None:
-            continue
-        lock._adopt()
-        if heir:
-            lock._inherited = fd
-        else:
-            os.close(fd)
 
 
 def lock_for(path: str, *, mode: DeviceLockMode, lease_bytes: int = DEFAULT_LEASE_BYTES) -> DeviceLock | None:
@@ -440,3 +436,21 @@ def lock_for(path: str, *, mode: DeviceLockMode, lease_bytes: int = DEFAULT_LEAS
         lock = _locks[dev] = DeviceLock(dev, lease_bytes=lease_bytes)
         log.debug("reading device %d:%d one lease of %d bytes at a time", os.major(dev), os.minor(dev), lease_bytes)
     return lock
+
+
+def take_turns(source: ByteSource, path: str, *, options: SourceOptions, room: Room | None = None) -> ByteSource:
+    """``source`` (a local file at ``path``) as it is, or wrapped in a
+    :class:`DeviceLockedSource` where ``options`` say reads of its device
+    take turns (``device_lock``, ``device_lease_bytes``)."""
+    lock = lock_for(path, mode=options.device_lock, lease_bytes=options.device_lease_bytes)
+    return source if lock is None else DeviceLockedSource(source, lock, room=room)
+
+
+def reserved_room_bytes(path: str, *, options: SourceOptions) -> int:
+    """Room a :class:`DeviceLockedSource` reading ``path`` under ``options``
+    asks its :class:`Room` for before each lease (a lease and a chunk), or 0
+    where reads of that device do not take turns. A bounded queue sized to
+    its usual budget plus this lets the next lease start while the consumer
+    still works on the end of the last, instead of the disk idling."""
+    lock = lock_for(path, mode=options.device_lock, lease_bytes=options.device_lease_bytes)
+    return 0 if lock is None else lock.lease_bytes + options.chunk_bytes

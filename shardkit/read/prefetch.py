@@ -90,8 +90,10 @@ class ReadAhead(Generic[J]):
     def wait_room(self, num_bytes: int) -> bool:
         """Wait until ``num_bytes`` more can be queued without waiting (at
         most ``budget_bytes - num_bytes`` queued, or nothing); False once
-        closed. A fetch that must not stall half-way, such as one holding a
-        device lock, reserves its room with this before it starts reading."""
+        closed. A fetch that must not stall half-way (one holding a shared
+        resource while it reads) reserves its room with this before it
+        starts; this and :meth:`has_room` make the queue a
+        :class:`shardkit.io.device.Room`."""
         with self._cond:
             while not self._fits(num_bytes) and not self._stop.is_set():
                 self._cond.wait()
@@ -123,7 +125,7 @@ class ReadAhead(Generic[J]):
                     end = exc
                 finally:
                     # A fetch left half-way releases what it holds (a file,
-                    # a device lock) now, not when it is garbage-collected.
+                    # a lock) now, not when it is garbage-collected.
                     close = getattr(chunks, "close", None)
                     if close is not None:
                         close()

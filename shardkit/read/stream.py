@@ -5,7 +5,10 @@
 byte range ``[bounds[start], bounds[stop])``: the read starts at the piece's
 first sample and reads no byte of skipped samples. Without an index the whole
 shard is streamed. Bytes arrive through one :class:`~.prefetch.ReadAhead`
-thread in large chunks and are parsed by :class:`SampleParser`.
+thread in large chunks and are parsed by :class:`SampleParser`. On a disk
+whose readers take turns, the shard's source comes wrapped by
+:func:`~shardkit.io.device.take_turns`, with the read-ahead queue as the room
+each turn asks for; the reader itself only sees chunks.
 
 What is checked, so that nothing corrupt is yielded silently:
 
@@ -26,19 +29,19 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Literal, NamedTuple
+from typing import Literal
 
 import numpy as np
 
 from shardkit.errors import CorruptShardError, ManifestError, TruncatedShardError
 from shardkit.format.index import decode_index, load_index
 from shardkit.format.tar import END_OF_ARCHIVE, RawSample, SampleParser
-from shardkit.read.catalog import ShardCatalog
-from shardkit.io.device import DeviceLock, lock_for
-from shardkit.read.prefetch import ReadAhead
 from shardkit.io.base import ByteSource, SourceOptions
+from shardkit.io.device import reserved_room_bytes, take_turns
 from shardkit.io.registry import open_source
 from shardkit.io.urls import is_local, local_path
+from shardkit.read.catalog import ShardCatalog
+from shardkit.read.prefetch import ReadAhead
 from shardkit.read.split import Piece
 
 log = logging.getLogger(__name__)
@@ -68,16 +71,6 @@ class _Job:
         self.byte_start = 0
         self.byte_stop: int | None = None
         self.whole = True  # the range runs to the end of the shard
-
-
-class FirstRead(NamedTuple):
-    """The start of a piece's read: bytes ``[start, stop)`` of a local file,
-    read under ``lock`` (None: freely). See :meth:`PieceReader.first_read`."""
-
-    path: str
-    start: int
-    stop: int
-    lock: DeviceLock | None
 
 
 class PieceReader:
@@ -150,74 +143,28 @@ class PieceReader:
             # samples in a rewritten one are never read.
             job.byte_stop = self.catalog.manifest.shards[job.piece.shard].num_bytes
 
-    def _device_lock(self, url: str) -> DeviceLock | None:
-        """The lock reads of a local ``url`` take turns under (None: read freely)."""
-        return lock_for(local_path(url), mode=self.options.device_lock, lease_bytes=self.options.device_lease_bytes)
-
     def _fetch(self, job: _Job, ahead: ReadAhead[_Job]) -> Iterator[bytes]:
         self._locate(job)
         source = self._open_shard(job.piece.shard, job.url)
-        if not is_local(job.url):
-            return source.iter_range(job.byte_start, job.byte_stop, chunk_bytes=self.options.chunk_bytes)
-        if job.bounds is not None:
-            chunks = self._aligned_chunks(source, job)
-        else:
-            chunks = source.iter_range(job.byte_start, job.byte_stop, chunk_bytes=self.options.chunk_bytes)
-        lock = self._device_lock(job.url)
-        if lock is None:
-            return chunks
-        # Chunks stream to the parser while the lock is held, so first make
-        # room in the read-ahead queue for a whole lease.
-        lease_room = self._lease_room(lock)
-        total = None if job.byte_stop is None else job.byte_stop - job.byte_start
-        return lock.leased(
-            chunks,
-            before_lease=lambda: ahead.wait_room(lease_room),
-            total_bytes=total,
-            room_now=lambda: ahead.has_room(lease_room),
-        )
-
-    def _lease_room(self, lock: DeviceLock) -> int:
-        """Queue room one device lease needs: its bytes, plus one chunk, as
-        its last chunk may run past the lease. The read-ahead budget holds
-        this on top of ``read_ahead_bytes``."""
-        return lock.lease_bytes + self.options.chunk_bytes
+        if is_local(job.url):
+            if job.bounds is not None:
+                source = _AlignedSource(source, job.bounds[job.piece.start + 1 : job.piece.stop + 1])
+            # On a disk that takes turns, each turn first waits until the
+            # read-ahead queue has room for all of it.
+            source = take_turns(source, local_path(job.url), options=self.options, room=ahead)
+        return source.iter_range(job.byte_start, job.byte_stop, chunk_bytes=self.options.chunk_bytes)
 
     def _read_ahead_budget(self) -> int:
-        """The read-ahead budget, raised by a whole device lease (and a
-        chunk) where reads take turns on a disk: a lease streams into the
-        queue only once it has room for all of it, and the usual budget on
-        top lets the next lease start while the parser still works on the
-        end of the last, instead of the device idling until it is done."""
+        """The read-ahead budget, raised by the room a local source asks for
+        at once before a read it must not interrupt (a turn on a disk that
+        takes turns, see :func:`~shardkit.io.device.reserved_room_bytes`):
+        the usual budget on top lets the next turn start while the parser
+        still works on the end of the last, instead of the device idling
+        until it is done."""
         first = self.catalog.urls[0] if self.catalog.urls else None
         if first is None or not is_local(first):
             return self.read_ahead_bytes
-        lock = self._device_lock(first)
-        if lock is None:
-            return self.read_ahead_bytes
-        return self.read_ahead_bytes + self._lease_room(lock)
-
-    def first_read(self, piece: Piece) -> FirstRead | None:
-        """Where reading ``piece`` starts, for reading its first bytes ahead
-        of time into the page cache (see :mod:`.warmup`), or None for a
-        remote shard. Loads the offset index when the piece starts inside
-        its shard.
-
-        Raises:
-            CorruptShardError, ManifestError: The index is unusable (the
-                reader itself reports this when it gets there).
-        """
-        url = self.catalog.urls[piece.shard]
-        if not is_local(url):
-            return None
-        job = _Job(piece, url)
-        self._locate(job)
-        lock = self._device_lock(url)
-        # Never further ahead than the reader's own read-ahead would be, and
-        # on a disk that takes turns, one turn.
-        limit = self._read_ahead_budget() if lock is None else lock.lease_bytes
-        stop = job.byte_start + limit if job.byte_stop is None else min(job.byte_stop, job.byte_start + limit)
-        return FirstRead(local_path(url), job.byte_start, stop, lock)
+        return self.read_ahead_bytes + reserved_room_bytes(local_path(first), options=self.options)
 
     def _is_whole_shard(self, piece: Piece) -> bool:
         """Whether ``piece`` is all of a shard the manifest describes. Such a
@@ -229,26 +176,6 @@ class PieceReader:
         if counts is None or self.catalog.manifest is None:
             return False  # without the manifest's byte size nothing would bound the read
         return piece.start == 0 and piece.stop == int(counts[piece.shard])
-
-    def _aligned_chunks(self, source: ByteSource, job: _Job) -> Iterator[bytes]:
-        """Read a local range in requests that end on sample boundaries.
-
-        The parser then never holds a partial member across chunks, so it
-        parses each chunk in place instead of copying it onto the leftover
-        of the previous one. (Remote sources keep one streamed range, which
-        their own read-ahead pipelines.)
-        """
-        bounds = job.bounds
-        assert bounds is not None and job.byte_stop is not None
-        chunk_bytes = self.options.chunk_bytes
-        index = job.piece.start
-        pos = job.byte_start
-        while index < job.piece.stop:
-            cut = int(np.searchsorted(bounds, pos + chunk_bytes, side="right")) - 1
-            cut = min(max(cut, index + 1), job.piece.stop)
-            end = int(bounds[cut]) if cut < job.piece.stop else job.byte_stop
-            yield from source.iter_range(pos, end, chunk_bytes=max(chunk_bytes, end - pos))
-            index, pos = cut, end
 
     def load_bounds(self, shard: int) -> np.ndarray:
         """A shard's offset index: sample ``i`` is bytes ``[b[i], b[i + 1])``.
@@ -415,3 +342,41 @@ class PieceReader:
         except FAULTS as exc:
             self._fault(exc)
             yield from self._recover(sub, exc, lo + got)
+
+
+class _AlignedSource:
+    """A local source read in requests that end on sample boundaries.
+
+    The parser then never holds a partial member across chunks, so it parses
+    each chunk in place instead of copying it onto the leftover of the
+    previous one. (Remote sources keep one streamed range, which their own
+    read-ahead pipelines.)
+
+    Args:
+        source: The shard.
+        cuts: Where the samples of the ranges to read end, ascending. A
+            request ends on the furthest cut within ``chunk_bytes`` (or on
+            the next one, for a sample larger than that); the request that
+            reaches the last cut runs on to the end of the range, taking
+            the tar end marker with it where the range has one.
+    """
+
+    def __init__(self, source: ByteSource, cuts: np.ndarray):
+        self.source = source
+        self.cuts = cuts
+        self.url = source.url
+
+    def iter_range(self, start: int, end: int | None, *, chunk_bytes: int) -> Iterator[bytes]:
+        assert end is not None, "an indexed range has a known end"
+        cuts = self.cuts
+        last = len(cuts) - 1
+        pos = start
+        first = int(np.searchsorted(cuts, pos, side="right"))  # the next cut after pos
+        while first <= last:
+            cut = max(int(np.searchsorted(cuts, pos + chunk_bytes, side="right")) - 1, first)
+            stop = end if cut == last else int(cuts[cut])
+            yield from self.source.iter_range(pos, stop, chunk_bytes=max(chunk_bytes, stop - pos))
+            pos, first = stop, cut + 1
+
+    def read_all(self) -> bytes:
+        return self.source.read_all()

@@ -8,17 +8,68 @@ import multiprocessing.synchronize
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 
 import pytest
 import torch
 
 from shardkit import ShardDataset
 from shardkit.errors import UsageError
-from shardkit.io import device
-from shardkit.io.device import DeviceLock, is_rotational, lock_for, take_offered_locks
 from shardkit.io.base import SourceOptions
+from shardkit.io.device import (
+    DeviceLock,
+    DeviceLockedSource,
+    Room,
+    is_rotational,
+    lock_for,
+    reserved_room_bytes,
+    take_turns,
+)
+from shardkit.io.local import LocalFile
+from shardkit.read.prefetch import ReadAhead
 from tests.conftest import sample_payload
 from tests.read.locks import held_elsewhere
+
+
+class _Chunks:
+    """A byte source whose every range read yields ``chunks``, each read
+    (pulled from the iterable) only when the reader asks for it."""
+
+    url = "chunks"
+
+    def __init__(self, chunks: Iterable[bytes]):
+        self.chunks = chunks
+        self.ranges: list[tuple[int, int | None]] = []
+
+    def iter_range(self, start: int, end: int | None, *, chunk_bytes: int) -> Iterator[bytes]:
+        self.ranges.append((start, end))
+        yield from self.chunks
+
+    def read_all(self) -> bytes:
+        return b"".join(self.chunks)
+
+
+class _Room:
+    """A room that answers from callables and records what it was asked."""
+
+    def __init__(self, wait: Callable[[], bool] = lambda: True, now: Callable[[], bool] = lambda: True):
+        self._wait = wait
+        self._now = now
+        self.waits: list[int] = []
+        self.asks: list[int] = []
+
+    def wait_room(self, num_bytes: int) -> bool:
+        self.waits.append(num_bytes)
+        return self._wait()
+
+    def has_room(self, num_bytes: int) -> bool:
+        self.asks.append(num_bytes)
+        return self._now()
+
+
+def _read(lock: DeviceLock, chunks: Iterable[bytes], *, end: int | None = None, room: Room | None = None):
+    """The wrapper's range read of ``chunks`` (4-byte chunks), ``end`` bytes long if given."""
+    return DeviceLockedSource(_Chunks(chunks), lock, room=room).iter_range(0, end, chunk_bytes=4)
 
 
 def test_leases_pull_chunks_under_the_lock_and_release_between_leases(tmp_path):
@@ -31,7 +82,7 @@ def test_leases_pull_chunks_under_the_lock_and_release_between_leases(tmp_path):
             yield bytes([i]) * 4
 
     seen = []
-    for chunk in lock.leased(chunks()):
+    for chunk in _read(lock, chunks()):
         assert not held_elsewhere(lock), "the lock is kept while the lease's bytes are handed on"
         seen.append(chunk)
     assert seen == [bytes([i]) * 4 for i in range(7)]
@@ -47,8 +98,9 @@ def test_streamed_leases_pass_chunks_on_under_the_lock_after_making_room(tmp_pat
         events.append(("room", held_elsewhere(lock)))
         return True
 
+    room = _Room(wait=before_lease)
     seen = []
-    for chunk in lock.leased((bytes([i]) * 4 for i in range(7)), before_lease=before_lease):
+    for chunk in _read(lock, (bytes([i]) * 4 for i in range(7)), room=room):
         events.append(("chunk", held_elsewhere(lock)))
         seen.append(chunk)
     assert seen == [bytes([i]) * 4 for i in range(7)]
@@ -59,9 +111,11 @@ def test_streamed_leases_pass_chunks_on_under_the_lock_after_making_room(tmp_pat
         ("chunk", True),
     ]
     assert not held_elsewhere(lock)
+    # Each lease asks for room for itself and one chunk past it.
+    assert room.waits == [10 + 4] * 3
 
 
-def _hold_log(lock: DeviceLock, chunks, **kwargs) -> list[str]:
+def _hold_log(lock: DeviceLock, chunks, *, end: int | None = None, room: _Room) -> list[str]:
     """``"room"`` where a lease waits for room (lock free), ``"chunk"`` per
     chunk handed on (lock held)."""
     events = []
@@ -71,7 +125,8 @@ def _hold_log(lock: DeviceLock, chunks, **kwargs) -> list[str]:
         events.append("room")
         return True
 
-    for _chunk in lock.leased(chunks, before_lease=before_lease, **kwargs):
+    room._wait = before_lease
+    for _chunk in _read(lock, chunks, end=end, room=room):
         assert held_elsewhere(lock)
         events.append("chunk")
     assert not held_elsewhere(lock)
@@ -83,33 +138,28 @@ def test_a_lease_reads_a_short_tail_of_its_range_in_the_same_hold_when_there_is_
     # 20 bytes in chunks of 4: a lease of 12 leaves 8, at most one more
     # lease, so it reads them too; 32 bytes: the first lease leaves 20, so it
     # hands over, and the second takes its tail of 8 with it.
-    asked = []
-
-    def room_now():
-        asked.append(True)
-        return True
-
+    room = _Room()
     five = [b"abcd"] * 5
-    assert _hold_log(lock, iter(five), total_bytes=20, room_now=room_now) == ["room"] + ["chunk"] * 5
-    assert len(asked) == 1
+    assert _hold_log(lock, iter(five), end=20, room=room) == ["room"] + ["chunk"] * 5
+    assert len(room.asks) == 1
     # Without room, or with the length unknown, the tail waits for a lease of its own.
     split = ["room"] + ["chunk"] * 3 + ["room"] + ["chunk"] * 2
-    assert _hold_log(lock, iter(five), total_bytes=20, room_now=lambda: False) == split
-    assert _hold_log(lock, iter(five), room_now=room_now) == split
-    assert len(asked) == 1
+    assert _hold_log(lock, iter(five), end=20, room=_Room(now=lambda: False)) == split
+    assert _hold_log(lock, iter(five), room=room) == split
+    assert len(room.asks) == 1
     eight = [b"abcd"] * 8
-    assert _hold_log(lock, iter(eight), total_bytes=32, room_now=room_now) == ["room"] + ["chunk"] * 3 + [
-        "room"
-    ] + ["chunk"] * 5
-    assert len(asked) == 2
+    assert _hold_log(lock, iter(eight), end=32, room=room) == ["room"] + ["chunk"] * 3 + ["room"] + ["chunk"] * 5
+    assert len(room.asks) == 2
+    assert room.asks == [10 + 4] * 2  # room for another lease and a chunk
 
 
 def test_a_streamed_lease_stops_when_there_is_no_room_and_a_dropped_one_releases_the_lock(tmp_path):
     lock = DeviceLock(os.stat(tmp_path).st_dev, lease_bytes=4, directory=str(tmp_path))
     answers = iter([True, False])
-    assert list(lock.leased(iter([b"ab", b"cd", b"ef"]), before_lease=lambda: next(answers))) == [b"ab", b"cd"]
+    room = _Room(wait=lambda: next(answers))
+    assert list(_read(lock, iter([b"ab", b"cd", b"ef"]), room=room)) == [b"ab", b"cd"]
     assert not held_elsewhere(lock)
-    stream = lock.leased(iter([b"ab", b"cd"]), before_lease=lambda: True)
+    stream = _read(lock, iter([b"ab", b"cd"]), room=_Room())
     assert next(stream) == b"ab" and held_elsewhere(lock)
     stream.close()  # the consumer stops mid-lease
     assert not held_elsewhere(lock)
@@ -123,8 +173,122 @@ def test_a_failing_read_releases_the_lock(tmp_path):
         raise OSError("disk gone")
 
     with pytest.raises(OSError, match="disk gone"):
-        list(lock.leased(chunks()))
+        list(_read(lock, chunks()))
     assert not held_elsewhere(lock)
+
+
+def test_the_wrapper_reads_the_range_it_is_asked_for_and_read_all_takes_one_turn(tmp_path):
+    lock = DeviceLock(os.stat(tmp_path).st_dev, lease_bytes=4, directory=str(tmp_path))
+    inner = _Chunks([b"ab", b"cd"])
+    source = DeviceLockedSource(inner, lock)
+    assert source.url == "chunks"
+    assert list(source.iter_range(5, 9, chunk_bytes=2)) == [b"ab", b"cd"]
+    assert inner.ranges == [(5, 9)]
+    pulled_while_held = []
+
+    def chunks():
+        pulled_while_held.append(held_elsewhere(lock))
+        yield b"whole"
+
+    assert DeviceLockedSource(_Chunks(chunks()), lock).read_all() == b"whole"
+    assert pulled_while_held == [True] and not held_elsewhere(lock)
+
+
+def test_take_turns_wraps_a_source_only_where_its_device_takes_turns(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"x")
+    source = LocalFile(str(path))
+    assert take_turns(source, str(path), options=SourceOptions(device_lock=False)) is source
+    assert reserved_room_bytes(str(path), options=SourceOptions(device_lock=False)) == 0
+    options = SourceOptions(device_lock=True, device_lease_bytes=1000, chunk_bytes=10)
+    room = _Room()
+    wrapped = take_turns(source, str(path), options=options, room=room)
+    assert isinstance(wrapped, DeviceLockedSource) and wrapped.room is room and wrapped.lock.lease_bytes == 1000
+    assert reserved_room_bytes(str(path), options=options) == wrapped.room_bytes(10) == 1010
+    assert isinstance(ReadAhead([], lambda job: []), Room), "the read-ahead queue is what a reader passes as room"
+
+
+class _LoggedFile(LocalFile):
+    """A local file that appends ``NAME OFFSET`` to a log as each chunk is
+    read (while its reader holds the lock, so the log orders the reads)."""
+
+    def __init__(self, path: str, name: str, log: str, first_read: multiprocessing.synchronize.Event):
+        super().__init__(path)
+        self.name = name
+        self.log = log
+        self.first_read = first_read
+
+    def iter_range(self, start: int, end: int | None, *, chunk_bytes: int) -> Iterator[bytes]:
+        pos = start
+        for chunk in super().iter_range(start, end, chunk_bytes=chunk_bytes):
+            with open(self.log, "a") as f:
+                f.write(f"{self.name} {pos}\n")
+            self.first_read.set()
+            pos += len(chunk)
+            yield chunk
+
+
+def _read_logged(
+    lock: DeviceLock,
+    path: str,
+    name: str,
+    log: str,
+    first_read: multiprocessing.synchronize.Event,
+    other_read: multiprocessing.synchronize.Event,
+    chunk_bytes: int,
+) -> None:
+    """Read ``path`` through the wrapper. Process ``"a"`` starts at once
+    and, between its first and second lease, lets ``"b"`` get its turn
+    before it asks again (a room that is full until the other has read);
+    ``"b"`` starts once ``"a"`` holds the lock."""
+    leases = 0
+
+    def room() -> bool:
+        nonlocal leases
+        leases += 1
+        if name == "a" and leases == 2:
+            assert other_read.wait(20)
+        return True
+
+    if name == "b":
+        assert other_read.wait(20)
+    source = DeviceLockedSource(_LoggedFile(path, name, log, first_read), lock, room=_Room(wait=room))
+    data = b"".join(source.iter_range(0, os.path.getsize(path), chunk_bytes=chunk_bytes))
+    with open(path, "rb") as f:
+        assert data == f.read()
+
+
+def test_processes_reading_one_file_take_turns_a_whole_lease_at_a_time(tmp_path):
+    chunk = 4096
+    path = tmp_path / "shard.tar"
+    path.write_bytes(os.urandom(12 * chunk))
+    log = str(tmp_path / "reads.txt")
+    # Leases of three chunks: 12 chunks are read as 3, 3 and 6 (the last
+    # lease leaves one more lease of its range, read in the same hold).
+    lock = DeviceLock(os.stat(tmp_path).st_dev, lease_bytes=3 * chunk, directory=str(tmp_path), patience_s=30)
+    ctx = multiprocessing.get_context("fork")
+    a_read, b_read = ctx.Event(), ctx.Event()
+    # b starts once a holds the lock (a has logged a chunk), so b waits in
+    # flock; a's second lease waits until b has read.
+    first = ctx.Process(target=_read_logged, args=(lock, str(path), "a", log, a_read, b_read, chunk))
+    second = ctx.Process(target=_read_logged, args=(lock, str(path), "b", log, b_read, a_read, chunk))
+    for proc in (first, second):
+        proc.start()
+    for proc in (first, second):
+        proc.join(timeout=30)
+        assert proc.exitcode == 0
+    reads = [line.split() for line in open(log)]
+    for name in ("a", "b"):
+        assert [int(pos) for who, pos in reads if who == name] == [i * chunk for i in range(12)]
+    names = [who for who, _ in reads]
+    assert names[:3] == ["a"] * 3, "b read during a's first lease"
+    assert names[3] == "b", "the waiting process did not get the disk when the first lease ended"
+    done = {"a": 0, "b": 0}
+    for who, after in zip(names, names[1:] + [None]):
+        done[who] += 1
+        if after != who:
+            assert done[who] in (3, 6, 12), f"{who} let go of the disk after {done[who]} chunks, inside a lease"
+    assert done == {"a": 12, "b": 12}
 
 
 def _hold(path: str, dev: int, log: str, rounds: int) -> None:
@@ -160,11 +324,12 @@ def test_a_holder_that_never_lets_go_slows_reads_but_never_hangs_them(tmp_path, 
     squatter = os.open(lock.path, os.O_RDONLY | os.O_CREAT)
     fcntl.flock(squatter, fcntl.LOCK_EX)  # e.g. a stopped job on the same disk
     try:
-        start = time.monotonic()
         with caplog.at_level("WARNING", logger="shardkit.io.device"):
-            assert list(lock.leased(iter([b"ab", b"cd", b"ef"]))) == [b"ab", b"cd", b"ef"]
-        assert time.monotonic() - start < 5
+            source = DeviceLockedSource(_Chunks(iter([b"ab", b"cd", b"ef"])), lock)
+            assert list(source.iter_range(0, 6, chunk_bytes=2)) == [b"ab", b"cd", b"ef"]
         assert "reading without it" in caplog.text and lock.path in caplog.text
+        # Each of the two leases waited out its patience once, then read.
+        assert caplog.text.count("reading without it") == 2
     finally:
         os.close(squatter)
     assert lock.acquire(), "once the holder is gone the lock is taken again"
@@ -173,7 +338,7 @@ def test_a_holder_that_never_lets_go_slows_reads_but_never_hangs_them(tmp_path, 
 
 def _read_in_child(lock: DeviceLock, out: str) -> None:
     with open(out, "wb") as f:
-        f.write(b"".join(lock.leased(iter([b"x", b"y"]))))
+        f.write(b"".join(_read(lock, iter([b"x", b"y"]))))
 
 
 def test_a_worker_forked_while_a_parent_thread_holds_the_lock_still_reads(tmp_path):
@@ -212,10 +377,14 @@ def test_a_cancelled_wait_returns_at_once_and_lets_the_lock_go_when_it_comes(tmp
     fcntl.flock(squatter, fcntl.LOCK_EX)
     cancel = threading.Event()
     result = []
+    waits_before = _waiting_threads()
     waiter = threading.Thread(target=lambda: result.append(lock.acquire(cancel=cancel)))
     waiter.start()
-    time.sleep(0.1)
-    assert waiter.is_alive(), "acquire() returned while the lock was held elsewhere"
+    deadline = time.monotonic() + 10
+    while _waiting_threads() == waits_before:  # acquire() is now blocked in flock
+        assert time.monotonic() < deadline, "acquire() never started to wait"
+        time.sleep(0.01)
+    assert result == [], "acquire() returned while the lock was held elsewhere"
     cancel.set()
     waiter.join(timeout=5)
     assert result == [False]
@@ -228,69 +397,25 @@ def test_a_cancelled_wait_returns_at_once_and_lets_the_lock_go_when_it_comes(tmp
     lock.release()
 
 
+def _waiting_threads() -> int:
+    return sum(t.name == "shardkit-device-wait" for t in threading.enumerate())
+
+
 def test_a_holder_that_never_lets_go_costs_one_waiting_thread_not_one_per_wait(tmp_path):
     lock = DeviceLock(os.stat(tmp_path).st_dev, directory=str(tmp_path), patience_s=0.1)
     squatter = os.open(lock.path, os.O_RDONLY | os.O_CREAT)
     fcntl.flock(squatter, fcntl.LOCK_EX)
 
-    def waiting() -> int:
-        return sum(t.name == "shardkit-device-wait" for t in threading.enumerate())
-
     try:
-        before = waiting()
+        before = _waiting_threads()
         for _ in range(5):
             assert not lock.acquire()  # patience runs out each time
-        assert waiting() == before + 1
+        assert _waiting_threads() == before + 1
     finally:
         os.close(squatter)
     assert lock.acquire(), "the reclaimed wait takes the lock once the holder is gone"
     lock.release()
     assert not held_elsewhere(lock)
-
-
-def _take_over(lock: DeviceLock, heir: bool, out: str, go: multiprocessing.synchronize.Event) -> None:
-    take_offered_locks(heir=heir)
-    if heir:
-        assert lock.try_acquire(), "the heir does not hold the lock it was left"
-        with open(out, "w") as f:
-            f.write("holding\n")
-        go.wait(timeout=20)
-        lock.release()
-    else:
-        assert lock.acquire()  # waits for the heir
-        with open(out, "w") as f:
-            f.write(f"got it after the heir: {go.is_set()}\n")
-        lock.release()
-
-
-def test_a_lock_offered_to_a_forked_worker_passes_to_it_and_to_no_other(tmp_path):
-    ctx = multiprocessing.get_context("fork")
-    lock = DeviceLock(os.stat(tmp_path).st_dev, directory=str(tmp_path), patience_s=30)
-    device._locks[-1] = lock  # where take_offered_locks finds it (as lock_for would put it)
-    go = ctx.Event()
-    try:
-        assert lock.try_acquire()
-        lock.offer_to_next_child()
-        heir = ctx.Process(target=_take_over, args=(lock, True, str(tmp_path / "heir"), go))
-        other = ctx.Process(target=_take_over, args=(lock, False, str(tmp_path / "other"), go))
-        heir.start()
-        other.start()
-        lock.withdraw_offer()
-        lock.leave()  # this process is done with it; the heir's copy keeps it held
-        deadline = time.monotonic() + 20
-        while not (tmp_path / "heir").exists():
-            assert time.monotonic() < deadline and heir.is_alive(), "the heir never held the lock"
-            time.sleep(0.01)
-        time.sleep(0.2)
-        assert held_elsewhere(lock) and not (tmp_path / "other").exists(), "another worker took the heir's turn"
-        go.set()
-        for proc in (heir, other):
-            proc.join(timeout=20)
-            assert proc.exitcode == 0
-        assert (tmp_path / "other").read_text() == "got it after the heir: True\n"
-        assert not held_elsewhere(lock)
-    finally:
-        del device._locks[-1]
 
 
 def test_lock_for_follows_the_mode(tmp_path):

@@ -49,9 +49,7 @@ def test_close_stops_a_reader_waiting_on_the_budget():
     ra: ReadAhead = ReadAhead([0], endless, budget_bytes=2000)
     stream = iter(ra)
     next(stream)
-    start = time.monotonic()
     ra.close()
-    assert time.monotonic() - start < 5
     assert not any(t.name == "shardkit-read-ahead" and t.is_alive() for t in threading.enumerate())
 
 
@@ -62,22 +60,27 @@ def test_budget_must_be_positive():
 
 def test_wait_room_waits_until_the_consumer_has_made_room():
     room_at: list[int] = []
+    asked_at: list[int] = []
+    asking = threading.Event()
 
     def fetch(job):
         if job == "big":
             yield bytes(300)
             yield bytes(300)
         else:
+            asked_at.append(ra._held)
+            asking.set()
             assert ra.wait_room(500)  # may only go on once at most 500 bytes are queued
             room_at.append(ra._held)
             yield bytes(400)
 
     ra: ReadAhead = ReadAhead(["big", "lease"], fetch, budget_bytes=1000)
     with ra:
-        stream = iter(ra)
-        time.sleep(0.2)  # the reader is now waiting for room
-        assert room_at == []
-        got = [item for _, item in stream]
+        ra.start()
+        assert asking.wait(10)  # the consumer has taken nothing yet
+        got = [item for _, item in ra]
+    # Asked with 600 bytes queued, it went on only once the consumer had made room.
+    assert asked_at == [600]
     assert room_at and room_at[0] <= 500
     assert [len(x) for x in got if isinstance(x, bytes)] == [300, 300, 400]
 
@@ -110,11 +113,13 @@ def test_has_room_answers_without_waiting_what_wait_room_would_wait_for():
 
 def test_wait_room_returns_false_once_closed_and_a_fetch_left_half_way_is_closed():
     closed = threading.Event()
+    asking = threading.Event()
     answers: list[bool] = []
 
     def fetch(job):
         try:
             yield bytes(900)
+            asking.set()
             answers.append(ra.wait_room(900))  # nobody takes the first chunk: this waits
             if answers[-1]:
                 yield bytes(900)
@@ -124,8 +129,8 @@ def test_wait_room_returns_false_once_closed_and_a_fetch_left_half_way_is_closed
 
     ra: ReadAhead = ReadAhead([0], fetch, budget_bytes=1000)
     ra.start()
-    time.sleep(0.2)
-    assert answers == []
+    assert asking.wait(10)
+    assert answers == []  # no consumer takes anything, so only close() can end the wait
     ra.close()
     assert closed.wait(5), "the fetch left half-way was not closed"
     assert answers == [False]
