@@ -49,13 +49,13 @@ def verify_shard(manifest: Manifest, entry: ShardEntry) -> int:
             digest.update(chunk)
             bounds.extend(s.end for s in parser.feed(chunk))
     except OSError as exc:
-        raise VerifyError(f"{path}: shard missing or unreadable ({exc})", path=path) from None
+        raise VerifyError(f"{path}: shard missing or unreadable ({exc})", path=path) from exc
     if size != entry.num_bytes:
         raise VerifyError(f"{path}: size is {size} bytes, manifest says {entry.num_bytes} (truncated or replaced?)", path=path)
     try:
         bounds.extend(s.end for s in parser.finish())
     except CorruptShardError as exc:
-        raise VerifyError(f"{path}: does not parse as a tar shard: {exc}", path=path) from None
+        raise VerifyError(f"{path}: does not parse as a tar shard: {exc}", path=path) from exc
     if digest.hexdigest() != entry.sha256:
         raise VerifyError(f"{path}: SHA-256 mismatch (content changed or corrupted); rewrite this shard", path=path)
     count = len(bounds) - 1
@@ -68,7 +68,7 @@ def verify_shard(manifest: Manifest, entry: ShardEntry) -> int:
         else:
             index = decode_index(open_source(index_path).read_all(), path=index_path)
     except (ManifestError, OSError) as exc:
-        raise VerifyError(f"{path}: offset index unusable: {exc}", path=path) from None
+        raise VerifyError(f"{path}: offset index unusable: {exc}", path=path) from exc
     if len(index) != len(bounds) or not np.array_equal(np.asarray(index), np.asarray(bounds, dtype=index.dtype)):
         raise VerifyError(
             f"{index_path}: offset index does not match the sample boundaries of {entry.path}", path=index_path

@@ -124,6 +124,7 @@ class HttpFetcher:
                 retries=self._retries,
             )
         except Urllib3Error as exc:
+            # from None: urllib3 puts the full URL (query string too) in its messages.
             raise TransientFault(f"request failed ({_describe(exc)})") from None
         if response.status >= 400:
             reason = response.reason or ""

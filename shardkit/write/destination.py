@@ -14,6 +14,7 @@ import shutil
 from collections.abc import Iterable
 
 from shardkit.errors import DestinationError
+from shardkit.io.atomic import TMP_SUFFIX
 
 SHARD_PATTERN = "shard-{:06d}.tar"
 JOURNAL_DIR = ".shardkit-journal"
@@ -101,6 +102,8 @@ def output_error(exc: OSError, path: str, *, resume_hint: bool = True) -> Destin
         The error to raise (``from exc``), with ``path`` set.
     """
     where = exc.filename if isinstance(exc.filename, str) and exc.filename else path
+    if where.endswith(TMP_SUFFIX):  # name the file the user knows; the temporary is gone
+        where = where[: -len(TMP_SUFFIX)]
     advice = _ADVICE.get(exc.errno or 0, f"{exc.strerror or exc}; fix the cause")
     rerun = "then rerun with --resume" if resume_hint else "then rerun"
     return DestinationError(f"{where}: cannot write: {advice}, {rerun}", path=where)

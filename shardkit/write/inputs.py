@@ -175,7 +175,7 @@ def _file_size(path: str) -> int:
     try:
         st = os.stat(path)
     except OSError as exc:
-        raise SourceError(f"{path}: cannot read input file ({exc.strerror or exc})", path=path) from None
+        raise SourceError(f"{path}: cannot read input file ({exc.strerror or exc})", path=path) from exc
     if not os.path.isfile(path):
         raise SourceError(f"{path}: input is not a regular file", path=path)
     return st.st_size
@@ -270,7 +270,7 @@ def _jsonl_row(line: str, *, where: str, base: str, path: str, number: int) -> I
     try:
         row = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise SourceError(f"{where}: line {number} is not valid JSON ({exc.msg})", path=path, line=number) from None
+        raise SourceError(f"{where}: line {number} is not valid JSON ({exc.msg})", path=path, line=number) from exc
     if not isinstance(row, dict):
         raise SourceError(f"{where}: line {number} is not a JSON object", path=path, line=number)
     key = row.get("__key__")
@@ -294,7 +294,7 @@ def _jsonl_row(line: str, *, where: str, base: str, path: str, number: int) -> I
             except SourceError as exc:
                 raise SourceError(
                     f"{where}: line {number}: field {ext!r} refers to {file}: {exc}", path=path, line=number
-                ) from None
+                ) from exc
             fields.append(Field(ext, size, path=file))
         else:
             data = encode_value(value)

@@ -291,7 +291,7 @@ def _finished_entries(dest: str, source_info: dict, options: WriteOptions) -> di
             old = Manifest.from_json(f.read(), location=dest)
     except (OSError, ValueError):
         return {}
-    if dict(old.source) != source_info or dict(old.options) != options.recorded() or old.seed != options.seed:
+    if dict(old.source) != source_info or dict(old.options) != options.recorded() or old.seed != (options.seed if options.shuffle else None):
         return {}
     return {s.path: s for s in old.shards}
 

@@ -50,7 +50,7 @@ def sample_fields(sample: Mapping[str, Any]) -> tuple[str, list[tuple[str, bytes
         try:
             fields.append((ext, encode_value(sample[ext])))
         except TypeError as exc:
-            raise UsageError(f"sample {key!r}, field {ext!r}: {exc}") from None
+            raise UsageError(f"sample {key!r}, field {ext!r}: {exc}") from exc
     if not fields:
         raise UsageError(f"sample {key!r} has no fields besides its key")
     return key, fields
