@@ -127,7 +127,7 @@ def load_options(
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
     names = {f.name for f in dataclasses.fields(cls) if f.init}
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
 
     if source is None:
         where, raw = "defaults", {}
@@ -166,11 +166,16 @@ def load_options(
 
 def _convert(value: Any, annotation: Any, name: str, label: str) -> Any:
     """Convert one value to its field's type; ``label`` says where it came from."""
-    allowed, optional = _unwrap(annotation)
+    allowed, literals, optional = _unwrap(annotation)
     if value is None:
-        if optional or not allowed:
+        if optional or not (allowed or literals):
             return None
         raise UsageError(f"{label}: a value is required, got null")
+    if any(value == literal and type(value) is type(literal) for literal in literals):
+        return value
+    nested = [t for t in allowed if dataclasses.is_dataclass(t)]
+    if nested and isinstance(value, Mapping):
+        return _load_nested(nested[0], value, label)
     if name.endswith("_bytes") and int in allowed:
         return _to_size(value, label)
     if bool in allowed:
@@ -183,32 +188,57 @@ def _convert(value: Any, annotation: Any, name: str, label: str) -> Any:
         if isinstance(value, (dict, list, bool)):
             raise UsageError(f"{label}: expected text, got {value!r}")
         return str(value)
+    if literals and not allowed:
+        choices = ", ".join(repr(v) for v in literals)
+        raise UsageError(f"{label}: must be one of {choices}, got {value!r}")
     if tuple in allowed and isinstance(value, list):
         return tuple(value)
     return value
 
 
-def _unwrap(annotation: Any) -> tuple[tuple[type, ...], bool]:
-    """The plain types an annotation allows, and whether it allows None."""
+def _load_nested(cls: type, raw: Mapping[str, Any], label: str) -> Any:
+    """A dataclass-typed field given as a mapping (``source: {cache_dir: ...}``)."""
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(str(k) for k in raw if k not in names)
+    if unknown:
+        raise UsageError(f"{label}: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+    hints = _type_hints(cls)
+    values = {k: _convert(v, hints.get(k, Any), k, f"{label}.{k}") for k, v in raw.items()}
+    try:
+        return cls(**values)
+    except UsageError as exc:
+        raise UsageError(f"{label}: {exc}") from exc
+
+
+def _type_hints(cls: type) -> dict[str, Any]:
+    """Field types of ``cls``; a field whose annotation cannot be resolved
+    (a class defined inside a function) takes values unconverted."""
+    try:
+        return typing.get_type_hints(cls)
+    except NameError:
+        return {}
+
+
+def _unwrap(annotation: Any) -> tuple[tuple[type, ...], tuple[Any, ...], bool]:
+    """The plain types and literal values an annotation allows, and whether it allows None."""
     if annotation is Any:
-        return (), True
-    origin = typing.get_origin(annotation)
-    if origin is typing.Union or origin is types.UnionType:
-        members = typing.get_args(annotation)
-    else:
-        members = (annotation,)
+        return (), (), True
+    pending = [annotation]
     plain: list[type] = []
+    literals: list[Any] = []
     optional = False
-    for member in members:
-        if member is type(None):
+    while pending:
+        member = pending.pop(0)
+        origin = typing.get_origin(member)
+        if origin is typing.Union or origin is types.UnionType:
+            pending.extend(typing.get_args(member))
+        elif origin is typing.Literal:
+            literals.extend(typing.get_args(member))
+        elif member is type(None):
             optional = True
-            continue
-        base = typing.get_origin(member) or member
-        if typing.get_origin(member) is typing.Literal:
-            base = type(typing.get_args(member)[0])
-        if isinstance(base, type):
-            plain.append(base)
-    return tuple(plain), optional
+        elif isinstance(origin or member, type):
+            plain.append(origin or member)
+    return tuple(plain), tuple(literals), optional
 
 
 def _to_size(value: Any, label: str) -> int:

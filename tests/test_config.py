@@ -8,6 +8,7 @@ import pytest
 
 from shardkit.config import load_options, parse_size
 from shardkit.errors import UsageError
+from shardkit.io.base import SourceOptions
 from shardkit.write.parallel import WriteOptions
 
 
@@ -70,3 +71,17 @@ def test_parse_size(text, expected):
 def test_parse_size_refuses_nonsense(text):
     with pytest.raises(UsageError, match="size"):
         parse_size(text)
+
+
+@dataclass(frozen=True)
+class _Reader:
+    read_ahead_bytes: int = 1
+    source: SourceOptions = SourceOptions()
+
+
+def test_nested_options_and_literals_load_from_one_mapping():
+    options = load_options(_Reader, {"read_ahead_bytes": "1KiB", "source": {"device_lock": "auto", "cache_max_bytes": "2MB"}})
+    assert options == _Reader(read_ahead_bytes=1024, source=SourceOptions(device_lock="auto", cache_max_bytes=2_000_000))
+    assert load_options(SourceOptions, {"device_lock": False}).device_lock is False
+    with pytest.raises(UsageError, match=r"source: unknown option\(s\) cache_size"):
+        load_options(_Reader, {"source": {"cache_size": 3}})
