@@ -214,7 +214,12 @@ class S3Destination:
         self.options = options or SourceOptions()
         self.url = redact_url(url.rstrip("/"))
         self.bucket, self.prefix = split_s3_url(url.rstrip("/") + "/")
-        self._client = s3_client(self.options)
+
+    @property
+    def _client(self) -> Any:
+        # Looked up at each use: s3_client keeps one client per process and
+        # settings, made on first need (not when the destination is opened).
+        return s3_client(self.options)
 
     def object_url(self, name: str) -> str:
         return f"{self.url}/{name}"
