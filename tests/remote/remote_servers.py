@@ -26,7 +26,8 @@ class Faults:
         drop_after: For each coming GET, close the connection after this many
             body bytes.
         stall_after: For each coming GET, stop sending after this many body
-            bytes for ``stall_s`` seconds, then close.
+            bytes for ``stall_s`` seconds (or until the server closes), then
+            close. ``FaultyHTTPServer.stalls_held`` counts the stalls going on.
         stall_s: Length of a stall.
         ignore_range: Answer every GET with 200 and the whole object.
         retry_after: Send ``Retry-After`` (seconds) with the ``statuses`` answers.
@@ -103,21 +104,36 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         body = memoryview(data)[start:end]
         cut = min(x for x in (drop, stall, len(body)) if x is not None)
+        stalls = stall is not None and stall == cut and cut < len(body)
+        if stalls:
+            # Counted before the first byte goes out, so a client that has the
+            # bytes before the stall also sees the stall counted.
+            with self.server.lock:
+                self.server.stalls_held += 1
         try:
             for i in range(0, cut, 65536):
                 piece = body[i : min(i + 65536, cut)]
-                self.wfile.write(piece)
+                # Counted before the write, so whatever a client has received
+                # is already counted when it looks.
                 with self.server.lock:
                     self.server.sent[self.path] = self.server.sent.get(self.path, 0) + len(piece)
+                self.wfile.write(piece)
             self.wfile.flush()
-            if stall is not None and stall == cut and cut < len(body):
+            if stalls:
                 self.server.stop.wait(faults.stall_s)
+                with self.server.lock:
+                    self.server.stalls_held -= 1
+                stalls = False
             if cut < len(body):
                 self.connection.shutdown(socket.SHUT_RDWR)
                 self.close_connection = True
                 return
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        finally:
+            if stalls:  # the client hung up before the stall began
+                with self.server.lock:
+                    self.server.stalls_held -= 1
 
 
 class FaultyHTTPServer(ThreadingHTTPServer):
@@ -130,7 +146,8 @@ class FaultyHTTPServer(ThreadingHTTPServer):
         self.objects: dict[str, bytes] = {}
         self.faults: dict[str, Faults] = {}
         self.requests: list[tuple[str, str, str | None]] = []
-        self.sent: dict[str, int] = {}  # body bytes written per request path
+        self.sent: dict[str, int] = {}  # body bytes handed to the socket per request path
+        self.stalls_held = 0  # responses stalling right now (Faults.stall_after)
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
