@@ -68,6 +68,7 @@ def _add_write(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--overwrite", action="store_true", help="replace an earlier shardkit output in DEST")
     p.add_argument("--config", help="YAML file with the same options (command-line flags win)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
+    _add_verbose(p)
     p.set_defaults(func=cmd_write)
 
 
@@ -126,6 +127,7 @@ def _add_info(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("info", help="summarize a dataset's manifest", description=cmd_info.__doc__)
     p.add_argument("dataset", help="dataset directory, manifest.json, or their URL")
     p.add_argument("--shards", action="store_true", help="also list every shard")
+    _add_verbose(p)
     p.set_defaults(func=cmd_info)
 
 
@@ -162,6 +164,7 @@ def _add_verify(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="re-read every shard and check it", description=cmd_verify.__doc__)
     p.add_argument("dataset", help="dataset directory, manifest.json, or their URL")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    _add_verbose(p)
     p.set_defaults(func=cmd_verify)
 
 
@@ -194,6 +197,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------- main
+
+
+def _add_verbose(parser: argparse.ArgumentParser) -> None:
+    # Also after the subcommand (`shardkit write SRC DEST -v`); SUPPRESS keeps
+    # a `shardkit -v write ...` given before it.
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log debug details; tracebacks on errors"
+    )
+
 
 _COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_write, _add_info, _add_verify)
 
