@@ -8,6 +8,7 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -108,21 +109,24 @@ class _Handler(BaseHTTPRequestHandler):
         if stalls:
             # Counted before the first byte goes out, so a client that has the
             # bytes before the stall also sees the stall counted.
-            with self.server.lock:
+            with self.server.changed:
                 self.server.stalls_held += 1
+                self.server.changed.notify_all()
         try:
             for i in range(0, cut, 65536):
                 piece = body[i : min(i + 65536, cut)]
                 # Counted before the write, so whatever a client has received
                 # is already counted when it looks.
-                with self.server.lock:
+                with self.server.changed:
                     self.server.sent[self.path] = self.server.sent.get(self.path, 0) + len(piece)
+                    self.server.changed.notify_all()
                 self.wfile.write(piece)
             self.wfile.flush()
             if stalls:
                 self.server.stop.wait(faults.stall_s)
-                with self.server.lock:
+                with self.server.changed:
                     self.server.stalls_held -= 1
+                    self.server.changed.notify_all()
                 stalls = False
             if cut < len(body):
                 self.connection.shutdown(socket.SHUT_RDWR)
@@ -132,8 +136,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         finally:
             if stalls:  # the client hung up before the stall began
-                with self.server.lock:
+                with self.server.changed:
                     self.server.stalls_held -= 1
+                    self.server.changed.notify_all()
 
 
 class FaultyHTTPServer(ThreadingHTTPServer):
@@ -148,7 +153,9 @@ class FaultyHTTPServer(ThreadingHTTPServer):
         self.requests: list[tuple[str, str, str | None]] = []
         self.sent: dict[str, int] = {}  # body bytes handed to the socket per request path
         self.stalls_held = 0  # responses stalling right now (Faults.stall_after)
-        self.lock = threading.Lock()
+        # Re-entrant, so that a wait_for() predicate may call gets().
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)  # requests, sent, stalls_held
         self.stop = threading.Event()
         self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
@@ -162,8 +169,16 @@ class FaultyHTTPServer(ThreadingHTTPServer):
         return self.base_url + path
 
     def record(self, method: str, path: str, range_header: str | None) -> None:
-        with self.lock:
+        with self.changed:
             self.requests.append((method, path, range_header))
+            self.changed.notify_all()
+
+    def wait_for(self, predicate: Callable[[], bool], timeout_s: float = 60.0) -> bool:
+        """Block until ``predicate()`` holds, re-checked whenever a request
+        arrives, body bytes go out or a stall begins or ends; False if it
+        still does not hold after ``timeout_s`` (a failure, not a pace)."""
+        with self.changed:
+            return self.changed.wait_for(predicate, timeout=timeout_s)
 
     def gets(self, path: str) -> list[str | None]:
         with self.lock:
@@ -261,6 +276,23 @@ class CuttingProxy:
         self._stop.set()
         self._listener.close()
         self._accept.join(timeout=5)
+
+
+def most_attempts(options: SourceOptions) -> int:
+    """Most attempts a :class:`~shardkit.io.retry.Backoff` makes on a stream
+    that gets no byte through before it gives up, on any machine.
+
+    Every wait lasts at least half its nominal delay (the jitter's floor), and
+    the waits together stay within ``retry_deadline_s``, so a slow machine
+    makes fewer attempts, never more; one extra allows for rounding.
+    """
+    waited, waits = 0.0, 0
+    while True:
+        shortest = 0.5 * min(options.backoff_max_s, options.backoff_initial_s * 2**waits)
+        if waited + shortest > options.retry_deadline_s:
+            return waits + 1 + 1
+        waited += shortest
+        waits += 1
 
 
 def fast_options(**overrides: Any) -> SourceOptions:

@@ -14,6 +14,7 @@ from shardkit.errors import RemoteError, UsageError
 from shardkit.format.tar import SampleParser
 from shardkit.io.base import SourceOptions
 from shardkit.io.registry import open_source
+from tests.remote.remote_servers import most_attempts
 
 FAST = SourceOptions(
     connect_timeout_s=2.0,
@@ -42,22 +43,6 @@ def fetch_threads() -> list[threading.Thread]:
 def range_length(header: str | None) -> int:
     first, last = header.removeprefix("bytes=").split("-")
     return int(last) - int(first) + 1
-
-
-def most_attempts(options: SourceOptions) -> int:
-    """Attempts a :class:`~shardkit.io.retry.Backoff` can make before its deadline.
-
-    Every wait lasts at least half its nominal delay (the jitter's floor), and
-    the waits together stay within ``retry_deadline_s``; one more attempt for
-    a wait cut short by rounding.
-    """
-    waited, waits = 0.0, 0
-    while True:
-        shortest = 0.5 * min(options.backoff_max_s, options.backoff_initial_s * 2**waits)
-        if waited + shortest > options.retry_deadline_s:
-            return waits + 1 + 1
-        waited += shortest
-        waits += 1
 
 
 def read(url: str, options: SourceOptions = FAST, start: int = 0, end: int | None = None, **kw) -> bytes:
