@@ -29,3 +29,24 @@ def test_writer_path_does_not_import_torch(tmp_path):
         "assert 'torch' not in sys.modules, 'writer imported torch'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_reader_without_torch_names_the_extra():
+    # As on a writer-only install: torch cannot be imported at all.
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None\n"
+        "import shardkit\n"
+        "assert shardkit.write_dataset and shardkit.World\n"
+        "for name in ('ShardDataset', 'make_loader'):\n"
+        "    try:\n"
+        "        getattr(shardkit, name)\n"
+        "    except ImportError as exc:\n"
+        "        print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    lines = out.splitlines()
+    assert len(lines) == 2
+    for name, line in zip(("ShardDataset", "make_loader"), lines, strict=True):
+        assert line.startswith("shardkit's reader needs torch: pip install 'shardkit[torch]'"), line
+        assert f"shardkit.{name} could not import 'torch" in line
