@@ -1,68 +1,89 @@
 """``ShardDataset``: the streaming reader users put in their training loop.
 
 It composes the pieces of :mod:`shardkit.read`: the catalog of shards
-(:mod:`.catalog`), the epoch plan (:mod:`.split`), reading with read-ahead and
-the fault policy (:mod:`.stream`), the swap-buffer shuffle (:mod:`.shuffle`)
-and decoding (:mod:`.decode`).
+(:mod:`.catalog`), the reader options (:mod:`.options`) and the plan they
+give (:mod:`.plan`), and one slot's stream (:mod:`.slot`: reading with
+read-ahead and the fault policy, the swap-buffer shuffle, decoding). It adds
+what is per process: the epoch, the skip counter, and checkpoint bookkeeping.
 """
 
 from __future__ import annotations
 
-import copy
-import itertools
 import logging
 import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 from torch.utils.data import IterableDataset
 
 from shardkit.errors import StateError, UsageError
 from shardkit.format.manifest import Manifest
+from shardkit.io.base import SourceOptions
 from shardkit.read.catalog import ShardCatalog, resolve_catalog
 from shardkit.read.decode import Decoder, ImageMode, make_decoder
+from shardkit.read.options import DEFAULT_BUFFER_SIZE, ReaderOptions
+from shardkit.read.plan import ReadPlan
 from shardkit.read.prefetch import DEFAULT_READ_AHEAD_BYTES
-from shardkit.read.restore import SlotRestorer
-from shardkit.read.resume import (
+from shardkit.read.resume.state import (
     Level,
     ReaderState,
-    catalog_fingerprint,
     check_compatible,
-    rank_local_level,
-    round_robin,
+    dataset_fingerprint,
+    rank_state,
     start_for,
 )
-from shardkit.read.shuffle import ShuffleBuffer
-from shardkit.io.base import SourceOptions
-from shardkit.read.split import (
-    MODES,
-    SAMPLE_SHUFFLE_STREAM,
-    Mode,
-    Piece,
-    assign_shards,
-    plan_epoch,
-    samples_per_rank,
-    seed_sequence,
-    skip_samples,
-)
-from shardkit.read.stream import ON_ERROR, Located, OnError, PieceReader
+from shardkit.read.slot import Sample, SlotReader
+from shardkit.read.split import Mode
+from shardkit.read.stream import ON_ERROR, OnError
 from shardkit.world import World, detect_rank, detect_worker
 
 log = logging.getLogger(__name__)
 
-#: Default number of samples held by the shuffle buffer.
-DEFAULT_BUFFER_SIZE = 1000
-
-Sample = dict[str, Any]
+__all__ = ["DEFAULT_BUFFER_SIZE", "ShardDataset"]
 
 
-def _located_nbytes(located: Located) -> int:
-    """A sample's size as stored (tar headers included): O(1), and the same
-    figure the offset index gives without reading the sample."""
-    raw = located[2]
-    return raw.end - raw.start
+def _starting_a_process(value: Any) -> bool:
+    """Whether a process is being started right now: the one time shared
+    memory may be pickled (a shared value refuses, with a RuntimeError, at
+    any other time)."""
+    try:
+        value.__reduce__()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _adopt_counters(epoch: Any, skipped: Any) -> _SharedCounters:
+    counters = _SharedCounters.__new__(_SharedCounters)
+    counters.epoch, counters.skipped = epoch, skipped
+    return counters
+
+
+class _SharedCounters:
+    """The epoch and the skipped-fault count, shared with DataLoader workers.
+
+    Workers made by ``fork`` inherit the shared memory; workers started by
+    ``spawn`` or ``forkserver`` receive it through the pickling that starts
+    them. Any other pickling (``pickle.dumps``, ``copy.deepcopy``, Ray)
+    carries the current values into fresh counters of their own.
+    """
+
+    def __init__(self, epoch: int = 0, skipped: int = 0):
+        # The spawn context's lock can be shared by fork, forkserver and spawn workers.
+        context = multiprocessing.get_context("spawn")
+        self.epoch = context.Value("q", epoch)
+        self.skipped = context.Value("q", skipped)
+
+    def count_skip(self, exc: Exception) -> None:
+        """Count one skipped fault (the reader's ``on_skip``)."""
+        with self.skipped.get_lock():
+            self.skipped.value += 1
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if _starting_a_process(self.epoch):
+            return _adopt_counters, (self.epoch, self.skipped)
+        return _SharedCounters, (int(self.epoch.value), int(self.skipped.value))
 
 
 class _Progress:
@@ -75,23 +96,6 @@ class _Progress:
         self.base: tuple[Level, ...] = ()
         self.world: World | None = None
         self.count = 0
-
-
-class _Pending:
-    """A loaded state waiting for the iteration of its epoch. Shared by
-    reference between a dataset and its shallow copies (the loader's)."""
-
-    __slots__ = ("state",)
-
-    def __init__(self) -> None:
-        self.state: ReaderState | None = None
-
-
-def _as_dict(located: Iterator[tuple[int, Located]]) -> Iterator[tuple[int, Sample]]:
-    for count, (_, _, raw) in located:
-        sample: Sample = {"__key__": raw.key}
-        sample.update(raw.fields)
-        yield count, sample
 
 
 class ShardDataset(IterableDataset):
@@ -138,6 +142,12 @@ class ShardDataset(IterableDataset):
     Resuming assumes no faults were skipped (``on_error="skip"``) before the
     checkpoint; after skipped faults the restored buffer is not the one the
     run had, so a few samples near the fault may repeat or be missed.
+
+    The dataset pickles (``pickle``, ``copy.deepcopy``, Ray), carrying its
+    epoch and skip count as plain values. DataLoader workers started by
+    ``fork``, ``spawn`` or ``forkserver`` share the epoch and the skip count
+    with it, so :meth:`set_epoch` reaches persistent workers and
+    :attr:`num_skipped` sums over workers.
 
     Example, one process per GPU under ``torchrun``::
 
@@ -224,95 +234,98 @@ class ShardDataset(IterableDataset):
         read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES,
     ):
         super().__init__()
-        if mode not in MODES:
-            raise UsageError(f"mode must be one of {MODES}, not {mode!r}")
+        options = ReaderOptions(
+            mode=mode,
+            seed=seed,
+            shuffle=shuffle,
+            buffer_size=buffer_size,
+            buffer_bytes=buffer_bytes,
+            pad=pad,
+            interleave=interleave,
+        )
         if on_error not in ON_ERROR:
             raise UsageError(f"on_error must be one of {ON_ERROR}, not {on_error!r}")
-        if seed < 0 or epoch < 0:
-            raise UsageError(f"seed and epoch must be >= 0 (got seed={seed}, epoch={epoch})")
-        if buffer_size < 0 or (buffer_bytes is not None and buffer_bytes <= 0):
-            raise UsageError("buffer_size must be >= 0 and buffer_bytes > 0 (or None)")
+        if epoch < 0:
+            raise UsageError(f"epoch must be >= 0, not {epoch}")
         if batch_size is not None and batch_size < 1:
             raise UsageError(f"batch_size must be >= 1 or None, not {batch_size}")
         if read_ahead_bytes <= 0:
             raise UsageError(f"read_ahead_bytes must be > 0, not {read_ahead_bytes}")
-        if interleave < 1:
-            raise UsageError(f"interleave must be >= 1, not {interleave}")
-        if pad and mode != "balanced":
-            raise UsageError("pad=True applies to mode='balanced' only")
-        self.options = source_options or SourceOptions()
-        self.catalog: ShardCatalog = resolve_catalog(source, options=self.options)
-        if mode == "balanced" and self.catalog.counts is None:
+        source_options = source_options or SourceOptions()
+        catalog = resolve_catalog(source, options=source_options)
+        if mode == "balanced" and catalog.counts is None:
             raise UsageError(
                 "mode='balanced' needs per-shard sample counts: read a dataset with a manifest "
                 "(or .idx sidecars), or use mode='exact' / 'infinite' at shard granularity"
             )
-        self.mode: Mode = mode
-        self.seed = seed
-        self.shuffle = shuffle
-        self.buffer_size = buffer_size
-        self.buffer_bytes = buffer_bytes
-        self.pad = pad
-        self.interleave = interleave
-        self.world = detect_rank(rank=rank, world_size=world_size)
-        self.decoder = make_decoder(decode)
-        self.map = map
-        self.batch_size = batch_size
-        self.collate = collate
-        self.partial_batches = partial_batches
-        self.on_error: OnError = on_error
-        self.read_ahead_bytes = read_ahead_bytes
-        # Shared with DataLoader worker processes (persistent ones included):
-        # workers read the epoch at the start of each iteration and add to
-        # the fault counter.
-        # (Created with the spawn context's lock, which fork, forkserver and
-        # spawn workers can all share.)
-        shared = multiprocessing.get_context("spawn")
-        self._epoch = shared.Value("q", epoch)
-        self._skipped = shared.Value("q", 0)
-        # Checkpoint bookkeeping: per process (the progress), and a loaded
-        # state that the next iteration of its epoch starts from.
+        self._options = options
+        self._catalog = catalog
+        self._world = detect_rank(rank=rank, world_size=world_size)
+        self._plan = ReadPlan(catalog.counts, catalog.num_shards, options)
+        self._slots = SlotReader(
+            catalog=catalog,
+            plan=self._plan,
+            source_options=source_options,
+            on_error=on_error,
+            read_ahead_bytes=read_ahead_bytes,
+            decoder=make_decoder(decode),
+            map=map,
+            batch_size=batch_size,
+            collate=collate,
+            partial_batches=partial_batches,
+        )
+        self._counters = _SharedCounters(epoch)
+        # Checkpoint bookkeeping: this process's progress, and a loaded state
+        # that the next iteration of its epoch starts from.
         self._progress = _Progress()
-        self._pending = _Pending()
-        self._tag_items = False  # the loader's copy yields (worker, count, item)
-        self._worker_shift: Any = None  # the loader's copy: worker process i reads slot (i + shift) % workers
+        self._pending: ReaderState | None = None
 
-    # ------------------------------------------------------------ state
+    # ------------------------------------------------------------ properties
 
-    def set_epoch(self, epoch: int) -> None:
-        """Set the epoch the next iteration reads (call before each epoch).
+    @property
+    def options(self) -> ReaderOptions:
+        """The options that decide what each slot reads (and which states fit)."""
+        return self._options
 
-        Reaches DataLoader workers, persistent ones included, because the
-        value lives in shared memory and is read when iteration starts.
-        """
-        if epoch < 0:
-            raise UsageError(f"epoch must be >= 0, not {epoch}")
-        pending = self._pending.state
-        if pending is not None and pending.epoch != epoch:
-            log.info("set_epoch(%d) drops the loaded state of epoch %d", epoch, pending.epoch)
-            self._pending.state = None
-        self._epoch.value = epoch
+    @property
+    def source_options(self) -> SourceOptions:
+        """The storage options."""
+        return self._slots.source_options
+
+    @property
+    def catalog(self) -> ShardCatalog:
+        """The shards read (with their sample counts, when known)."""
+        return self._catalog
+
+    @property
+    def plan(self) -> ReadPlan:
+        """Which pieces each slot reads in each epoch."""
+        return self._plan
+
+    @property
+    def world(self) -> World:
+        """This process's rank and world size (as worker 0 of 1)."""
+        return self._world
+
+    @property
+    def batch_size(self) -> int | None:
+        """Samples per batch made in the worker, or None for single samples."""
+        return self._slots.batch_size
 
     @property
     def epoch(self) -> int:
-        return int(self._epoch.value)
+        """The epoch the next iteration reads."""
+        return int(self._counters.epoch.value)
 
     @property
     def num_skipped(self) -> int:
         """Faults skipped under ``on_error="skip"``, summed over all workers."""
-        return int(self._skipped.value)
-
-    def _count_skip(self, exc: Exception) -> None:
-        with self._skipped.get_lock():
-            self._skipped.value += 1
+        return int(self._counters.skipped.value)
 
     @property
     def num_samples(self) -> int | None:
         """Samples this rank reads per epoch, or None if unknown / endless."""
-        total = self.catalog.num_samples
-        if total is None or self.mode == "infinite":
-            return None
-        return samples_per_rank(total, rank=self.world.rank, world_size=self.world.world_size, mode=self.mode, pad=self.pad)
+        return self._plan.samples_per_rank(self._world)
 
     def __len__(self) -> int:
         """Samples this rank reads per epoch (single samples, finite modes only)."""
@@ -321,52 +334,36 @@ class ShardDataset(IterableDataset):
             raise TypeError("len() is defined for single samples in 'exact'/'balanced' mode with sample counts")
         return count
 
-    # ------------------------------------------------------------ plan
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch the next iteration reads (call before each epoch).
 
-    def pieces(self, world: World, *, epoch: int, part: int = 0, num_parts: int = 1) -> Iterator[Piece]:
-        """The pieces ``world``'s slot reads from ``epoch`` on (endless in
-        ``"infinite"`` mode); with ``num_parts`` > 1, only part ``part`` of
-        each epoch's share (see ``interleave``)."""
-        epochs = itertools.count(epoch) if self.mode == "infinite" else (epoch,)
-        counts = self.catalog.counts
-        if counts is not None:
-            total = int(counts.sum())
-            if self.mode == "infinite" and total < world.num_slots * num_parts:
-                raise UsageError(
-                    f"mode='infinite' needs at least one sample per slot and stream: {total} samples for "
-                    f"{world.world_size} ranks x {world.num_workers} workers x interleave {num_parts}"
-                )
-            for e in epochs:
-                yield from plan_epoch(
-                    counts,
-                    world,
-                    seed=self.seed,
-                    epoch=e,
-                    mode=self.mode,
-                    shuffle=self.shuffle,
-                    pad=self.pad,
-                    part=part,
-                    num_parts=num_parts,
-                )
-            return
-        if self.mode == "infinite" and self.catalog.num_shards < world.num_slots * num_parts:
-            raise UsageError(
-                f"mode='infinite' without sample counts needs a shard per slot and stream: "
-                f"{self.catalog.num_shards} shards for {world.world_size} ranks x {world.num_workers} workers "
-                f"x interleave {num_parts}"
-            )
-        for e in epochs:
-            shards = assign_shards(self.catalog.num_shards, world, seed=self.seed, epoch=e, shuffle=self.shuffle)
-            for shard in shards[part::num_parts]:
-                yield Piece(int(shard), 0, 0)
+        Reaches DataLoader workers, persistent ones included: the value lives
+        in shared memory and is read when iteration starts. A loaded state of
+        another epoch is dropped.
+        """
+        if epoch < 0:
+            raise UsageError(f"epoch must be >= 0, not {epoch}")
+        pending = self._pending
+        if pending is not None and pending.epoch != epoch:
+            log.info("set_epoch(%d) drops the loaded state of epoch %d", epoch, pending.epoch)
+            self._pending = None
+        self._counters.epoch.value = epoch
 
     # ------------------------------------------------------------ iteration
 
-    def iter_slot(self, world: World, *, epoch: int, state: Mapping[str, Any] | None = None) -> Iterator[Any]:
-        """Samples (or batches) of one slot for ``epoch``.
+    def __iter__(self) -> Iterator[Any]:
+        world = detect_worker(self._world)
+        epoch = self.epoch
+        base: tuple[Level, ...] = ()
+        count = 0
+        pending = self._take_pending(epoch)
+        if pending is not None:
+            base, count = start_for(pending, world)
+        return (item for _, item in self._items(world, epoch=epoch, base=base, count=count))
 
-        ``__iter__`` calls this with the current process's slot; calling it
-        directly shows what any rank/worker would read.
+    def iter_slot(self, world: World, *, epoch: int, state: Mapping[str, Any] | None = None) -> Iterator[Any]:
+        """Samples (or batches) of one slot for ``epoch``: what any rank and
+        worker would read.
 
         Args:
             world: The slot.
@@ -380,169 +377,38 @@ class ShardDataset(IterableDataset):
         base: tuple[Level, ...] = ()
         count = 0
         if state is not None:
-            parsed = ReaderState.from_dict(state)
-            check_compatible(parsed, fingerprint=self.fingerprint, options=self._state_options())
+            parsed = self._parse_state(state)
             if parsed.epoch != epoch:
                 raise StateError(f"reader state is of epoch {parsed.epoch}, not {epoch}")
             base, count = start_for(parsed, world)
-        return (item for _, item in self._slot_stream(world, epoch=epoch, base=base, count=count))
+        stream = self._slots.items(world, epoch=epoch, base=base, count=count, on_skip=self._counters.count_skip)
+        return (item for _, item in stream)
 
-    def _reader(self) -> PieceReader:
-        return PieceReader(
-            self.catalog,
-            on_error=self.on_error,
-            on_skip=self._count_skip,
-            options=self.options,
-            read_ahead_bytes=max(self.read_ahead_bytes // self.interleave, 1),
-        )
-
-    def shuffle_buffer(self, world: World, *, epoch: int, nbytes: Callable[[Any], int]) -> ShuffleBuffer[Any] | None:
-        """A fresh shuffle buffer of ``world``'s slot for ``epoch`` (None
-        without shuffling); ``nbytes`` sizes its items for ``buffer_bytes``."""
-        if not (self.shuffle and self.buffer_size > 1):
+    def _take_pending(self, epoch: int) -> ReaderState | None:
+        """The loaded state if it is of ``epoch``, forgotten here: one
+        iteration resumes it, later ones start afresh. (The loader takes it
+        too, to hand it to its workers.)"""
+        pending = self._pending
+        if pending is None or pending.epoch != epoch:
             return None
-        rng = np.random.Generator(
-            np.random.PCG64(seed_sequence(self.seed, epoch, SAMPLE_SHUFFLE_STREAM, world.rank, world.worker))
-        )
-        return ShuffleBuffer(
-            size=self.buffer_size,
-            rng=rng,
-            max_bytes=self.buffer_bytes,
-            nbytes=nbytes if self.buffer_bytes is not None else None,
-        )
+        self._pending = None
+        return pending
 
-    def _slot_stream(
-        self, world: World, *, epoch: int, base: tuple[Level, ...], count: int
-    ) -> Iterator[tuple[int, Any]]:
-        """One slot's items, each with the slot's delivered count after it.
-
-        With ``base`` levels or a ``count`` (a restored state), the slot's
-        plan is the remainder the base levels left, and its first ``count``
-        samples are skipped by replaying positions (see :mod:`.resume`).
-        """
-        reader = self._reader()
-        parts = range(self.interleave)
-        first = 0
-        resident: list[Located] | None = None
-        held = 0
-        if not base and count == 0:
-            pieces = [self.pieces(world, epoch=epoch, part=p, num_parts=self.interleave) for p in parts]
-            buffer = self.shuffle_buffer(world, epoch=epoch, nbytes=_located_nbytes)
-        else:
-            restorer = SlotRestorer(self, reader, epoch=epoch)
-            plan = restorer.level_plan(base)
-            replay = restorer.replay(world, plan=plan, count=count)
-            pieces = [skip_samples(restorer.part_pieces(world, plan, p), replay.consumed[p]) for p in parts]
-            first = replay.next_part
-            buffer = None
-            if replay.buffer is not None:
-                buffer = replay.buffer.follow(nbytes=_located_nbytes if self.buffer_bytes is not None else None)
-                resident = restorer.read_resident(replay)
-                held = replay.held
-        streams = [reader.read(p) for p in pieces]
-        raws: Iterator[Located] = streams[0] if len(streams) == 1 else round_robin(streams, first=first)
-        if buffer is not None:
-            raws = buffer.shuffle(raws, resident=resident, held=held)
-        samples: Iterator[tuple[int, Any]] = _as_dict(zip(itertools.count(count + 1), raws))
-        if self.decoder is not None:
-            decoder = self.decoder
-            samples = ((n, decoder(s)) for n, s in samples)
-        if self.map is not None:
-            fn = self.map
-            samples = ((n, fn(s)) for n, s in samples)
-        if self.batch_size is not None:
-            samples = self._batches(samples)
-        return samples
-
-    def _batches(self, samples: Iterator[tuple[int, Any]]) -> Iterator[tuple[int, Any]]:
-        if self.collate is None:
-            from torch.utils.data import default_collate
-
-            collate: Callable[[list[Any]], Any] = default_collate
-        else:
-            collate = self.collate
-        assert self.batch_size is not None
-        while True:
-            batch = list(itertools.islice(samples, self.batch_size))
-            if not batch or (len(batch) < self.batch_size and not self.partial_batches):
-                return
-            yield batch[-1][0], collate([s for _, s in batch])
-
-    def __iter__(self) -> Iterator[Any]:
-        world = detect_worker(self.world)
-        if self._worker_shift is not None and world.num_workers > 1:
-            shifted = (world.worker + int(self._worker_shift.value)) % world.num_workers
-            world = world.with_worker(shifted, world.num_workers)
-        epoch = self.epoch
-        base: tuple[Level, ...] = ()
-        count = 0
-        pending = self._pending.state
-        if pending is not None and pending.epoch == epoch:
-            self._pending.state = None  # one iteration resumes; later ones start afresh
-            base, count = start_for(pending, world)
+    def _items(self, world: World, *, epoch: int, base: tuple[Level, ...], count: int) -> Iterator[tuple[int, Any]]:
+        """``world``'s items, each with the slot's delivered count after it,
+        recorded as this process's progress. (The loader's workers read
+        through this too.)"""
         progress = self._progress
         progress.epoch, progress.base, progress.world, progress.count = epoch, base, world, count
-        stream = self._slot_stream(world, epoch=epoch, base=base, count=count)
-        if self._tag_items:
-            return self._tagged(stream, world.worker, progress)
-        return self._untagged(stream, progress)
-
-    @staticmethod
-    def _untagged(stream: Iterator[tuple[int, Any]], progress: _Progress) -> Iterator[Any]:
-        for count, item in stream:
-            progress.count = count
-            yield item
-
-    @staticmethod
-    def _tagged(stream: Iterator[tuple[int, Any]], worker: int, progress: _Progress) -> Iterator[Any]:
-        for count, item in stream:
-            progress.count = count
-            yield worker, count, item
+        stream = self._slots.items(world, epoch=epoch, base=base, count=count, on_skip=self._counters.count_skip)
+        return _recorded(stream, progress)
 
     # ------------------------------------------------------------ checkpoint
 
-    def require_index(self) -> np.ndarray:
-        """Per-shard sample counts, checking that offset indexes exist too.
-
-        Raises:
-            UsageError: Without them (no manifest and no ``.idx`` sidecars).
-        """
-        counts = self.catalog.counts
-        if counts is None or self.catalog.index_urls is None:
-            raise UsageError(
-                "checkpoint/resume needs per-shard sample counts and offset indexes: read a dataset with a "
-                "manifest (or .idx sidecars)"
-            )
-        return counts
-
-    @property
-    def fingerprint(self) -> str:
-        """What identifies this dataset's content in a state."""
-        counts = self.require_index()
-        manifest = self.catalog.manifest
-        return catalog_fingerprint(
-            self.catalog.urls, counts.tolist(), None if manifest is None else manifest.fingerprint
-        )
-
-    def _state_options(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode,
-            "seed": self.seed,
-            "shuffle": self.shuffle,
-            "buffer_size": self.buffer_size,
-            "buffer_bytes": self.buffer_bytes,
-            "pad": self.pad,
-            "interleave": self.interleave,
-        }
-
-    def make_state(
-        self, *, base: tuple[Level, ...], world: World, counts: Sequence[int | None], next_worker: int = 0
-    ) -> dict[str, Any]:
-        """A state for the current epoch: ``base`` levels, then ``world``'s
-        rank with its workers' delivered ``counts`` (None where unknown) and
-        the worker its loader takes the next batch from."""
-        levels = base + (rank_local_level(world, counts, next_worker=next_worker),)
-        return ReaderState(self.fingerprint, self._state_options(), self.epoch, levels).to_dict()
+    def _parse_state(self, state: Mapping[str, Any]) -> ReaderState:
+        parsed = ReaderState.from_dict(state)
+        check_compatible(parsed, fingerprint=dataset_fingerprint(self._catalog), options=self._options)
+        return parsed
 
     def state_dict(self) -> dict[str, Any]:
         """This process's position in the epoch (torchdata ``Stateful`` protocol).
@@ -559,15 +425,18 @@ class ShardDataset(IterableDataset):
         Raises:
             UsageError: The dataset has no sample counts and offset indexes.
         """
-        progress = self._progress
-        pending = self._pending.state
-        if pending is not None and pending.epoch == self.epoch:
+        fingerprint = dataset_fingerprint(self._catalog)
+        epoch = self.epoch
+        pending = self._pending
+        if pending is not None and pending.epoch == epoch:
             return pending.to_dict()
-        if progress.world is not None and progress.epoch == self.epoch:
-            counts: list[int | None] = [None] * progress.world.num_workers
-            counts[progress.world.worker] = progress.count
-            return self.make_state(base=progress.base, world=progress.world, counts=counts)
-        return ReaderState(self.fingerprint, self._state_options(), self.epoch, ()).to_dict()
+        progress = self._progress
+        world = progress.world
+        if world is not None and progress.epoch == epoch:
+            counts: list[int | None] = [None] * world.num_workers
+            counts[world.worker] = progress.count
+            return rank_state(fingerprint, self._options, epoch, base=progress.base, world=world, counts=counts)
+        return ReaderState(fingerprint, self._options, epoch, ()).to_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from ``state`` at the next iteration (torchdata ``Stateful``).
@@ -581,44 +450,28 @@ class ShardDataset(IterableDataset):
         :meth:`set_epoch` to another epoch drops the loaded state.
 
         Raises:
-            StateError: A malformed state, or one from another dataset or
-                with different options (the message names the mismatch).
+            StateError: A malformed state, or one from another dataset, with
+                other options or of another shuffle algorithm (the message
+                names the mismatch).
             UsageError: The dataset has no sample counts and offset indexes.
         """
-        parsed = ReaderState.from_dict(state)
-        check_compatible(parsed, fingerprint=self.fingerprint, options=self._state_options())
-        if parsed.levels and parsed.levels[-1].world_size != self.world.world_size:
+        parsed = self._parse_state(state)
+        if parsed.levels and parsed.levels[-1].world_size != self._world.world_size:
             # Only a complete state can move to another world size; say so now, not in a worker.
-            start_for(parsed, self.world.with_worker(0, 1))
-        self._pending.state = parsed
+            start_for(parsed, self._world.with_worker(0, 1))
+        self._pending = parsed
         self._progress.world = None
-        self._epoch.value = parsed.epoch
-
-    def _tagged_copy(self) -> ShardDataset:
-        """A shallow copy (sharing epoch, counters and loaded state) whose
-        items carry ``(worker, delivered count, item)`` for the loader."""
-        clone = copy.copy(self)
-        clone._tag_items = True
-        clone._worker_shift = multiprocessing.get_context("spawn").Value("q", 0)
-        return clone
-
-    def pending_start(self, world: World) -> tuple[tuple[Level, ...], int, int]:
-        """Where ``world``'s slot starts the next iteration: the loaded
-        state's levels before the slot's, its delivered count, and the worker
-        the rank's loader took its next batch from (0 on another topology)."""
-        pending = self._pending.state
-        if pending is None or pending.epoch != self.epoch:
-            return (), 0, 0
-        base, count = start_for(pending, world)
-        same = len(base) == len(pending.levels) - 1
-        return base, count, pending.levels[-1].first_worker(world.rank) if same else 0
-
-    def drop_pending(self) -> None:
-        """Forget a loaded state (its iteration has started)."""
-        self._pending.state = None
+        self._counters.epoch.value = parsed.epoch
 
     def __repr__(self) -> str:
+        opts = self._options
         return (
-            f"ShardDataset({self.catalog.num_shards} shards, {self.catalog.num_samples} samples, mode={self.mode!r}, "
-            f"seed={self.seed}, rank={self.world.rank}/{self.world.world_size})"
+            f"ShardDataset({self._catalog.num_shards} shards, {self._catalog.num_samples} samples, "
+            f"mode={opts.mode!r}, seed={opts.seed}, rank={self._world.rank}/{self._world.world_size})"
         )
+
+
+def _recorded(stream: Iterator[tuple[int, Any]], progress: _Progress) -> Iterator[tuple[int, Any]]:
+    for count, item in stream:
+        progress.count = count
+        yield count, item

@@ -8,12 +8,12 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from torch.utils.data import DataLoader, default_collate, default_convert
+from torch.utils.data import DataLoader, IterableDataset, default_collate, default_convert
 
 from shardkit.errors import UsageError
 from shardkit.read.dataset import ShardDataset
-from shardkit.read.resume import Level
-from shardkit.world import World
+from shardkit.read.resume.state import Level, ReaderState, dataset_fingerprint, rank_state, start_for
+from shardkit.world import World, detect_worker
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,53 @@ class _TaggedCollate:
         return worker, count, self.collate(item)
 
 
+def _tagged(items: Iterator[tuple[int, Any]], worker: int) -> Iterator[tuple[int, int, Any]]:
+    for count, item in items:
+        yield worker, count, item
+
+
+class _TaggedSlots(IterableDataset):
+    """What a :class:`ShardLoader` iterates: its dataset's slot streams,
+    each item tagged ``(worker, delivered count, item)``.
+
+    It also carries a resume start to the workers: the loader sets
+    :attr:`resume` and :attr:`shift` just before its workers start, and each
+    worker's copy uses them for one iteration. Picklable whenever the
+    dataset is (``spawn`` and ``forkserver`` workers get a copy, sharing the
+    dataset's epoch and skip counter).
+
+    Args:
+        dataset: The dataset.
+    """
+
+    def __init__(self, dataset: ShardDataset):
+        super().__init__()
+        self.dataset = dataset
+        #: A loaded state for the next iteration, or None.
+        self.resume: ReaderState | None = None
+        #: With :attr:`resume`: worker process ``i`` reads slot ``(i + shift) % num_workers``,
+        #: so that the first batch comes from the slot the interrupted run would have taken
+        #: next (a DataLoader starts each iteration with worker 0).
+        self.shift = 0
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __iter__(self) -> Iterator[tuple[int, int, Any]]:
+        dataset = self.dataset
+        world = detect_worker(dataset.world)
+        epoch = dataset.epoch
+        resume, self.resume = self.resume, None
+        base: tuple[Level, ...] = ()
+        count = 0
+        if resume is not None and resume.epoch == epoch:
+            if world.num_workers > 1:
+                world = world.with_worker((world.worker + self.shift) % world.num_workers, world.num_workers)
+            base, count = start_for(resume, world)
+        # The dataset's own slot stream: the loader is its companion in this package.
+        return _tagged(dataset._items(world, epoch=epoch, base=base, count=count), world.worker)
+
+
 class ShardLoader(DataLoader):
     """A DataLoader over a :class:`~shardkit.ShardDataset` that can checkpoint.
 
@@ -55,14 +102,14 @@ class ShardLoader(DataLoader):
 
     Attributes:
         shard_dataset: The dataset given to :func:`make_loader` (``dataset``
-            is a copy of it that tags its items, sharing its epoch and
-            loaded state).
+            is a wrapper over it that tags its items).
     """
 
     def __init__(self, dataset: ShardDataset, *, batch_size: int | None, **kwargs: Any):
         batched = batch_size is not None
         collate = _TaggedCollate(default_collate if batched else default_convert, batched=batched)
-        super().__init__(dataset._tagged_copy(), batch_size=batch_size, collate_fn=collate, **kwargs)
+        self._slots = _TaggedSlots(dataset)
+        super().__init__(self._slots, batch_size=batch_size, collate_fn=collate, **kwargs)
         self.shard_dataset = dataset
         self._epoch = -1
         self._base: tuple[Level, ...] = ()
@@ -76,18 +123,23 @@ class ShardLoader(DataLoader):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         dataset = self.shard_dataset
         world = self._world()
-        starts = [dataset.pending_start(world.with_worker(w, world.num_workers)) for w in range(world.num_workers)]
-        base = starts[0][0]
-        counts = [count for _, count, _ in starts]
-        # Worker processes are dealt slots rotated so that the first batch
-        # comes from the slot the interrupted run would have taken next
-        # (DataLoader starts each iteration with worker 0).
-        shift = starts[0][2]
-        self.dataset._worker_shift.value = shift  # type: ignore[attr-defined]
-        batches = super().__iter__()  # workers start here, with the loaded state
-        if self.num_workers > 0:
-            dataset.drop_pending()
-        self._epoch, self._base, self._counts, self._started = dataset.epoch, base, counts, True
+        epoch = dataset.epoch
+        resume = dataset._take_pending(epoch)
+        base: tuple[Level, ...] = ()
+        counts = [0] * world.num_workers
+        shift = 0
+        if resume is not None:
+            starts = [start_for(resume, world.with_worker(w, world.num_workers)) for w in range(world.num_workers)]
+            base = starts[0][0]
+            counts = [count for _, count in starts]
+            if len(base) == len(resume.levels) - 1:  # the same topology: keep the order of workers
+                shift = resume.levels[-1].first_worker(world.rank)
+        self._slots.resume, self._slots.shift = resume, shift
+        try:
+            batches = super().__iter__()  # workers start here, each with its copy of the start
+        finally:
+            self._slots.resume, self._slots.shift = None, 0
+        self._epoch, self._base, self._counts, self._started = epoch, base, counts, True
         self._next = [shift]
         return self._unwrap(batches, counts, self._next, world.num_workers)
 
@@ -112,8 +164,14 @@ class ShardLoader(DataLoader):
         dataset = self.shard_dataset
         if not self._started or self._epoch != dataset.epoch:
             return dataset.state_dict()
-        return dataset.make_state(
-            base=self._base, world=self._world(), counts=list(self._counts), next_worker=self._next[0]
+        return rank_state(
+            dataset_fingerprint(dataset.catalog),
+            dataset.options,
+            self._epoch,
+            base=self._base,
+            world=self._world(),
+            counts=list(self._counts),
+            next_worker=self._next[0],
         )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -132,9 +190,10 @@ class ShardLoader(DataLoader):
             )
         self.shard_dataset.load_state_dict(state)
         # Check the topology now rather than in a worker.
+        parsed = ReaderState.from_dict(state)
         world = self._world()
         for worker in range(world.num_workers):
-            self.shard_dataset.pending_start(world.with_worker(worker, world.num_workers))
+            start_for(parsed, world.with_worker(worker, world.num_workers))
         self._started = False
 
 

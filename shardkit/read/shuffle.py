@@ -8,6 +8,9 @@ end of the stream the residents leave in random order. Its randomness comes
 only from the numpy generator it is given, which the reader seeds from
 ``(seed, epoch, rank, worker)``.
 
+:func:`round_robin` mixes several read streams of one worker before its
+buffer (the reader's ``interleave``).
+
 Two measures say how well a stream is mixed (:func:`mean_displacement`,
 :func:`shuffle_quality`); the reader benchmark reports them for shardkit and
 for webdataset's buffer at the same size.
@@ -23,6 +26,13 @@ import numpy as np
 from shardkit.errors import UsageError
 
 T = TypeVar("T")
+
+#: Names the shuffle below (the buffer's admission and eviction rule and its
+#: use of the generator). A reader state records it, because replaying a
+#: state rebuilds the buffer by running this algorithm again: change the
+#: value whenever a change here would send a seeded buffer's items out in
+#: another order.
+SHUFFLE_ALGORITHM = "swap_buffer_v1"
 
 #: Uniform variates drawn from the generator at a time (one numpy call per
 #: batch instead of one per sample).
@@ -217,6 +227,31 @@ class ShuffleBuffer(Generic[T]):
                 self._pop_random(buf)
                 left -= 1
         return buf, taken
+
+
+def round_robin(streams: list[Iterator[T]], *, first: int = 0) -> Iterator[T]:
+    """One item from each stream in turn until all are done.
+
+    Args:
+        streams: The streams; each is closed (if it can be) when this ends.
+        first: The stream the first round starts with (to continue an
+            interrupted interleave).
+    """
+    active = list(streams)
+    turn = list(streams[first:])
+    try:
+        while active:
+            for stream in turn:
+                try:
+                    yield next(stream)
+                except StopIteration:
+                    active.remove(stream)
+            turn = list(active)
+    finally:
+        for stream in streams:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()  # stop read-ahead threads
 
 
 def mean_displacement(positions: Sequence[int] | np.ndarray) -> float:

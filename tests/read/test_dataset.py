@@ -311,3 +311,32 @@ def test_buffer_byte_cap_limits_how_far_samples_move(make_shards):
     assert sorted(positions) == list(range(40))
     # With room for 4 samples, a sample leaves at most 3 places early.
     assert all(out >= pos - 3 for out, pos in zip(range(40), positions))
+
+
+def test_a_pickled_dataset_yields_the_same_samples(make_shards):
+    import copy
+    import pickle
+
+    manifest = make_shards([6, 0, 5, 4])
+    ds = ShardDataset(manifest, mode="exact", seed=9, buffer_size=4, interleave=2, epoch=3, decode="pil")
+    clone = pickle.loads(pickle.dumps(ds))
+    assert clone.epoch == 3 and clone.options == ds.options
+    assert [s["__key__"] for s in clone] == [s["__key__"] for s in ds]
+    # A copy has counters of its own: setting its epoch leaves the original's alone.
+    deep = copy.deepcopy(ds)
+    deep.set_epoch(5)
+    assert (ds.epoch, deep.epoch) == (3, 5)
+
+
+def test_a_pickled_dataset_keeps_a_loaded_state(make_shards):
+    import itertools
+    import pickle
+
+    manifest = make_shards([6, 5, 4])
+    ds = ShardDataset(manifest, mode="exact", seed=2, buffer_size=3)
+    head = [s["__key__"] for s in itertools.islice(iter(ds), 4)]
+    state = ds.state_dict()
+    fresh = ShardDataset(manifest, mode="exact", seed=2, buffer_size=3)
+    fresh.load_state_dict(state)
+    rest = [s["__key__"] for s in pickle.loads(pickle.dumps(fresh))]
+    assert head + rest == [s["__key__"] for s in ShardDataset(manifest, mode="exact", seed=2, buffer_size=3)]

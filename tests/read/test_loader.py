@@ -46,3 +46,22 @@ def test_set_epoch_and_skip_counter_work_with_spawned_workers(make_shards, conte
     second = [s["__key__"] for s in loader]
     assert sorted(first) == sorted(second) and first != second
     assert ds.num_skipped == 0
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_workers_started_by_spawn_or_forkserver_yield_every_sample_once_and_count_skips(make_shards, context):
+    from shardkit.format.index import load_index
+
+    manifest = make_shards([6, 6])
+    for shard in manifest.shards:  # one bad sample in each shard: each worker skips one
+        bounds = load_index(manifest.resolve(shard.index))
+        with open(manifest.resolve(shard.path), "r+b") as f:
+            f.seek(int(bounds[2]) + 1024 + 2)  # a name byte of sample 2's second member header
+            f.write(b"Z")
+    ds = ShardDataset(manifest, mode="exact", seed=6, buffer_size=3, on_error="skip")
+    loader = make_loader(ds, batch_size=2, num_workers=2, multiprocessing_context=context, persistent_workers=False)
+    keys = [k for batch in loader for k in batch["__key__"]]
+    expected = [f"s{i:03d}_{j:05d}" for i in range(2) for j in range(6) if j != 2]
+    assert sorted(keys) == expected
+    assert ds.num_skipped == 2
+    assert sum(sum(row) for row in loader.state_dict()["levels"][-1]["delivered"]) == len(keys)

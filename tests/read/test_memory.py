@@ -56,7 +56,7 @@ def test_planning_a_million_samples_takes_memory_per_shard_not_per_sample(tmp_pa
         total = 0
         for rank, worker in itertools.product(range(8), range(4)):
             world = World(rank=rank, world_size=8, worker=worker, num_workers=4)
-            total += sum(p.num_samples for p in big.pieces(world, epoch=3))
+            total += sum(p.num_samples for p in big.plan.pieces(world, epoch=3))
         assert total == 1_000_000
 
     plan_all_slots()  # warm up numpy's lazy imports and caches

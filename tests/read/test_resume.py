@@ -14,6 +14,7 @@ import pytest
 from shardkit import ShardDataset, World, make_loader
 from shardkit.errors import StateError, UsageError
 from shardkit.read.resume import Level, ReaderState, merge_states
+from shardkit.read.resume.state import dataset_fingerprint
 from tests.read.resume_child import batch_keys
 
 SIZES = [7, 0, 5, 6, 4]  # 22 samples, one empty shard
@@ -130,13 +131,13 @@ def test_changed_topology_delivers_the_rest_of_the_epoch_once(make_shards, mode,
     epoch = 3
     takes = [[(r * 3 + w * 2) % 5 for w in range(old[1])] for r in range(old[0])]
     head, level = _take_level(ds, *old, epoch, None, takes)
-    state = ReaderState(ds.fingerprint, ds._state_options(), epoch, (level,)).to_dict()
+    state = ReaderState(dataset_fingerprint(ds.catalog), ds.options, epoch, (level,)).to_dict()
     # Each old rank saves its own part; merging them gives the full state.
     rank_states = []
     for rank in range(old[0]):
         own = tuple(entry if i == rank else None for i, entry in enumerate(level.delivered))
         rank_level = Level(level.world_size, level.num_workers, own)
-        rank_states.append(ReaderState(ds.fingerprint, ds._state_options(), epoch, (rank_level,)).to_dict())
+        rank_states.append(ReaderState(dataset_fingerprint(ds.catalog), ds.options, epoch, (rank_level,)).to_dict())
     assert merge_states(rank_states) == state
     everything = [[None] * new[1] for _ in range(new[0])]
     tail, _ = _take_level(ds, *new, epoch, state, everything)
@@ -163,9 +164,9 @@ def test_changed_topology_twice_in_one_epoch(make_shards):
     manifest = make_shards([9, 0, 13, 5, 11])
     ds = ShardDataset(manifest, mode="exact", seed=1, buffer_size=4)
     head, level1 = _take_level(ds, 2, 2, 0, None, [[3, 0], [5, 2]])
-    state1 = ReaderState(ds.fingerprint, ds._state_options(), 0, (level1,)).to_dict()
+    state1 = ReaderState(dataset_fingerprint(ds.catalog), ds.options, 0, (level1,)).to_dict()
     middle, level2 = _take_level(ds, 3, 1, 0, state1, [[2], [4], [0]])
-    state2 = ReaderState(ds.fingerprint, ds._state_options(), 0, (level1, level2)).to_dict()
+    state2 = ReaderState(dataset_fingerprint(ds.catalog), ds.options, 0, (level1, level2)).to_dict()
     tail, _ = _take_level(ds, 1, 2, 0, state2, [[None, None]])
     assert sorted(head + middle + tail) == sorted(manifest_keys(manifest))
 
@@ -230,6 +231,7 @@ def test_a_state_of_another_dataset_is_refused(make_shards):
         (lambda s: s.pop("levels"), r"missing \['levels'\]"),
         (lambda s: s.update(extra=1), r"unexpected \['extra'\]"),
         (lambda s: s.update(version=99), "version 99 is not supported"),
+        (lambda s: s.pop("shuffle_algorithm"), r"missing \['shuffle_algorithm'\]"),
         (lambda s: s.update(epoch="1"), "'epoch' must be an integer"),
         (lambda s: s["levels"][0].update(delivered=[[-1]]), r"must be an integer >= 0, got -1"),
         (lambda s: s["levels"][0].update(delivered=[1, 2]), "must be a list of 1 entries"),
@@ -245,6 +247,37 @@ def test_a_corrupt_state_is_refused_with_a_clear_message(make_shards, corrupt, m
     with pytest.raises(StateError, match=message):
         ds.load_state_dict(state)
         next(iter(ds))
+
+
+def test_a_state_of_another_shuffle_algorithm_is_refused_naming_both(make_shards):
+    from shardkit.read.shuffle import SHUFFLE_ALGORITHM
+
+    manifest = make_shards(SIZES)
+    state = _state(manifest)
+    assert state["shuffle_algorithm"] == SHUFFLE_ALGORITHM
+    state["shuffle_algorithm"] = "swap_buffer_v0"
+    ds = ShardDataset(manifest, mode="exact", seed=1, buffer_size=4)
+    with pytest.raises(StateError, match=rf"'swap_buffer_v0'.*{SHUFFLE_ALGORITHM!r}.*start the epoch afresh"):
+        ds.load_state_dict(state)
+    with pytest.raises(StateError, match="different shuffle algorithm"):
+        merge_states([_state(manifest), state])
+
+
+def test_a_version_1_state_resumes_as_the_swap_buffer_shuffle(make_shards):
+    manifest = make_shards(SIZES)
+    ds = ShardDataset(manifest, mode="exact", seed=1, buffer_size=4)
+    head = [s["__key__"] for s in itertools.islice(iter(ds), 5)]
+    state = ds.state_dict()
+    del state["shuffle_algorithm"]  # what the previous release wrote
+    state["version"] = 1
+    resumed = ShardDataset(manifest, mode="exact", seed=1, buffer_size=4)
+    resumed.load_state_dict(state)
+    assert resumed.state_dict()["version"] == 2
+    rest = [s["__key__"] for s in resumed]
+    assert head + rest == [s["__key__"] for s in ShardDataset(manifest, mode="exact", seed=1, buffer_size=4)]
+    state["shuffle_algorithm"] = "swap_buffer_v1"
+    with pytest.raises(StateError, match=r"unexpected \['shuffle_algorithm'\]"):
+        ShardDataset(manifest, mode="exact", seed=1, buffer_size=4).load_state_dict(state)
 
 
 def test_a_state_that_is_not_a_mapping_is_refused(make_shards):

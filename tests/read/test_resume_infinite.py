@@ -12,6 +12,7 @@ import pytest
 
 from shardkit import ShardDataset, World
 from shardkit.read.resume import Level, ReaderState, merge_states
+from shardkit.read.resume.state import dataset_fingerprint
 from shardkit.read.split import plan_epoch, slot_span
 from tests.read.resume_model import Model, ModelPlan, Slot, per_epoch, read_slots
 
@@ -118,7 +119,7 @@ def test_changed_topology_delivers_each_epoch_in_flight_once_then_whole_epochs(
     assert read_slots(ds, old, epoch=EPOCH, state=None, takes=stops) == _untagged(before)
     if pattern == "uneven":
         assert len({epoch for tagged in before.values() for epoch, _ in tagged}) >= 2  # slots in different epochs
-    state = ReaderState(ds.fingerprint, ds._state_options(), EPOCH, (_level(old, stops),)).to_dict()
+    state = ReaderState(dataset_fingerprint(ds.catalog), ds.options, EPOCH, (_level(old, stops),)).to_dict()
 
     plan = model.next_plan(start, before)
     if pattern in ("epoch_end", "start") and OPTIONS[options]["buffer_size"] == 1:
@@ -140,14 +141,14 @@ def test_topology_changes_twice_and_a_changed_state_resumes_exactly(make_shards)
     start = ModelPlan(EPOCH)
     first = model.read_level(start, a, stops_a)
     levels: tuple[Level, ...] = (_level(a, stops_a),)
-    state_a = ReaderState(ds.fingerprint, ds._state_options(), EPOCH, levels).to_dict()
+    state_a = ReaderState(dataset_fingerprint(ds.catalog), ds.options, EPOCH, levels).to_dict()
     plan_b = model.next_plan(start, first)
 
     stops_b = {(0, 0): 9, (1, 0): 60}  # rank 1 runs past the carried epochs into whole ones
     second = model.read_level(plan_b, b, stops_b)
     assert max(epoch for epoch, _ in second[1, 0]) >= plan_b.epoch + len(plan_b.carried)
     assert read_slots(ds, b, epoch=EPOCH, state=state_a, takes=stops_b) == _untagged(second)
-    state_b = ReaderState(ds.fingerprint, ds._state_options(), EPOCH, levels + (_level(b, stops_b),)).to_dict()
+    state_b = ReaderState(dataset_fingerprint(ds.catalog), ds.options, EPOCH, levels + (_level(b, stops_b),)).to_dict()
 
     # The same topology goes on with exactly the sequence it had.
     going_on = read_slots(ds, b, epoch=EPOCH, state=state_b, takes={(0, 0): 25, (1, 0): 25})

@@ -9,17 +9,10 @@ import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from shardkit.read.resume import (
-    EpochSequence,
-    Level,
-    LevelPlan,
-    SlotReplay,
-    part_range,
-    remainder,
-    resident_runs,
-    round_robin,
-)
-from shardkit.read.shuffle import ShuffleBuffer
+from shardkit.read.resume.elastic import EpochSequence, LevelPlan, part_range, remainder
+from shardkit.read.resume.replay import SlotReplay, resident_runs
+from shardkit.read.resume.state import Level
+from shardkit.read.shuffle import ShuffleBuffer, round_robin
 from shardkit.read.split import Piece, skip_samples
 from shardkit.world import World
 

@@ -1,8 +1,8 @@
 """Rebuild a slot's reading position from a state: the I/O side of resume.
 
-:mod:`.resume` holds the state format and the pure math; this module feeds
-it what only the dataset knows (its plan, offset indexes and shuffle buffer
-seeding) and reads the restored buffer's samples back through the index.
+:mod:`.replay` and :mod:`.elastic` hold the pure math; this module feeds
+them the reader's plan and the shards' offset indexes, and reads the
+restored buffer's samples back through the index.
 """
 
 from __future__ import annotations
@@ -10,29 +10,17 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from shardkit.errors import StateError
-from shardkit.read.resume import (
-    EpochSequence,
-    Level,
-    LevelPlan,
-    Position,
-    SlotReplay,
-    part_range,
-    remainder,
-    replay_slot,
-    resident_runs,
-    sequence_pieces,
-)
-from shardkit.read.split import Piece, epoch_order
+from shardkit.read.plan import ReadPlan
+from shardkit.read.resume.elastic import EpochSequence, LevelPlan, part_range, remainder, sequence_pieces
+from shardkit.read.resume.replay import Position, SlotReplay, replay_slot, resident_runs
+from shardkit.read.resume.state import Level
+from shardkit.read.split import Piece
 from shardkit.read.stream import Located, PieceReader
 from shardkit.world import World
-
-if TYPE_CHECKING:
-    from shardkit.read.dataset import ShardDataset
 
 log = logging.getLogger(__name__)
 
@@ -42,16 +30,18 @@ def _position_nbytes(position: Position) -> int:
 
 
 class SlotRestorer:
-    """Restores slots of one dataset's epoch (caches offset indexes).
+    """Restores slots of one epoch of a plan (caches offset indexes).
 
     Args:
-        dataset: The dataset (its options define the plan).
+        plan: The reader's plan; it must have sample counts.
         reader: Reads indexes and the buffered samples.
         epoch: The epoch being resumed.
     """
 
-    def __init__(self, dataset: ShardDataset, reader: PieceReader, *, epoch: int):
-        self.dataset = dataset
+    def __init__(self, plan: ReadPlan, reader: PieceReader, *, epoch: int):
+        assert plan.counts is not None, "resuming needs sample counts"
+        self.plan = plan
+        self.counts: np.ndarray = plan.counts
         self.reader = reader
         self.epoch = epoch
         self._sizes: dict[int, np.ndarray] = {}
@@ -66,23 +56,20 @@ class SlotRestorer:
     def part_pieces(self, world: World, plan: LevelPlan, part: int) -> Iterator[Piece]:
         """The pieces one read stream of ``world``'s slot reads at a level
         (endless in ``"infinite"`` mode)."""
-        ds = self.dataset
         if plan.fresh:
-            return ds.pieces(world, epoch=plan.epoch, part=part, num_parts=ds.interleave)
+            return self.plan.pieces(world, epoch=plan.epoch, part=part)
         carried = itertools.chain.from_iterable(
             self._sequence_pieces(world, seq, epoch=plan.epoch + k, part=part) for k, seq in enumerate(plan.carried)
         )
         if not plan.endless:
             return carried
         after = plan.epoch + len(plan.carried)  # whole epochs from here on
-        return itertools.chain(carried, ds.pieces(world, epoch=after, part=part, num_parts=ds.interleave))
+        return itertools.chain(carried, self.plan.pieces(world, epoch=after, part=part))
 
     def _sequence_pieces(self, world: World, seq: EpochSequence, *, epoch: int, part: int) -> Iterator[Piece]:
-        ds = self.dataset
-        counts = ds.require_index()
-        order = epoch_order(len(counts), seed=ds.seed, epoch=epoch, shuffle=ds.shuffle)
-        lo, hi = part_range(len(seq), world, mode=ds.mode, pad=ds.pad, part=part, num_parts=ds.interleave)
-        return sequence_pieces(seq, counts, order, lo, hi)
+        opts = self.plan.options
+        lo, hi = part_range(len(seq), world, mode=opts.mode, pad=opts.pad, part=part, num_parts=opts.interleave)
+        return sequence_pieces(seq, self.counts, self.plan.order(epoch), lo, hi)
 
     def replay(self, world: World, *, plan: LevelPlan, count: int) -> SlotReplay:
         """Replay ``world``'s slot at a level until ``count`` samples were delivered.
@@ -90,13 +77,13 @@ class SlotRestorer:
         Raises:
             StateError: ``count`` exceeds the slot's share (finite modes).
         """
-        ds = self.dataset
+        opts = self.plan.options
         parts: list[tuple[Iterator[Piece], int | None]] = []
-        for part in range(ds.interleave):
+        for part in range(opts.interleave):
             length = None
             if not plan.endless:
                 lo, hi = part_range(
-                    len(plan.carried[0]), world, mode=ds.mode, pad=ds.pad, part=part, num_parts=ds.interleave
+                    len(plan.carried[0]), world, mode=opts.mode, pad=opts.pad, part=part, num_parts=opts.interleave
                 )
                 length = hi - lo
             parts.append((self.part_pieces(world, plan, part), length))
@@ -106,14 +93,15 @@ class SlotRestorer:
                 f"reader state says rank {world.rank} worker {world.worker} delivered {count} samples, but its "
                 f"share of epoch {self.epoch} is {share}: the state does not belong to this dataset and topology"
             )
-        buffer = ds.shuffle_buffer(world, epoch=self.epoch, nbytes=_position_nbytes)
+        buffer = self.plan.shuffle_buffer(world, epoch=self.epoch, nbytes=_position_nbytes)
         return replay_slot(count=count, parts=parts, sizes=self.sizes, buffer=buffer)
 
     def level_plan(self, base: tuple[Level, ...]) -> LevelPlan:
         """The plan the level after ``base`` splits: the iteration's epochs,
-        less what each base level's slots delivered (see :func:`remainder`)."""
-        ds = self.dataset
-        plan = LevelPlan.start(int(ds.require_index().sum()), epoch=self.epoch, endless=ds.mode == "infinite")
+        less what each base level's slots delivered (see
+        :func:`~shardkit.read.resume.elastic.remainder`)."""
+        opts = self.plan.options
+        plan = LevelPlan.start(int(self.counts.sum()), epoch=self.epoch, endless=opts.mode == "infinite")
         for level in base:
             replays = {}
             for rank in range(level.world_size):
@@ -122,7 +110,7 @@ class SlotRestorer:
                     count = level.count(rank, worker)
                     assert count is not None  # levels before the last are complete
                     replays[rank, worker] = self.replay(slot, plan=plan, count=count)
-            plan = remainder(plan, level, replays, mode=ds.mode, pad=ds.pad, num_parts=ds.interleave)
+            plan = remainder(plan, level, replays, mode=opts.mode, pad=opts.pad, num_parts=opts.interleave)
         return plan
 
     def read_resident(self, replay: SlotReplay) -> list[Located]:

@@ -1,0 +1,78 @@
+"""The reader's options that decide what each slot reads: ``ReaderOptions``.
+
+These are exactly the options a checkpoint depends on: two readers with the
+same :class:`ReaderOptions` over the same dataset and world read the same
+samples in the same order, so a state saved by one resumes in the other (see
+:mod:`shardkit.read.resume`, which refuses a state saved with other values).
+Options that change how samples are read or presented, not which ones
+(decoding, batching, read-ahead, storage), stay keyword arguments of
+:class:`~shardkit.ShardDataset`.
+
+A YAML config loads into this class through the one loader for options
+dataclasses::
+
+    from shardkit.config import load_options
+    options = load_options(ReaderOptions, "configs/reader.yaml", section="read")
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from shardkit.errors import UsageError
+from shardkit.read.split import MODES, Mode
+
+#: Default number of samples held by the shuffle buffer.
+DEFAULT_BUFFER_SIZE = 1000
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReaderOptions:
+    """What decides a reader's sample sequence (see the module docstring).
+
+    Attributes:
+        mode: ``"exact"``, ``"balanced"`` (default) or ``"infinite"``; see
+            :class:`~shardkit.ShardDataset`.
+        seed: Seed of all randomness (shard order and sample shuffle); >= 0.
+        shuffle: Permute shards per epoch and shuffle samples in a buffer;
+            False reads in manifest order.
+        buffer_size: Samples held by each worker's shuffle buffer; 0 or 1
+            disables the buffer.
+        buffer_bytes: Optional cap on the bytes each worker's shuffle buffer
+            holds, counting samples at their stored size; None for no cap.
+        pad: In ``"balanced"`` mode, pad by repetition instead of dropping.
+        interleave: Read streams each worker mixes (>= 1).
+
+    Raises:
+        UsageError: A value out of range, or ``pad`` outside ``"balanced"``.
+    """
+
+    mode: Mode = "balanced"
+    seed: int = 0
+    shuffle: bool = True
+    buffer_size: int = DEFAULT_BUFFER_SIZE
+    buffer_bytes: int | None = None
+    pad: bool = False
+    interleave: int = 1
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise UsageError(f"mode must be one of {MODES}, not {self.mode!r}")
+        if self.seed < 0:
+            raise UsageError(f"seed must be >= 0, not {self.seed}")
+        if self.buffer_size < 0 or (self.buffer_bytes is not None and self.buffer_bytes <= 0):
+            raise UsageError("buffer_size must be >= 0 and buffer_bytes > 0 (or None)")
+        if self.interleave < 1:
+            raise UsageError(f"interleave must be >= 1, not {self.interleave}")
+        if self.pad and self.mode != "balanced":
+            raise UsageError("pad=True applies to mode='balanced' only")
+
+    @property
+    def shuffles_samples(self) -> bool:
+        """Whether each slot mixes its samples in a shuffle buffer."""
+        return self.shuffle and self.buffer_size > 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options as a plain mapping of field names (JSON-serializable)."""
+        return asdict(self)

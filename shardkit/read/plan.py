@@ -1,0 +1,127 @@
+"""One reader's plan: what each slot reads in each epoch, and how it mixes it.
+
+:class:`ReadPlan` ties the pure functions of :mod:`.split` and the shuffle
+buffer of :mod:`.shuffle` to one dataset's sample counts and one
+:class:`~shardkit.read.options.ReaderOptions`. It does no I/O and keeps no
+position: the dataset reads what it says, and the resume code replays it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shardkit.errors import UsageError
+from shardkit.read.options import ReaderOptions
+from shardkit.read.shuffle import ShuffleBuffer
+from shardkit.read.split import (
+    SAMPLE_SHUFFLE_STREAM,
+    Piece,
+    assign_shards,
+    epoch_order,
+    plan_epoch,
+    samples_per_rank,
+    seed_sequence,
+)
+from shardkit.world import World
+
+
+@dataclass(frozen=True, eq=False)
+class ReadPlan:
+    """Which pieces each slot reads in which order, per epoch.
+
+    Attributes:
+        counts: Samples per shard in manifest order, or None when unknown
+            (shards without a manifest or index: whole shards are dealt to
+            slots instead of sample ranges).
+        num_shards: Shards in the dataset.
+        options: The reader options.
+    """
+
+    counts: np.ndarray | None
+    num_shards: int
+    options: ReaderOptions
+
+    @property
+    def num_samples(self) -> int | None:
+        """Samples of one epoch, or None when the counts are unknown."""
+        return None if self.counts is None else int(self.counts.sum())
+
+    def samples_per_rank(self, world: World) -> int | None:
+        """Samples ``world``'s rank reads per epoch; None if unknown or endless."""
+        total = self.num_samples
+        if total is None or self.options.mode == "infinite":
+            return None
+        opts = self.options
+        return samples_per_rank(total, rank=world.rank, world_size=world.world_size, mode=opts.mode, pad=opts.pad)
+
+    def order(self, epoch: int) -> np.ndarray:
+        """The epoch's shard order (permuted with ``shuffle``)."""
+        return epoch_order(self.num_shards, seed=self.options.seed, epoch=epoch, shuffle=self.options.shuffle)
+
+    def pieces(self, world: World, *, epoch: int, part: int = 0) -> Iterator[Piece]:
+        """The pieces read stream ``part`` of ``world``'s slot reads from
+        ``epoch`` on: one epoch, or every epoch after it in ``"infinite"``
+        mode (endless). A slot has ``options.interleave`` read streams.
+
+        Raises:
+            UsageError: ``"infinite"`` mode with fewer samples (or, without
+                counts, shards) than read streams over all slots.
+        """
+        opts = self.options
+        streams = world.num_slots * opts.interleave
+        epochs = itertools.count(epoch) if opts.mode == "infinite" else (epoch,)
+        if self.counts is not None:
+            total = int(self.counts.sum())
+            if opts.mode == "infinite" and total < streams:
+                raise UsageError(
+                    f"mode='infinite' needs at least one sample per slot and stream: {total} samples for "
+                    f"{world.world_size} ranks x {world.num_workers} workers x interleave {opts.interleave}"
+                )
+            for e in epochs:
+                yield from plan_epoch(
+                    self.counts,
+                    world,
+                    seed=opts.seed,
+                    epoch=e,
+                    mode=opts.mode,
+                    shuffle=opts.shuffle,
+                    pad=opts.pad,
+                    part=part,
+                    num_parts=opts.interleave,
+                )
+            return
+        if opts.mode == "infinite" and self.num_shards < streams:
+            raise UsageError(
+                f"mode='infinite' without sample counts needs a shard per slot and stream: "
+                f"{self.num_shards} shards for {world.world_size} ranks x {world.num_workers} workers "
+                f"x interleave {opts.interleave}"
+            )
+        for e in epochs:
+            shards = assign_shards(self.num_shards, world, seed=opts.seed, epoch=e, shuffle=opts.shuffle)
+            for shard in shards[part :: opts.interleave]:
+                yield Piece(int(shard), 0, 0)
+
+    def shuffle_buffer(self, world: World, *, epoch: int, nbytes: Callable[[Any], int]) -> ShuffleBuffer[Any] | None:
+        """A fresh shuffle buffer of ``world``'s slot for ``epoch``, seeded
+        from ``(seed, epoch, rank, worker)``; None without shuffling.
+
+        Args:
+            world: The slot.
+            epoch: The epoch the slot's iteration starts with.
+            nbytes: Sizes the buffer's items (used with ``buffer_bytes``).
+        """
+        opts = self.options
+        if not opts.shuffles_samples:
+            return None
+        seeds = seed_sequence(opts.seed, epoch, SAMPLE_SHUFFLE_STREAM, world.rank, world.worker)
+        return ShuffleBuffer(
+            size=opts.buffer_size,
+            rng=np.random.Generator(np.random.PCG64(seeds)),
+            max_bytes=opts.buffer_bytes,
+            nbytes=nbytes if opts.buffer_bytes is not None else None,
+        )

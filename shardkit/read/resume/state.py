@@ -1,0 +1,431 @@
+"""The reader state: its format, its checks, and merging rank-local states.
+
+A state is plain JSON data (no sample bytes)::
+
+    {"version": 2, "fingerprint": "...", "shuffle_algorithm": "swap_buffer_v1",
+     "options": {"mode": ..., "seed": ..., ...}, "epoch": 3,
+     "levels": [{"world_size": 2, "num_workers": 4,
+                 "delivered": [[12, 11, 12, 12], null], "next_worker": [1, null]}]}
+
+**Versions.** :data:`STATE_VERSION` is 2: version 2 added the
+``shuffle_algorithm`` key, naming the shuffle
+(:data:`~shardkit.read.shuffle.SHUFFLE_ALGORITHM`) whose buffers the state's
+counts refer to. Restoring replays that shuffle, so a state of another
+algorithm is refused with a :class:`~shardkit.StateError` naming both. A
+version 1 state (the previous release, which has no such key) is accepted:
+that release had only the ``"swap_buffer_v1"`` shuffle, so the state is read
+as one of that algorithm. Other versions are refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from shardkit.errors import StateError, UsageError
+from shardkit.read.catalog import ShardCatalog
+from shardkit.read.options import ReaderOptions
+from shardkit.read.shuffle import SHUFFLE_ALGORITHM
+from shardkit.world import World, all_gather_objects
+
+#: Version of the state format written; see the module docstring.
+STATE_VERSION = 2
+#: Versions read (1: before ``shuffle_algorithm`` was recorded).
+READABLE_VERSIONS = (1, 2)
+#: The shuffle a version 1 state was written with (the only one it had).
+V1_SHUFFLE_ALGORITHM = "swap_buffer_v1"
+
+KEY_VERSION = "version"
+KEY_FINGERPRINT = "fingerprint"
+KEY_SHUFFLE_ALGORITHM = "shuffle_algorithm"
+KEY_OPTIONS = "options"
+KEY_EPOCH = "epoch"
+KEY_LEVELS = "levels"
+#: Keys of a state, exactly.
+STATE_KEYS = frozenset({KEY_VERSION, KEY_FINGERPRINT, KEY_SHUFFLE_ALGORITHM, KEY_OPTIONS, KEY_EPOCH, KEY_LEVELS})
+#: Keys of a version 1 state, exactly.
+V1_STATE_KEYS = STATE_KEYS - {KEY_SHUFFLE_ALGORITHM}
+
+KEY_WORLD_SIZE = "world_size"
+KEY_NUM_WORKERS = "num_workers"
+KEY_DELIVERED = "delivered"
+KEY_NEXT_WORKER = "next_worker"
+#: Keys of one level, exactly.
+LEVEL_KEYS = frozenset({KEY_WORLD_SIZE, KEY_NUM_WORKERS, KEY_DELIVERED, KEY_NEXT_WORKER})
+
+#: Reader options a state depends on (the fields of ReaderOptions, under
+#: their names); all must match on restore.
+OPTION_KEYS = tuple(f.name for f in fields(ReaderOptions))
+
+
+@dataclass(frozen=True)
+class Level:
+    """One topology's progress through an epoch.
+
+    Attributes:
+        world_size: Ranks of this level.
+        num_workers: DataLoader workers per rank (1 for in-process loading).
+        delivered: Per rank, per worker: samples out of that slot's shuffle
+            buffer; None where this state does not know (a rank-local state
+            holds only its own rank).
+        next_worker: Per rank, the worker whose batch the loader would have
+            handed out next (so a resumed in-order loader keeps the order
+            across workers); None where unknown.
+    """
+
+    world_size: int
+    num_workers: int
+    delivered: tuple[tuple[int | None, ...] | None, ...]
+    next_worker: tuple[int | None, ...] = ()
+
+    def first_worker(self, rank: int) -> int:
+        """The worker a resumed loader of ``rank`` takes its first batch from."""
+        found = self.next_worker[rank] if rank < len(self.next_worker) else None
+        return found or 0
+
+    def count(self, rank: int, worker: int) -> int | None:
+        """The delivered count of one slot, or None if unknown."""
+        entry = self.delivered[rank]
+        return None if entry is None else entry[worker]
+
+    @property
+    def complete(self) -> bool:
+        """Whether every slot's count is known."""
+        return all(entry is not None and None not in entry for entry in self.delivered)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-serializable form."""
+        return {
+            KEY_WORLD_SIZE: self.world_size,
+            KEY_NUM_WORKERS: self.num_workers,
+            KEY_DELIVERED: [None if e is None else list(e) for e in self.delivered],
+            KEY_NEXT_WORKER: list(self.next_worker) if self.next_worker else [None] * self.world_size,
+        }
+
+
+@dataclass(frozen=True)
+class ReaderState:
+    """A reader's position in an epoch (see :mod:`shardkit.read.resume`).
+
+    Attributes:
+        fingerprint: Identifies the dataset's content.
+        options: The reader options the state was saved with.
+        epoch: The epoch being read.
+        levels: Topologies that read parts of the epoch, oldest first; empty
+            at the start of an epoch.
+        shuffle_algorithm: The shuffle whose buffers the counts refer to.
+    """
+
+    fingerprint: str
+    options: ReaderOptions
+    epoch: int
+    levels: tuple[Level, ...]
+    shuffle_algorithm: str = SHUFFLE_ALGORITHM
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-serializable form (what ``state_dict()`` returns)."""
+        return {
+            KEY_VERSION: STATE_VERSION,
+            KEY_FINGERPRINT: self.fingerprint,
+            KEY_SHUFFLE_ALGORITHM: self.shuffle_algorithm,
+            KEY_OPTIONS: self.options.to_dict(),
+            KEY_EPOCH: self.epoch,
+            KEY_LEVELS: [level.to_dict() for level in self.levels],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ReaderState:
+        """Parse and check a state produced by :meth:`to_dict` (or by the
+        previous release, format version 1).
+
+        Raises:
+            StateError: Not a mapping, missing or extra keys, values of the
+                wrong type or out of range, or an unsupported format version.
+        """
+        if not isinstance(data, Mapping):
+            raise StateError(f"a reader state must be a mapping, not {type(data).__name__}")
+        version = data.get(KEY_VERSION)
+        if isinstance(version, bool) or version not in READABLE_VERSIONS:
+            raise StateError(
+                f"reader state version {version!r} is not supported (this shardkit reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))}): resume with the shardkit release that saved it"
+            )
+        expected = STATE_KEYS if version == STATE_VERSION else V1_STATE_KEYS
+        keys = set(data)
+        if keys != expected:
+            raise StateError(_key_problem("reader state", keys, expected))
+        fingerprint = data[KEY_FINGERPRINT]
+        if not isinstance(fingerprint, str):
+            raise StateError(f"reader state: 'fingerprint' must be a string, not {type(fingerprint).__name__}")
+        algorithm = data.get(KEY_SHUFFLE_ALGORITHM, V1_SHUFFLE_ALGORITHM)
+        if not isinstance(algorithm, str):
+            raise StateError(f"reader state: 'shuffle_algorithm' must be a string, got {algorithm!r}")
+        epoch = _int(data[KEY_EPOCH], "epoch")
+        levels_data = data[KEY_LEVELS]
+        if not isinstance(levels_data, list):
+            raise StateError(f"reader state: 'levels' must be a list, not {type(levels_data).__name__}")
+        levels = tuple(_parse_level(level, i) for i, level in enumerate(levels_data))
+        for i, level in enumerate(levels[:-1]):
+            if not level.complete:
+                raise StateError(f"reader state: level {i} is not the last one but lacks some slots' counts")
+        return cls(fingerprint, _parse_options(data[KEY_OPTIONS]), epoch, levels, shuffle_algorithm=algorithm)
+
+
+def _parse_options(options: Any) -> ReaderOptions:
+    if not isinstance(options, Mapping) or set(options) != set(OPTION_KEYS):
+        raise StateError(
+            f"reader state: 'options' must be a mapping with keys {sorted(OPTION_KEYS)}, got {options!r}"
+        )
+    try:
+        return ReaderOptions(**options)
+    except (UsageError, TypeError) as exc:
+        raise StateError(f"reader state: invalid 'options': {exc}") from exc
+
+
+def _key_problem(what: str, keys: set[str], expected: frozenset[str]) -> str:
+    missing = sorted(expected - keys)
+    extra = sorted(keys - expected)
+    parts = []
+    if missing:
+        parts.append(f"missing {missing}")
+    if extra:
+        parts.append(f"unexpected {extra}")
+    return f"{what}: {', '.join(parts)}"
+
+
+def _int(value: Any, name: str, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise StateError(f"reader state: {name!r} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _parse_level(data: Any, index: int) -> Level:
+    if not isinstance(data, Mapping):
+        raise StateError(f"reader state: level {index} must be a mapping, not {type(data).__name__}")
+    if set(data) != LEVEL_KEYS:
+        raise StateError(_key_problem(f"reader state level {index}", set(data), LEVEL_KEYS))
+    world_size = _int(data[KEY_WORLD_SIZE], f"levels[{index}].world_size", minimum=1)
+    num_workers = _int(data[KEY_NUM_WORKERS], f"levels[{index}].num_workers", minimum=1)
+    delivered = data[KEY_DELIVERED]
+    if not isinstance(delivered, list) or len(delivered) != world_size:
+        raise StateError(
+            f"reader state: levels[{index}].delivered must be a list of {world_size} entries (one per rank)"
+        )
+    entries: list[tuple[int | None, ...] | None] = []
+    for rank, entry in enumerate(delivered):
+        if entry is None:
+            entries.append(None)
+            continue
+        if not isinstance(entry, list) or len(entry) != num_workers:
+            raise StateError(
+                f"reader state: levels[{index}].delivered[{rank}] must be null or a list of {num_workers} counts"
+            )
+        entries.append(
+            tuple(None if c is None else _int(c, f"levels[{index}].delivered[{rank}]") for c in entry)
+        )
+    next_worker = data[KEY_NEXT_WORKER]
+    if not isinstance(next_worker, list) or len(next_worker) != world_size:
+        raise StateError(f"reader state: levels[{index}].next_worker must be a list of {world_size} entries")
+    for rank, worker in enumerate(next_worker):
+        if worker is not None and (_int(worker, f"levels[{index}].next_worker[{rank}]") >= num_workers):
+            raise StateError(f"reader state: levels[{index}].next_worker[{rank}] must be < {num_workers}")
+    return Level(
+        world_size=world_size, num_workers=num_workers, delivered=tuple(entries), next_worker=tuple(next_worker)
+    )
+
+
+def require_index(catalog: ShardCatalog) -> np.ndarray:
+    """A catalog's per-shard sample counts, checking its offset indexes exist.
+
+    Raises:
+        UsageError: Without them (no manifest and no ``.idx`` sidecars).
+    """
+    counts = catalog.counts
+    if counts is None or catalog.index_urls is None:
+        raise UsageError(
+            "checkpoint/resume needs per-shard sample counts and offset indexes: read a dataset with a "
+            "manifest (or .idx sidecars)"
+        )
+    return counts
+
+
+def catalog_fingerprint(urls: Iterable[str], counts: Iterable[int], manifest_fingerprint: str | None) -> str:
+    """What identifies a dataset in a state: the manifest's fingerprint, or
+    for shards without a manifest a hash of their names and sample counts."""
+    if manifest_fingerprint is not None:
+        return manifest_fingerprint
+    digest = hashlib.sha256()
+    for url, count in zip(urls, counts):
+        digest.update(f"{url.rsplit('/', 1)[-1]}\0{int(count)}\n".encode())
+    return digest.hexdigest()
+
+
+def dataset_fingerprint(catalog: ShardCatalog) -> str:
+    """The fingerprint a state of ``catalog``'s dataset carries.
+
+    Raises:
+        UsageError: The catalog has no sample counts and offset indexes.
+    """
+    counts = require_index(catalog)
+    manifest = catalog.manifest
+    return catalog_fingerprint(catalog.urls, counts.tolist(), None if manifest is None else manifest.fingerprint)
+
+
+def check_compatible(state: ReaderState, *, fingerprint: str, options: ReaderOptions) -> None:
+    """Refuse a state from another dataset, shuffle algorithm or reader options.
+
+    Raises:
+        StateError: Naming the mismatch and what to do.
+    """
+    if state.fingerprint != fingerprint:
+        raise StateError(
+            f"reader state is from another dataset: its manifest fingerprint is {state.fingerprint[:16]}..., "
+            f"this dataset's is {fingerprint[:16]}... Restore it with the dataset it was saved from."
+        )
+    if state.shuffle_algorithm != SHUFFLE_ALGORITHM:
+        raise StateError(
+            f"reader state was saved with shuffle algorithm {state.shuffle_algorithm!r}, but this shardkit "
+            f"shuffles with {SHUFFLE_ALGORITHM!r}, so the saved buffers cannot be rebuilt. Resume with the "
+            "shardkit release that saved the state, or start the epoch afresh without loading it."
+        )
+    for key in OPTION_KEYS:
+        saved, ours = getattr(state.options, key), getattr(options, key)
+        if saved != ours:
+            raise StateError(
+                f"reader state was saved with {key}={saved!r} but this dataset has "
+                f"{key}={ours!r}; create the dataset with the same {key} to resume"
+            )
+
+
+def merge_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Combine rank-local states (one per rank, as each rank's loader saves
+    them) into one state that knows every slot, which resuming with a
+    different world size or worker count needs.
+
+    Raises:
+        StateError: Malformed states, or states of different epochs,
+            datasets, shuffle algorithms, options or earlier levels.
+    """
+    parsed = [ReaderState.from_dict(s) for s in states]
+    if not parsed:
+        raise StateError("merge_states needs at least one state")
+    first = parsed[0]
+    if any(len(s.levels) == 0 for s in parsed):
+        if all(len(s.levels) == 0 for s in parsed) and all(s.epoch == first.epoch for s in parsed):
+            return first.to_dict()
+        raise StateError("cannot merge a state at the start of an epoch with states in the middle of one")
+    for other in parsed[1:]:
+        for what, a, b in (
+            ("fingerprint", first.fingerprint, other.fingerprint),
+            ("shuffle algorithm", first.shuffle_algorithm, other.shuffle_algorithm),
+            ("options", first.options.to_dict(), other.options.to_dict()),
+            ("epoch", first.epoch, other.epoch),
+            ("earlier levels", first.levels[:-1], other.levels[:-1]),
+        ):
+            if a != b:
+                raise StateError(f"cannot merge reader states with different {what}: {a!r} vs {b!r}")
+    last = first.levels[-1]
+    merged: list[list[int | None] | None] = [None] * last.world_size
+    turns: list[int | None] = [None] * last.world_size
+    for state in parsed:
+        level = state.levels[-1]
+        if (level.world_size, level.num_workers) != (last.world_size, last.num_workers):
+            raise StateError("cannot merge reader states of different world sizes or worker counts")
+        for rank, entry in enumerate(level.delivered):
+            if entry is None:
+                continue
+            if level.next_worker[rank] is not None:
+                turns[rank] = level.next_worker[rank]
+            slot = merged[rank]
+            if slot is None:
+                slot = merged[rank] = [None] * last.num_workers
+            for worker, count in enumerate(entry):
+                if count is None:
+                    continue
+                if slot[worker] is not None and slot[worker] != count:
+                    raise StateError(
+                        f"reader states disagree on rank {rank} worker {worker}: {slot[worker]} vs {count}"
+                    )
+                slot[worker] = count
+    level = Level(
+        world_size=last.world_size,
+        num_workers=last.num_workers,
+        delivered=tuple(None if e is None else tuple(e) for e in merged),
+        next_worker=tuple(turns),
+    )
+    levels = first.levels[:-1] + (level,)
+    return ReaderState(first.fingerprint, first.options, first.epoch, levels, first.shuffle_algorithm).to_dict()
+
+
+def gather_states(state: Mapping[str, Any]) -> dict[str, Any]:
+    """Every rank's state merged into one (see :func:`merge_states`).
+
+    A collective under ``torch.distributed``: call it on every rank at the
+    same step. Returns ``state`` unchanged when not distributed.
+    """
+    return merge_states(all_gather_objects(dict(state)))  # type: ignore[arg-type]
+
+
+def rank_local_level(world: World, counts: Iterable[int | None], *, next_worker: int = 0) -> Level:
+    """A level that knows one rank's workers' counts."""
+    delivered: list[tuple[int | None, ...] | None] = [None] * world.world_size
+    delivered[world.rank] = tuple(counts)
+    turns: list[int | None] = [None] * world.world_size
+    turns[world.rank] = next_worker
+    return Level(
+        world_size=world.world_size, num_workers=world.num_workers, delivered=tuple(delivered), next_worker=tuple(turns)
+    )
+
+
+def rank_state(
+    fingerprint: str,
+    options: ReaderOptions,
+    epoch: int,
+    *,
+    base: tuple[Level, ...],
+    world: World,
+    counts: Iterable[int | None],
+    next_worker: int = 0,
+) -> dict[str, Any]:
+    """The state one rank saves: ``base`` levels, then a level holding
+    ``world``'s rank with its workers' delivered ``counts`` (None where
+    unknown) and the worker its loader takes the next batch from."""
+    levels = base + (rank_local_level(world, counts, next_worker=next_worker),)
+    return ReaderState(fingerprint, options, epoch, levels).to_dict()
+
+
+def start_for(state: ReaderState, world: World) -> tuple[tuple[Level, ...], int]:
+    """Where a slot starts when resuming ``state`` (in any mode).
+
+    Returns:
+        The levels before the slot's own (their remainder is what the slot's
+        level splits) and the slot's delivered count within its level.
+
+    Raises:
+        StateError: The state lacks the slot's count (same topology), or
+            lacks other slots' counts (another topology).
+    """
+    if not state.levels:
+        return (), 0
+    last = state.levels[-1]
+    if (last.world_size, last.num_workers) == (world.world_size, world.num_workers):
+        count = last.count(world.rank, world.worker)
+        if count is None:
+            raise StateError(
+                f"reader state has no position for rank {world.rank}, worker {world.worker}: restore each rank "
+                "from its own state, or from merge_states() of all ranks' states"
+            )
+        return state.levels[:-1], count
+    if not last.complete:
+        known = [r for r, e in enumerate(last.delivered) if e is not None]
+        raise StateError(
+            f"resuming with {world.world_size} ranks x {world.num_workers} workers a state saved with "
+            f"{last.world_size} x {last.num_workers} needs every old rank's position, but this state holds "
+            f"ranks {known}: combine all ranks' states with shardkit.read.resume.merge_states() "
+            "(or gather_states() under torch.distributed)"
+        )
+    return state.levels, 0

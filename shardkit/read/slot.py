@@ -1,0 +1,149 @@
+"""What one (rank, worker) slot reads, from plan to delivered items.
+
+:class:`SlotReader` chains the stages of a slot's stream: the plan's pieces,
+read through read-ahead streams (:mod:`.stream`), mixed (``interleave``),
+shuffled in the seeded buffer, then turned into sample dicts, decoded,
+mapped and batched. It may start from a resumed position (see
+:mod:`shardkit.read.resume`). It keeps nothing between iterations, so any
+process holding one (the dataset, the loader's workers) reads any slot.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from torch.utils.data import default_collate
+
+from shardkit.io.base import SourceOptions
+from shardkit.read.catalog import ShardCatalog
+from shardkit.read.decode import Decoder
+from shardkit.read.plan import ReadPlan
+from shardkit.read.resume.restore import SlotRestorer
+from shardkit.read.resume.state import Level
+from shardkit.read.shuffle import ShuffleBuffer, round_robin
+from shardkit.read.split import skip_samples
+from shardkit.read.stream import Located, OnError, PieceReader
+from shardkit.world import World
+
+Sample = dict[str, Any]
+
+
+def _located_nbytes(located: Located) -> int:
+    """A sample's size as stored (tar headers included): O(1), and the same
+    figure the offset index gives without reading the sample."""
+    raw = located[2]
+    return raw.end - raw.start
+
+
+def _as_dicts(located: Iterator[tuple[int, Located]]) -> Iterator[tuple[int, Sample]]:
+    for count, (_, _, raw) in located:
+        sample: Sample = {"__key__": raw.key}
+        sample.update(raw.fields)
+        yield count, sample
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class SlotReader:
+    """Builds the item stream of any slot of one dataset.
+
+    Attributes:
+        catalog: The shards.
+        plan: Which pieces each slot reads.
+        source_options: Storage options.
+        on_error: The fault policy (see :mod:`.stream`).
+        read_ahead_bytes: Read-ahead budget of one slot (shared by its
+            ``interleave`` streams).
+        decoder: Decodes each sample dict, or None for raw bytes.
+        map: Applied to each (decoded) sample, or None.
+        batch_size: Samples per batch, or None for single samples.
+        collate: Turns a list of samples into a batch (None: torch's
+            ``default_collate``).
+        partial_batches: Yield the last, smaller batch.
+    """
+
+    catalog: ShardCatalog
+    plan: ReadPlan
+    source_options: SourceOptions
+    on_error: OnError
+    read_ahead_bytes: int
+    decoder: Decoder | None = None
+    map: Callable[[Sample], Any] | None = None
+    batch_size: int | None = None
+    collate: Callable[[list[Any]], Any] | None = None
+    partial_batches: bool = True
+
+    def items(
+        self,
+        world: World,
+        *,
+        epoch: int,
+        base: tuple[Level, ...] = (),
+        count: int = 0,
+        on_skip: Callable[[Exception], None],
+    ) -> Iterator[tuple[int, Any]]:
+        """``world``'s items, each with the slot's delivered-sample count after it.
+
+        Plans (and, from a restored position, replays) at once; reads as the
+        items are taken.
+
+        Args:
+            world: The slot.
+            epoch: The epoch its iteration starts with.
+            base: Levels of a restored state before the slot's own: the
+                slot's plan is then the remainder they left.
+            count: Samples the slot had delivered at its level (a restored
+                state); they are skipped by replaying positions.
+            on_skip: Called with each fault skipped under ``on_error="skip"``.
+        """
+        opts = self.plan.options
+        reader = PieceReader(
+            self.catalog,
+            on_error=self.on_error,
+            on_skip=on_skip,
+            options=self.source_options,
+            read_ahead_bytes=max(self.read_ahead_bytes // opts.interleave, 1),
+        )
+        parts = range(opts.interleave)
+        first = 0
+        resident: list[Located] | None = None
+        held = 0
+        buffer: ShuffleBuffer[Any] | None
+        if not base and count == 0:
+            pieces = [self.plan.pieces(world, epoch=epoch, part=p) for p in parts]
+            buffer = self.plan.shuffle_buffer(world, epoch=epoch, nbytes=_located_nbytes)
+        else:
+            restorer = SlotRestorer(self.plan, reader, epoch=epoch)
+            level = restorer.level_plan(base)
+            replay = restorer.replay(world, plan=level, count=count)
+            pieces = [skip_samples(restorer.part_pieces(world, level, p), replay.consumed[p]) for p in parts]
+            first = replay.next_part
+            buffer = None
+            if replay.buffer is not None:
+                buffer = replay.buffer.follow(nbytes=_located_nbytes if opts.buffer_bytes is not None else None)
+                resident = restorer.read_resident(replay)
+                held = replay.held
+        streams = [reader.read(p) for p in pieces]
+        raws: Iterator[Located] = streams[0] if len(streams) == 1 else round_robin(streams, first=first)
+        if buffer is not None:
+            raws = buffer.shuffle(raws, resident=resident, held=held)
+        samples: Iterator[tuple[int, Any]] = _as_dicts(zip(itertools.count(count + 1), raws))
+        if self.decoder is not None:
+            decoder = self.decoder
+            samples = ((n, decoder(s)) for n, s in samples)
+        if self.map is not None:
+            fn = self.map
+            samples = ((n, fn(s)) for n, s in samples)
+        if self.batch_size is not None:
+            samples = self._batches(samples, self.batch_size)
+        return samples
+
+    def _batches(self, samples: Iterator[tuple[int, Any]], size: int) -> Iterator[tuple[int, Any]]:
+        collate: Callable[[list[Any]], Any] = default_collate if self.collate is None else self.collate
+        while True:
+            batch = list(itertools.islice(samples, size))
+            if not batch or (len(batch) < size and not self.partial_batches):
+                return
+            yield batch[-1][0], collate([s for _, s in batch])

@@ -1,0 +1,74 @@
+"""ReaderOptions: validation, the dataset's options, and loading from YAML."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+
+from shardkit import ShardDataset
+from shardkit.config import load_options
+from shardkit.errors import UsageError
+from shardkit.read.options import ReaderOptions
+
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs")
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(mode="sometimes"), "mode must be one of"),
+        (dict(seed=-1), "seed must be >= 0"),
+        (dict(buffer_size=-1), "buffer_size must be >= 0"),
+        (dict(buffer_bytes=0), "buffer_bytes > 0"),
+        (dict(interleave=0), "interleave must be >= 1"),
+        (dict(mode="exact", pad=True), "pad=True applies to mode='balanced' only"),
+    ],
+)
+def test_invalid_reader_options_are_refused_naming_the_option(kwargs, message):
+    with pytest.raises(UsageError, match=message):
+        ReaderOptions(**kwargs)
+
+
+def test_reader_options_are_frozen_and_keyword_only():
+    options = ReaderOptions(mode="exact", seed=3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.seed = 4  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        ReaderOptions("exact")  # type: ignore[misc]
+    assert options.to_dict() == {
+        "mode": "exact", "seed": 3, "shuffle": True, "buffer_size": 1000,
+        "buffer_bytes": None, "pad": False, "interleave": 1,
+    }  # fmt: skip
+
+
+def test_the_dataset_holds_its_keyword_arguments_as_reader_options(make_shards):
+    ds = ShardDataset(make_shards([3, 4]), mode="exact", seed=5, buffer_size=7, buffer_bytes=1 << 20, interleave=2)
+    assert ds.options == ReaderOptions(mode="exact", seed=5, buffer_size=7, buffer_bytes=1 << 20, interleave=2)
+
+
+def test_reader_options_load_from_a_yaml_file(tmp_path):
+    path = tmp_path / "reader.yaml"
+    path.write_text("read:\n  mode: exact\n  seed: 11\n  buffer_size: 64\n  buffer_bytes: 32MiB\n  interleave: 2\n")
+    options = load_options(ReaderOptions, str(path), section="read")
+    assert options == ReaderOptions(mode="exact", seed=11, buffer_size=64, buffer_bytes=32 << 20, interleave=2)
+
+
+def test_an_unknown_key_in_a_reader_config_is_refused_by_name(tmp_path):
+    path = tmp_path / "reader.yaml"
+    path.write_text("read:\n  mode: exact\n  bufer_size: 64\n")
+    with pytest.raises(UsageError, match="unknown option.*bufer_size"):
+        load_options(ReaderOptions, str(path), section="read")
+
+
+def test_a_refused_value_in_a_reader_config_names_the_file(tmp_path):
+    path = tmp_path / "reader.yaml"
+    path.write_text("read:\n  mode: exact\n  pad: true\n")
+    with pytest.raises(UsageError, match=r"reader\.yaml.*pad=True applies"):
+        load_options(ReaderOptions, str(path), section="read")
+
+
+def test_the_example_reader_config_loads():
+    options = load_options(ReaderOptions, os.path.join(CONFIGS, "reader.yaml"), section="read")
+    assert options == ReaderOptions()
