@@ -19,8 +19,8 @@ import numpy as np
 from shardkit.errors import ManifestError, UsageError
 from shardkit.format.index import index_path_for, load_index
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, load_manifest
-from shardkit.io.manifest import remote_manifest
 from shardkit.io.base import SourceOptions
+from shardkit.io.manifest import remote_manifest
 from shardkit.io.urls import is_local, local_path
 
 

@@ -8,11 +8,22 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from torch.utils.data import DataLoader, IterableDataset, default_collate, default_convert
+from torch.utils.data import (
+    DataLoader,
+    IterableDataset,
+    default_collate,
+    default_convert,
+)
 
 from shardkit.errors import UsageError
 from shardkit.read.dataset import ShardDataset
-from shardkit.read.resume.state import Level, ReaderState, dataset_fingerprint, rank_state, start_for
+from shardkit.read.resume.state import (
+    Level,
+    ReaderState,
+    dataset_fingerprint,
+    rank_state,
+    start_for,
+)
 from shardkit.world import World, detect_worker
 
 log = logging.getLogger(__name__)

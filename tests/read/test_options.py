@@ -18,12 +18,12 @@ CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        (dict(mode="sometimes"), "mode must be one of"),
-        (dict(seed=-1), "seed must be >= 0"),
-        (dict(buffer_size=-1), "buffer_size must be >= 0"),
-        (dict(buffer_bytes=0), "buffer_bytes > 0"),
-        (dict(interleave=0), "interleave must be >= 1"),
-        (dict(mode="exact", pad=True), "pad=True applies to mode='balanced' only"),
+        ({"mode": "sometimes"}, "mode must be one of"),
+        ({"seed": -1}, "seed must be >= 0"),
+        ({"buffer_size": -1}, "buffer_size must be >= 0"),
+        ({"buffer_bytes": 0}, "buffer_bytes > 0"),
+        ({"interleave": 0}, "interleave must be >= 1"),
+        ({"mode": "exact", "pad": True}, "pad=True applies to mode='balanced' only"),
     ],
 )
 def test_invalid_reader_options_are_refused_naming_the_option(kwargs, message):

@@ -25,6 +25,12 @@ checkpoint to another world size or worker count); the loader's and the
 dataset's ``state_dict()`` / ``load_state_dict()`` do the rest.
 """
 
-from shardkit.read.resume.state import STATE_VERSION, Level, ReaderState, gather_states, merge_states
+from shardkit.read.resume.state import (
+    STATE_VERSION,
+    Level,
+    ReaderState,
+    gather_states,
+    merge_states,
+)
 
 __all__ = ["STATE_VERSION", "Level", "ReaderState", "gather_states", "merge_states"]

@@ -45,6 +45,7 @@ from shardkit.read.resume.state import Level
 from shardkit.read.split import Mode, Piece, even_cut, iter_pieces, rank_span
 from shardkit.world import World
 
+
 class EpochSequence:
     """A level's sequence: global positions of the epoch as ordered intervals.
 

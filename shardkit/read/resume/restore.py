@@ -15,7 +15,13 @@ import numpy as np
 
 from shardkit.errors import StateError
 from shardkit.read.plan import ReadPlan
-from shardkit.read.resume.elastic import EpochSequence, LevelPlan, part_range, remainder, sequence_pieces
+from shardkit.read.resume.elastic import (
+    EpochSequence,
+    LevelPlan,
+    part_range,
+    remainder,
+    sequence_pieces,
+)
 from shardkit.read.resume.replay import Position, SlotReplay, replay_slot, resident_runs
 from shardkit.read.resume.state import Level
 from shardkit.read.split import Piece
