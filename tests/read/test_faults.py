@@ -185,8 +185,10 @@ def test_samples_carry_their_shard_and_index_through_recovery(make_shards, fault
 
     manifest, _ = _broken_dataset(make_shards, fault)
     ds = ShardDataset(manifest, mode="exact", on_error="skip")
-    reader = PieceReader(ds.catalog, on_error="skip", on_skip=lambda exc: None, options=ds.options, read_ahead_bytes=1 << 20)
-    located = list(reader.read(ds.pieces(World(), epoch=0)))
+    reader = PieceReader(
+        ds.catalog, on_error="skip", on_skip=lambda exc: None, options=ds.source_options, read_ahead_bytes=1 << 20
+    )
+    located = list(reader.read(ds.plan.pieces(World(), epoch=0)))
     assert located
     for shard, index, raw in located:
         assert raw.key == f"s{shard:03d}_{index:05d}"
