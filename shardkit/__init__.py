@@ -32,6 +32,7 @@ __version__ = "0.1.0"
 # writer process) does not pay for importing torch.
 _LAZY = {
     "Decoder": "shardkit.read.decode",
+    "ReaderOptions": "shardkit.read.options",
     "ShardDataset": "shardkit.read.dataset",
     "World": "shardkit.world",
     "WriteOptions": "shardkit.write.parallel",
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from shardkit.read.dataset import ShardDataset
     from shardkit.read.decode import Decoder
     from shardkit.read.loader import make_loader
+    from shardkit.read.options import ReaderOptions
     from shardkit.read.shuffle import shuffle_quality
     from shardkit.world import World
     from shardkit.write.parallel import WriteOptions, write_dataset
@@ -84,6 +86,7 @@ __all__ = [
     "InputFileError",
     "Manifest",
     "ManifestError",
+    "ReaderOptions",
     "RemoteError",
     "ShardDataset",
     "ShardEntry",

@@ -5,10 +5,10 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import time
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 from tests.remote.remote_servers import Faults, fast_options
@@ -94,12 +94,16 @@ def test_early_close_and_failed_download_leave_nothing(http_server, tmp_path):
 def test_eviction_keeps_under_limit_lru_first(http_server, tmp_path):
     opts = options(tmp_path / "cache", cache_max_bytes=25_000)
     urls = [http_server.add(f"/s{i}.tar", os.urandom(10_000)) for i in range(4)]
+
+    def age(url: str, seconds: int) -> None:
+        # Recency is the entry's mtime: set it instead of sleeping between reads.
+        os.utime(tmp_path / "cache" / (cache_key(url) + ".shard"), (seconds, seconds))
+
     read(urls[0], opts)
-    time.sleep(0.01)
+    age(urls[0], 1000)
     read(urls[1], opts)
-    time.sleep(0.01)
+    age(urls[1], 2000)
     read(urls[0], opts)  # a hit: s0 is now more recent than s1
-    time.sleep(0.01)
     read(urls[2], opts)
     cache = ShardCache(str(tmp_path / "cache"))
     assert cache.total_bytes() <= 25_000
@@ -172,11 +176,12 @@ def test_killed_download_leaves_no_final_file(http_server, tmp_path):
     http_server.faults["/a.tar"] = Faults(stall_after=[10_000] * 50, stall_s=30.0)
     cache_dir = str(tmp_path / "cache")
     proc = _python(cache_dir, url)
-    deadline = time.monotonic() + 20
-    while not (os.path.isdir(cache_dir) and any(n.endswith(".part") for n in os.listdir(cache_dir))):
-        assert time.monotonic() < deadline
+    # The download is under way (a .part file) and stalled mid-shard: kill it there.
+    assert http_server.wait_for(lambda: http_server.stalls_held >= 1)
+    deadline = time.monotonic() + 60  # a failure bound, not a pace: the .part precedes the stall
+    while not any(n.endswith(".part") for n in os.listdir(cache_dir)):
+        assert time.monotonic() < deadline, "the download made no .part file"
         time.sleep(0.05)
-    time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
     assert not any(n.endswith(".shard") for n in os.listdir(cache_dir))
