@@ -43,12 +43,20 @@ DEFAULT_LEASE_BYTES = 64 << 20
 DeviceLockMode = Literal["auto"] | bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SourceOptions:
     """How to read from storage. All sizes in bytes, all times in seconds.
 
-    Attributes:
+    The fields come in groups, each with its own prefix or suffix where two
+    could be confused: reading in general (``chunk_bytes``), the network
+    (timeouts, retries, ranged requests: used by ``http(s)://``, ``s3://``
+    and fsspec URLs), the shard ``cache_*``, ``s3_*`` endpoint settings,
+    ``pipe:`` URLs, and the local ``device_*`` lock for spinning disks.
+
+    Reading:
         chunk_bytes: Largest chunk a source yields (4 MiB).
+
+    Network:
         connect_timeout_s: Time to open a connection before the attempt counts
             as failed (10 s).
         read_timeout_s: Longest silence on an open connection before it counts
@@ -64,18 +72,27 @@ class SourceOptions:
             range (8). More requests get past per-connection bandwidth caps
             (one S3 connection gives tens of MB/s).
         part_bytes: Size of one ranged request (4 MiB).
-        remote_read_ahead_bytes: Memory budget per open remote range for bytes fetched ahead
-            of the consumer (64 MiB).
+        remote_read_ahead_bytes: Memory budget per open remote range for
+            bytes fetched ahead of the consumer (64 MiB). Not the reader's
+            per-worker ``ShardDataset(read_ahead_bytes=...)``.
+
+    Cache:
         cache_dir: Directory of a local shard cache shared by processes, or
             None for no cache. Whole remote shards are stored there on first
             read and served from there afterwards (objects opened with an
             ``expected_sha256``, and ``.tar`` objects).
         cache_max_bytes: Size limit of the cache; least recently used shards
             are evicted beyond it. None means no limit.
-        allow_pipe: Accept ``pipe:CMD`` URLs (runs CMD, without a shell).
+
+    S3:
         s3_endpoint_url: S3 endpoint for ``s3://`` URLs, overriding the AWS
             configuration (for S3-compatible stores), or None.
         s3_region: S3 region, overriding the AWS configuration, or None.
+
+    Pipes:
+        allow_pipe: Accept ``pipe:CMD`` URLs (runs CMD, without a shell).
+
+    Disk:
         device_lock: Take turns reading local shards on one disk across all
             processes (DataLoader workers, ranks on the node), one lease of
             ``device_lease_bytes`` at a time, so their streams do not make
@@ -90,7 +107,9 @@ class SourceOptions:
             more than its ``read_ahead_bytes`` (the reader's per-worker budget).
     """
 
+    # reading
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    # network
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 30.0
     retry_deadline_s: float = 120.0
@@ -99,18 +118,23 @@ class SourceOptions:
     max_concurrent_requests: int = 8
     part_bytes: int = 4 << 20
     remote_read_ahead_bytes: int = 64 << 20
+    # cache
     cache_dir: str | None = None
     cache_max_bytes: int | None = None
-    allow_pipe: bool = False
+    # s3
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
+    # pipes
+    allow_pipe: bool = False
+    # disk
     device_lock: DeviceLockMode = "auto"
     device_lease_bytes: int = DEFAULT_LEASE_BYTES
 
     def __post_init__(self) -> None:
         if self.device_lock not in ("auto", True, False):
             raise UsageError(f"SourceOptions.device_lock must be 'auto', True or False, got {self.device_lock!r}")
-        for name in ("chunk_bytes", "max_concurrent_requests", "part_bytes", "remote_read_ahead_bytes", "device_lease_bytes"):
+        sizes = ("chunk_bytes", "max_concurrent_requests", "part_bytes", "remote_read_ahead_bytes", "device_lease_bytes")
+        for name in sizes:
             if getattr(self, name) < 1:
                 raise UsageError(f"SourceOptions.{name} must be at least 1, got {getattr(self, name)}")
         for name in ("connect_timeout_s", "read_timeout_s", "backoff_initial_s", "backoff_max_s"):

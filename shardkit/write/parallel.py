@@ -90,7 +90,7 @@ class Progress:
     total_samples: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WriteOptions:
     """Options of :func:`write_dataset` (and of ``shardkit write``).
 
