@@ -32,8 +32,10 @@ __version__ = "0.1.0"
 # writer process) does not pay for importing torch.
 _LAZY = {
     "Decoder": "shardkit.read.decode",
+    "IndexedDataset": "shardkit.read.indexed",
     "ReaderOptions": "shardkit.read.options",
     "ShardDataset": "shardkit.read.dataset",
+    "ShardWindowSampler": "shardkit.read.sampler",
     "World": "shardkit.world",
     "WriteOptions": "shardkit.write.parallel",
     "make_loader": "shardkit.read.loader",
@@ -47,8 +49,10 @@ _READER_NEEDS = frozenset({"torch", "torchvision", "PIL"})
 if TYPE_CHECKING:
     from shardkit.read.dataset import ShardDataset
     from shardkit.read.decode import Decoder
+    from shardkit.read.indexed import IndexedDataset
     from shardkit.read.loader import make_loader
     from shardkit.read.options import ReaderOptions
+    from shardkit.read.sampler import ShardWindowSampler
     from shardkit.read.shuffle import shuffle_quality
     from shardkit.world import World
     from shardkit.write.parallel import WriteOptions, write_dataset
@@ -83,6 +87,7 @@ __all__ = [
     "Decoder",
     "DestinationError",
     "DuplicateSampleError",
+    "IndexedDataset",
     "InputFileError",
     "Manifest",
     "ManifestError",
@@ -90,6 +95,7 @@ __all__ = [
     "RemoteError",
     "ShardDataset",
     "ShardEntry",
+    "ShardWindowSampler",
     "ShardWriter",
     "ShardkitError",
     "SkippedInput",

@@ -1,0 +1,502 @@
+"""Map-style random access: sample *i* of a dataset with one ranged read.
+
+:class:`IndexedDataset` turns a global sample number into ``(shard, sample
+in shard)`` with a binary search over cumulative per-shard counts, looks the
+sample's byte range up in the shard's offset index (see
+:mod:`shardkit.format.index`) and reads exactly those bytes:
+
+* a local shard: one ``pread`` on a file descriptor kept open;
+* a remote shard: one HTTP ``Range`` request or S3 ranged GET for a sample of
+  up to ``part_bytes`` (larger samples are fetched in concurrent parts);
+* a remote shard with ``cache_dir`` set: the first read of a shard brings the
+  whole shard into the cache (as the streaming reader does), later reads are
+  ``pread`` s of the cached file.
+
+The bytes are parsed with :class:`~shardkit.format.tar.SampleParser`, which
+checks tar structure, and must hold exactly one sample.
+
+What is kept per process, all bounded: the per-shard offset indexes
+(memory-mapped for local files, fetched once for remote ones) and open files
+or connections, each in a least-recently-used table of ``max_open_shards``
+entries. Opening a dataset reads only the manifest; for a manifest already
+in memory it costs two integer arrays of ``num_shards + 1`` entries.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from torch.utils.data import Dataset, default_collate
+
+from shardkit.errors import CorruptShardError, ManifestError, TruncatedShardError, UsageError
+from shardkit.format.index import decode_index, load_index
+from shardkit.format.manifest import Manifest
+from shardkit.format.tar import SampleParser
+from shardkit.io.base import ByteSource, SourceOptions
+from shardkit.io.cache import CachedSource
+from shardkit.io.ranged import RangedObject, stream_range
+from shardkit.io.registry import open_source
+from shardkit.io.urls import is_local, local_path, redact_url
+from shardkit.read.catalog import resolve_catalog
+from shardkit.read.dataset import _SharedCounters
+from shardkit.read.decode import Decoder, ImageMode, make_decoder
+from shardkit.read.stream import FAULTS, ON_ERROR, OnError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_MAX_OPEN_SHARDS", "IndexedDataset", "compression_of"]
+
+Sample = dict[str, Any]
+
+#: Shards whose index and file (or connection) stay open per process.
+DEFAULT_MAX_OPEN_SHARDS = 64
+
+_COMPRESSED_SUFFIXES = {".tar.gz": "gzip", ".tgz": "gzip", ".tar.zst": "zstd", ".tar.zstd": "zstd"}
+_COMPRESSED_MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd"}
+
+
+def compression_of(url: str, head: bytes | None = None) -> str | None:
+    """The whole-shard compression of a shard, or None for a plain tar.
+
+    Decided by the first bytes when given (gzip ``1f 8b``, zstandard
+    ``28 b5 2f fd``), else by the name (``.tar.gz``, ``.tgz``, ``.tar.zst``).
+    """
+    if head is not None:
+        for magic, kind in _COMPRESSED_MAGIC.items():
+            if head.startswith(magic):
+                return kind
+        return None
+    name = url.split("?", 1)[0].lower()
+    for suffix, kind in _COMPRESSED_SUFFIXES.items():
+        if name.endswith(suffix):
+            return kind
+    return None
+
+
+def _refuse_compressed(url: str, kind: str) -> UsageError:
+    return UsageError(
+        f"{redact_url(url)}: a {kind}-compressed shard cannot be read at random (a sample cannot be reached "
+        "without decompressing everything before it). Reshard it uncompressed with "
+        "`shardkit write SOURCE DEST` and open DEST, or stream it with ShardDataset."
+    )
+
+
+class _LocalShard:
+    """A local shard file held open: each read is one ``pread``."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.fd = os.open(local_path(url), os.O_RDONLY)
+        if hasattr(os, "posix_fadvise"):
+            # Reads are small and scattered: the kernel's read-ahead would fetch bytes nobody asked for.
+            os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_RANDOM)
+
+    def read(self, start: int, end: int, *, chunk_bytes: int) -> bytes:
+        del chunk_bytes
+        return os.pread(self.fd, end - start, start)
+
+    def head(self, size: int) -> bytes:
+        return os.pread(self.fd, size, 0)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class _RemoteShard:
+    """A remote shard opened through the storage layer (optionally cached)."""
+
+    def __init__(self, source: ByteSource, *, options: SourceOptions):
+        self.url = source.url
+        self.source = source
+        self.options = options
+        self._warm = not isinstance(source, CachedSource)
+
+    def read(self, start: int, end: int, *, chunk_bytes: int) -> bytes:
+        if not self._warm:
+            self._warm = True
+            assert isinstance(self.source, CachedSource)
+            hit = self.source.cache.open(self.source.key)
+            if hit is None:
+                # The cache stores a shard from a read that starts at byte 0:
+                # read the whole shard once, keeping this sample's bytes.
+                return self._whole_shard_slice(start, end, chunk_bytes=chunk_bytes)
+            hit.close()
+        return b"".join(self._iter(start, end, chunk_bytes=chunk_bytes))
+
+    def _iter(self, start: int, end: int, *, chunk_bytes: int):
+        remote = self.source
+        if isinstance(remote, RangedObject) and end - start <= self.options.part_bytes:
+            # One request for a sample up to part_bytes (the ranged object
+            # would cut a range over 1 MiB into concurrent parts).
+            return stream_range(remote.fetcher, start, end, options=self.options, chunk_bytes=chunk_bytes)
+        return remote.iter_range(start, end, chunk_bytes=chunk_bytes)
+
+    def _whole_shard_slice(self, start: int, end: int, *, chunk_bytes: int) -> bytes:
+        pieces = []
+        pos = 0
+        for chunk in self.source.iter_range(0, None, chunk_bytes=chunk_bytes):
+            lo, hi = max(start - pos, 0), min(end - pos, len(chunk))
+            if lo < hi:
+                pieces.append(chunk[lo:hi])
+            pos += len(chunk)
+        return b"".join(pieces)
+
+    def head(self, size: int) -> bytes:
+        return b"".join(self._iter(0, size, chunk_bytes=size))
+
+    def close(self) -> None:
+        pass
+
+
+class _LRU(OrderedDict):
+    """A dict that keeps its ``limit`` most recently used entries, closing the
+    ones it drops (when they have a ``close``)."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit = limit
+
+    def get_recent(self, key: int) -> Any:
+        value = self.get(key)
+        if value is not None:
+            self.move_to_end(key)
+        return value
+
+    def put(self, key: int, value: Any) -> None:
+        self[key] = value
+        while len(self) > self.limit:
+            _, old = self.popitem(last=False)
+            if hasattr(old, "close"):
+                old.close()
+
+    def close_all(self) -> None:
+        while self:
+            _, old = self.popitem(last=False)
+            if hasattr(old, "close"):
+                old.close()
+
+
+class IndexedDataset(Dataset):
+    """Samples by number: ``ds[i]`` is the *i*-th sample in manifest order.
+
+    Index *i* counts samples shard by shard in manifest order, then by
+    position within the shard. Each ``ds[i]`` reads exactly that sample's
+    bytes with one ranged read (see the module docstring), parses them and
+    returns the same dict :class:`~shardkit.ShardDataset` yields, ``"__key__"``
+    and one entry per field, plus ``"__index__"`` (the int *i*), decoded with
+    ``decode`` and then passed through ``map``.
+
+    Indices follow ``Sequence`` rules: ``-1`` is the last sample, and an index
+    outside ``[-len(ds), len(ds))`` raises :class:`IndexError` naming the
+    length. Works with any sampler, :class:`torch.utils.data.DistributedSampler`,
+    :class:`~shardkit.ShardWindowSampler` (which keeps reads local to a few
+    shards at a time, the sampler to use for remote or cached data),
+    ``num_workers > 0`` under ``fork`` and ``spawn``, and ``StatefulDataLoader``.
+
+    Compressed shards (``.tar.gz``, ``.tgz``, ``.tar.zst``) cannot be entered
+    in the middle and are refused: reshard them uncompressed with
+    ``shardkit write``.
+
+    Faults: under ``on_error="raise"`` a damaged sample raises
+    :class:`~shardkit.CorruptShardError` naming the shard and the byte
+    offset. Under ``"skip"`` the fault is logged and counted in
+    :attr:`num_skipped` (summed over DataLoader workers) and ``ds[i]``
+    returns None; batch with ``collate_fn=IndexedDataset.collate``, which
+    leaves the Nones out (a batch may thus be smaller).
+
+    Example::
+
+        ds = shardkit.IndexedDataset("data/val", decode="tensor")
+        loader = DataLoader(ds, batch_size=64, sampler=DistributedSampler(ds), num_workers=4)
+
+    Args:
+        source: A manifest path or URL, a dataset directory (or URL ending in
+            ``/``) holding ``manifest.json``, a :class:`~shardkit.Manifest`,
+            or local shard paths (a list or brace pattern) that have ``.idx``
+            sidecars.
+        decode: None for raw bytes; ``"pil"`` / ``"tensor"``; or a
+            :class:`~shardkit.Decoder`.
+        map: A function applied to each (decoded) sample dict.
+        source_options: Storage options; ``cache_dir`` caches whole remote
+            shards on first use, ``part_bytes`` (4 MiB) is the largest
+            sample fetched with one request.
+        on_error: ``"raise"`` or ``"skip"`` (see above).
+        max_open_shards: Shards whose index and open file or connection are
+            kept per process (least recently used beyond it are closed).
+
+    Raises:
+        UsageError: Invalid options; shards without sample counts and offset
+            indexes; compressed shards.
+        ManifestError: The manifest is missing or invalid.
+    """
+
+    def __init__(
+        self,
+        source: str | os.PathLike[str] | Sequence[str] | Manifest,
+        *,
+        decode: ImageMode | Decoder | None = None,
+        map: Callable[[Sample], Any] | None = None,  # noqa: A002 - the documented name
+        source_options: SourceOptions | None = None,
+        on_error: OnError = "raise",
+        max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS,
+    ):
+        super().__init__()
+        if on_error not in ON_ERROR:
+            raise UsageError(f"on_error must be one of {ON_ERROR}, not {on_error!r}")
+        if max_open_shards < 1:
+            raise UsageError(f"max_open_shards must be >= 1, not {max_open_shards}")
+        self._options = source_options or SourceOptions()
+        self._manifest: Manifest | None
+        self._urls: tuple[str, ...] | None = None
+        self._index_urls: tuple[str, ...] | None = None
+        if isinstance(source, Manifest):
+            # Shard URLs are resolved when a shard is first read, so a huge
+            # manifest costs only its counts here.
+            self._manifest = source
+            counts = np.fromiter((s.num_samples for s in source.shards), dtype=np.int64, count=len(source.shards))
+        else:
+            catalog = resolve_catalog(source, options=self._options)
+            self._manifest = catalog.manifest
+            if catalog.counts is None or catalog.index_urls is None:
+                for url in catalog.urls:
+                    kind = compression_of(url) or (
+                        compression_of(url, _local_head(url)) if is_local(url) else None
+                    )
+                    if kind is not None:
+                        raise _refuse_compressed(url, kind)
+                raise UsageError(
+                    "IndexedDataset needs per-sample offsets: open a dataset with a manifest (a directory "
+                    "holding manifest.json, its URL, or a Manifest), or shards with .idx sidecars. "
+                    "Write the shards with `shardkit write` to get both."
+                )
+            if self._manifest is None:
+                self._urls, self._index_urls = catalog.urls, catalog.index_urls
+            counts = np.asarray(catalog.counts, dtype=np.int64)
+        self._counts = counts
+        self._starts = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=self._starts[1:])
+        self._decoder = make_decoder(decode)
+        self._map = map
+        self._on_error = on_error
+        self._max_open_shards = max_open_shards
+        self._counters = _SharedCounters()
+        self._reset_handles()
+
+    # ------------------------------------------------------------ properties
+
+    @property
+    def manifest(self) -> Manifest | None:
+        """The manifest the dataset was opened from, if any."""
+        return self._manifest
+
+    @property
+    def num_shards(self) -> int:
+        return len(self._counts)
+
+    @property
+    def shard_counts(self) -> np.ndarray:
+        """Samples per shard, in manifest order (a read-only array)."""
+        view = self._counts.view()
+        view.flags.writeable = False
+        return view
+
+    @property
+    def num_skipped(self) -> int:
+        """Samples skipped under ``on_error="skip"``, summed over this
+        process and its DataLoader workers."""
+        return int(self._counters.skipped.value)
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def __repr__(self) -> str:
+        return f"IndexedDataset({len(self)} samples in {self.num_shards} shards)"
+
+    # ------------------------------------------------------------ locating
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """``(shard number, sample number in the shard)`` of sample ``index``.
+
+        Raises:
+            IndexError: ``index`` is out of range (see the class docstring).
+        """
+        length = len(self)
+        try:
+            i = operator.index(index)  # numpy and torch integers too
+        except TypeError:
+            raise TypeError(f"IndexedDataset indices must be integers, not {type(index).__name__}") from None
+        if i < 0:
+            i += length
+        if not 0 <= i < length:
+            raise IndexError(f"sample index {index} out of range for IndexedDataset of length {length}")
+        shard = int(np.searchsorted(self._starts, i, side="right")) - 1
+        return shard, i - int(self._starts[shard])
+
+    def shard_url(self, shard: int) -> str:
+        """The path or URL of shard number ``shard``."""
+        if self._manifest is not None:
+            return self._manifest.resolve(self._manifest.shards[shard].path)
+        assert self._urls is not None
+        return self._urls[shard]
+
+    def _index_url(self, shard: int) -> str:
+        if self._manifest is not None:
+            return self._manifest.resolve(self._manifest.shards[shard].index)
+        assert self._index_urls is not None
+        return self._index_urls[shard]
+
+    # ------------------------------------------------------------ reading
+
+    def __getitem__(self, index: int) -> Any:
+        shard, position = self.locate(index)
+        global_index = int(self._starts[shard]) + position
+        try:
+            raw = self._read(shard, position)
+        except FAULTS as exc:
+            if self._on_error == "raise":
+                raise
+            log.warning("skipping sample %d: %s", global_index, exc)
+            self._counters.count_skip(exc)
+            return None
+        sample: Sample = {"__key__": raw.key}
+        sample.update(raw.fields)
+        sample["__index__"] = global_index
+        if self._decoder is not None:
+            sample = self._decoder(sample)
+        if self._map is not None:
+            return self._map(sample)
+        return sample
+
+    @staticmethod
+    def collate(batch: list[Any]) -> Any:
+        """``default_collate`` over the samples that are not None (skipped)."""
+        return default_collate([sample for sample in batch if sample is not None])
+
+    def _read(self, shard: int, position: int):
+        bounds = self._bounds(shard)
+        start, end = int(bounds[position]), int(bounds[position + 1])
+        handle = self._shard(shard)
+        url = handle.url
+        data = handle.read(start, end, chunk_bytes=max(end - start, 1))
+        if len(data) != end - start:
+            self._check_compressed(handle)
+            raise TruncatedShardError(
+                f"{url}: sample {position} should occupy bytes [{start}, {end}) but the shard ends at byte "
+                f"{start + len(data)}. Run `shardkit verify` on the dataset or rewrite this shard.",
+                path=url,
+                offset=start + len(data),
+            )
+        parser = SampleParser(path=url, base_offset=start)
+        try:
+            samples = parser.feed(data)
+            samples += parser.finish(expect_end_marker=False)
+        except CorruptShardError:
+            self._check_compressed(handle)
+            raise
+        if len(samples) != 1 or samples[0].start != start or samples[0].end != end:
+            self._check_compressed(handle)
+            raise CorruptShardError(
+                f"{url}: the offset index puts sample {position} at bytes [{start}, {end}) but they hold "
+                f"{len(samples)} samples. Run `shardkit verify` on the dataset or rewrite this shard.",
+                path=url,
+                offset=start,
+            )
+        return samples[0]
+
+    def _check_compressed(self, handle: _LocalShard | _RemoteShard) -> None:
+        """Raise the reshard advice when a shard that failed to parse is compressed."""
+        try:
+            head = handle.head(4)
+        except OSError:
+            return
+        kind = compression_of(handle.url, head)
+        if kind is not None:
+            raise _refuse_compressed(handle.url, kind)
+
+    # ------------------------------------------------------------ per-process handles
+
+    def _reset_handles(self) -> None:
+        self._pid = os.getpid()
+        self._indexes = _LRU(self._max_open_shards)
+        self._handles = _LRU(self._max_open_shards)
+
+    def _check_process(self) -> None:
+        # A forked worker inherits the parent's tables; connections must not
+        # be shared across processes, so it starts its own.
+        if self._pid != os.getpid():
+            self._reset_handles()
+
+    def _bounds(self, shard: int) -> np.ndarray:
+        self._check_process()
+        bounds = self._indexes.get_recent(shard)
+        if bounds is not None:
+            return bounds
+        url = self._index_url(shard)
+        shard_url = self.shard_url(shard)
+        kind = compression_of(shard_url)
+        if kind is not None:
+            raise _refuse_compressed(shard_url, kind)
+        if is_local(url):
+            bounds = load_index(local_path(url))
+        else:
+            bounds = decode_index(open_source(url, options=self._options).read_all(), path=redact_url(url))
+        expected = int(self._counts[shard])
+        if len(bounds) - 1 != expected:
+            raise ManifestError(
+                f"{shard_url}: the manifest says {expected} samples but the offset index {url} lists "
+                f"{len(bounds) - 1}. Run `shardkit verify` on the dataset or rewrite this shard.",
+                path=shard_url,
+            )
+        self._indexes.put(shard, bounds)
+        return bounds
+
+    def _shard(self, shard: int) -> _LocalShard | _RemoteShard:
+        handle = self._handles.get_recent(shard)
+        if handle is not None:
+            return handle
+        url = self.shard_url(shard)
+        if is_local(url):
+            handle = _LocalShard(url)
+        else:
+            entry = None if self._manifest is None else self._manifest.shards[shard]
+            source = open_source(
+                url,
+                options=self._options,
+                expected_size=None if entry is None else entry.num_bytes,
+                expected_sha256=None if entry is None else entry.sha256,
+            )
+            handle = _RemoteShard(source, options=self._options)
+        self._handles.put(shard, handle)
+        return handle
+
+    def close(self) -> None:
+        """Close open files and forget loaded indexes (reopened on the next read)."""
+        self._handles.close_all()
+        self._indexes.clear()
+
+    # ------------------------------------------------------------ pickling
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_indexes"], state["_handles"], state["_pid"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset_handles()
+
+
+def _local_head(url: str) -> bytes | None:
+    try:
+        with open(local_path(url), "rb") as f:
+            return f.read(4)
+    except OSError:
+        return None

@@ -1,0 +1,244 @@
+"""IndexedDataset over local shards: same samples as the stream, errors, workers."""
+
+from __future__ import annotations
+
+import builtins
+import gzip
+import os
+import pickle
+import tracemalloc
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+import shardkit
+from shardkit.errors import CorruptShardError, ManifestError, UsageError
+from shardkit.format.manifest import Manifest, ShardEntry
+from shardkit.read.indexed import IndexedDataset, compression_of
+
+SIZES = (7, 0, 5, 9, 3)
+
+
+def streamed(source, **kwargs) -> list[dict]:
+    ds = shardkit.ShardDataset(source, mode="exact", shuffle=False, **kwargs)
+    return list(ds)
+
+
+@pytest.fixture
+def dataset(make_shards):
+    return make_shards(SIZES)
+
+
+def test_random_indices_give_the_streamed_samples(dataset):
+    expected = streamed(dataset.location)
+    ds = IndexedDataset(dataset.location)
+    assert len(ds) == len(expected) == sum(SIZES)
+    order = np.random.default_rng(0).permutation(len(ds))
+    for i in order.tolist():
+        got = ds[i]
+        assert got.pop("__index__") == i
+        assert got == expected[i]
+
+
+def test_sources_manifest_object_and_sidecar_shards_agree(dataset):
+    by_dir = IndexedDataset(dataset.location)
+    by_manifest = IndexedDataset(dataset)
+    shards = [dataset.resolve(s.path) for s in dataset.shards]
+    by_list = IndexedDataset(shards)
+    assert len(by_dir) == len(by_manifest) == len(by_list)
+    for i in (0, 6, 7, 20, len(by_dir) - 1):
+        assert by_dir[i] == by_manifest[i] == by_list[i]
+
+
+def test_negative_indices_count_from_the_end_and_out_of_range_names_the_length(dataset):
+    ds = IndexedDataset(dataset)
+    assert ds[-1]["__key__"] == ds[len(ds) - 1]["__key__"] == "s004_00002"
+    assert ds[np.int64(3)]["__index__"] == 3
+    assert ds[torch.tensor(4)]["__index__"] == 4
+    for bad in (len(ds), -len(ds) - 1, 10**9):
+        with pytest.raises(IndexError, match=f"out of range for IndexedDataset of length {len(ds)}"):
+            ds[bad]
+    with pytest.raises(TypeError, match="must be integers"):
+        ds[1.5]
+
+
+def test_decode_and_map_apply_in_order(dataset):
+    ds = IndexedDataset(dataset, decode="pil", map=lambda s: (s["__index__"], s["cls"], s["json"]))
+    assert ds[8] == (8, (2 * 7 + 1) % 10, {"shard": 2, "i": 1})
+
+
+def test_needs_offsets_and_says_how_to_get_them(make_shards, tmp_path):
+    manifest = make_shards((3,), name="noidx")
+    shard = manifest.resolve(manifest.shards[0].path)
+    os.remove(manifest.resolve(manifest.shards[0].index))
+    with pytest.raises(UsageError, match="needs per-sample offsets.*manifest"):
+        IndexedDataset([shard])
+
+
+def test_compressed_shards_are_refused_with_reshard_advice(make_shards, tmp_path):
+    manifest = make_shards((3,), name="gz")
+    plain = manifest.resolve(manifest.shards[0].path)
+    with open(plain, "rb") as f:
+        data = f.read()
+    for name in ("x.tar.gz", "x.bin"):  # named, and detected by its first bytes
+        path = tmp_path / name
+        path.write_bytes(gzip.compress(data))
+        with pytest.raises(UsageError, match=r"gzip-compressed shard.*Reshard it uncompressed with `shardkit write"):
+            IndexedDataset([str(path)])
+    assert compression_of("a/b.tar.zst") == "zstd" and compression_of("a/b.tar") is None
+    assert compression_of("b.tar", b"\x28\xb5\x2f\xfd....") == "zstd"
+
+
+def test_a_gzip_shard_behind_an_index_is_refused_at_read(make_shards):
+    manifest = make_shards((3,), name="gzidx")
+    plain = manifest.resolve(manifest.shards[0].path)
+    with open(plain, "rb") as f:
+        data = f.read()
+    with open(plain, "wb") as f:
+        f.write(gzip.compress(data))
+    ds = IndexedDataset(manifest)
+    with pytest.raises(UsageError, match="Reshard it uncompressed"):
+        ds[0]
+
+
+def corrupt_sample(manifest: Manifest, shard: int, position: int) -> tuple[str, int]:
+    """Zero the first header of a sample; returns (shard path, its offset)."""
+    entry = manifest.shards[shard]
+    bounds = np.load(manifest.resolve(entry.index))
+    path = manifest.resolve(entry.path)
+    offset = int(bounds[position])
+    with open(path, "r+b") as f:
+        f.seek(offset + 148)
+        f.write(b"XXXXXXXX")  # a bad header checksum
+    return path, offset
+
+
+def test_corrupt_sample_names_shard_and_offset(dataset):
+    path, offset = corrupt_sample(dataset, 2, 1)
+    ds = IndexedDataset(dataset)
+    bad = 7 + 0 + 1
+    with pytest.raises(CorruptShardError) as info:
+        ds[bad]
+    assert info.value.path == path and info.value.offset == offset
+    assert path in str(info.value) and f"at byte {offset}" in str(info.value)
+    assert ds[bad + 1]["__index__"] == bad + 1  # neighbours still read
+
+
+def test_skip_returns_none_counts_it_and_collate_leaves_it_out(dataset):
+    corrupt_sample(dataset, 2, 1)
+    ds = IndexedDataset(dataset, on_error="skip")
+    assert ds[8] is None and ds.num_skipped == 1
+    loader = DataLoader(ds, batch_size=4, collate_fn=IndexedDataset.collate, num_workers=2)
+    keys = [k for batch in loader for k in batch["__key__"]]
+    assert len(keys) == len(ds) - 1 and "s002_00001" not in keys
+    assert ds.num_skipped == 2  # the worker's skip is summed in
+
+
+def test_truncated_shard_is_a_corrupt_shard_error(dataset):
+    entry = dataset.shards[3]
+    path = dataset.resolve(entry.path)
+    bounds = np.load(dataset.resolve(entry.index))
+    os.truncate(path, int(bounds[5]) + 100)
+    ds = IndexedDataset(dataset)
+    assert ds[7 + 5 + 4]["__index__"] == 16
+    with pytest.raises(CorruptShardError, match="sample 5 should occupy bytes"):
+        ds[7 + 5 + 5]
+
+
+def test_index_disagreeing_with_manifest_is_refused(dataset):
+    entries = list(dataset.shards)
+    entries[0] = ShardEntry(**{**entries[0].__dict__, "num_samples": 8})
+    wrong = Manifest(shards=tuple(entries), location=dataset.location)
+    with pytest.raises(ManifestError, match="manifest says 8 samples but the offset index"):
+        IndexedDataset(wrong)[0]
+
+
+def test_million_shard_manifest_opens_without_touching_a_shard(monkeypatch):
+    num_shards = 1_000_000
+    entry = ShardEntry(path="shard.tar", num_samples=1000, num_bytes=1, sha256="0" * 64, index="shard.idx")
+    manifest = Manifest(shards=(entry,) * num_shards, location="/nonexistent")
+    opened: list[str] = []
+    real_open = builtins.open
+
+    def spy(file, *args, **kwargs):
+        opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", spy)
+    monkeypatch.setattr(os, "open", lambda *a, **k: opened.append(str(a[0])) or -1)
+    tracemalloc.start()
+    try:
+        ds = IndexedDataset(manifest)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert opened == []
+    assert len(ds) == num_shards * 1000
+    # Two int64 arrays of num_shards + 1 entries, and a temporary: ~24 MB.
+    assert peak < 40 << 20, f"opening took {peak / 2**20:.1f} MiB"
+    assert ds.locate(len(ds) - 1) == (num_shards - 1, 999)
+    assert ds.locate(123_456_789) == (123_456, 789)
+
+
+def test_open_shards_are_bounded(make_shards):
+    manifest = make_shards((2,) * 10, name="many")
+    ds = IndexedDataset(manifest, max_open_shards=3)
+    for i in range(len(ds)):
+        ds[i]
+    assert len(ds._handles) == 3 and len(ds._indexes) == 3
+    ds.close()
+    assert ds[0]["__index__"] == 0
+
+
+def test_pickles_without_open_files(dataset):
+    ds = IndexedDataset(dataset, decode="pil")
+    ds[0]
+    copy = pickle.loads(pickle.dumps(ds))
+    assert len(copy._handles) == 0
+    assert copy[5] == ds[5]
+
+
+def test_distributed_sampler_over_three_ranks_covers_every_index_once(dataset):
+    ds = IndexedDataset(dataset)
+    seen = []
+    for rank in range(3):
+        sampler = DistributedSampler(ds, num_replicas=3, rank=rank, shuffle=True, seed=1, drop_last=False)
+        loader = DataLoader(ds, sampler=sampler, batch_size=None, num_workers=2)
+        seen += [s["__index__"] for s in loader]
+    # DistributedSampler pads to a multiple of 3 by repeating the first indices.
+    padded = -(-len(ds) // 3) * 3
+    assert len(seen) == padded and set(seen) == set(range(len(ds)))
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_worker_processes_fork_and_spawn(dataset, context):
+    ds = IndexedDataset(dataset)
+    ds[0]  # the parent holds an open file: workers must not share it
+    loader = DataLoader(
+        ds, batch_size=5, shuffle=True, num_workers=2, multiprocessing_context=context,
+        generator=torch.Generator().manual_seed(0),
+    )
+    keys = sorted(k for batch in loader for k in batch["__key__"])
+    assert keys == sorted(s["__key__"] for s in streamed(dataset.location))
+
+
+def test_stateful_dataloader_resumes_with_the_window_sampler(dataset):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    ds = IndexedDataset(dataset)
+
+    def loader():
+        sampler = shardkit.ShardWindowSampler(ds, window_shards=2, seed=3, rank=0, world_size=1)
+        return StatefulDataLoader(ds, sampler=sampler, batch_size=4, num_workers=2)
+
+    full = [i for batch in loader() for i in batch["__index__"].tolist()]
+    first = loader()
+    it = iter(first)
+    head = [i for _ in range(2) for i in next(it)["__index__"].tolist()]
+    state = first.state_dict()
+    resumed = loader()
+    resumed.load_state_dict(state)
+    tail = [i for batch in resumed for i in batch["__index__"].tolist()]
+    assert head + tail == full and sorted(full) == list(range(len(ds)))
