@@ -1,0 +1,94 @@
+"""IndexedDataset over HTTP and S3: the streamed samples' bytes, one request each."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from torch.utils.data import DataLoader
+
+import shardkit
+from shardkit.read.indexed import IndexedDataset
+from tests.remote.remote_servers import fast_options
+
+SIZES = (6, 4, 0, 7)
+
+
+def streamed(source, **kwargs) -> list[dict]:
+    return list(shardkit.ShardDataset(source, mode="exact", shuffle=False, **kwargs))
+
+
+def assert_random_reads_match(ds: IndexedDataset, expected: list[dict]) -> None:
+    assert len(ds) == len(expected)
+    for i in np.random.default_rng(0).permutation(len(ds)).tolist():
+        got = ds[i]
+        assert got.pop("__index__") == i
+        assert got == expected[i]
+
+
+def test_http_random_reads_are_the_streamed_samples_one_request_each(make_shards, serve_dataset, http_server):
+    manifest = make_shards(SIZES, payload_bytes=3000)
+    expected = streamed(manifest.location)
+    base = serve_dataset(manifest)
+    options = fast_options(part_bytes=1 << 20)
+    ds = IndexedDataset(base + "/", source_options=options)
+    http_server.requests.clear()
+    assert_random_reads_match(ds, expected)
+    shard_gets = [(p, r) for m, p, r in http_server.requests if p.endswith(".tar")]
+    index_gets = [p for m, p, r in http_server.requests if p.endswith(".idx")]
+    assert len(shard_gets) == len(expected), "one ranged request per sample"
+    assert all(r is not None and r.startswith("bytes=") for _, r in shard_gets)
+    assert sorted(index_gets) == sorted({p for p in index_gets}), "each index fetched once"
+    # Each request asked for exactly one sample's bytes.
+    asked = sum(int(r.split("-")[1]) + 1 - int(r[6:].split("-")[0]) for _, r in shard_gets)
+    assert asked == sum(s.num_bytes for s in manifest.shards) - 1024 * sum(1 for s in manifest.shards)
+
+
+def test_http_with_a_cache_fetches_each_shard_once(make_shards, serve_dataset, http_server, tmp_path):
+    manifest = make_shards(SIZES, payload_bytes=3000)
+    expected = streamed(manifest.location)
+    base = serve_dataset(manifest)
+    options = fast_options(cache_dir=str(tmp_path / "cache"))
+    ds = IndexedDataset(base + "/", source_options=options)
+    http_server.requests.clear()
+    assert_random_reads_match(ds, expected)
+    sent = {p: n for p, n in http_server.sent.items() if p.endswith(".tar")}
+    assert sent == {f"/data/{s.path}": s.num_bytes for s in manifest.shards if s.num_samples}
+    # A fresh dataset (another process, another run) reads from the cache alone.
+    http_server.requests.clear()
+    again = IndexedDataset(base + "/", source_options=options)
+    assert_random_reads_match(again, expected)
+    assert not [p for m, p, r in http_server.requests if p.endswith(".tar")]
+
+
+def test_http_loader_with_workers_and_window_sampler(make_shards, serve_dataset):
+    manifest = make_shards(SIZES)
+    base = serve_dataset(manifest)
+    ds = IndexedDataset(base + "/", source_options=fast_options())
+    sampler = shardkit.ShardWindowSampler(ds, window_shards=2, seed=0, rank=0, world_size=1)
+    loader = DataLoader(ds, sampler=sampler, batch_size=3, num_workers=2)
+    keys = sorted(k for batch in loader for k in batch["__key__"])
+    assert keys == sorted(s["__key__"] for s in streamed(manifest.location))
+
+
+def test_s3_random_reads_are_the_streamed_samples(make_shards, s3_bucket, s3_options):
+    client, bucket = s3_bucket
+    manifest = make_shards(SIZES, payload_bytes=2000)
+    expected = streamed(manifest.location)
+    for name in sorted(os.listdir(manifest.location)):
+        client.upload_file(os.path.join(manifest.location, name), bucket, f"ds/{name}")
+    ds = IndexedDataset(f"s3://{bucket}/ds/", source_options=s3_options)
+    assert_random_reads_match(ds, expected)
+
+
+def test_remote_compressed_shard_is_refused(http_server, tmp_path):
+    import gzip
+
+    from shardkit.format.manifest import Manifest, ShardEntry
+
+    http_server.add("/gz/a.tar.gz", gzip.compress(b"x" * 2048))
+    entry = ShardEntry(path="a.tar.gz", num_samples=1, num_bytes=1, sha256="0" * 64, index="a.idx")
+    ds = IndexedDataset(Manifest(shards=(entry,), location=http_server.base_url + "/gz"))
+    with pytest.raises(shardkit.UsageError, match="Reshard it uncompressed with `shardkit write"):
+        ds[0]
