@@ -1,95 +1,126 @@
 """Decoding sample fields by extension (the reader's ``decode=`` option).
 
 The reader yields raw bytes unless asked. :class:`Decoder` decodes each field
-by the last part of its extension (``seg.png`` decodes as ``png``):
+by the last part of its extension, ignoring case (``seg.png`` decodes as
+``png``, ``input.txt`` as ``txt``), with webdataset's default table:
 
-=================================  ==========================================
-extension                          value
-=================================  ==========================================
-jpg jpeg png webp ppm pgm bmp      PIL image, or a uint8 CHW tensor via
-                                   ``torchvision.io.decode_image``
-cls cls2 index label               int
-txt text                           str (UTF-8)
-json                               parsed JSON
-npy                                numpy array (no pickled objects)
-pickle pkl                         ``pickle.loads``, only with ``allow_pickle``
-pt pth                             ``torch.load``, only with ``allow_torch_load``
-anything else                      bytes, unchanged
-=================================  ==========================================
+======================================  =======================================
+extension                               value
+======================================  =======================================
+jpg jpeg png webp gif bmp tif tiff      PIL image in its stored mode, or a
+ppm pgm pbm pnm ... (webdataset's       ``C x H x W`` uint8 tensor; see
+image list)                             :mod:`.decoders.images`
+txt text transcript                     str (UTF-8)
+cls cls2 class count index inx id       int
+label
+json jsn                                parsed JSON
+npy                                     numpy array (no pickled objects)
+npz                                     dict of name -> numpy array
+mp msg msgpack                          msgpack document (``msgpack``)
+cbor                                    CBOR document (``cbor2``)
+ten tb tenbin                           list of numpy arrays (webdataset's
+                                        tenbin format)
+pickle pkl pyd                          ``pickle.loads``, only with
+                                        ``allow_pickle``
+pth pt                                  ``torch.load``, only with
+                                        ``allow_torch_load``
+EXT.gz EXT.zst                          decompressed, then decoded as EXT
+gz zst                                  decompressed bytes
+anything else                           bytes, unchanged
+======================================  =======================================
+
+As in webdataset, a compression suffix is undone first (``txt.gz`` is text,
+``npy.zst`` an array; webdataset knows only ``.gz`` and undoes one suffix,
+shardkit undoes each in turn). The compressed forms need no extra package.
 
 Unpickling runs code chosen by whoever wrote the data, so both pickle-based
 decoders are off unless explicitly enabled; a field that would need them
-raises :class:`~shardkit.errors.UsageError` instead.
+raises :class:`~shardkit.errors.UsageError` instead. A field that fails to
+decode raises the decoder's own error with a note naming the field and the
+sample's key.
 """
 
 from __future__ import annotations
 
-import io
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from shardkit.errors import UsageError
+from shardkit.format.compression import (
+    MEMBER_SUFFIXES,
+    Compression,
+    decompress,
+    member_compression,
+)
+from shardkit.read.decoders.arrays import decode_npy, decode_npz, decode_tenbin
+from shardkit.read.decoders.images import IMAGE_EXTENSIONS, decode_pil, decode_tensor
+from shardkit.read.decoders.values import (
+    decode_cbor,
+    decode_int,
+    decode_json,
+    decode_msgpack,
+    decode_pickle,
+    decode_text,
+    decode_torch,
+)
 
 ImageMode = Literal["pil", "tensor"]
-IMAGE_EXTENSIONS = frozenset({"jpg", "jpeg", "png", "webp", "ppm", "pgm", "bmp"})
-INT_EXTENSIONS = frozenset({"cls", "cls2", "index", "label"})
-TEXT_EXTENSIONS = frozenset({"txt", "text"})
-PICKLE_EXTENSIONS = frozenset({"pickle", "pkl"})
+FieldDecoder = Callable[[bytes], Any]
+
+INT_EXTENSIONS = frozenset({"cls", "cls2", "class", "count", "index", "inx", "id", "label"})
+TEXT_EXTENSIONS = frozenset({"txt", "text", "transcript"})
+JSON_EXTENSIONS = frozenset({"json", "jsn"})
+MSGPACK_EXTENSIONS = frozenset({"mp", "msg", "msgpack"})
+TENBIN_EXTENSIONS = frozenset({"ten", "tb", "tenbin"})
+PICKLE_EXTENSIONS = frozenset({"pickle", "pkl", "pyd"})
 TORCH_EXTENSIONS = frozenset({"pt", "pth"})
 
-
-def _pil(data: bytes) -> Any:
-    from PIL import Image
-
-    image = Image.open(io.BytesIO(data))
-    image.load()
-    return image
-
-
-def _tensor(data: bytes) -> Any:
-    import torch
-    from torchvision.io import ImageReadMode, decode_image
-
-    return decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.UNCHANGED)
+#: The safe decoders other than images, by (last, lower-case) extension.
+SAFE_DECODERS: dict[str, FieldDecoder] = {
+    **dict.fromkeys(INT_EXTENSIONS, decode_int),
+    **dict.fromkeys(TEXT_EXTENSIONS, decode_text),
+    **dict.fromkeys(JSON_EXTENSIONS, decode_json),
+    **dict.fromkeys(MSGPACK_EXTENSIONS, decode_msgpack),
+    **dict.fromkeys(TENBIN_EXTENSIONS, decode_tenbin),
+    "npy": decode_npy,
+    "npz": decode_npz,
+    "cbor": decode_cbor,
+}
 
 
-def _int(data: bytes) -> int:
-    return int(data)
+@dataclass(frozen=True)
+class Decompressed:
+    """A field decoder for a compressed member: decompress, then decode.
 
+    Attributes:
+        compression: ``"gzip"`` or ``"zstd"``.
+        then: The decoder of the inner extension, or None to return the
+            decompressed bytes.
+    """
 
-def _text(data: bytes) -> str:
-    return data.decode("utf-8")
+    compression: Compression
+    then: FieldDecoder | None = None
 
+    def __call__(self, data: bytes) -> Any:
+        """Decompress ``data`` and decode the result.
 
-def _npy(data: bytes) -> Any:
-    import numpy as np
-
-    return np.load(io.BytesIO(data), allow_pickle=False)
-
-
-def _torch_load(data: bytes) -> Any:
-    import torch
-
-    return torch.load(io.BytesIO(data), weights_only=False)
-
-
-def _pickle(data: bytes) -> Any:
-    import pickle
-
-    return pickle.loads(data)
+        Raises:
+            ValueError: The compressed data is corrupt or truncated.
+        """
+        raw = decompress(data, self.compression)
+        return raw if self.then is None else self.then(raw)
 
 
 @dataclass(frozen=True)
 class Decoder:
-    """Decode a sample's fields by extension.
+    """Decode a sample's fields by extension (see the module's table).
 
     Attributes:
-        image: ``"pil"`` for PIL images, ``"tensor"`` for uint8 CHW tensors
-            (``torchvision.io``), or None to leave image bytes as they are.
-        allow_pickle: Unpickle ``pickle`` / ``pkl`` fields (runs code from the
-            data: only for data you trust).
+        image: ``"pil"`` for PIL images, ``"tensor"`` for uint8 ``C x H x W``
+            tensors, or None to leave image bytes as they are.
+        allow_pickle: Unpickle ``pickle`` / ``pkl`` / ``pyd`` fields (runs
+            code from the data: only for data you trust).
         allow_torch_load: ``torch.load`` ``pt`` / ``pth`` fields (same risk).
     """
 
@@ -101,68 +132,99 @@ class Decoder:
         if self.image not in ("pil", "tensor", None):
             raise UsageError(f"Decoder image must be 'pil', 'tensor' or None, not {self.image!r}")
 
-    def function_for(self, extension: str) -> Callable[[bytes], Any] | None:
+    def function_for(self, extension: str) -> FieldDecoder | None:
         """The decode function for a field extension, or None to keep bytes.
+
+        Args:
+            extension: The field's name in the sample (``"jpg"``,
+                ``"seg.png"``, ``"txt.gz"``).
 
         Raises:
             UsageError: The extension needs pickle or ``torch.load`` and that
                 was not enabled.
         """
-        ext = extension.rsplit(".", 1)[-1].lower()
+        return self._lookup(extension.lower(), extension)
+
+    def _lookup(self, lower: str, extension: str) -> FieldDecoder | None:
+        """:meth:`function_for` of the lower-case ``lower``; ``extension`` names the field in errors."""
+        if lower in MEMBER_SUFFIXES:
+            return Decompressed(MEMBER_SUFFIXES[lower])
+        inner, compression = member_compression(lower)
+        if compression is not None:
+            return Decompressed(compression, self._lookup(inner, extension))
+        ext = lower.rsplit(".", 1)[-1]
         if ext in IMAGE_EXTENSIONS:
-            return None if self.image is None else (_pil if self.image == "pil" else _tensor)
-        if ext in INT_EXTENSIONS:
-            return _int
-        if ext in TEXT_EXTENSIONS:
-            return _text
-        if ext == "json":
-            return json.loads
-        if ext == "npy":
-            return _npy
+            return None if self.image is None else (decode_pil if self.image == "pil" else decode_tensor)
+        found = SAFE_DECODERS.get(ext)
+        if found is not None:
+            return found
         if ext in PICKLE_EXTENSIONS:
             if not self.allow_pickle:
                 raise UsageError(
                     f"field {extension!r} is a pickle; unpickling runs code from the data, so it is off. "
                     "Pass decode=Decoder(allow_pickle=True) if you trust this dataset."
                 )
-            return _pickle
+            return decode_pickle
         if ext in TORCH_EXTENSIONS:
             if not self.allow_torch_load:
                 raise UsageError(
                     f"field {extension!r} needs torch.load, which runs code from the data, so it is off. "
                     "Pass decode=Decoder(allow_torch_load=True) if you trust this dataset."
                 )
-            return _torch_load
+            return decode_torch
         return None
 
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
-        """Decode every field of ``sample`` in place and return it."""
+        """Decode every field of ``sample`` in place and return it.
+
+        Fields whose name starts with ``__`` (``__key__``) and fields that
+        are not bytes (already decoded) are left alone.
+
+        Raises:
+            UsageError: A field needs pickle or ``torch.load`` and that was
+                not enabled.
+            Exception: A field's decoder failed (its own error, for example
+                ``ValueError`` for a malformed number or JSON document), with
+                a note naming the field and the sample's key.
+        """
         cache = self._cache()
         for ext, value in sample.items():
-            if ext.startswith("__"):
+            if ext.startswith("__") or not isinstance(value, (bytes, bytearray, memoryview)):
                 continue
-            fn = cache.get(ext)
-            if fn is None:
-                if ext in cache:
-                    continue
+            if ext in cache:
+                fn = cache[ext]
+            else:
                 fn = cache[ext] = self.function_for(ext)
-                if fn is None:
-                    continue
-            sample[ext] = fn(value)
+            if fn is None:
+                continue
+            try:
+                sample[ext] = fn(bytes(value) if not isinstance(value, bytes) else value)
+            except Exception as exc:
+                add_note = getattr(exc, "add_note", None)  # Python 3.11+
+                if add_note is not None:
+                    add_note(f"while decoding field {ext!r} of sample {sample.get('__key__')!r}")
+                raise
         return sample
 
-    def _cache(self) -> dict[str, Callable[[bytes], Any] | None]:
+    def _cache(self) -> dict[str, FieldDecoder | None]:
         cache = self.__dict__.get("_functions")
         if cache is None:
             cache = {}
             object.__setattr__(self, "_functions", cache)
         return cache
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the options only; the per-extension cache is rebuilt."""
+        return {k: v for k, v in self.__dict__.items() if k != "_functions"}
+
 
 def make_decoder(decode: ImageMode | Decoder | None) -> Decoder | None:
     """Normalize the reader's ``decode=`` option.
 
     ``"pil"`` / ``"tensor"`` are shorthands for ``Decoder(image=...)``.
+
+    Raises:
+        UsageError: ``decode`` is none of these.
     """
     if decode is None or isinstance(decode, Decoder):
         return decode
