@@ -49,6 +49,7 @@ _WRITE_FLAGS = {
     "seed": "--seed",
     "workers": "--workers",
     "on_error": "--on-error",
+    "compress_members": "--compress-members",
 }
 
 
@@ -63,6 +64,11 @@ def _add_write(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-shuffle", dest="shuffle", action="store_const", const=False, help="keep source order")
     p.add_argument("--workers", help="writer processes (default: all cores); output does not depend on it")
     p.add_argument("--on-error", choices=("raise", "skip"), help="unreadable inputs: stop (default) or skip and record")
+    p.add_argument(
+        "--compress-members",
+        choices=("gzip", "zstd"),
+        help="compress text-like members (txt, json, npy...; never images) as KEY.txt.gz / KEY.txt.zst",
+    )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true", help="keep finished shards of an interrupted run")
     mode.add_argument("--overwrite", action="store_true", help="replace an earlier shardkit output in DEST")

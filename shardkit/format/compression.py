@@ -51,8 +51,6 @@ COMPRESSIBLE_EXTENSIONS: frozenset[str] = frozenset(
         "svg", "ppm", "pgm", "pbm", "bmp", "wav", "srt", "vtt", "md",
     }
 )  # fmt: skip
-#: Members smaller than this are never compressed: the header would eat the gain.
-MIN_COMPRESS_BYTES = 64
 
 
 def detect_compression(first_bytes: bytes) -> Compression | None:
@@ -95,11 +93,23 @@ def member_compression(ext: str) -> tuple[str, Compression | None]:
     return (base, kind) if kind is not None else (ext, None)
 
 
-def should_compress(ext: str, size: int) -> bool:
-    """Whether the writer compresses a member of extension ``ext`` and ``size`` bytes."""
-    if size < MIN_COMPRESS_BYTES or member_compression(ext)[1] is not None:
+def should_compress(ext: str) -> bool:
+    """Whether the writer compresses members of extension ``ext``.
+
+    Decided by extension alone, never by size, so that every sample of a
+    dataset has the same field names (``txt.gz`` in all or none).
+    """
+    if member_compression(ext)[1] is not None:
         return False
     return ext.rpartition(".")[2].lower() in COMPRESSIBLE_EXTENSIONS
+
+
+def compressed_extension(ext: str, kind: Compression | None) -> str:
+    """The extension a member of extension ``ext`` is stored under when the
+    writer compresses members with ``kind`` (``txt`` -> ``txt.gz``)."""
+    if kind is None or not should_compress(ext):
+        return ext
+    return f"{ext}.{SUFFIX_OF[kind]}"
 
 
 def _zstd():  # type: ignore[no-untyped-def]

@@ -20,6 +20,12 @@ checksums, plus what a reader or a rerun needs to know about the dataset::
       ]
     }
 
+A dataset written with ``compress_members`` also has ``"member_compression":
+"gzip"`` (or ``"zstd"``): its text-like members are stored compressed, as
+``KEY.txt.gz`` (see :mod:`shardkit.format.compression`). The key is optional
+and absent otherwise, so older manifests load unchanged and the format
+version stays 1.
+
 Shard and index paths are relative to the manifest's folder (or URL prefix).
 The JSON is written with sorted keys and no timestamps, so the same dataset
 gives the same manifest bytes.
@@ -80,6 +86,8 @@ class Manifest:
         options: Writer options that shape the output (not worker count).
         seed: Shuffle seed, or None when the order was kept.
         skipped: Inputs skipped under ``on_error="skip"``.
+        member_compression: ``"gzip"`` or ``"zstd"`` when the writer
+            compressed members (``KEY.txt.gz``), else None.
         location: Where the manifest was loaded from (a directory or URL
             prefix); not serialized. Shard paths resolve against it.
     """
@@ -92,6 +100,7 @@ class Manifest:
     seed: int | None = None
     skipped: tuple[SkippedInput, ...] = ()
     location: str | None = field(default=None, compare=False)
+    member_compression: str | None = None
 
     @property
     def num_samples(self) -> int:
@@ -122,7 +131,7 @@ class Manifest:
         return os.path.join(self.location, relative)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
             "num_samples": self.num_samples,
@@ -136,6 +145,9 @@ class Manifest:
             "skipped": [asdict(s) for s in self.skipped],
             "shards": [asdict(s) for s in self.shards],
         }
+        if self.member_compression is not None:
+            data["member_compression"] = self.member_compression
+        return data
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True, ensure_ascii=False) + "\n"
@@ -169,6 +181,7 @@ class Manifest:
                 seed=data.get("seed"),
                 skipped=tuple(SkippedInput(**s) for s in data.get("skipped", ())),
                 location=location,
+                member_compression=data.get("member_compression"),
             )
         except (KeyError, TypeError) as exc:
             raise ManifestError(f"{where}: malformed manifest ({exc!r})", path=location) from None

@@ -215,10 +215,13 @@ class SampleParser:
     Args:
         path: Shard path or URL, used in error messages.
         base_offset: Shard offset of the first byte fed.
+        offset_name: What offsets count, in error messages (``"byte"``;
+            ``"uncompressed byte"`` for the tar inside a compressed shard).
     """
 
-    def __init__(self, *, path: str, base_offset: int = 0):
+    def __init__(self, *, path: str, base_offset: int = 0, offset_name: str = "byte"):
         self.path = path
+        self.offset_name = offset_name
         self._buf = b""
         self._pos = 0  # parse position within _buf
         self._parts: list[bytes] = []  # fed chunks not yet joined into _buf
@@ -233,6 +236,7 @@ class SampleParser:
         self._sample_start = base_offset
         self._sample_end = base_offset
         self.ended = False  # saw the end-of-archive marker
+        self.end_offset: int | None = None  # shard offset of the end marker's first block
 
     @property
     def offset(self) -> int:
@@ -242,7 +246,7 @@ class SampleParser:
     def _error(self, message: str, *, member: str | None, offset: int) -> CorruptShardError:
         where = f"member {member!r} " if member else ""
         return CorruptShardError(
-            f"{self.path}: {where}{message} at byte {offset}. "
+            f"{self.path}: {where}{message} at {self.offset_name} {offset}. "
             "Run `shardkit verify` on the dataset or rewrite this shard.",
             path=self.path,
             member=member,
@@ -323,6 +327,7 @@ class SampleParser:
                         offset=base + pos,
                     )
                 self.ended = True
+                self.end_offset = base + pos
                 self._pos = end
                 self._member_start = None
                 out.extend(self._flush())

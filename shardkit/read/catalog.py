@@ -6,6 +6,15 @@ manifest all three are known, and the reader splits at sample precision.
 With only shard paths (a list or a brace pattern), counts are taken from
 local ``.idx`` sidecars when every shard has one; otherwise the reader works
 at shard granularity (see :class:`shardkit.ShardDataset`).
+
+Compressed shards (``.tar.gz``, ``.tgz``, ``.tar.zst``) cannot be entered in
+the middle, so a catalog with any compressed shard has no counts and no
+index URLs: the plan then deals whole shards to slots (shard granularity,
+as without a manifest) and the stream reads each from byte 0. A shard is
+known to be compressed by its name, and local shards listed with ``.idx``
+sidecars also by their first bytes; a compressed shard that passes for a
+plain one is still recognised by its magic bytes when read whole (see
+:mod:`.stream`).
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardkit.errors import ManifestError, UsageError
+from shardkit.format.compression import MAGIC_BYTES, compression_from_name, detect_compression
 from shardkit.format.index import index_path_for, load_index
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, load_manifest
 from shardkit.io.base import SourceOptions
@@ -34,12 +44,15 @@ class ShardCatalog:
         index_urls: Offset-index path or URL per shard, or None when the
             shards have no indexes.
         manifest: The manifest they came from, if any.
+        compressed: Whether any shard is known to be compressed; such a
+            catalog has no counts or index URLs, so shards are read whole.
     """
 
     urls: tuple[str, ...]
     counts: np.ndarray | None
     index_urls: tuple[str, ...] | None
     manifest: Manifest | None = None
+    compressed: bool = False
 
     @property
     def num_shards(self) -> int:
@@ -50,10 +63,21 @@ class ShardCatalog:
         return None if self.counts is None else int(self.counts.sum())
 
 
+def _local_shard_is_compressed(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return detect_compression(f.read(MAGIC_BYTES)) is not None
+    except OSError:
+        return False  # reported when the shard is read
+
+
 def from_manifest(manifest: Manifest) -> ShardCatalog:
     """Catalog of a manifest's shards, resolved against its location."""
+    urls = tuple(manifest.resolve(s.path) for s in manifest.shards)
+    if any(compression_from_name(s.path) for s in manifest.shards):
+        return ShardCatalog(urls=urls, counts=None, index_urls=None, manifest=manifest, compressed=True)
     return ShardCatalog(
-        urls=tuple(manifest.resolve(s.path) for s in manifest.shards),
+        urls=urls,
         counts=np.array([s.num_samples for s in manifest.shards], dtype=np.int64),
         index_urls=tuple(manifest.resolve(s.index) for s in manifest.shards),
         manifest=manifest,
@@ -64,8 +88,12 @@ def _from_shard_urls(urls: Sequence[str]) -> ShardCatalog:
     if not urls:
         raise UsageError("no shards given: the shard list or pattern is empty")
     urls = tuple(urls)
+    if any(compression_from_name(u) for u in urls):
+        return ShardCatalog(urls=urls, counts=None, index_urls=None, compressed=True)
     sidecars = [index_path_for(local_path(u)) for u in urls] if all(is_local(u) for u in urls) else []
     if sidecars and all(os.path.exists(p) for p in sidecars):
+        if any(_local_shard_is_compressed(local_path(u)) for u in urls):
+            return ShardCatalog(urls=urls, counts=None, index_urls=None, compressed=True)
         counts = np.array([len(load_index(p)) - 1 for p in sidecars], dtype=np.int64)
         return ShardCatalog(urls=urls, counts=counts, index_urls=tuple(sidecars))
     return ShardCatalog(urls=urls, counts=None, index_urls=None)

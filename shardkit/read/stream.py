@@ -21,19 +21,33 @@ Under ``on_error="raise"`` the first fault raises. Under ``"skip"`` it is
 logged and counted; with an index the reader resumes at the next sample
 boundary after the bad sample (re-reading the good samples before it), without
 one it drops the rest of the shard. A truncated range loses its remainder.
-A partial sample is never yielded.
+An end-of-archive marker before the last sample the index or manifest lists
+(e.g. a sample header zeroed on disk) is corruption at that offset, not the
+end of the shard: only the sample there is lost. A partial sample is never
+yielded.
+
+Compressed shards (gzip, zstandard; recognised by their first bytes, see
+:mod:`shardkit.format.compression`) are read whole, from byte 0: the
+read-ahead thread decompresses them as it reads (in slices of
+:data:`DECOMPRESS_SLICE_BYTES`, so one queued chunk stays bounded) and the
+parser sees the plain tar. Their catalog deals them whole (see
+:mod:`.catalog`). A fault inside one ends the shard (nothing can be entered
+after it); decompression faults name the compressed offset, tar faults the
+uncompressed one.
 """
 
 from __future__ import annotations
 
 import logging
 import weakref
+from itertools import chain
 from collections.abc import Callable, Iterator
 from typing import Literal
 
 import numpy as np
 
 from shardkit.errors import CorruptShardError, ManifestError, TruncatedShardError
+from shardkit.format.compression import MAGIC_BYTES, Compression, StreamDecompressor, detect_compression
 from shardkit.format.index import decode_index, load_index
 from shardkit.format.tar import END_OF_ARCHIVE, RawSample, SampleParser
 from shardkit.io.base import ByteSource, SourceOptions
@@ -58,11 +72,15 @@ Located = tuple[int, int, RawSample]
 #: Faults the skip policy may skip; anything else is a bug and propagates.
 FAULTS = (CorruptShardError, ManifestError, OSError)
 
+#: Compressed bytes decompressed at a time, so that one decompressed chunk in
+#: the read-ahead queue stays within a few MiB for well-compressing data.
+DECOMPRESS_SLICE_BYTES = 1 << 20
+
 
 class _Job:
     """One piece being read; the reader thread fills in the byte range."""
 
-    __slots__ = ("piece", "url", "bounds", "byte_start", "byte_stop", "whole")
+    __slots__ = ("piece", "url", "bounds", "byte_start", "byte_stop", "whole", "compression", "raw_bytes")
 
     def __init__(self, piece: Piece, url: str):
         self.piece = piece
@@ -71,6 +89,8 @@ class _Job:
         self.byte_start = 0
         self.byte_stop: int | None = None
         self.whole = True  # the range runs to the end of the shard
+        self.compression: Compression | None = None  # set by the reader thread on a compressed shard
+        self.raw_bytes = 0  # compressed bytes read, for a compressed shard
 
 
 class PieceReader:
@@ -152,7 +172,43 @@ class PieceReader:
             # On a disk that takes turns, each turn first waits until the
             # read-ahead queue has room for all of it.
             source = take_turns(source, local_path(job.url), options=self.options, room=ahead)
-        return source.iter_range(job.byte_start, job.byte_stop, chunk_bytes=self.options.chunk_bytes)
+        chunks = source.iter_range(job.byte_start, job.byte_stop, chunk_bytes=self.options.chunk_bytes)
+        return self._decompressed(job, chunks) if job.byte_start == 0 else chunks
+
+    def _decompressed(self, job: _Job, chunks: Iterator[bytes]) -> Iterator[bytes]:
+        """The chunks of a read from byte 0, decompressed if the shard is
+        compressed (runs in the read-ahead thread, whose reads and
+        decompression release the GIL)."""
+        head: list[bytes] = []
+        size = 0
+        for chunk in chunks:
+            head.append(chunk)
+            size += len(chunk)
+            if size >= MAGIC_BYTES:
+                break
+        kind = detect_compression(b"".join(head)[:MAGIC_BYTES])
+        if kind is None:
+            yield from head
+            yield from chunks
+            return
+        if job.bounds is not None:
+            raise CorruptShardError(
+                f"{job.url}: the shard is {kind}-compressed, but its offset index describes a plain tar. "
+                "Compressed shards are read whole and have no offset index: reshard them uncompressed with "
+                "`shardkit write`, or read them without the index.",
+                path=job.url,
+                offset=0,
+            )
+        job.compression = kind
+        stream = StreamDecompressor(kind, path=job.url)
+        for chunk in chain(head, chunks):
+            job.raw_bytes += len(chunk)
+            view = memoryview(chunk)
+            for lo in range(0, len(view), DECOMPRESS_SLICE_BYTES):
+                out = stream.feed(view[lo : lo + DECOMPRESS_SLICE_BYTES])
+                if out:
+                    yield out
+        stream.finish()
 
     def _read_ahead_budget(self) -> int:
         """The read-ahead budget, raised by the room a local source asks for
@@ -233,7 +289,8 @@ class PieceReader:
                     raise item  # type: ignore[misc]  # the plan failed (e.g. a UsageError): not a data fault
                 if job is not current:
                     current, broken, received, got = job, False, 0, 0
-                    parser = SampleParser(path=job.url, base_offset=job.byte_start)
+                    offset_name = "uncompressed byte" if job.compression else "byte"
+                    parser = SampleParser(path=job.url, base_offset=job.byte_start, offset_name=offset_name)
                 if broken:
                     continue
                 assert parser is not None
@@ -256,6 +313,8 @@ class PieceReader:
                     yield from self._recover(job, exc, first + got)
 
     def _finish(self, job: _Job, parser: SampleParser, received: int, got: int) -> list[RawSample]:
+        if job.compression is not None:
+            received = job.raw_bytes  # byte_stop counts the shard's stored (compressed) bytes
         if job.byte_stop is not None and received < job.byte_stop - job.byte_start:
             end = job.byte_start + received
             raise TruncatedShardError(
@@ -283,6 +342,17 @@ class PieceReader:
             )
         tail = parser.finish(expect_end_marker=job.whole)
         counted = job.bounds is not None or self._is_whole_shard(job.piece)
+        if counted and got + len(tail) < job.piece.num_samples and self._early_end(job, parser):
+            # Zeroed blocks where a sample's header should be read as an end
+            # marker: corruption there, with intact samples after it.
+            where = "offset index" if job.bounds is not None else "manifest"
+            raise CorruptShardError(
+                f"{job.url}: end-of-archive marker (zero blocks) at byte {parser.end_offset}, but the {where} "
+                f"lists {job.piece.num_samples - got - len(tail)} samples from there on: the sample header "
+                "there is damaged. Run `shardkit verify` on the dataset or rewrite this shard.",
+                path=job.url,
+                offset=parser.end_offset,
+            )
         if counted and got + len(tail) != job.piece.num_samples:
             where = "the offset index lists" if job.bounds is not None else "the manifest lists"
             stop = "its end" if job.byte_stop is None else job.byte_stop
@@ -294,6 +364,16 @@ class PieceReader:
             )
         return tail
 
+    @staticmethod
+    def _early_end(job: _Job, parser: SampleParser) -> bool:
+        """Whether the parser met an end marker before the data the index
+        (or the manifest's byte size) says the samples fill."""
+        if parser.end_offset is None or job.compression is not None:
+            return False
+        if job.bounds is not None:
+            return parser.end_offset < int(job.bounds[job.piece.stop])
+        return job.byte_stop is not None and parser.end_offset + len(END_OF_ARCHIVE) < job.byte_stop
+
     def _recover(self, job: _Job, exc: Exception, next_sample: int) -> Iterator[Located]:
         """After a skipped fault: yield what can be saved of the rest of the piece.
 
@@ -301,6 +381,8 @@ class PieceReader:
         back); after a fault inside the data, reading resumes at the next
         sample boundary; after truncation there is nothing more to read.
         """
+        if job.compression is not None:
+            return  # a compressed shard cannot be entered after the fault
         offset = getattr(exc, "offset", None)
         if job.bounds is None and offset is not None and self.catalog.index_urls is not None:
             try:  # a whole shard streamed without its index: fetch it now

@@ -22,7 +22,11 @@ formats are understood, auto-detected by :func:`detect_format`:
     stored as text, objects and lists as JSON.
 ``tar``
     Existing shards (webdataset's or shardkit's): a ``.tar`` file, a brace
-    pattern, or a directory of ``.tar`` files, to be resharded.
+    pattern, or a directory of ``.tar`` files, to be resharded. Shards
+    compressed whole (``.tar.gz``, ``.tgz``, ``.tar.zst``, recognised by
+    their first bytes whatever their name) cannot be read by byte range: they
+    are decompressed once while scanning and their samples' bytes are kept
+    in memory until written, so decompress very large ones first.
 """
 
 from __future__ import annotations
@@ -36,6 +40,13 @@ from braceexpand import braceexpand
 
 from shardkit.errors import DuplicateSampleError, SourceError, UsageError
 from shardkit.format.codecs import encode_value
+from shardkit.format.compression import (
+    MAGIC_BYTES,
+    SHARD_SUFFIXES,
+    Compression,
+    StreamDecompressor,
+    detect_compression,
+)
 from shardkit.format.manifest import MANIFEST_NAME, SkippedInput
 from shardkit.format.tar import SampleParser, split_key
 from shardkit.io.local import LocalFile
@@ -48,6 +59,8 @@ IMAGE_EXTENSIONS = frozenset({"jpg", "jpeg", "png", "ppm", "bmp", "pgm", "tif", 
 TEXT_EXTENSIONS = frozenset({"txt", "text", "caption", "json", "cls", "id", "md", "html", "csv", "label"})
 
 _TAR_SCAN_CHUNK = 4 << 20
+#: File name endings of tar shards, plain or compressed whole.
+TAR_SUFFIXES: tuple[str, ...] = (".tar", *SHARD_SUFFIXES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,17 +114,18 @@ def detect_format(source: str) -> str:
     if os.path.isfile(source):
         if source.endswith(".jsonl"):
             return "jsonl"
-        if source.endswith(".tar"):
+        if source.endswith(TAR_SUFFIXES):
             return "tar"
         raise SourceError(
-            f"{source}: cannot tell the format of this file (expected .jsonl or .tar); pass --format",
+            f"{source}: cannot tell the format of this file (expected .jsonl, .tar, .tar.gz or .tar.zst); "
+            "pass --format",
             path=source,
         )
     entries = [e for e in os.scandir(source) if not e.name.startswith(".")]
     if not entries:
         raise SourceError(f"{source}: source directory is empty", path=source)
     if any(e.name == MANIFEST_NAME for e in entries) or all(
-        e.is_file() and e.name.endswith((".tar", ".idx")) for e in entries
+        e.is_file() and e.name.endswith((*TAR_SUFFIXES, ".idx")) for e in entries
     ):
         return "tar"
     if all(e.is_dir() for e in entries) and all(
@@ -308,7 +322,7 @@ def _tar_paths(source: str) -> list[str]:
     if "{" in source and "}" in source:
         return list(braceexpand(source))
     if os.path.isdir(source):
-        return sorted(os.path.join(source, n) for n in os.listdir(source) if n.endswith(".tar"))
+        return sorted(os.path.join(source, n) for n in os.listdir(source) if n.endswith(TAR_SUFFIXES))
     return [source]
 
 
@@ -321,18 +335,34 @@ def _scan_tars(source: str, skip_or_raise: Callable[[SourceError], None]) -> Sca
     for path in paths:
         if not os.path.isfile(path):
             raise SourceError(f"{path}: input shard does not exist", path=path)
-        parser = SampleParser(path=path)
-        for chunk in LocalFile(path).iter_range(0, None, chunk_bytes=_TAR_SCAN_CHUNK):
+        with open(path, "rb") as f:
+            kind = detect_compression(f.read(MAGIC_BYTES))
+        parser = SampleParser(path=path, offset_name="uncompressed byte" if kind else "byte")
+        chunks = LocalFile(path).iter_range(0, None, chunk_bytes=_TAR_SCAN_CHUNK)
+        if kind is not None:
+            chunks = _decompressed(chunks, kind, path)
+        for chunk in chunks:
             for raw in parser.feed(chunk):
-                samples.append(_tar_sample(raw, path, seen))
+                samples.append(_tar_sample(raw, path, seen, compressed=kind is not None))
             if parser.ended:
                 break
         for raw in parser.finish():
-            samples.append(_tar_sample(raw, path, seen))
+            samples.append(_tar_sample(raw, path, seen, compressed=kind is not None))
     return ScannedSource("tar", samples)
 
 
-def _tar_sample(raw, path: str, seen: dict[str, str]) -> InputSample:
+def _decompressed(chunks: Iterator[bytes], kind: Compression, path: str) -> Iterator[bytes]:
+    """Decompress a compressed shard's chunks; a truncated or corrupt one is
+    a :class:`~shardkit.errors.CorruptShardError` naming the compressed offset."""
+    stream = StreamDecompressor(kind, path=path)
+    for chunk in chunks:
+        out = stream.feed(chunk)
+        if out:
+            yield out
+    stream.finish()
+
+
+def _tar_sample(raw, path: str, seen: dict[str, str], *, compressed: bool = False) -> InputSample:
     if raw.key in seen:
         raise DuplicateSampleError(
             f"sample key {raw.key!r} appears in both {seen[raw.key]} and {path}",
@@ -340,5 +370,8 @@ def _tar_sample(raw, path: str, seen: dict[str, str]) -> InputSample:
             second=path,
         )
     seen[raw.key] = path
+    if compressed:  # no byte range to read later: keep the bytes
+        fields = tuple(Field(ext, len(data), data=data) for ext, data in sorted(raw.fields.items()))
+        return InputSample(raw.key, fields, origin=f"{path}@{raw.start} (uncompressed)")
     fields = tuple(Field(ext, len(data)) for ext, data in sorted(raw.fields.items()))
     return InputSample(raw.key, fields, tar_range=(path, raw.start, raw.end), origin=f"{path}@{raw.start}")

@@ -30,6 +30,7 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 from shardkit.errors import InputFileError, ShardkitError, UsageError
+from shardkit.format.compression import COMPRESSIONS, Compression, compress, compressed_extension, should_compress
 from shardkit.format.index import index_path_for
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, ShardEntry, SkippedInput
 from shardkit.format.tar import SampleParser
@@ -105,6 +106,14 @@ class WriteOptions:
         on_error: ``"raise"`` or ``"skip"`` for unusable inputs.
         resume: Keep finished shards of an interrupted run and write the rest.
         overwrite: Replace an earlier output in ``dest``.
+        compress_members: ``"gzip"`` or ``"zstd"`` to compress the members
+            whose extension compresses well (text, JSON, ``npy``...; see
+            :data:`~shardkit.format.compression.COMPRESSIBLE_EXTENSIONS`;
+            never images or other compressed media), stored as ``KEY.txt.gz``
+            / ``KEY.txt.zst`` (webdataset's convention) with a fixed level
+            and no timestamps, so shards stay byte-reproducible; None (the
+            default) stores members as they are. ``max_bytes`` is planned
+            with the uncompressed sizes, so such shards come out smaller.
     """
 
     format: str | None = None
@@ -116,8 +125,13 @@ class WriteOptions:
     on_error: str = "raise"
     resume: bool = False
     overwrite: bool = False
+    compress_members: Compression | None = None
 
     def __post_init__(self) -> None:
+        if self.compress_members is not None and self.compress_members not in COMPRESSIONS:
+            raise UsageError(
+                f"compress_members must be one of {COMPRESSIONS} or None, got {self.compress_members!r}"
+            )
         if self.on_error not in ON_ERROR_POLICIES:
             raise UsageError(f"on_error must be one of {ON_ERROR_POLICIES}, got {self.on_error!r}")
         if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
@@ -130,12 +144,25 @@ class WriteOptions:
 
     def recorded(self) -> dict:
         """The options that shape the output, as stored in the manifest."""
-        return {
+        recorded = {
             "max_samples": self.max_samples,
             "max_bytes": self.max_bytes,
             "shuffle": self.shuffle,
             "on_error": self.on_error,
         }
+        if self.compress_members is not None:  # absent otherwise: older manifests stay as they were
+            recorded["compress_members"] = self.compress_members
+        return recorded
+
+
+def _compress_fields(fields: list[tuple[str, bytes]], kind: Compression | None) -> list[tuple[str, bytes]]:
+    """Compress the members worth compressing, renaming ``txt`` to ``txt.gz``."""
+    if kind is None:
+        return fields
+    out = [
+        (compressed_extension(ext, kind), compress(data, kind) if should_compress(ext) else data) for ext, data in fields
+    ]
+    return sorted(out, key=lambda field: field[0])  # members of a sample stay in sorted order
 
 
 def _read_fields(sample: InputSample) -> list[tuple[str, bytes]]:
@@ -188,7 +215,14 @@ class _Stopped(Exception):
     """A shard task given up because the run is stopping (another task failed)."""
 
 
-def write_shard(task: ShardTask, dest: str, *, on_error: str = "raise", stop: Any = None) -> ShardResult:
+def write_shard(
+    task: ShardTask,
+    dest: str,
+    *,
+    on_error: str = "raise",
+    stop: Any = None,
+    compress_members: Compression | None = None,
+) -> ShardResult:
     """Write one planned shard into local directory ``dest``.
 
     Args:
@@ -197,6 +231,7 @@ def write_shard(task: ShardTask, dest: str, *, on_error: str = "raise", stop: An
         on_error: ``"raise"`` or ``"skip"`` for inputs that cannot be read.
         stop: An event (``threading`` or ``multiprocessing``); once it is set
             the task gives up between samples, leaving no file behind.
+        compress_members: See :attr:`WriteOptions.compress_members`.
 
     Raises:
         InputFileError: An input vanished, became unreadable or changed, and
@@ -219,7 +254,7 @@ def write_shard(task: ShardTask, dest: str, *, on_error: str = "raise", stop: An
                         raise
                     skipped.append(SkippedInput(path=exc.path or sample.origin, reason=str(exc)))
                     continue
-                shard.add(sample.key, fields)
+                shard.add(sample.key, _compress_fields(fields, compress_members))
             written = shard.commit()
         result = ShardResult(
             index=task.index, entry=written.entry(), fingerprint=task.fingerprint, skipped=tuple(skipped)
@@ -232,8 +267,10 @@ def write_shard(task: ShardTask, dest: str, *, on_error: str = "raise", stop: An
     return result
 
 
-def _write_shard_in_worker(task: ShardTask, dest: str, on_error: str) -> ShardResult:
-    return write_shard(task, dest, on_error=on_error, stop=_worker_stop)
+def _write_shard_in_worker(
+    task: ShardTask, dest: str, on_error: str, compress_members: Compression | None
+) -> ShardResult:
+    return write_shard(task, dest, on_error=on_error, stop=_worker_stop, compress_members=compress_members)
 
 
 #: The run's stop event in a writer process (set by the pool initializer).
@@ -392,7 +429,8 @@ def _write_local(
         skipped = list(scanned.skipped)
         for r in ordered:
             skipped.extend(r.skipped)
-        extensions = sorted({f.ext for s in scanned.samples for f in s.fields})
+        kind = options.compress_members
+        extensions = sorted({compressed_extension(f.ext, kind) for s in scanned.samples for f in s.fields})
         manifest = Manifest(
             shards=tuple(r.entry for r in ordered),
             extensions=tuple(extensions),
@@ -402,6 +440,7 @@ def _write_local(
             seed=options.seed if options.shuffle else None,
             skipped=tuple(skipped),
             location=os.path.abspath(dest),
+            member_compression=kind,
         )
         manifest_path = os.path.join(dest, MANIFEST_NAME)
         try:
@@ -492,14 +531,22 @@ def _run_tasks(tasks: list[ShardTask], dest: str, options: WriteOptions) -> Iter
         # GIL, so one shard's fsync overlaps the next shard's writing.
         stop = threading.Event()
         pool: Executor = ThreadPoolExecutor(max_workers=2)
-        futures = [pool.submit(write_shard, task, dest, on_error=options.on_error, stop=stop) for task in tasks]
+        futures = [
+            pool.submit(
+                write_shard, task, dest, on_error=options.on_error, stop=stop, compress_members=options.compress_members
+            )
+            for task in tasks
+        ]
     else:
         context = _pool_context()
         stop = context.Event()
         pool = ProcessPoolExecutor(
             max_workers=workers, mp_context=context, initializer=_init_worker, initargs=(stop,)
         )
-        futures = [pool.submit(_write_shard_in_worker, task, dest, options.on_error) for task in tasks]
+        futures = [
+            pool.submit(_write_shard_in_worker, task, dest, options.on_error, options.compress_members)
+            for task in tasks
+        ]
     try:
         for future in as_completed(futures):
             yield future.result()
