@@ -1,0 +1,123 @@
+"""``shardkit write --compress-members``: compressed text-like members."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+import numpy as np
+import pytest
+
+from shardkit import ShardDataset
+from shardkit.cli import main
+from shardkit.config import load_options
+from shardkit.errors import UsageError
+from shardkit.format.compression import decompress
+from shardkit.format.manifest import MANIFEST_NAME, Manifest, load_manifest
+from shardkit.write.parallel import WriteOptions, write_dataset
+
+NUM = 12
+
+
+@pytest.fixture
+def source(tmp_path) -> tuple[str, dict[str, dict[str, bytes]]]:
+    """A plain directory source with text, JSON, npy and (incompressible) jpg members."""
+    root = tmp_path / "src"
+    root.mkdir()
+    expected: dict[str, dict[str, bytes]] = {}
+    rng = np.random.default_rng(0)
+    for i in range(NUM):
+        key = f"k{i:03d}"
+        buf = io.BytesIO()
+        np.save(buf, np.arange(200, dtype=np.int32) * i)
+        fields = {
+            "txt": f"a caption for sample {i}, repeated. ".encode() * 20,
+            "json": json.dumps({"i": i, "words": ["w"] * 50}).encode(),
+            "npy": buf.getvalue(),
+            "jpg": rng.bytes(700),
+        }
+        for ext, data in fields.items():
+            (root / f"{key}.{ext}").write_bytes(data)
+        expected[key] = fields
+    return str(root), expected
+
+
+def _read(dest: str) -> dict[str, dict[str, bytes]]:
+    return {
+        s["__key__"]: {k: bytes(v) for k, v in s.items() if not k.startswith("__")}
+        for s in ShardDataset(dest, mode="exact")
+    }
+
+
+@pytest.mark.parametrize("kind,suffix", [("gzip", "gz"), ("zstd", "zst")])
+def test_members_are_compressed_renamed_and_recorded(tmp_path, source, kind, suffix):
+    src, expected = source
+    dest = str(tmp_path / "out")
+    report = write_dataset(src, dest, options=WriteOptions(max_samples=5, workers=1, compress_members=kind))
+    manifest = load_manifest(dest)
+    assert manifest.member_compression == kind
+    assert manifest.options["compress_members"] == kind
+    assert manifest.extensions == ("jpg", f"json.{suffix}", f"npy.{suffix}", f"txt.{suffix}")
+    assert report.manifest.member_compression == kind
+    got = _read(dest)  # through the offset index: shards stay indexable
+    assert len(ShardDataset(dest, mode="exact", shuffle=False)) == NUM
+    assert sorted(got) == sorted(expected)
+    for key, fields in got.items():
+        assert fields["jpg"] == expected[key]["jpg"]  # media are never compressed
+        for ext in ("txt", "json", "npy"):
+            stored = fields[f"{ext}.{suffix}"]
+            assert len(stored) < len(expected[key][ext])
+            assert decompress(stored, kind) == expected[key][ext]
+
+
+def test_compressed_members_are_byte_reproducible(tmp_path, source):
+    src, _ = source
+    for name, workers in (("a", 1), ("b", 2)):
+        write_dataset(
+            src, str(tmp_path / name), options=WriteOptions(max_samples=5, workers=workers, compress_members="gzip")
+        )
+    names = sorted(os.listdir(tmp_path / "a"))
+    assert names == sorted(os.listdir(tmp_path / "b"))
+    for name in names:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+def test_webdataset_decodes_gzip_members(tmp_path, source):
+    webdataset = pytest.importorskip("webdataset")
+    src, expected = source
+    dest = tmp_path / "out"
+    write_dataset(src, str(dest), options=WriteOptions(max_samples=NUM, workers=1, compress_members="gzip"))
+    shard = str(dest / "shard-000000.tar")
+    samples = list(webdataset.WebDataset(shard, shardshuffle=False).decode())
+    assert len(samples) == NUM
+    for sample in samples:
+        assert sample["txt.gz"] == expected[sample["__key__"]]["txt"].decode()
+        assert sample["json.gz"] == json.loads(expected[sample["__key__"]]["json"])
+
+
+def test_cli_flag_and_yaml_key(tmp_path, source):
+    src, _ = source
+    assert main(["write", src, str(tmp_path / "cli"), "--compress-members", "zstd", "--workers", "1", "-q"]) == 0
+    assert load_manifest(str(tmp_path / "cli")).member_compression == "zstd"
+    config = tmp_path / "c.yaml"
+    config.write_text("write:\n  compress_members: gzip\n")
+    assert load_options(WriteOptions, str(config), section="write").compress_members == "gzip"
+    assert main(["write", src, str(tmp_path / "yaml"), "--config", str(config), "--workers", "1", "-q"]) == 0
+    assert load_manifest(str(tmp_path / "yaml")).member_compression == "gzip"
+    assert main(["verify", str(tmp_path / "yaml"), "-q"]) == 0
+    config.write_text("write:\n  compress_members: brotli\n")
+    with pytest.raises(UsageError, match="compress_members"):
+        load_options(WriteOptions, str(config), section="write")
+
+
+def test_manifest_without_the_field_loads_and_plain_writes_omit_it(tmp_path, source):
+    src, _ = source
+    dest = tmp_path / "plain"
+    write_dataset(src, str(dest), options=WriteOptions(workers=1))
+    text = (dest / MANIFEST_NAME).read_text()
+    assert "compress" not in text  # plain datasets' manifests are unchanged
+    assert Manifest.from_json(text).member_compression is None
+    data = json.loads(text)
+    data["member_compression"] = "zstd"
+    assert Manifest.from_json(json.dumps(data)).member_compression == "zstd"
