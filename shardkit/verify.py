@@ -3,6 +3,9 @@
 Checks, per shard: the file exists with the recorded size and SHA-256; it
 parses as tar to the end-of-archive marker; it holds the recorded number of
 samples; and its offset index matches the sample boundaries found by parsing.
+In a dataset written with ``compress_members`` (its manifest records
+``member_compression``), every compressed member (``KEY.txt.gz``,
+``KEY.txt.zst``) must also decompress.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardkit.errors import CorruptShardError, ManifestError, VerifyError
+from shardkit.format.compression import decompress, member_compression
 from shardkit.format.index import decode_index, load_index
 from shardkit.format.manifest import Manifest, ShardEntry
-from shardkit.format.tar import SampleParser
+from shardkit.format.tar import RawSample, SampleParser
 from shardkit.io.local import HASH_CHUNK_BYTES
 from shardkit.io.manifest import fetch_manifest
 from shardkit.io.registry import open_source
@@ -28,6 +32,24 @@ class VerifyReport:
     manifest: Manifest
     num_shards_checked: int
     num_samples_checked: int
+
+
+def _check_members(path: str, samples: list[RawSample]) -> list[RawSample]:
+    """Decompress each compressed member of ``samples``; return them."""
+    for sample in samples:
+        for ext, data in sample.fields.items():
+            kind = member_compression(ext)[1]
+            if kind is None:
+                continue
+            try:
+                decompress(data, kind)
+            except ValueError as exc:
+                raise VerifyError(
+                    f"{path}: member '{sample.key}.{ext}' of the sample at byte {sample.start} does not "
+                    f"decompress ({exc}); rewrite this shard",
+                    path=path,
+                ) from None
+    return samples
 
 
 def verify_shard(manifest: Manifest, entry: ShardEntry) -> int:
@@ -43,17 +65,20 @@ def verify_shard(manifest: Manifest, entry: ShardEntry) -> int:
     parser = SampleParser(path=path)
     bounds = [0]
     size = 0
+    check = manifest.member_compression is not None
     try:
         for chunk in open_source(path).iter_range(0, None, chunk_bytes=HASH_CHUNK_BYTES):
             size += len(chunk)
             digest.update(chunk)
-            bounds.extend(s.end for s in parser.feed(chunk))
+            samples = parser.feed(chunk)
+            bounds.extend(s.end for s in (_check_members(path, samples) if check else samples))
     except OSError as exc:
         raise VerifyError(f"{path}: shard missing or unreadable ({exc})", path=path) from exc
     if size != entry.num_bytes:
         raise VerifyError(f"{path}: size is {size} bytes, manifest says {entry.num_bytes} (truncated or replaced?)", path=path)
     try:
-        bounds.extend(s.end for s in parser.finish())
+        samples = parser.finish()
+        bounds.extend(s.end for s in (_check_members(path, samples) if check else samples))
     except CorruptShardError as exc:
         raise VerifyError(f"{path}: does not parse as a tar shard: {exc}", path=path) from exc
     if digest.hexdigest() != entry.sha256:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -12,9 +13,11 @@ import pytest
 from shardkit import ShardDataset
 from shardkit.cli import main
 from shardkit.config import load_options
-from shardkit.errors import UsageError
+from shardkit.errors import UsageError, VerifyError
 from shardkit.format.compression import decompress
+from shardkit.format.index import load_index
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, load_manifest
+from shardkit.verify import verify_dataset
 from shardkit.write.parallel import WriteOptions, write_dataset
 
 NUM = 12
@@ -121,3 +124,24 @@ def test_manifest_without_the_field_loads_and_plain_writes_omit_it(tmp_path, sou
     data = json.loads(text)
     data["member_compression"] = "zstd"
     assert Manifest.from_json(json.dumps(data)).member_compression == "zstd"
+
+
+def test_verify_finds_a_compressed_member_that_does_not_decompress(tmp_path, source):
+    src, _ = source
+    dest = tmp_path / "out"
+    manifest = write_dataset(
+        src, str(dest), options=WriteOptions(max_samples=NUM, workers=1, compress_members="gzip")
+    ).manifest
+    assert verify_dataset(str(dest)).num_samples_checked == NUM
+    shard = dest / manifest.shards[0].path
+    start = int(load_index(str(dest / manifest.shards[0].index))[2])
+    data = bytearray(shard.read_bytes())
+    member = data.find(b"\x1f\x8b", start)  # the sample's first gzip member
+    data[member + 12 : member + 20] = b"\xff" * 8
+    shard.write_bytes(bytes(data))
+    # Keep the recorded checksum right, so that only the member is wrong.
+    text = json.loads((dest / MANIFEST_NAME).read_text())
+    text["shards"][0]["sha256"] = hashlib.sha256(bytes(data)).hexdigest()
+    (dest / MANIFEST_NAME).write_text(json.dumps(text))
+    with pytest.raises(VerifyError, match=r"does not decompress"):
+        verify_dataset(str(dest))
