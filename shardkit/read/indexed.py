@@ -8,9 +8,10 @@ sample's byte range up in the shard's offset index (see
 * a local shard: one ``pread`` on a file descriptor kept open;
 * a remote shard: one HTTP ``Range`` request or S3 ranged GET for a sample of
   up to ``part_bytes`` (larger samples are fetched in concurrent parts);
-* a remote shard with ``cache_dir`` set: the first read of a shard brings the
-  whole shard into the cache (as the streaming reader does), later reads are
-  ``pread`` s of the cached file.
+* a remote shard with ``cache_dir`` set: the first read of a shard is a
+  ranged request as above, and starts fetching the whole shard into the
+  cache in a background thread (as the streaming reader caches whole
+  shards); once it is there, reads are ``pread`` s of the cached file.
 
 The bytes are parsed with :class:`~shardkit.format.tar.SampleParser`, which
 checks tar structure, and must hold exactly one sample.
@@ -27,8 +28,10 @@ from __future__ import annotations
 import logging
 import operator
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -104,61 +107,99 @@ class _LocalShard:
     def head(self, size: int) -> bytes:
         return os.pread(self.fd, size, 0)
 
-    def close(self) -> None:
-        if self.fd >= 0:
+    def __del__(self) -> None:
+        if getattr(self, "fd", -1) >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def _ranged(source: ByteSource, start: int, end: int, *, options: SourceOptions, chunk_bytes: int) -> bytes:
+    """Bytes ``[start, end)`` of a remote object; one request when the range
+    is at most ``part_bytes`` (a ranged object cuts a range over 1 MiB into
+    concurrent parts, which pays for large samples only)."""
+    if isinstance(source, RangedObject) and end - start <= options.part_bytes:
+        return b"".join(stream_range(source.fetcher, start, end, options=options, chunk_bytes=chunk_bytes))
+    return b"".join(source.iter_range(start, end, chunk_bytes=chunk_bytes))
+
+
+class _CacheFills:
+    """Whole-shard downloads into the shard cache, in background threads.
+
+    A sample of a shard that is not cached yet is read with a ranged request
+    at once, while the whole shard is fetched into the cache beside it (at
+    most ``limit`` at a time per process); later samples of the shard are
+    read from the cache. A shard another process is fetching is left to it.
+    """
+
+    def __init__(self, *, limit: int = 2):
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._started: set[str] = set()
+        self._active = 0
+
+    def start(self, source: CachedSource) -> None:
+        with self._lock:
+            if source.key in self._started or self._active >= self.limit:
+                return
+            self._started.add(source.key)
+            self._active += 1
+        threading.Thread(target=self._fill, args=(source,), name="shardkit-cache-fill", daemon=True).start()
+
+    def _fill(self, source: CachedSource) -> None:
+        try:
+            writer = source.cache.begin(source.key, size=source.expected_size)
+            if writer is None:
+                return  # cached already, or another process is fetching it
+            try:
+                for chunk in source.remote.iter_range(0, None, chunk_bytes=source.options.chunk_bytes):
+                    writer.write(chunk)
+            except BaseException:
+                writer.abort()
+                raise
+            writer.commit(url=source.url, expected_size=source.expected_size, expected_sha256=source.expected_sha256)
+        except Exception as exc:  # the samples are still read by ranged requests
+            log.warning("could not cache %s: %s", source.url, exc)
+            with self._lock:
+                self._started.discard(source.key)  # try again on a later read
+        finally:
+            with self._lock:
+                self._active -= 1
 
 
 class _RemoteShard:
     """A remote shard opened through the storage layer (optionally cached)."""
 
-    def __init__(self, source: ByteSource, *, options: SourceOptions):
+    def __init__(self, source: ByteSource, *, options: SourceOptions, fills: _CacheFills):
         self.url = source.url
         self.source = source
         self.options = options
-        self._warm = not isinstance(source, CachedSource)
+        self.fills = fills
 
     def read(self, start: int, end: int, *, chunk_bytes: int) -> bytes:
-        if not self._warm:
-            self._warm = True
-            assert isinstance(self.source, CachedSource)
-            hit = self.source.cache.open(self.source.key)
-            if hit is None:
-                # The cache stores a shard from a read that starts at byte 0:
-                # read the whole shard once, keeping this sample's bytes.
-                return self._whole_shard_slice(start, end, chunk_bytes=chunk_bytes)
-            hit.close()
-        return b"".join(self._iter(start, end, chunk_bytes=chunk_bytes))
-
-    def _iter(self, start: int, end: int, *, chunk_bytes: int):
-        remote = self.source
-        if isinstance(remote, RangedObject) and end - start <= self.options.part_bytes:
-            # One request for a sample up to part_bytes (the ranged object
-            # would cut a range over 1 MiB into concurrent parts).
-            return stream_range(remote.fetcher, start, end, options=self.options, chunk_bytes=chunk_bytes)
-        return remote.iter_range(start, end, chunk_bytes=chunk_bytes)
-
-    def _whole_shard_slice(self, start: int, end: int, *, chunk_bytes: int) -> bytes:
-        pieces = []
-        pos = 0
-        for chunk in self.source.iter_range(0, None, chunk_bytes=chunk_bytes):
-            lo, hi = max(start - pos, 0), min(end - pos, len(chunk))
-            if lo < hi:
-                pieces.append(chunk[lo:hi])
-            pos += len(chunk)
-        return b"".join(pieces)
+        source = self.source
+        if isinstance(source, CachedSource):
+            hit = source.cache.open(source.key)
+            if hit is not None:
+                try:
+                    return b"".join(hit.iter_range(start, end, chunk_bytes=chunk_bytes))
+                finally:
+                    hit.close()
+            self.fills.start(source)
+            source = source.remote
+        return _ranged(source, start, end, options=self.options, chunk_bytes=chunk_bytes)
 
     def head(self, size: int) -> bytes:
-        return b"".join(self._iter(0, size, chunk_bytes=size))
-
-    def close(self) -> None:
-        pass
+        source = self.source.remote if isinstance(self.source, CachedSource) else self.source
+        return _ranged(source, 0, size, options=self.options, chunk_bytes=size)
 
 
 class _LRU(OrderedDict):
-    """A dict that keeps its ``limit`` most recently used entries, closing the
-    ones it drops (when they have a ``close``)."""
+    """A dict that keeps its ``limit`` most recently used entries.
+
+    Dropped entries are not closed here: a thread may still be reading one,
+    and an entry closes itself when the last reference goes (a closed and
+    reused file descriptor could otherwise be read as another shard).
+    """
 
     def __init__(self, limit: int):
         super().__init__()
@@ -170,18 +211,15 @@ class _LRU(OrderedDict):
             self.move_to_end(key)
         return value
 
-    def put(self, key: int, value: Any) -> None:
+    def put(self, key: int, value: Any) -> Any:
+        """Add ``value`` unless ``key`` is there already; returns the entry kept."""
+        if key in self:
+            self.move_to_end(key)  # another thread opened it first
+            return self[key]
         self[key] = value
         while len(self) > self.limit:
-            _, old = self.popitem(last=False)
-            if hasattr(old, "close"):
-                old.close()
-
-    def close_all(self) -> None:
-        while self:
-            _, old = self.popitem(last=False)
-            if hasattr(old, "close"):
-                old.close()
+            self.popitem(last=False)
+        return value
 
 
 class IndexedDataset(Dataset):
@@ -375,6 +413,20 @@ class IndexedDataset(Dataset):
             return self._map(sample)
         return sample
 
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """Samples ``indices`` (a DataLoader batch), read concurrently with up
+        to ``source_options.max_concurrent_requests`` threads, so that a
+        batch of remote samples costs about one request's latency, not one
+        per sample."""
+        if len(indices) <= 1:
+            return [self[i] for i in indices]
+        self._check_process()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                max_workers=self._options.max_concurrent_requests, thread_name_prefix="shardkit-indexed"
+            )
+        return list(self._pool.map(self.__getitem__, indices))
+
     @staticmethod
     def collate(batch: list[Any]) -> Any:
         """``default_collate`` over the samples that are not None (skipped)."""
@@ -427,6 +479,9 @@ class IndexedDataset(Dataset):
         self._pid = os.getpid()
         self._indexes = _LRU(self._max_open_shards)
         self._handles = _LRU(self._max_open_shards)
+        self._fills = _CacheFills()
+        self._tables = threading.Lock()  # guards _indexes and _handles
+        self._pool: ThreadPoolExecutor | None = None
 
     def _check_process(self) -> None:
         # A forked worker inherits the parent's tables; connections must not
@@ -436,7 +491,8 @@ class IndexedDataset(Dataset):
 
     def _bounds(self, shard: int) -> np.ndarray:
         self._check_process()
-        bounds = self._indexes.get_recent(shard)
+        with self._tables:
+            bounds = self._indexes.get_recent(shard)
         if bounds is not None:
             return bounds
         url = self._index_url(shard)
@@ -455,11 +511,12 @@ class IndexedDataset(Dataset):
                 f"{len(bounds) - 1}. Run `shardkit verify` on the dataset or rewrite this shard.",
                 path=shard_url,
             )
-        self._indexes.put(shard, bounds)
-        return bounds
+        with self._tables:
+            return self._indexes.put(shard, bounds)
 
     def _shard(self, shard: int) -> _LocalShard | _RemoteShard:
-        handle = self._handles.get_recent(shard)
+        with self._tables:
+            handle = self._handles.get_recent(shard)
         if handle is not None:
             return handle
         url = self.shard_url(shard)
@@ -473,20 +530,22 @@ class IndexedDataset(Dataset):
                 expected_size=None if entry is None else entry.num_bytes,
                 expected_sha256=None if entry is None else entry.sha256,
             )
-            handle = _RemoteShard(source, options=self._options)
-        self._handles.put(shard, handle)
-        return handle
+            handle = _RemoteShard(source, options=self._options, fills=self._fills)
+        with self._tables:
+            return self._handles.put(shard, handle)
 
     def close(self) -> None:
         """Close open files and forget loaded indexes (reopened on the next read)."""
-        self._handles.close_all()
-        self._indexes.clear()
+        with self._tables:
+            self._handles.clear()  # files close as the last reader lets go
+            self._indexes.clear()
 
     # ------------------------------------------------------------ pickling
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        del state["_indexes"], state["_handles"], state["_pid"]
+        for name in ("_indexes", "_handles", "_pid", "_fills", "_tables", "_pool"):
+            del state[name]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -242,3 +242,13 @@ def test_stateful_dataloader_resumes_with_the_window_sampler(dataset):
     resumed.load_state_dict(state)
     tail = [i for batch in resumed for i in batch["__index__"].tolist()]
     assert head + tail == full and sorted(full) == list(range(len(ds)))
+
+
+def test_batches_are_read_concurrently_and_in_order(make_shards):
+    manifest = make_shards((3,) * 30, name="wide")
+    ds = IndexedDataset(manifest, max_open_shards=4)
+    order = np.random.default_rng(2).permutation(len(ds)).tolist()
+    batch = ds.__getitems__(order)
+    assert [s["__index__"] for s in batch] == order
+    assert len(ds._handles) <= 4
+    assert batch == [ds[i] for i in order]

@@ -1,0 +1,528 @@
+"""Random access: shardkit.IndexedDataset against webdataset's wids.ShardListDataset.
+
+Both read the same shards in the same uniformly shuffled index order through
+a DataLoader (2 workers, batches of 32, raw bytes, no decoding):
+
+* local files, page cache warm (every shard read once first) and cold
+  (``echo 3 > /proc/sys/vm/drop_caches`` before each run; skipped with a
+  message where that is not permitted): samples/s and time to the first batch.
+  wids runs twice: with its default in-memory LRU of 10 open shards per
+  worker (each miss re-opens the shard and re-scans its headers) and with an
+  LRU holding every shard (its best case).
+* HTTP, against a threaded Range-capable server on 127.0.0.1 run in a
+  process of its own (not the nginx emulation of ``bench_remote.py``: it
+  counts the bytes and requests it serves, which is what this comparison is
+  about; ``--latency-ms`` adds a fixed delay per request to stand in for an
+  object store's first-byte latency). IndexedDataset with one ranged request
+  per sample, with a shard cache (whole shards on first use), and with the
+  cache plus :class:`shardkit.ShardWindowSampler` order; wids with its
+  download cache (``curl`` of whole shards). Samples/s and bytes
+  transferred per sample.
+
+The record also holds the window sampler's shuffle quality (see
+:func:`shardkit.shuffle_quality`) on a worst case for locality, shards that
+each hold one class. Writes JSON, a Markdown table and a PNG plot::
+
+    python bench/bench_random_access.py            # about 3 minutes
+    python bench/bench_random_access.py --quick    # smaller, for a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import shardkit  # noqa: E402
+from bench.bench_remote import cpu_seconds, make_dataset  # noqa: E402
+from bench.common import machine, save_record  # noqa: E402
+from shardkit.io.base import SourceOptions  # noqa: E402
+
+MB = 1_000_000
+_RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
+
+
+# ------------------------------------------------------------------ loaders
+
+
+def as_list(batch: list[Any]) -> list[Any]:
+    """Collate: keep the samples as they are (wids adds None fields)."""
+    return batch
+
+
+def same_path(url: str) -> str:
+    """wids ``localname`` for local shards: read them in place, no copy."""
+    return url
+
+
+def payload_bytes(sample: dict[str, Any]) -> int:
+    """Size of a sample's ``bin`` field: bytes (shardkit) or a BytesIO under
+    ``.bin`` (wids)."""
+    value = sample["bin"] if "bin" in sample else sample[".bin"]
+    return len(value) if isinstance(value, bytes) else value.getbuffer().nbytes
+
+
+def run_loader(dataset: Any, indices: list[int], *, workers: int, batch_size: int) -> dict[str, float]:
+    """Read ``indices`` of ``dataset`` through a DataLoader; samples/s, seconds
+    to the first batch, and CPU seconds (this process and reaped workers)."""
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(
+        dataset, sampler=indices, batch_size=batch_size, num_workers=workers, collate_fn=as_list, prefetch_factor=4
+    )
+    count = nbytes = 0
+    first = 0.0
+    cpu0 = cpu_seconds()
+    start = time.perf_counter()
+    for batch in loader:
+        if count == 0:
+            first = time.perf_counter() - start
+        count += len(batch)
+        nbytes += sum(payload_bytes(s) for s in batch)
+    seconds = time.perf_counter() - start
+    assert count == len(indices), (count, len(indices))
+    return {
+        "samples": count,
+        "seconds": round(seconds, 3),
+        "samples_per_s": round(count / seconds, 1),
+        "first_batch_s": round(first, 3),
+        "payload_mb_per_s": round(nbytes / seconds / MB, 1),
+        "cpu_s": round(cpu_seconds() - cpu0, 2),
+    }
+
+
+def wids_dataset(manifest: shardkit.Manifest, urls: list[str], *, lru_size: int, cache_dir: str | None) -> Any:
+    import wids
+
+    shards = [{"url": u, "nsamples": s.num_samples} for u, s in zip(urls, manifest.shards)]
+    if cache_dir is None:
+        return wids.ShardListDataset(shards, lru_size=lru_size, localname=same_path, transformations=[])
+    return wids.ShardListDataset(shards, lru_size=lru_size, cache_dir=cache_dir, transformations=[])
+
+
+# ------------------------------------------------------------------ page cache
+
+
+def drop_page_cache() -> bool:
+    """Drop the kernel's page cache; False where that is not permitted."""
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def warm_page_cache(folder: str) -> None:
+    for name in sorted(os.listdir(folder)):
+        with open(os.path.join(folder, name), "rb", buffering=0) as f:
+            while f.read(8 << 20):
+                pass
+
+
+# ------------------------------------------------------------------ HTTP server
+
+
+def _serve(
+    root: str, latency_s: float, bytes_per_s: float, port: Any, ready: Any, served_bytes: Any, requests: Any
+) -> None:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _open(self) -> tuple[str, int] | None:
+            path = os.path.join(root, os.path.basename(self.path.split("?", 1)[0]))
+            if not os.path.isfile(path):
+                self.send_error(404)
+                return None
+            return path, os.path.getsize(path)
+
+        def do_HEAD(self) -> None:
+            found = self._open()
+            if found is not None:
+                self.send_response(200)
+                self.send_header("Content-Length", str(found[1]))
+                self.send_header("Accept-Ranges", "bytes")
+                self.end_headers()
+
+        def do_GET(self) -> None:
+            with requests.get_lock():
+                requests.value += 1
+            if latency_s:
+                time.sleep(latency_s)
+            found = self._open()
+            if found is None:
+                return
+            path, size = found
+            start, end = 0, size
+            match = _RANGE.match(self.headers.get("Range") or "")
+            if match:
+                start = int(match.group(1))
+                end = min(int(match.group(2)) + 1, size) if match.group(2) else size
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
+            else:
+                self.send_response(200)
+            self.send_header("Content-Length", str(end - start))
+            self.end_headers()
+            began = time.perf_counter()
+            with open(path, "rb") as f:
+                f.seek(start)
+                left = end - start
+                while left > 0:
+                    data = f.read(min(left, 256 << 10))
+                    if not data:
+                        break
+                    self.wfile.write(data)
+                    left -= len(data)
+                    if bytes_per_s:
+                        # Pace the connection: never ahead of its bandwidth cap.
+                        ahead = (end - start - left) / bytes_per_s - (time.perf_counter() - began)
+                        if ahead > 0:
+                            time.sleep(ahead)
+            with served_bytes.get_lock():
+                served_bytes.value += end - start - left
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    port.value = server.server_address[1]
+    ready.set()
+    server.serve_forever()
+
+
+class LocalServer:
+    """The Range server in a child process, with counters of what it served."""
+
+    def __init__(self, root: str, *, latency_ms: float, per_conn_mbps: float):
+        ctx = multiprocessing.get_context("fork")
+        self.port = ctx.Value("i", 0)
+        self.served_bytes = ctx.Value("q", 0)
+        self.requests = ctx.Value("q", 0)
+        ready = ctx.Event()
+        self.process = ctx.Process(
+            target=_serve,
+            args=(root, latency_ms / 1000, per_conn_mbps * MB, self.port, ready, self.served_bytes, self.requests),
+            daemon=True,
+        )
+        self.process.start()
+        if not ready.wait(30):
+            raise RuntimeError("the HTTP server did not start")
+        self.url = f"http://127.0.0.1:{self.port.value}"
+
+    def counters(self) -> tuple[int, int]:
+        return int(self.served_bytes.value), int(self.requests.value)
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.join(10)
+
+
+# ------------------------------------------------------------------ runs
+
+
+class ConstantPayload:
+    """A dataset that reads nothing: every sample is the same payload, the
+    size of the benchmark's samples. Its rate is what the DataLoader itself
+    (pickling, worker-to-main transfer) allows."""
+
+    def __init__(self, num_samples: int, sample_bytes: int):
+        self.num_samples = num_samples
+        self.payload = bytes(sample_bytes)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        # A new object per sample, as a reader makes (pickle would send one
+        # object that a batch holds many times only once).
+        return {"__key__": str(index), "bin": self.payload[:-1] + b"x"}
+
+
+def local_runs(manifest, urls, indices, args, *, cold: bool) -> list[dict[str, Any]]:
+    rows = []
+    tools = [
+        ("DataLoader ceiling (no reads)", lambda: ConstantPayload(manifest.num_samples, args.sample_kb << 10)),
+        ("shardkit IndexedDataset", lambda: shardkit.IndexedDataset(manifest)),
+        ("wids (lru 10)", lambda: wids_dataset(manifest, urls, lru_size=10, cache_dir=None)),
+        ("wids (lru all)", lambda: wids_dataset(manifest, urls, lru_size=manifest.num_shards, cache_dir=None)),
+    ]
+    for name, make in tools:
+        if cold:
+            drop_page_cache()
+        else:
+            warm_page_cache(manifest.location)
+        result = run_loader(make(), indices, workers=args.workers, batch_size=args.batch_size)
+        rows.append({"tool": name, "cache": "cold" if cold else "warm", **result})
+        print(f"  local {'cold' if cold else 'warm'} {name:26s} {result['samples_per_s']:9.1f} samples/s  "
+              f"first batch {result['first_batch_s']:.3f} s", flush=True)
+    return rows
+
+
+def http_runs(manifest, indices, args, scratch: str, *, network: str, latency_ms: float, per_conn_mbps: float):
+    server = LocalServer(manifest.location, latency_ms=latency_ms, per_conn_mbps=per_conn_mbps)
+    rows = []
+    try:
+        base = server.url
+        urls = [f"{base}/{s.path}" for s in manifest.shards]
+        window = shardkit.ShardWindowSampler(manifest_counts(manifest), window_shards=args.window_shards, seed=0,
+                                             rank=0, world_size=1)
+        window_indices = list(window)[: len(indices)]
+
+        def cache_dir(name: str) -> str:
+            path = os.path.join(scratch, name)
+            shutil.rmtree(path, ignore_errors=True)
+            return path
+
+        tools = [
+            ("shardkit ranged", indices, lambda: shardkit.IndexedDataset(base + "/")),
+            ("shardkit + cache", indices,
+             lambda: shardkit.IndexedDataset(base + "/", source_options=SourceOptions(cache_dir=cache_dir("sk")))),
+            (f"shardkit + cache, window sampler ({args.window_shards} shards)", window_indices,
+             lambda: shardkit.IndexedDataset(base + "/", source_options=SourceOptions(cache_dir=cache_dir("skw")))),
+            ("wids (download cache)", indices,
+             lambda: wids_dataset(manifest, urls, lru_size=10, cache_dir=cache_dir("wids"))),
+        ]
+        for name, order, make in tools:
+            dataset = make()
+            before = server.counters()
+            result = run_loader(dataset, order, workers=args.workers, batch_size=args.batch_size)
+            after = server.counters()
+            sent, gets = after[0] - before[0], after[1] - before[1]
+            result.update(
+                bytes_per_sample=round(sent / result["samples"]),
+                requests_per_sample=round(gets / result["samples"], 3),
+                transferred_mb=round(sent / MB, 1),
+            )
+            rows.append({"tool": name, "network": network, **result})
+            print(f"  http {network:12s} {name:44s} {result['samples_per_s']:9.1f} samples/s  "
+                  f"{result['bytes_per_sample'] / 1e3:10.1f} kB/sample  {result['requests_per_sample']:.2f} req/sample",
+                  flush=True)
+    finally:
+        server.close()
+    return rows
+
+
+def manifest_counts(manifest: shardkit.Manifest) -> list[int]:
+    return [s.num_samples for s in manifest.shards]
+
+
+def shuffle_quality_rows(*, num_shards: int = 64, per_shard: int = 100, num_classes: int = 16) -> list[dict[str, Any]]:
+    """The window sampler's shuffle quality when each shard holds one class."""
+    from shardkit.read.sampler import epoch_window_sequence
+
+    labels = np.repeat(np.arange(num_shards) % num_classes, per_shard)
+    counts = [per_shard] * num_shards
+    rows = [{"order": "manifest order", "quality": shardkit.shuffle_quality(labels, batch_size=32)}]
+    for window in (1, 2, 4, 8, 16, 32):
+        seq = epoch_window_sequence(counts, window_shards=window, seed=0, epoch=0)
+        rows.append({"order": f"window of {window} shards", "quality": shardkit.shuffle_quality(labels[seq], batch_size=32)})
+    uniform = np.random.default_rng(1).permutation(labels.size)
+    rows.append({"order": "uniform (i.i.d.)", "quality": shardkit.shuffle_quality(labels[uniform], batch_size=32)})
+    return [{**r, "quality": round(float(r["quality"]), 3)} for r in rows]
+
+
+# ------------------------------------------------------------------ report
+
+
+def ratio(rows: list[dict[str, Any]], num: str, den: str, key: str = "samples_per_s", **match: str) -> float | None:
+    def find(tool: str) -> dict[str, Any] | None:
+        return next((r for r in rows if r["tool"] == tool and all(r.get(k) == v for k, v in match.items())), None)
+
+    a, b = find(num), find(den)
+    return None if a is None or b is None or not b[key] else round(a[key] / b[key], 2)
+
+
+def markdown(record: dict[str, Any]) -> str:
+    cfg = record["config"]
+    lines = [
+        "# Random access: IndexedDataset vs wids",
+        "",
+        f"{cfg['num_shards']} shards of {cfg['shard_mb']} MB, {cfg['sample_kb']} KiB samples "
+        f"({record['num_samples']} in all); {cfg['samples']} uniformly shuffled indices "
+        f"({cfg['http_samples']} over HTTP); DataLoader with {cfg['workers']} workers, batches of "
+        f"{cfg['batch_size']}, raw bytes. {record['machine']['cpus']} CPUs. The ceiling row reads "
+        "nothing: it is what the DataLoader moves from workers at this sample size.",
+        "",
+        "## Local files",
+        "",
+        "| page cache | tool | samples/s | first batch (s) | CPU s | vs wids (lru 10) | vs wids (lru all) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    local = record["local"]
+    for row in local:
+        r10 = ratio(local, row["tool"], "wids (lru 10)", cache=row["cache"])
+        rall = ratio(local, row["tool"], "wids (lru all)", cache=row["cache"])
+        lines.append(
+            f"| {row['cache']} | {row['tool']} | {row['samples_per_s']:.0f} | {row['first_batch_s']:.3f} | "
+            f"{row['cpu_s']:.1f} | {r10:.2f}x | {rall:.2f}x |"
+        )
+    if record.get("cold_skipped"):
+        lines += ["", f"Cold runs skipped: {record['cold_skipped']}"]
+    if record["http"]:
+        lines += [
+            "",
+            "## HTTP",
+            "",
+            "A threaded Range server on 127.0.0.1 in its own process, counting what it sends: `localhost` "
+            f"as fast as it goes; `object store` adds {cfg['store_latency_ms']:g} ms per request and caps each "
+            f"connection at {cfg['store_per_conn_mbps']:g} MB/s.",
+            "",
+            "| network | tool | samples/s | first batch (s) | kB transferred / sample | requests / sample | vs wids |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        http = record["http"]
+        for row in http:
+            r = ratio(http, row["tool"], "wids (download cache)", network=row["network"])
+            lines.append(
+                f"| {row['network']} | {row['tool']} | {row['samples_per_s']:.0f} | {row['first_batch_s']:.3f} | "
+                f"{row['bytes_per_sample'] / 1e3:.1f} | {row['requests_per_sample']:.2f} | {r:.2f}x |"
+            )
+    lines += [
+        "",
+        "## Window sampler shuffle quality (shards holding one class each; 1.0 = i.i.d., larger is worse)",
+        "",
+        "| order | shuffle_quality |",
+        "| --- | ---: |",
+    ]
+    lines += [f"| {r['order']} | {r['quality']:.2f} |" for r in record["shuffle_quality"]]
+    return "\n".join(lines) + "\n"
+
+
+def _grouped_bars(ax: Any, rows: list[dict[str, Any]], group: str, value: Any) -> None:
+    tools = list(dict.fromkeys(r["tool"] for r in rows))
+    groups = list(dict.fromkeys(r[group] for r in rows))
+    width = 0.8 / len(tools)
+    for t, tool in enumerate(tools):
+        values = [next((value(r) for r in rows if r["tool"] == tool and r[group] == g), 0) for g in groups]
+        ax.bar(np.arange(len(groups)) + t * width, values, width, label=tool)
+    ax.set_xticks(np.arange(len(groups)) + width * (len(tools) - 1) / 2, groups)
+    ax.legend(fontsize=6)
+
+
+def plot(record: dict[str, Any], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = 3 if record["http"] else 1
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.2))
+    axes = np.atleast_1d(axes)
+    _grouped_bars(axes[0], record["local"], "cache", lambda r: r["samples_per_s"])
+    axes[0].set_yscale("log")
+    axes[0].set_ylabel("samples/s (log)")
+    axes[0].set_title("local files, page cache warm / cold")
+    if record["http"]:
+        _grouped_bars(axes[1], record["http"], "network", lambda r: r["samples_per_s"])
+        axes[1].set_ylabel("samples/s")
+        axes[1].set_title("HTTP")
+        _grouped_bars(axes[2], record["http"], "network", lambda r: r["bytes_per_sample"] / 1e3)
+        axes[2].set_yscale("log")
+        axes[2].set_ylabel("kB transferred per sample (log)")
+        axes[2].set_title("HTTP bytes per sample")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", default=os.path.join(HERE, "work", "random_access"))
+    parser.add_argument("--shards", type=int, default=48)
+    parser.add_argument("--shard-mb", type=int, default=16)
+    parser.add_argument("--sample-kb", type=int, default=96)
+    parser.add_argument("--samples", type=int, default=6000, help="indices read per local run")
+    parser.add_argument("--http-samples", type=int, default=2000, help="indices read per HTTP run")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--window-shards", type=int, default=4)
+    parser.add_argument(
+        "--store-latency-ms", type=float, default=10.0, help="per-request delay of the emulated object store"
+    )
+    parser.add_argument(
+        "--store-per-conn-mbps", type=float, default=20.0, help="per-connection cap of the emulated store, MB/s"
+    )
+    parser.add_argument("--no-cold", action="store_true")
+    parser.add_argument("--no-http", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="12 shards of 8 MB, 1000 indices")
+    parser.add_argument("--out", default=os.path.join(HERE, "results", "random_access.json"))
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.shards, args.shard_mb, args.samples, args.http_samples = 12, 8, 1000, 500
+
+    data = os.path.join(args.workdir, "data")
+    manifest = make_dataset(data, num_shards=args.shards, shard_mb=args.shard_mb, sample_kb=args.sample_kb)
+    urls = [manifest.resolve(s.path) for s in manifest.shards]
+    order = np.random.default_rng(0).permutation(manifest.num_samples)
+    indices = order[: args.samples].tolist()
+    print(f"{manifest.num_shards} shards, {manifest.num_samples} samples, {manifest.num_bytes / MB:.0f} MB", flush=True)
+
+    local = local_runs(manifest, urls, indices, args, cold=False)
+    cold_skipped = None
+    if args.no_cold:
+        cold_skipped = "--no-cold"
+    elif not drop_page_cache():
+        cold_skipped = "not permitted to write /proc/sys/vm/drop_caches (needs root outside a container)"
+        print(f"  cold runs skipped: {cold_skipped}", flush=True)
+    else:
+        local += local_runs(manifest, urls, indices, args, cold=True)
+
+    http: list[dict[str, Any]] = []
+    if not args.no_http:
+        with tempfile.TemporaryDirectory(dir=args.workdir) as scratch:
+            http_indices = order[: args.http_samples].tolist()
+            http = http_runs(manifest, http_indices, args, scratch, network="localhost", latency_ms=0, per_conn_mbps=0)
+            http += http_runs(
+                manifest,
+                http_indices,
+                args,
+                scratch,
+                network="object store",
+                latency_ms=args.store_latency_ms,
+                per_conn_mbps=args.store_per_conn_mbps,
+            )
+
+    record = {
+        "machine": machine(),
+        "config": {
+            "num_shards": args.shards,
+            "shard_mb": args.shard_mb,
+            "sample_kb": args.sample_kb,
+            "samples": args.samples,
+            "http_samples": args.http_samples,
+            "workers": args.workers,
+            "batch_size": args.batch_size,
+            "window_shards": args.window_shards,
+            "store_latency_ms": args.store_latency_ms,
+            "store_per_conn_mbps": args.store_per_conn_mbps,
+        },
+        "num_samples": manifest.num_samples,
+        "local": local,
+        "cold_skipped": cold_skipped,
+        "http": http,
+        "shuffle_quality": shuffle_quality_rows(),
+    }
+    table = markdown(record)
+    save_record(args.out, record, table)
+    plot(record, os.path.splitext(args.out)[0] + ".png")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
