@@ -253,6 +253,12 @@ class ShardDataset(IterableDataset):
             raise UsageError(f"read_ahead_bytes must be > 0, not {read_ahead_bytes}")
         source_options = source_options or SourceOptions()
         catalog = resolve_catalog(source, options=source_options)
+        if mode == "balanced" and catalog.compressed:
+            raise UsageError(
+                "mode='balanced' needs per-shard sample counts, and compressed shards (.tar.gz, .tgz, .tar.zst) "
+                "are read whole at shard granularity: use mode='exact' / 'infinite', or reshard them uncompressed "
+                "with `shardkit write SRC DEST`"
+            )
         if mode == "balanced" and catalog.counts is None:
             raise UsageError(
                 "mode='balanced' needs per-shard sample counts: read a dataset with a manifest "

@@ -12,7 +12,7 @@ import pytest
 import torch
 import zstandard
 
-from shardkit import CorruptShardError, ShardDataset
+from shardkit import CorruptShardError, ShardDataset, UsageError
 from shardkit.cli import main
 from shardkit.format.compression import compress
 from tests.conftest import build_dataset
@@ -202,3 +202,14 @@ def test_reshard_from_compressed_shards_gives_the_same_samples(tmp_path, plain):
     dataset = ShardDataset(str(tmp_path / "out"), mode="exact")
     assert len(dataset) == NUM_SHARDS * PER_SHARD
     assert _samples(dataset) == expected
+
+
+def test_balanced_mode_on_compressed_shards_says_why_and_what_to_do(tmp_path):
+    path = str(tmp_path / "a.tar.gz")
+    with tarfile.open(path, "w:gz") as tar:
+        data = b"x" * 10
+        info = tarfile.TarInfo("k0.txt")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(UsageError, match=r"compressed shards .* shard granularity.*shardkit write"):
+        ShardDataset([path], mode="balanced")
