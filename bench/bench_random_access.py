@@ -198,8 +198,16 @@ def _serve(
             with served_bytes.get_lock():
                 served_bytes.value += end - start - left
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            # Clients hang up mid-response when a DataLoader worker exits with
+            # a cache fill in flight: not the server's fault, nothing to print.
+            if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+                super().handle_error(request, client_address)
+
+    server = Server(("127.0.0.1", 0), Handler)
     port.value = server.server_address[1]
     ready.set()
     server.serve_forever()
