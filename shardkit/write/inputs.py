@@ -25,8 +25,9 @@ formats are understood, auto-detected by :func:`detect_format`:
     pattern, or a directory of ``.tar`` files, to be resharded. Shards
     compressed whole (``.tar.gz``, ``.tgz``, ``.tar.zst``, recognised by
     their first bytes whatever their name) cannot be read by byte range: they
-    are decompressed once while scanning and their samples' bytes are kept
-    in memory until written, so decompress very large ones first.
+    are decompressed once while scanning, into a plain tar in ``unpack_dir``
+    (see :func:`scan_source`), and read by byte range from there; memory does
+    not grow with their size.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
+from typing import BinaryIO
 from dataclasses import dataclass, field
 
 from braceexpand import braceexpand
@@ -48,7 +50,7 @@ from shardkit.format.compression import (
     detect_compression,
 )
 from shardkit.format.manifest import MANIFEST_NAME, SkippedInput
-from shardkit.format.tar import SampleParser, split_key
+from shardkit.format.tar import RawSample, SampleParser, split_key
 from shardkit.io.local import LocalFile
 
 FORMATS = ("imagefolder", "directory", "jsonl", "tar")
@@ -83,12 +85,16 @@ class InputSample:
         tar_range: For tar inputs, ``(path, start, end)`` of the sample's
             bytes in the input shard; the fields then carry sizes only.
         origin: Where it came from, for error messages (path or path:line).
+        tar_origin: When ``tar_range`` points into an unpacked copy of a
+            compressed input shard, that input's path (what identifies the
+            sample in the plan's fingerprint); None otherwise.
     """
 
     key: str
     fields: tuple[Field, ...]
     tar_range: tuple[str, int, int] | None = None
     origin: str = ""
+    tar_origin: str | None = None
 
 
 @dataclass
@@ -135,7 +141,9 @@ def detect_format(source: str) -> str:
     return "directory"
 
 
-def scan_source(source: str, *, format: str | None = None, on_error: str = "raise") -> ScannedSource:
+def scan_source(
+    source: str, *, format: str | None = None, on_error: str = "raise", unpack_dir: str | None = None
+) -> ScannedSource:
     """List the samples of ``source``.
 
     Args:
@@ -143,6 +151,9 @@ def scan_source(source: str, *, format: str | None = None, on_error: str = "rais
         format: One of :data:`FORMATS`, or None to detect it.
         on_error: ``"raise"`` to stop at the first unusable input,
             ``"skip"`` to leave it out and record it with the reason.
+        unpack_dir: Where input shards compressed whole are decompressed
+            to, one plain tar each, for the writers to read by byte range;
+            it must outlive the write. Required when there are such inputs.
 
     Raises:
         UsageError: Unknown format or policy.
@@ -167,7 +178,7 @@ def scan_source(source: str, *, format: str | None = None, on_error: str = "rais
         "imagefolder": _scan_imagefolder,
         "directory": _scan_directory,
         "jsonl": _scan_jsonl,
-        "tar": _scan_tars,
+        "tar": lambda src, skip: _scan_tars(src, skip, unpack_dir=unpack_dir),
     }[format]
     scanned = scanner(source, skip_or_raise)
     scanned.skipped = skipped + scanned.skipped
@@ -326,29 +337,48 @@ def _tar_paths(source: str) -> list[str]:
     return [source]
 
 
-def _scan_tars(source: str, skip_or_raise: Callable[[SourceError], None]) -> ScannedSource:
+def _scan_tars(
+    source: str, skip_or_raise: Callable[[SourceError], None], *, unpack_dir: str | None = None
+) -> ScannedSource:
     paths = _tar_paths(source)
     if not paths:
         raise SourceError(f"{source}: no .tar files found", path=source)
     samples = []
     seen: dict[str, str] = {}
-    for path in paths:
+    for number, path in enumerate(paths):
         if not os.path.isfile(path):
             raise SourceError(f"{path}: input shard does not exist", path=path)
         with open(path, "rb") as f:
             kind = detect_compression(f.read(MAGIC_BYTES))
         parser = SampleParser(path=path, offset_name="uncompressed byte" if kind else "byte")
         chunks = LocalFile(path).iter_range(0, None, chunk_bytes=_TAR_SCAN_CHUNK)
-        if kind is not None:
-            chunks = _decompressed(chunks, kind, path)
-        for chunk in chunks:
-            for raw in parser.feed(chunk):
-                samples.append(_tar_sample(raw, path, seen, compressed=kind is not None))
-            if parser.ended:
-                break
-        for raw in parser.finish():
-            samples.append(_tar_sample(raw, path, seen, compressed=kind is not None))
+        if kind is None:
+            for raw in _parse_all(parser, chunks):
+                samples.append(_tar_sample(raw, path, seen))
+            continue
+        if unpack_dir is None:
+            raise UsageError(f"{path} is compressed ({kind}): scanning it needs an unpack_dir to decompress into")
+        unpacked = os.path.join(unpack_dir, f"input-{number:06d}.tar")
+        with open(unpacked, "wb") as out:
+            for raw in _parse_all(parser, _copied(_decompressed(chunks, kind, path), out)):
+                samples.append(_tar_sample(raw, unpacked, seen, tar_origin=path))
     return ScannedSource("tar", samples)
+
+
+def _parse_all(parser: SampleParser, chunks: Iterator[bytes]) -> Iterator[RawSample]:
+    """Every sample of a tar stream, up to its end-of-archive marker."""
+    for chunk in chunks:
+        yield from parser.feed(chunk)
+        if parser.ended:
+            break
+    yield from parser.finish()
+
+
+def _copied(chunks: Iterator[bytes], out: BinaryIO) -> Iterator[bytes]:
+    """Pass ``chunks`` on, writing each to ``out`` first."""
+    for chunk in chunks:
+        out.write(chunk)
+        yield chunk
 
 
 def _decompressed(chunks: Iterator[bytes], kind: Compression, path: str) -> Iterator[bytes]:
@@ -362,16 +392,17 @@ def _decompressed(chunks: Iterator[bytes], kind: Compression, path: str) -> Iter
     stream.finish()
 
 
-def _tar_sample(raw, path: str, seen: dict[str, str], *, compressed: bool = False) -> InputSample:
+def _tar_sample(raw: RawSample, path: str, seen: dict[str, str], *, tar_origin: str | None = None) -> InputSample:
+    """A tar input's sample, read later from ``path`` by byte range
+    (``tar_origin``: the compressed input that ``path`` unpacks)."""
+    named = tar_origin or path
     if raw.key in seen:
         raise DuplicateSampleError(
-            f"sample key {raw.key!r} appears in both {seen[raw.key]} and {path}",
+            f"sample key {raw.key!r} appears in both {seen[raw.key]} and {named}",
             first=seen[raw.key],
-            second=path,
+            second=named,
         )
-    seen[raw.key] = path
-    if compressed:  # no byte range to read later: keep the bytes
-        fields = tuple(Field(ext, len(data), data=data) for ext, data in sorted(raw.fields.items()))
-        return InputSample(raw.key, fields, origin=f"{path}@{raw.start} (uncompressed)")
+    seen[raw.key] = named
     fields = tuple(Field(ext, len(data)) for ext, data in sorted(raw.fields.items()))
-    return InputSample(raw.key, fields, tar_range=(path, raw.start, raw.end), origin=f"{path}@{raw.start}")
+    where = f"{named}@{raw.start}" + (" (uncompressed)" if tar_origin else "")
+    return InputSample(raw.key, fields, tar_range=(path, raw.start, raw.end), origin=where, tar_origin=tar_origin)

@@ -23,6 +23,7 @@ import multiprocessing
 import functools
 import os
 import threading
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -44,7 +45,7 @@ from shardkit.write.destination import (
     output_error,
     prepare_destination,
 )
-from shardkit.write.inputs import InputSample, scan_source
+from shardkit.write.inputs import InputSample, ScannedSource, scan_source
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
 from shardkit.write.plan import ShardTask, plan_shards
 from shardkit.write.upload import write_to_remote
@@ -169,6 +170,7 @@ def _read_fields(sample: InputSample) -> list[tuple[str, bytes]]:
     """Load a sample's member bytes, checking sizes against the plan."""
     if sample.tar_range is not None:
         path, start, end = sample.tar_range
+        named = sample.tar_origin or path  # an unpacked copy is named by its input
         parser = SampleParser(path=path, base_offset=start)
         raws = []
         try:
@@ -177,12 +179,12 @@ def _read_fields(sample: InputSample) -> list[tuple[str, bytes]]:
             raws += parser.finish(expect_end_marker=False)
         except OSError as exc:
             raise InputFileError(
-                f"{path}: cannot read input shard ({exc.strerror or exc}); "
+                f"{named}: cannot read input shard ({exc.strerror or exc}); "
                 "restore it, or pass --on-error skip to leave its samples out",
-                path=path,
+                path=named,
             ) from exc
         if len(raws) != 1 or raws[0].key != sample.key:
-            raise InputFileError(f"{path}: input shard changed since it was scanned (at byte {start})", path=path)
+            raise InputFileError(f"{named}: input shard changed since it was scanned (at byte {start})", path=named)
         fields = sorted(raws[0].fields.items())
     else:
         fields = []
@@ -389,8 +391,29 @@ def _write_local(
     """:func:`write_dataset` into the local directory ``dest``."""
     started = time.perf_counter()
     limits = ShardLimits(max_samples=options.max_samples, max_bytes=options.max_bytes)
-    # Check the source before touching the destination.
-    scanned = scan_source(source, format=options.format, on_error=options.on_error)
+    # Input shards compressed whole are unpacked here once, for the shard
+    # writers to read by byte range; the copies go when the write ends.
+    with tempfile.TemporaryDirectory(prefix="shardkit-unpack-") as unpack_dir:
+        # Check the source before touching the destination.
+        scanned = scan_source(source, format=options.format, on_error=options.on_error, unpack_dir=unpack_dir)
+        return _write_scanned(
+            scanned, source, dest, options=options, progress=progress, check_space=check_space, started=started,
+            limits=limits,
+        )
+
+
+def _write_scanned(
+    scanned: ScannedSource,
+    source: str,
+    dest: str,
+    *,
+    options: WriteOptions,
+    progress: Callable[[Progress], None] | None,
+    check_space: bool,
+    started: float,
+    limits: ShardLimits,
+) -> WriteReport:
+    """The rest of :func:`_write_local`, once the source is scanned."""
     prepare_destination(dest, overwrite=options.overwrite, resume=options.resume)
     tasks, oversized = plan_shards(scanned.samples, limits=limits, seed=options.seed, shuffle=options.shuffle)
     for sample in oversized:

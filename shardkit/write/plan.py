@@ -52,7 +52,10 @@ def _fingerprint(samples: Sequence[InputSample]) -> str:
     for sample in samples:
         digest.update(sample.key.encode("utf-8", "surrogateescape") + b"\0")
         if sample.tar_range is not None:
-            digest.update(repr(sample.tar_range).encode("utf-8", "surrogateescape"))
+            # An unpacked copy of a compressed input lives at a new path each
+            # run: the input's own path identifies the sample.
+            path, start, end = sample.tar_range
+            digest.update(repr((sample.tar_origin or path, start, end)).encode("utf-8", "surrogateescape"))
         for f in sample.fields:
             digest.update(f"{f.ext}\0{f.size}\0{f.path}\0".encode("utf-8", "surrogateescape"))
             if f.data is not None:
