@@ -23,7 +23,7 @@ The record also holds the window sampler's shuffle quality (see
 :func:`shardkit.shuffle_quality`) on a worst case for locality, shards that
 each hold one class. Writes JSON, a Markdown table and a PNG plot::
 
-    python bench/bench_random_access.py            # about 3 minutes
+    python bench/bench_random_access.py            # about 4 minutes on 2 cores
     python bench/bench_random_access.py --quick    # smaller, for a smoke test
 """
 
@@ -269,15 +269,25 @@ def local_runs(manifest, urls, indices, args, *, cold: bool) -> list[dict[str, A
         ("wids (lru 10)", lambda: wids_dataset(manifest, urls, lru_size=10, cache_dir=None)),
         ("wids (lru all)", lambda: wids_dataset(manifest, urls, lru_size=manifest.num_shards, cache_dir=None)),
     ]
-    for name, make in tools:
-        if cold:
-            drop_page_cache()
-        else:
-            warm_page_cache(manifest.location)
-        result = run_loader(make(), indices, workers=args.workers, batch_size=args.batch_size)
-        rows.append({"tool": name, "cache": "cold" if cold else "warm", **result})
-        print(f"  local {'cold' if cold else 'warm'} {name:26s} {result['samples_per_s']:9.1f} samples/s  "
-              f"first batch {result['first_batch_s']:.3f} s", flush=True)
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name, _ in tools}
+    for repeat in range(args.repeats):
+        # Rotate the order, so no tool always runs first (or right after another).
+        for name, make in tools[repeat % len(tools) :] + tools[: repeat % len(tools)]:
+            if cold:
+                drop_page_cache()
+            else:
+                warm_page_cache(manifest.location)
+            result = run_loader(make(), indices, workers=args.workers, batch_size=args.batch_size)
+            runs[name].append(result)
+            print(f"  local {'cold' if cold else 'warm'} {name:30s} {result['samples_per_s']:9.1f} samples/s  "
+                  f"first batch {result['first_batch_s']:.3f} s", flush=True)
+    for name, _ in tools:
+        results = runs[name]
+        row = {"tool": name, "cache": "cold" if cold else "warm"}
+        for key in results[0]:
+            row[key] = float(np.median([r[key] for r in results]))
+        row["samples_per_s_runs"] = [r["samples_per_s"] for r in results]
+        rows.append(row)
     return rows
 
 
@@ -363,8 +373,9 @@ def markdown(record: dict[str, Any]) -> str:
         f"{cfg['num_shards']} shards of {cfg['shard_mb']} MB, {cfg['sample_kb']} KiB samples "
         f"({record['num_samples']} in all); {cfg['samples']} uniformly shuffled indices "
         f"({cfg['http_samples']} over HTTP); DataLoader with {cfg['workers']} workers, batches of "
-        f"{cfg['batch_size']}, raw bytes. {record['machine']['cpus']} CPUs. The ceiling row reads "
-        "nothing: it is what the DataLoader moves from workers at this sample size.",
+        f"{cfg['batch_size']}, raw bytes. {record['machine']['cpus']} CPUs. Local figures are medians of "
+        f"{cfg['repeats']} runs (range in brackets). The ceiling row reads nothing: it is what the DataLoader "
+        "moves from workers at this sample size.",
         "",
         "## Local files",
         "",
@@ -376,7 +387,8 @@ def markdown(record: dict[str, Any]) -> str:
         r10 = ratio(local, row["tool"], "wids (lru 10)", cache=row["cache"])
         rall = ratio(local, row["tool"], "wids (lru all)", cache=row["cache"])
         lines.append(
-            f"| {row['cache']} | {row['tool']} | {row['samples_per_s']:.0f} | {row['first_batch_s']:.3f} | "
+            f"| {row['cache']} | {row['tool']} | {row['samples_per_s']:.0f} "
+            f"[{min(row['samples_per_s_runs']):.0f}-{max(row['samples_per_s_runs']):.0f}] | {row['first_batch_s']:.3f} | "
             f"{row['cpu_s']:.1f} | {r10:.2f}x | {rall:.2f}x |"
         )
     if record.get("cold_skipped"):
@@ -456,6 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-kb", type=int, default=96)
     parser.add_argument("--samples", type=int, default=6000, help="indices read per local run")
     parser.add_argument("--http-samples", type=int, default=2000, help="indices read per HTTP run")
+    parser.add_argument("--repeats", type=int, default=3, help="local runs per tool (the median is reported)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--window-shards", type=int, default=4)
@@ -471,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=os.path.join(HERE, "results", "random_access.json"))
     args = parser.parse_args(argv)
     if args.quick:
-        args.shards, args.shard_mb, args.samples, args.http_samples = 12, 8, 1000, 500
+        args.shards, args.shard_mb, args.samples, args.http_samples, args.repeats = 12, 8, 1000, 500, 1
 
     data = os.path.join(args.workdir, "data")
     manifest = make_dataset(data, num_shards=args.shards, shard_mb=args.shard_mb, sample_kb=args.sample_kb)
@@ -514,6 +527,7 @@ def main(argv: list[str] | None = None) -> int:
             "samples": args.samples,
             "http_samples": args.http_samples,
             "workers": args.workers,
+            "repeats": args.repeats,
             "batch_size": args.batch_size,
             "window_shards": args.window_shards,
             "store_latency_ms": args.store_latency_ms,

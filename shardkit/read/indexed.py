@@ -263,12 +263,15 @@ class IndexedDataset(Dataset):
         decode: None for raw bytes; ``"pil"`` / ``"tensor"``; or a
             :class:`~shardkit.Decoder`.
         map: A function applied to each (decoded) sample dict.
-        source_options: Storage options; ``cache_dir`` caches whole remote
-            shards on first use, ``part_bytes`` (4 MiB) is the largest
-            sample fetched with one request.
+        source_options: Storage options. With ``cache_dir``, a remote shard
+            is copied whole into the cache in the background when first read;
+            ``part_bytes`` (4 MiB) is the largest sample fetched with one
+            request; ``max_concurrent_requests`` (8) is how many samples of a
+            DataLoader batch are read at once.
         on_error: ``"raise"`` or ``"skip"`` (see above).
         max_open_shards: Shards whose index and open file or connection are
-            kept per process (least recently used beyond it are closed).
+            kept per process; least recently used ones beyond it are dropped
+            (and closed once no read in progress holds them).
 
     Raises:
         UsageError: Invalid options; shards without sample counts and offset

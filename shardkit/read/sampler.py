@@ -185,9 +185,11 @@ def rank_window_indices(
 class ShardWindowSampler(Sampler[int]):
     """Shuffle shards, then samples within a window of a few shards at a time.
 
-    See the module docstring for the order. Every index appears exactly once
-    per epoch over all ranks (plus padding repeats with ``drop_last=False``),
-    and every rank gets :func:`len` indices. The order is a pure function of
+    See the module docstring for the order. Over all ranks an epoch holds
+    every index exactly once, plus repeats of the first few that pad it to a
+    multiple of ``world_size`` (``drop_last=False``), or less its last few
+    (fewer than ``world_size``, with ``drop_last=True``); every rank gets
+    :func:`len` indices. The order is a pure function of
     ``(seed, epoch, rank, world_size)``, so ``StatefulDataLoader`` resumes it
     by fast-forwarding.
 
