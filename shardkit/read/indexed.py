@@ -38,6 +38,7 @@ import numpy as np
 from torch.utils.data import Dataset, default_collate
 
 from shardkit.errors import CorruptShardError, ManifestError, TruncatedShardError, UsageError
+from shardkit.format.compression import MAGIC_BYTES, compression_from_name, detect_compression
 from shardkit.format.index import decode_index, load_index
 from shardkit.format.manifest import Manifest
 from shardkit.format.tar import SampleParser
@@ -60,26 +61,16 @@ Sample = dict[str, Any]
 #: Shards whose index and file (or connection) stay open per process.
 DEFAULT_MAX_OPEN_SHARDS = 64
 
-_COMPRESSED_SUFFIXES = {".tar.gz": "gzip", ".tgz": "gzip", ".tar.zst": "zstd", ".tar.zstd": "zstd"}
-_COMPRESSED_MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd"}
-
-
 def compression_of(url: str, head: bytes | None = None) -> str | None:
     """The whole-shard compression of a shard, or None for a plain tar.
 
     Decided by the first bytes when given (gzip ``1f 8b``, zstandard
-    ``28 b5 2f fd``), else by the name (``.tar.gz``, ``.tgz``, ``.tar.zst``).
+    ``28 b5 2f fd``), else by the name (``.tar.gz``, ``.tgz``, ``.tar.zst``);
+    see :mod:`shardkit.format.compression`.
     """
     if head is not None:
-        for magic, kind in _COMPRESSED_MAGIC.items():
-            if head.startswith(magic):
-                return kind
-        return None
-    name = url.split("?", 1)[0].lower()
-    for suffix, kind in _COMPRESSED_SUFFIXES.items():
-        if name.endswith(suffix):
-            return kind
-    return None
+        return detect_compression(head)
+    return compression_from_name(url)
 
 
 def _refuse_compressed(url: str, kind: str) -> UsageError:
@@ -469,7 +460,7 @@ class IndexedDataset(Dataset):
     def _check_compressed(self, handle: _LocalShard | _RemoteShard) -> None:
         """Raise the reshard advice when a shard that failed to parse is compressed."""
         try:
-            head = handle.head(4)
+            head = handle.head(MAGIC_BYTES)
         except OSError:
             return
         kind = compression_of(handle.url, head)
@@ -559,6 +550,6 @@ class IndexedDataset(Dataset):
 def _local_head(url: str) -> bytes | None:
     try:
         with open(local_path(url), "rb") as f:
-            return f.read(4)
+            return f.read(MAGIC_BYTES)
     except OSError:
         return None
