@@ -5,7 +5,9 @@ in shard)`` with a binary search over cumulative per-shard counts, looks the
 sample's byte range up in the shard's offset index (see
 :mod:`shardkit.format.index`) and reads exactly those bytes:
 
-* a local shard: one ``pread`` on a file descriptor kept open;
+* a local shard: one ``pread`` on a file descriptor kept open (marked
+  ``POSIX_FADV_RANDOM``, so the kernel does not read ahead bytes nobody asked
+  for; random reads do not take turns on a spinning disk as streams do);
 * a remote shard: one HTTP ``Range`` request or S3 ranged GET for a sample of
   up to ``part_bytes`` (larger samples are fetched in concurrent parts);
 * a remote shard with ``cache_dir`` set: the first read of a shard is a
@@ -14,7 +16,9 @@ sample's byte range up in the shard's offset index (see
   shards); once it is there, reads are ``pread`` s of the cached file.
 
 The bytes are parsed with :class:`~shardkit.format.tar.SampleParser`, which
-checks tar structure, and must hold exactly one sample.
+checks tar structure, and must hold exactly one sample. The samples of a
+DataLoader batch (``__getitems__``) are read by a few threads at once, so a
+remote batch costs about one request's latency.
 
 What is kept per process, all bounded: the per-shard offset indexes
 (memory-mapped for local files, fetched once for remote ones) and open files
