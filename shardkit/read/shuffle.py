@@ -8,6 +8,14 @@ end of the stream the residents leave in random order. Its randomness comes
 only from the numpy generator it is given, which the reader seeds from
 ``(seed, epoch, rank, worker)``.
 
+The buffer does not wait until it is full to emit its first sample: it
+starts once it holds ``initial`` samples (:data:`INITIAL_FILL`, 100 by
+default, or ``size`` if smaller) and then grows by one sample per sample
+emitted (it admits two for each one it lets out) until it holds ``size``.
+A worker with a 10,000-sample buffer thus yields after reading 100 samples
+instead of 10,000; the price is a narrower mix over the first
+``2 * (size - initial)`` samples of the stream.
+
 :func:`round_robin` mixes several read streams of one worker before its
 buffer (the reader's ``interleave``).
 
@@ -32,7 +40,12 @@ T = TypeVar("T")
 #: state rebuilds the buffer by running this algorithm again: change the
 #: value whenever a change here would send a seeded buffer's items out in
 #: another order.
-SHUFFLE_ALGORITHM = "swap_buffer_v1"
+SHUFFLE_ALGORITHM = "growing_swap_buffer_v1"
+
+#: Samples a buffer holds before it emits its first one (webdataset's
+#: ``initial`` default too); it then grows to its size (see the module
+#: docstring).
+INITIAL_FILL = 100
 
 #: Uniform variates drawn from the generator at a time (one numpy call per
 #: batch instead of one per sample).
@@ -40,7 +53,12 @@ _DRAW_BATCH = 4096
 
 
 class ShuffleBuffer(Generic[T]):
-    """Swap-buffer shuffle of an item stream.
+    """Growing swap-buffer shuffle of an item stream.
+
+    The buffer emits its first item once it holds ``initial`` items; from
+    then on the number it must hold before emitting (its target) rises by one
+    with each item emitted, until it reaches ``size``. A byte cap counts the
+    buffer as full whatever its target.
 
     Args:
         size: Most items held; 0 or 1 disables shuffling.
@@ -48,9 +66,13 @@ class ShuffleBuffer(Generic[T]):
         max_bytes: Optional cap on the bytes held, measured by ``nbytes``; the
             buffer counts as full when either cap is reached.
         nbytes: Size of one item in bytes; needed when ``max_bytes`` is set.
+        initial: Items held before the first is emitted (at most ``size``;
+            default :data:`INITIAL_FILL`). ``initial >= size`` fills the whole
+            buffer first.
 
     Raises:
-        UsageError: Negative size, or ``max_bytes`` without ``nbytes``.
+        UsageError: Negative size, ``initial`` below 1, or ``max_bytes``
+            without ``nbytes``.
     """
 
     def __init__(
@@ -60,16 +82,22 @@ class ShuffleBuffer(Generic[T]):
         rng: np.random.Generator,
         max_bytes: int | None = None,
         nbytes: Callable[[T], int] | None = None,
+        initial: int = INITIAL_FILL,
     ):
         if size < 0:
             raise UsageError(f"shuffle buffer size must be >= 0, not {size}")
+        if initial < 1:
+            raise UsageError(f"shuffle buffer initial fill must be >= 1, not {initial}")
         if max_bytes is not None and (max_bytes <= 0 or nbytes is None):
             raise UsageError("max_bytes needs a positive value and an nbytes function")
         self.size = size
         self.max_bytes = max_bytes
         self.rng = rng
+        self.initial = initial
         self._nbytes = nbytes
         self._draws: list[float] = []
+        #: Items the buffer must hold before it emits one (grows to ``size``).
+        self._target = min(initial, size)
 
     def _uniform(self) -> float:
         if not self._draws:
@@ -79,14 +107,18 @@ class ShuffleBuffer(Generic[T]):
 
     def follow(self, *, nbytes: Callable[[T], int] | None = None) -> ShuffleBuffer[T]:
         """A buffer with the same caps that continues this one's random
-        stream (it shares the generator and the draws not yet used).
+        stream and growth (it shares the generator and the draws not yet
+        used, and starts at this one's target fill).
 
         Args:
             nbytes: Size function for the new buffer's items (which may be of
                 another type, e.g. samples where this buffer held positions).
         """
-        other: ShuffleBuffer[T] = ShuffleBuffer(size=self.size, rng=self.rng, max_bytes=self.max_bytes, nbytes=nbytes)
+        other: ShuffleBuffer[T] = ShuffleBuffer(
+            size=self.size, rng=self.rng, max_bytes=self.max_bytes, nbytes=nbytes, initial=self.initial
+        )
         other._draws = self._draws
+        other._target = self._target
         return other
 
     def shuffle(self, items: Iterable[T], *, resident: list[T] | None = None, held: int = 0) -> Iterator[T]:
@@ -108,24 +140,30 @@ class ShuffleBuffer(Generic[T]):
             yield self._pop_random(buf)
 
     def _mix(self, items: Iterable[T], buf: list[T], held: int) -> Iterator[T]:
-        """The steady part of :meth:`shuffle`: admit each item into ``buf``
-        (holding ``held`` bytes), and once it is full, let out a random
-        resident. Stops when ``items`` ends, leaving the residents in ``buf``."""
+        """The main part of :meth:`shuffle`: admit each item into ``buf``
+        (holding ``held`` bytes), and once it holds the target count (or the
+        byte cap), let out a random resident and raise the target by one, up
+        to ``size``. Stops when ``items`` ends, leaving the residents in
+        ``buf``."""
         size = self.size
         max_bytes = self.max_bytes
         nbytes = self._nbytes
         pop_random = self._pop_random
+        target = self._target
         for item in items:
             buf.append(item)
             if max_bytes is not None:
                 held += nbytes(item)  # type: ignore[misc]
-                if held < max_bytes and len(buf) < size:
+                if held < max_bytes and len(buf) < target:
                     continue
-            elif len(buf) < size:
+            elif len(buf) < target:
                 continue
             out = pop_random(buf)
             if max_bytes is not None:
                 held -= nbytes(out)  # type: ignore[misc]
+            if target < size:
+                target += 1
+                self._target = target  # before the yield: a stopped run leaves it right
             yield out
 
     def _pop_random(self, buf: list[T]) -> T:
@@ -195,8 +233,10 @@ class ShuffleBuffer(Generic[T]):
 
     def advance_indices(self, *, length: int | None, num_out: int) -> tuple[list[int], int]:
         """:meth:`advance` over the items ``0, 1, 2, ...`` (``length`` of
-        them, None for endless), vectorized: O(``num_out``) numpy work instead
-        of a Python step per item. Only without ``max_bytes``.
+        them, None for endless), for a fresh buffer, vectorized: the growth
+        to ``size`` runs step by step (at most ``2 * size`` items), the
+        steady part as O(``num_out``) numpy work instead of a Python step per
+        item. Only without ``max_bytes``.
 
         Returns:
             The resident item numbers in buffer order, and how many items
@@ -206,26 +246,41 @@ class ShuffleBuffer(Generic[T]):
         size = self.size
         if num_out <= 0:
             return [], 0
-        # Once full, the buffer's first size - 1 slots stay in place: each
-        # arriving item either leaves at once (draw hits the last slot) or
-        # takes the place of the resident it sends out.
-        steady = num_out if length is None else min(num_out, max(length - (size - 1), 0))
-        filled = size - 1 if length is None else min(size - 1, length)
-        slots = np.arange(filled, dtype=np.int64)
+        # Growth, run as the plain algorithm: it ends once the target is
+        # ``size`` and ``size - 1`` items are resident (the first item after
+        # that is the first one emitted on arrival).
+        grown = 2 * size - self._target - 1
+        stop = grown if length is None else min(grown, length)
+        buf: list[int] = []
+        emitted = 0
+        for _ in self._mix(iter(range(stop)), buf, 0):
+            emitted += 1
+            if emitted == num_out:
+                return buf, len(buf) + emitted
+        if stop < grown:  # the input ended while growing: residents leave in random order
+            while buf and emitted < num_out:
+                self._pop_random(buf)
+                emitted += 1
+            return buf, stop
+        # Steady: the buffer's size - 1 slots stay in place; each arriving
+        # item either leaves at once (draw hits the last slot) or takes the
+        # place of the resident it sends out.
+        left = num_out - emitted
+        steady = left if length is None else min(left, max(length - grown, 0))
+        slots = np.array(buf, dtype=np.int64)
         if steady:
             picks = (self._take_draws(steady) * size).astype(np.int64)
             stay = np.flatnonzero(picks < size - 1)
             last = np.full(size - 1, -1, dtype=np.int64)
             np.maximum.at(last, picks[stay], stay)
             written = last >= 0
-            slots[written] = (size - 1) + last[written]
+            slots[written] = grown + last[written]
         buf = slots.tolist()
-        taken = (size - 1 + steady) if steady else filled
-        left = num_out - steady
-        if left > 0:  # the input ended: the rest leave in random order
-            while buf and left > 0:
-                self._pop_random(buf)
-                left -= 1
+        taken = grown + steady
+        left -= steady
+        while buf and left > 0:  # the input ended: the rest leave in random order
+            self._pop_random(buf)
+            left -= 1
         return buf, taken
 
 

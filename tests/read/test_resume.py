@@ -263,21 +263,40 @@ def test_a_state_of_another_shuffle_algorithm_is_refused_naming_both(make_shards
         merge_states([_state(manifest), state])
 
 
-def test_a_version_1_state_resumes_as_the_swap_buffer_shuffle(make_shards):
+def test_a_version_1_state_is_read_as_the_swap_buffer_shuffle(make_shards):
+    # A version 1 state names no shuffle: it is one of "swap_buffer_v1", which
+    # this release no longer runs, so mid-epoch it is refused naming both.
+    from shardkit.read.shuffle import SHUFFLE_ALGORITHM
+
     manifest = make_shards(SIZES)
     ds = ShardDataset(manifest, mode="exact", seed=1, buffer_size=4)
-    head = [s["__key__"] for s in itertools.islice(iter(ds), 5)]
+    list(itertools.islice(iter(ds), 5))
     state = ds.state_dict()
     del state["shuffle_algorithm"]  # what the previous release wrote
     state["version"] = 1
     resumed = ShardDataset(manifest, mode="exact", seed=1, buffer_size=4)
-    resumed.load_state_dict(state)
-    assert resumed.state_dict()["version"] == 2
-    rest = [s["__key__"] for s in resumed]
-    assert head + rest == [s["__key__"] for s in ShardDataset(manifest, mode="exact", seed=1, buffer_size=4)]
+    with pytest.raises(StateError, match=rf"'swap_buffer_v1'.*{SHUFFLE_ALGORITHM!r}.*start the epoch afresh"):
+        resumed.load_state_dict(state)
     state["shuffle_algorithm"] = "swap_buffer_v1"
     with pytest.raises(StateError, match=r"unexpected \['shuffle_algorithm'\]"):
         ShardDataset(manifest, mode="exact", seed=1, buffer_size=4).load_state_dict(state)
+
+
+def test_a_state_between_epochs_of_another_shuffle_loads(make_shards):
+    # No buffer position, so the shuffle it was saved with does not matter.
+    manifest = make_shards(SIZES)
+    ds = ShardDataset(manifest, mode="exact", seed=1, buffer_size=4)
+    ds.set_epoch(1)
+    state = ds.state_dict()
+    assert state["levels"] == []
+    del state["shuffle_algorithm"]
+    state["version"] = 1
+    resumed = ShardDataset(manifest, mode="exact", seed=1, buffer_size=4)
+    resumed.load_state_dict(state)
+    assert resumed.state_dict()["version"] == 2
+    fresh = ShardDataset(manifest, mode="exact", seed=1, buffer_size=4)
+    fresh.set_epoch(1)
+    assert [s["__key__"] for s in resumed] == [s["__key__"] for s in fresh]
 
 
 def test_a_state_that_is_not_a_mapping_is_refused(make_shards):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardkit.errors import UsageError
@@ -67,3 +67,88 @@ def test_invalid_buffer_options_are_refused():
         ShuffleBuffer(size=5, rng=_rng(), max_bytes=10)
     with pytest.raises(UsageError, match="at least one batch"):
         shuffle_quality([1, 2], batch_size=5)
+
+
+def _growing(size: int, initial: int, seed: int, max_bytes: int | None = None) -> ShuffleBuffer[int]:
+    return ShuffleBuffer(
+        size=size,
+        rng=_rng(seed),
+        initial=initial,
+        max_bytes=max_bytes,
+        nbytes=(lambda item: item % 7 + 1) if max_bytes is not None else None,
+    )
+
+
+def test_buffer_emits_after_its_initial_fill_and_grows_to_its_size():
+    taken = []
+
+    def produce():
+        for i in range(5000):
+            taken.append(i)
+            yield i
+
+    stream = ShuffleBuffer(size=1000, rng=_rng(), initial=10).shuffle(produce())
+    next(stream)
+    assert len(taken) == 10
+    for _ in range(99):
+        next(stream)
+    assert len(taken) == 10 + 2 * 99  # two admitted per emit while growing
+    for _ in range(2000):
+        next(stream)
+    emitted = 2100
+    assert len(taken) - emitted == 999  # full: size - 1 resident between arrivals
+
+
+def test_initial_fill_at_size_is_the_full_fill_shuffle():
+    taken = []
+
+    def produce():
+        for i in range(300):
+            taken.append(i)
+            yield i
+
+    stream = ShuffleBuffer(size=64, rng=_rng(), initial=1000).shuffle(produce())
+    next(stream)
+    assert len(taken) == 64
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    n=st.integers(0, 150),
+    size=st.integers(0, 30),
+    initial=st.integers(1, 35),
+    max_bytes=st.one_of(st.none(), st.integers(1, 80)),
+    cut=st.integers(0, 160),
+    seed=st.integers(0, 5),
+)
+def test_growing_buffer_advance_then_shuffle_the_rest_equals_one_shuffle(n, size, initial, max_bytes, cut, seed):
+    whole = list(_growing(size, initial, seed, max_bytes).shuffle(range(n)))
+    assert sorted(whole) == list(range(n))
+    buffer = _growing(size, initial, seed, max_bytes)
+    items = iter(range(n))
+    resident, held, _ = buffer.advance(items, cut)
+    rest = list(buffer.follow(nbytes=buffer._nbytes).shuffle(items, resident=resident, held=held))
+    assert whole[: min(cut, n)] + rest == whole
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    size=st.integers(2, 40),
+    initial=st.integers(1, 45),
+    length=st.one_of(st.none(), st.integers(0, 300)),
+    num_out=st.integers(0, 320),
+    seed=st.integers(0, 5),
+)
+def test_growing_buffer_vectorized_advance_matches_the_step_by_step_one(size, initial, length, num_out, seed):
+    slow = _growing(size, initial, seed)
+    items = iter(range(10**9) if length is None else range(length))
+    resident, _, taken = slow.advance(items, num_out)
+    fast = _growing(size, initial, seed)
+    assert fast.advance_indices(length=length, num_out=num_out) == (resident, taken)
+    assert fast._target == slow._target
+    assert [slow._uniform() for _ in range(3)] == [fast._uniform() for _ in range(3)]
+
+
+def test_an_initial_fill_below_one_is_refused():
+    with pytest.raises(UsageError, match="initial fill must be >= 1"):
+        ShuffleBuffer(size=5, rng=_rng(), initial=0)

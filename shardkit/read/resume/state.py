@@ -2,7 +2,7 @@
 
 A state is plain JSON data (no sample bytes)::
 
-    {"version": 2, "fingerprint": "...", "shuffle_algorithm": "swap_buffer_v1",
+    {"version": 2, "fingerprint": "...", "shuffle_algorithm": "growing_swap_buffer_v1",
      "options": {"mode": ..., "seed": ..., ...}, "epoch": 3,
      "levels": [{"world_size": 2, "num_workers": 4,
                  "delivered": [[12, 11, 12, 12], null], "next_worker": [1, null]}]}
@@ -12,9 +12,19 @@ A state is plain JSON data (no sample bytes)::
 (:data:`~shardkit.read.shuffle.SHUFFLE_ALGORITHM`) whose buffers the state's
 counts refer to. Restoring replays that shuffle, so a state of another
 algorithm is refused with a :class:`~shardkit.StateError` naming both. A
-version 1 state (the previous release, which has no such key) is accepted:
-that release had only the ``"swap_buffer_v1"`` shuffle, so the state is read
-as one of that algorithm. Other versions are refused.
+version 1 state (an earlier release, which has no such key) is read as one of
+``"swap_buffer_v1"``, the only shuffle that release had. Other versions are
+refused.
+
+A state at the start of an epoch (no levels) holds no buffer position, so it
+does not depend on the shuffle: whatever algorithm it names, it is read as
+one of the current :data:`~shardkit.read.shuffle.SHUFFLE_ALGORITHM`. Thus a
+checkpoint taken between epochs by a release with another shuffle still
+loads; one taken mid-epoch is refused.
+
+History of the shuffle: ``"swap_buffer_v1"`` filled each buffer to its size
+before emitting; ``"growing_swap_buffer_v1"`` (current) starts emitting at an
+initial fill and grows to its size.
 """
 
 from __future__ import annotations
@@ -169,6 +179,8 @@ class ReaderState:
         if not isinstance(levels_data, list):
             raise StateError(f"reader state: 'levels' must be a list, not {type(levels_data).__name__}")
         levels = tuple(_parse_level(level, i) for i, level in enumerate(levels_data))
+        if not levels:
+            algorithm = SHUFFLE_ALGORITHM  # no buffer position: the shuffle does not matter
         for i, level in enumerate(levels[:-1]):
             if not level.complete:
                 raise StateError(f"reader state: level {i} is not the last one but lacks some slots' counts")
