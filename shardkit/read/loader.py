@@ -24,6 +24,7 @@ from shardkit.read.resume.state import (
     rank_state,
     start_for,
 )
+from shardkit.read.slot import collate_samples
 from shardkit.world import World, detect_worker
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ class _TaggedCollate:
 
     def __call__(self, data: Any) -> tuple[int, int, Any]:
         if self.batched:
-            return data[-1][0], data[-1][1], self.collate([item for _, _, item in data])
+            return data[-1][0], data[-1][1], collate_samples([item for _, _, item in data], collate=self.collate)
         worker, count, item = data
         return worker, count, self.collate(item)
 

@@ -15,8 +15,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import torch
 from torch.utils.data import default_collate
 
+from shardkit.errors import UsageError
 from shardkit.io.base import SourceOptions
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.decode import Decoder
@@ -43,6 +46,86 @@ def _as_dicts(located: Iterator[tuple[int, Located]]) -> Iterator[tuple[int, Sam
         sample: Sample = {"__key__": raw.key}
         sample.update(raw.fields)
         yield count, sample
+
+
+def _shape(value: Any) -> tuple[int, ...] | None:
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return tuple(value.shape)
+    return None
+
+
+def _ragged_field(samples: list[Any], path: tuple[Any, ...] = ()) -> tuple[tuple[Any, ...], int, int] | None:
+    """The first field (as a key path) whose tensors differ in shape across
+    ``samples``, with the two sample numbers that differ; None if none does."""
+    first = samples[0]
+    if isinstance(first, dict):
+        for key in first:
+            if all(isinstance(s, dict) and key in s for s in samples):
+                found = _ragged_field([s[key] for s in samples], path + (key,))
+                if found is not None:
+                    return found
+        return None
+    if isinstance(first, (tuple, list)) and not isinstance(first, str):
+        if all(isinstance(s, (tuple, list)) and len(s) == len(first) for s in samples):
+            for i in range(len(first)):
+                found = _ragged_field([s[i] for s in samples], path + (i,))
+                if found is not None:
+                    return found
+        return None
+    shape = _shape(first)
+    if shape is None:
+        return None
+    for j, value in enumerate(samples[1:], 1):
+        other = _shape(value)
+        if other is not None and other != shape:
+            return path, 0, j
+    return None
+
+
+def _sample_name(sample: Any, number: int) -> str:
+    key = sample.get("__key__") if isinstance(sample, dict) else None
+    return f"sample {key!r}" if isinstance(key, str) else f"sample {number} of the batch"
+
+
+def collate_samples(samples: list[Any], *, collate: Callable[[list[Any]], Any] = default_collate) -> Any:
+    """``collate(samples)``, with a clear error when a field's tensors
+    differ in shape (images of different sizes, say), which torch reports
+    as a bare ``RuntimeError`` (in a worker: "Trying to resize storage that
+    is not resizable").
+
+    Args:
+        samples: The samples of one batch.
+        collate: The collation (default ``torch.utils.data.default_collate``).
+
+    Returns:
+        The batch.
+
+    Raises:
+        UsageError: A field's tensors differ in shape; names the field, two
+            shapes and the remedies.
+    """
+    try:
+        return collate(samples)
+    except RuntimeError as exc:
+        found = _ragged_field(samples)
+        if found is None:
+            raise
+        path, a, b = found
+        field = ".".join(map(str, path)) or "<sample>"
+
+        def value(sample: Any) -> Any:
+            for part in path:
+                sample = sample[part]
+            return sample
+
+        raise UsageError(
+            f"cannot batch field {field!r}: its tensors differ in shape, {_shape(value(samples[a]))} in "
+            f"{_sample_name(samples[a], a)} and {_shape(value(samples[b]))} in {_sample_name(samples[b], b)}. "
+            "A batch stacks each field, so give it one size: transform the encoded image to a fixed size "
+            "(e.g. ShardDataset(..., map=...) applying shardkit.transforms.DecodeRandomResizedCrop(224) to "
+            "the image bytes, in place of decode=), or keep the samples as a list "
+            "(ShardDataset(..., batch_size=64, collate=list) with make_loader(dataset, batch_size=None))"
+        ) from exc
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -146,4 +229,4 @@ class SlotReader:
             batch = list(itertools.islice(samples, size))
             if not batch or (len(batch) < size and not self.partial_batches):
                 return
-            yield batch[-1][0], collate([s for _, s in batch])
+            yield batch[-1][0], collate_samples([s for _, s in batch], collate=collate)
