@@ -14,6 +14,7 @@ skipped silently: adapt it here. Bash blocks are not run.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import re
@@ -34,6 +35,7 @@ README = ROOT / "README.md"
 SUBSTITUTIONS: tuple[tuple[str, str, str], ...] = (
     ('"https://data.example.com/train/manifest.json"', '"shards/train/manifest.json"', "no network: local manifest"),
     ('"s3://bucket/train/"', '"shards/train/"', "no object store: local folder"),
+    ('s3_endpoint_url="http://minio:9000"', "s3_endpoint_url=None", "the local folder needs no S3 endpoint"),
     ('"/local/ssd/shardkit-cache"', '"cache"', "a cache folder inside the test's folder"),
     (
         'dist.init_process_group("nccl")',
@@ -42,6 +44,7 @@ SUBSTITUTIONS: tuple[tuple[str, str, str], ...] = (
     ),
     ('write_dataset("data/train", "shards/train"', 'write_dataset("data/train", "shards/written"', "shards/train exists"),
     ("ds[123_456]", "ds[len(ds) - 1]", "the demo has fewer samples"),
+    ("DistributedSampler(ds)", "DistributedSampler(ds, num_replicas=1, rank=0)", "one process, no process group"),
 )
 
 #: Patterns that must not remain in a block after the substitutions: it would
@@ -50,6 +53,7 @@ UNADAPTED = (
     re.compile(r"\b(?:s3|https?|gs|gcs|az|abfs)://"),
     re.compile(r"init_process_group\((?!\"gloo\", init_method=PROCESS_GROUP_URL)"),
     re.compile(r"\btorchrun\b"),
+    re.compile(r"DistributedSampler\((?![^)]*num_replicas)"),
 )
 
 
@@ -131,6 +135,9 @@ def _run(code: str, line: int, namespace: dict[str, Any]) -> None:
         dist = namespace.get("dist")
         if dist is not None and dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
+        # Stop the block's loaders (and their workers) before the next block.
+        namespace.clear()
+        gc.collect()
 
 
 def test_every_python_block_of_the_readme_runs(demo, monkeypatch):
