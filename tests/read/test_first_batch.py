@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 import shardkit.read.slot as slot_module
-from shardkit import ShardDataset
+from shardkit import ShardDataset, make_loader
 from shardkit.read.resume.state import Level, ReaderState, dataset_fingerprint
 from shardkit.read.shuffle import INITIAL_FILL
 from shardkit.world import World
@@ -94,3 +94,21 @@ def test_world_slots_each_start_early(make_shards, counted_reads):
         counted_reads.clear()
         next(ds.iter_slot(World(worker=worker, num_workers=2), epoch=0))
         assert counted_reads["samples"] == INITIAL_FILL
+
+
+def test_loader_workers_resume_within_the_growth(make_shards):
+    manifest = make_shards(SIZES)
+
+    def loader():
+        ds = ShardDataset(manifest, mode="exact", seed=3, buffer_size=BUFFER)
+        return make_loader(ds, batch_size=10, num_workers=2, in_order=True, persistent_workers=False)
+
+    whole = [key for batch in loader() for key in batch["__key__"]]
+    first = loader()
+    it = iter(first)
+    head = [key for batch in itertools.islice(it, 25) for key in batch["__key__"]]  # 125 per worker: growing
+    state = first.state_dict()
+    del it
+    resumed = loader()
+    resumed.load_state_dict(state)
+    assert head + [key for batch in resumed for key in batch["__key__"]] == whole

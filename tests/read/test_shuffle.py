@@ -79,15 +79,16 @@ def _growing(size: int, initial: int, seed: int, max_bytes: int | None = None) -
     )
 
 
+def _counted(n: int, taken: list[int]):
+    """``range(n)``, appending each item to ``taken`` as it is drawn."""
+    for i in range(n):
+        taken.append(i)
+        yield i
+
+
 def test_buffer_emits_after_its_initial_fill_and_grows_to_its_size():
-    taken = []
-
-    def produce():
-        for i in range(5000):
-            taken.append(i)
-            yield i
-
-    stream = ShuffleBuffer(size=1000, rng=_rng(), initial=10).shuffle(produce())
+    taken: list[int] = []
+    stream = ShuffleBuffer(size=1000, rng=_rng(), initial=10).shuffle(_counted(5000, taken))
     next(stream)
     assert len(taken) == 10
     for _ in range(99):
@@ -100,14 +101,8 @@ def test_buffer_emits_after_its_initial_fill_and_grows_to_its_size():
 
 
 def test_initial_fill_at_size_is_the_full_fill_shuffle():
-    taken = []
-
-    def produce():
-        for i in range(300):
-            taken.append(i)
-            yield i
-
-    stream = ShuffleBuffer(size=64, rng=_rng(), initial=1000).shuffle(produce())
+    taken: list[int] = []
+    stream = ShuffleBuffer(size=64, rng=_rng(), initial=1000).shuffle(_counted(300, taken))
     next(stream)
     assert len(taken) == 64
 
