@@ -1,8 +1,10 @@
 """Every Python code block of README.md runs against the demo data.
 
 The blocks run in README order, each in a fresh namespace holding ``shardkit``
-(the README reads as one session after ``import shardkit``) and the names
-listed in :data:`PROVIDED`, with the working directory a temporary folder that
+(the README reads as one session after ``import shardkit``) and stand-ins
+for what a reader brings (``jpeg_bytes``, ``model``, ``train_step``; a block
+using ``resuming`` runs twice, without and then with the checkpoint it
+saved), with the working directory a temporary folder that
 holds the demo: ``data/train`` (an ImageFolder of about 60 JPEGs of different
 sizes, made by ``tools/gen_images.py``) and ``shards/train`` and
 ``shards/val`` (``shardkit write`` of it). Remote and distributed code is
@@ -122,10 +124,6 @@ def _namespace(root: Path) -> dict[str, Any]:
         "model": _Model(),
         "train_step": _train_step,
     }
-
-
-#: Names the blocks may use without defining them (besides ``shardkit``).
-PROVIDED = ("jpeg_bytes", "model", "train_step", "resuming")
 
 
 def _run(code: str, line: int, namespace: dict[str, Any]) -> None:
