@@ -112,6 +112,7 @@ def collate_samples(samples: list[Any], *, collate: Callable[[list[Any]], Any] =
             raise
         path, a, b = found
         field = ".".join(map(str, path)) or "<sample>"
+        top = path[0] if path and isinstance(path[0], str) else "jpg"  # the sample dict's field
 
         def value(sample: Any) -> Any:
             for part in path:
@@ -121,9 +122,9 @@ def collate_samples(samples: list[Any], *, collate: Callable[[list[Any]], Any] =
         raise UsageError(
             f"cannot batch field {field!r}: its tensors differ in shape, {_shape(value(samples[a]))} in "
             f"{_sample_name(samples[a], a)} and {_shape(value(samples[b]))} in {_sample_name(samples[b], b)}. "
-            "A batch stacks each field, so give it one size: transform the encoded image to a fixed size "
-            "(e.g. ShardDataset(..., map=...) applying shardkit.transforms.DecodeRandomResizedCrop(224) to "
-            "the image bytes, in place of decode=), or keep the samples as a list "
+            "A batch stacks each field, so give it one size: decode and crop the image to a fixed size, e.g. "
+            f"ShardDataset(..., decode=shardkit.Decoder(image=None), map=shardkit.transforms.MapField({top!r}, "
+            "shardkit.transforms.DecodeRandomResizedCrop(224))), or keep the samples as a list "
             "(ShardDataset(..., batch_size=64, collate=list) with make_loader(dataset, batch_size=None))"
         ) from exc
 

@@ -23,7 +23,9 @@ def test_collate_names_the_field_the_shapes_and_the_remedy():
     ]
     with pytest.raises(UsageError, match=r"field 'jpg'.*\(3, 5, 4\) in sample 'a' and \(3, 7, 4\) in sample 'c'") as info:
         collate_samples(samples)
-    assert "DecodeRandomResizedCrop(224)" in str(info.value)
+    assert "map=shardkit.transforms.MapField('jpg', shardkit.transforms.DecodeRandomResizedCrop(224))" in str(
+        info.value
+    )
     assert "collate=list" in str(info.value)
     assert isinstance(info.value.__cause__, RuntimeError)
 
