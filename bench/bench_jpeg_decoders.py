@@ -16,6 +16,11 @@ round counts, which damps noise from other processes on a shared machine):
   resize for all; and :class:`shardkit.transforms.DecodeRandomResizedCrop`
   itself.
 
+It also reports the fused transforms' quality: PSNR against torchvision's
+decode (``torchvision.io.decode_jpeg``) then ``resized_crop(antialias=True)``
+for the same box (train), and against ``Resize(256)`` + ``CenterCrop(224)``
+(eval), over ``--psnr-count`` further images of each set.
+
 Writes ``bench/results/jpeg_decoders.json`` and ``.md``:
 
     .venv/bin/python bench/bench_jpeg_decoders.py            # ~1 minute
@@ -149,11 +154,45 @@ def measure(
     return best
 
 
+def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
+    mse = float(((a.float() - b.float()) ** 2).mean())
+    return float("inf") if mse == 0 else 10 * float(np.log10(255**2 / mse))
+
+
+def quality(images: list[bytes]) -> dict[str, dict[str, float]]:
+    """Mean and minimum PSNR (dB) of the fused transforms against torchvision on ``images``."""
+    import warnings
+
+    import torchvision.transforms.v2 as T
+    import torchvision.transforms.v2.functional as TF
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    from shardkit.transforms import DecodeResizeCenterCrop
+
+    train, evaluate = DecodeRandomResizedCrop(OUT_SIZE), DecodeResizeCenterCrop(OUT_SIZE)
+    reference_eval = T.Compose([T.Resize(256, antialias=True), T.CenterCrop(OUT_SIZE)])
+    torch.manual_seed(0)
+    values: dict[str, list[float]] = {"train": [], "eval": []}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torchvision.io's decoders are deprecated
+        for data in images:
+            decoded = decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
+            box = random_resized_crop_box(*image_size(data))
+            expected = TF.resized_crop(decoded, *box, [OUT_SIZE, OUT_SIZE], antialias=True)
+            values["train"].append(psnr(train(data, box=box), expected))
+            values["eval"].append(psnr(evaluate(data), reference_eval(decoded)))
+    return {
+        kind: {"mean_db": float(np.mean(np.minimum(v, 99.0))), "min_db": float(min(np.min(v), 99.0)), "count": len(v)}
+        for kind, v in values.items()
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=24, help="images per set")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--round-s", type=float, default=1.0, help="seconds per candidate per round")
+    parser.add_argument("--psnr-count", type=int, default=150, help="images per set for the PSNR figures")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "jpeg_decoders.json"))
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -162,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     for preset in ("imagenet", "highres"):
         images = photo_jpegs(preset, args.count, seed=1)
         results[preset] = measure(images, full, fused, rounds=args.rounds, round_s=args.round_s)
+    psnr_figures = {
+        preset: quality(photo_jpegs(preset, args.psnr_count, seed=2)) for preset in ("imagenet", "highres")
+    }
     lines = [
         "| decoder (per core) | ImageNet-like /s | high-res /s |",
         "| --- | ---: | ---: |",
@@ -170,9 +212,22 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {name} | {results['imagenet'][name]:.0f} | {results['highres'][name]:.0f} |")
     for name, why in missing.items():
         lines.append(f"| {name} | not run: {why} | |")
+    lines += [
+        "",
+        "PSNR of the fused transforms against torchvision (same box; 99 dB stands for identical images):",
+        "",
+        "| set | train mean / min dB | eval mean / min dB | images |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for preset, figures in psnr_figures.items():
+        train, evaluate = figures["train"], figures["eval"]
+        lines.append(
+            f"| {preset} | {train['mean_db']:.1f} / {train['min_db']:.1f} | "
+            f"{evaluate['mean_db']:.1f} / {evaluate['min_db']:.1f} | {train['count']} |"
+        )
     table = "\n".join(lines) + "\n"
     record = {"machine": machine(), "count": args.count, "rounds": args.rounds, "round_s": args.round_s,
-              "results": results, "missing": missing}  # fmt: skip
+              "results": results, "missing": missing, "psnr": psnr_figures}  # fmt: skip
     save_record(args.out, record, table)
     sys.stdout.write(table)
     return 0

@@ -25,7 +25,10 @@ output size with torch's antialiased bilinear filter (what torchvision's
   ``decode=shardkit.Decoder(image=None)`` still decodes labels and text).
 
 Each transform takes encoded bytes and returns a uint8 ``3 x H x W`` tensor
-(or an RGB PIL image with ``output="pil"``). Baseline and progressive RGB or
+(or an RGB PIL image with ``output="pil"``). The tensor's memory is in
+channels-last order, as torchvision's ``ToImage`` gives for a PIL image;
+the DataLoader's collation stacks such tensors as usual, and
+``.contiguous()`` makes plain ``C x H x W`` order where a step needs it. Baseline and progressive RGB or
 greyscale JPEGs, any chroma subsampling, take the fast path. CMYK and YCCK
 JPEGs, and every other format Pillow reads (PNG, WebP, ...), are decoded by
 Pillow (JPEGs still at a reduced DCT scale) and converted to RGB as
@@ -33,6 +36,17 @@ torchvision's ``ImageReadMode.RGB`` does: greyscale is repeated over three
 channels, alpha dropped. Without ``simplejpeg`` installed, every JPEG takes
 Pillow's path (``Image.draft``), which is slower but gives the same result
 within rounding.
+
+Why simplejpeg (``bench/bench_jpeg_decoders.py`` measures it): its wheels
+bundle libjpeg-turbo, so the ``torch`` extra installs it with no system
+package; it decodes at any k/8 scale; and its full decode is as fast as
+torchvision.io's and faster than Pillow's. Pillow's ``draft`` scales too
+but only by powers of two and with a slower decode; torchvision.io cannot
+scale (and its decoders are deprecated since torchvision 0.29); PyTurboJPEG
+needs the system's ``libturbojpeg``. None of them skips the entropy
+decoding of the rows and columns outside the box: libjpeg-turbo's own
+cropping and row skipping still entropy-decode every block, so what stays
+of a large file's cost is mostly reading its Huffman codes.
 
 Randomness and DataLoader workers: like torchvision, the training transform
 draws from torch's global generator. PyTorch's DataLoader seeds that
@@ -165,7 +179,7 @@ class _Source:
 
 
 def _resample(source: _Source, box: tuple[float, float, float, float], out_hw: tuple[int, int], flip: bool) -> torch.Tensor:
-    """Decode ``box`` of ``source`` and resample it to ``out_hw``: a contiguous uint8 ``3 x H x W`` tensor.
+    """Decode ``box`` of ``source`` and resample it to ``out_hw``: a uint8 ``3 x H x W`` tensor.
 
     The box, scaled to the decoded image, is rounded to whole pixels there
     (exact at full scale for integer boxes; at most half a decoded pixel
@@ -187,12 +201,14 @@ def _resample(source: _Source, box: tuple[float, float, float, float], out_hw: t
         )
     if flip:
         out = out.flip(-1)
-    return out[0].contiguous()
+    # Channels-last strides, as torchvision's ToImage gives for a PIL image:
+    # a copy to plain CHW order would cost as much as the resize.
+    return out[0] if out.data_ptr() != region.data_ptr() else out[0].contiguous(memory_format=torch.channels_last)
 
 
 def _finish(tensor: torch.Tensor, output: Output) -> Any:
     if output == "pil":
-        return Image.fromarray(tensor.permute(1, 2, 0).numpy(), "RGB")
+        return Image.fromarray(np.ascontiguousarray(tensor.permute(1, 2, 0).numpy()), "RGB")
     return tensor
 
 

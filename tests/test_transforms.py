@@ -232,7 +232,8 @@ def test_small_image_is_upscaled_to_the_output_size():
 def test_outputs_tensor_and_pil_with_rectangular_sizes(photos):
     data = photos["imagenet"][2]
     tensor = DecodeRandomResizedCrop((160, 192))(data)
-    assert tensor.shape == (3, 160, 192) and tensor.dtype == torch.uint8 and tensor.is_contiguous()
+    assert tensor.shape == (3, 160, 192) and tensor.dtype == torch.uint8
+    assert tensor.stride() == (1, 192 * 3, 3)  # channels-last, as ToImage gives
     image = DecodeRandomResizedCrop((160, 192), output="pil")(data, box=(0, 0, 300, 300))
     assert image.mode == "RGB" and image.size == (192, 160)
     assert torch.equal(TF.pil_to_tensor(image), DecodeRandomResizedCrop((160, 192))(data, box=(0, 0, 300, 300)))
