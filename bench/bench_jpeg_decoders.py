@@ -121,7 +121,9 @@ def candidates() -> tuple[dict[str, Callable[..., Any]], dict[str, Callable[...,
         from turbojpeg import TurboJPEG
 
         turbo = TurboJPEG()
-    except Exception as exc:  # ImportError, or its shared library is missing
+    except ImportError:
+        missing["PyTurboJPEG"] = "not installed (its pip package also needs the system's libturbojpeg)"
+    except Exception as exc:  # the package is there, its shared library is not
         missing["PyTurboJPEG"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
     else:
         full["PyTurboJPEG"] = lambda data: turbo.decode(data)
