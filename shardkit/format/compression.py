@@ -70,6 +70,16 @@ def detect_compression(first_bytes: bytes) -> Compression | None:
     return None
 
 
+def file_compression(path: str) -> Compression | None:
+    """The compression of the local file at ``path``, from its first bytes.
+
+    Raises:
+        OSError: The file cannot be opened or read.
+    """
+    with open(path, "rb") as f:
+        return detect_compression(f.read(MAGIC_BYTES))
+
+
 def compression_from_name(name: str) -> Compression | None:
     """The compression a shard's file name suggests (``.tar.gz``, ``.tgz``,
     ``.tar.zst``), or None. Names only hint; :func:`detect_compression` decides."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardkit.errors import ManifestError, UsageError
-from shardkit.format.compression import MAGIC_BYTES, compression_from_name, detect_compression
+from shardkit.format.compression import compression_from_name, file_compression
 from shardkit.format.index import index_path_for, load_index
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, load_manifest
 from shardkit.io.base import SourceOptions
@@ -65,8 +65,7 @@ class ShardCatalog:
 
 def _local_shard_is_compressed(path: str) -> bool:
     try:
-        with open(path, "rb") as f:
-            return detect_compression(f.read(MAGIC_BYTES)) is not None
+        return file_compression(path) is not None
     except OSError:
         return False  # reported when the shard is read
 

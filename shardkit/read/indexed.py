@@ -42,7 +42,7 @@ import numpy as np
 from torch.utils.data import Dataset, default_collate
 
 from shardkit.errors import CorruptShardError, ManifestError, TruncatedShardError, UsageError
-from shardkit.format.compression import MAGIC_BYTES, compression_from_name, detect_compression
+from shardkit.format.compression import MAGIC_BYTES, compression_from_name, detect_compression, file_compression
 from shardkit.format.index import decode_index, load_index
 from shardkit.format.manifest import Manifest
 from shardkit.format.tar import SampleParser
@@ -303,9 +303,7 @@ class IndexedDataset(Dataset):
             self._manifest = catalog.manifest
             if catalog.counts is None or catalog.index_urls is None:
                 for url in catalog.urls:
-                    kind = compression_of(url) or (
-                        compression_of(url, _local_head(url)) if is_local(url) else None
-                    )
+                    kind = compression_of(url) or (_local_compression(url) if is_local(url) else None)
                     if kind is not None:
                         raise _refuse_compressed(url, kind)
                 raise UsageError(
@@ -551,9 +549,8 @@ class IndexedDataset(Dataset):
         self._reset_handles()
 
 
-def _local_head(url: str) -> bytes | None:
+def _local_compression(url: str) -> str | None:
     try:
-        with open(local_path(url), "rb") as f:
-            return f.read(MAGIC_BYTES)
+        return file_compression(local_path(url))
     except OSError:
         return None

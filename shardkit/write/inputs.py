@@ -35,19 +35,18 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
-from typing import BinaryIO
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 from braceexpand import braceexpand
 
 from shardkit.errors import DuplicateSampleError, SourceError, UsageError
 from shardkit.format.codecs import encode_value
 from shardkit.format.compression import (
-    MAGIC_BYTES,
     SHARD_SUFFIXES,
     Compression,
     StreamDecompressor,
-    detect_compression,
+    file_compression,
 )
 from shardkit.format.manifest import MANIFEST_NAME, SkippedInput
 from shardkit.format.tar import RawSample, SampleParser, split_key
@@ -348,8 +347,7 @@ def _scan_tars(
     for number, path in enumerate(paths):
         if not os.path.isfile(path):
             raise SourceError(f"{path}: input shard does not exist", path=path)
-        with open(path, "rb") as f:
-            kind = detect_compression(f.read(MAGIC_BYTES))
+        kind = file_compression(path)
         parser = SampleParser(path=path, offset_name="uncompressed byte" if kind else "byte")
         chunks = LocalFile(path).iter_range(0, None, chunk_bytes=_TAR_SCAN_CHUNK)
         if kind is None:
