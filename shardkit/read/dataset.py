@@ -10,7 +10,6 @@ what is per process: the epoch, the skip counter, and checkpoint bookkeeping.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -21,6 +20,7 @@ from shardkit.errors import StateError, UsageError
 from shardkit.format.manifest import Manifest
 from shardkit.io.base import SourceOptions
 from shardkit.read.catalog import ShardCatalog, resolve_catalog
+from shardkit.read.counters import SharedCounters
 from shardkit.read.decode import Decoder, ImageMode, make_decoder
 from shardkit.read.options import DEFAULT_BUFFER_SIZE, ReaderOptions
 from shardkit.read.plan import ReadPlan
@@ -41,49 +41,6 @@ from shardkit.world import World, detect_rank, detect_worker
 log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_BUFFER_SIZE", "ShardDataset"]
-
-
-def _starting_a_process(value: Any) -> bool:
-    """Whether a process is being started right now: the one time shared
-    memory may be pickled (a shared value refuses, with a RuntimeError, at
-    any other time)."""
-    try:
-        value.__reduce__()
-    except RuntimeError:
-        return False
-    return True
-
-
-def _adopt_counters(epoch: Any, skipped: Any) -> _SharedCounters:
-    counters = _SharedCounters.__new__(_SharedCounters)
-    counters.epoch, counters.skipped = epoch, skipped
-    return counters
-
-
-class _SharedCounters:
-    """The epoch and the skipped-fault count, shared with DataLoader workers.
-
-    Workers made by ``fork`` inherit the shared memory; workers started by
-    ``spawn`` or ``forkserver`` receive it through the pickling that starts
-    them. Any other pickling (``pickle.dumps``, ``copy.deepcopy``, Ray)
-    carries the current values into fresh counters of their own.
-    """
-
-    def __init__(self, epoch: int = 0, skipped: int = 0):
-        # The spawn context's lock can be shared by fork, forkserver and spawn workers.
-        context = multiprocessing.get_context("spawn")
-        self.epoch = context.Value("q", epoch)
-        self.skipped = context.Value("q", skipped)
-
-    def count_skip(self, exc: Exception) -> None:
-        """Count one skipped fault (the reader's ``on_skip``)."""
-        with self.skipped.get_lock():
-            self.skipped.value += 1
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        if _starting_a_process(self.epoch):
-            return _adopt_counters, (self.epoch, self.skipped)
-        return _SharedCounters, (int(self.epoch.value), int(self.skipped.value))
 
 
 class _Progress:
@@ -280,7 +237,7 @@ class ShardDataset(IterableDataset):
             collate=collate,
             partial_batches=partial_batches,
         )
-        self._counters = _SharedCounters(epoch)
+        self._counters = SharedCounters(epoch)
         # Checkpoint bookkeeping: this process's progress, and a loaded state
         # that the next iteration of its epoch starts from.
         self._progress = _Progress()

@@ -52,7 +52,7 @@ from shardkit.io.ranged import RangedObject, stream_range
 from shardkit.io.registry import open_source
 from shardkit.io.urls import is_local, local_path, redact_url
 from shardkit.read.catalog import resolve_catalog
-from shardkit.read.dataset import _SharedCounters
+from shardkit.read.counters import SharedCounters
 from shardkit.read.decode import Decoder, ImageMode, make_decoder
 from shardkit.read.stream import FAULTS, ON_ERROR, OnError
 
@@ -321,7 +321,7 @@ class IndexedDataset(Dataset):
         self._map = map
         self._on_error = on_error
         self._max_open_shards = max_open_shards
-        self._counters = _SharedCounters()
+        self._counters = SharedCounters()
         self._reset_handles()
 
     # ------------------------------------------------------------ properties
