@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import shardkit  # noqa: E402
-from bench.common import machine, save_record  # noqa: E402
+from bench.common import machine, plot_path, save_record  # noqa: E402
 from shardkit.format.compression import stream_compressor  # noqa: E402
 
 MB = 1_000_000
@@ -105,7 +105,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sources: dict[str, Any] = {"plain": os.path.join(args.workdir, "plain")}
     sizes = {"plain": manifest.num_bytes}
     for kind in ("gzip", "zstd"):
-        paths = compress_shards(manifest, os.path.join(args.workdir, kind), kind)
+        # Keyed by the plain set, so a rerun with other sizes never reuses stale copies.
+        paths = compress_shards(manifest, os.path.join(args.workdir, f"{kind}-{manifest.fingerprint[:12]}"), kind)
         sources[kind] = paths
         sizes[kind] = sum(os.path.getsize(p) for p in paths)
     rows = []
@@ -215,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     record = run(args)
     table = markdown(record)
     save_record(args.out, record, table)
-    plot(record, os.path.splitext(args.out)[0] + ".png")
+    plot(record, plot_path(args.out))
     print(table)
     return 0
 

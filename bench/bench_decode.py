@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tools"))
 import torch  # noqa: E402
 
 import shardkit  # noqa: E402
-from bench.common import machine, save_record  # noqa: E402
+from bench.common import machine, plot_path, save_record  # noqa: E402
 from gen_photos import photo_jpegs  # noqa: E402
 from shardkit.transforms import DecodeRandomResizedCrop, DecodeResizeCenterCrop, MapField  # noqa: E402
 
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     record = {"machine": machine(), "counts": counts, "mean_kb": sizes, "epochs": args.epochs,
               "repeats": args.repeats, "results": results}  # fmt: skip
     save_record(args.out, record, table)
-    plot(record, os.path.splitext(args.out)[0] + ".png")
+    plot(record, plot_path(args.out))
     sys.stdout.write(table)
     return 0
 

@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 
 import shardkit  # noqa: E402
 import shardkit.read.plan as plan_module  # noqa: E402
-from bench.common import machine, save_record  # noqa: E402
+from bench.common import machine, plot_path, save_record  # noqa: E402
 from shardkit.read.shuffle import INITIAL_FILL, SHUFFLE_ALGORITHM, ShuffleBuffer, shuffle_quality  # noqa: E402
 
 BUFFER = 10_000
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     record["quality"], record["classes_seen"] = measure_quality(quality_data, batch_counts)
     save_record(args.out, record, table(record))
-    plot(record, os.path.splitext(args.out)[0] + ".png")
+    plot(record, plot_path(args.out))
     print(table(record))
     return 0
 

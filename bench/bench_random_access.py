@@ -47,7 +47,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import shardkit  # noqa: E402
 from bench.bench_remote import cpu_seconds, make_dataset  # noqa: E402
-from bench.common import machine, save_record  # noqa: E402
+from bench.common import machine, plot_path, save_record  # noqa: E402
 from shardkit.io.base import SourceOptions  # noqa: E402
 
 MB = 1_000_000
@@ -541,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     table = markdown(record)
     save_record(args.out, record, table)
-    plot(record, os.path.splitext(args.out)[0] + ".png")
+    plot(record, plot_path(args.out))
     print(table)
     return 0
 

@@ -1,6 +1,6 @@
-"""What the standalone benchmark scripts (bench_reader, bench_remote,
-bench_writer) share: a description of the machine a run took place on, and
-how a run's record is saved (JSON, with its Markdown table beside it)."""
+"""What the standalone benchmark scripts (bench_*.py) share: a description
+of the machine a run took place on, and where a run's record goes (JSON, with
+its Markdown table and plot beside it)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,11 @@ def machine() -> dict[str, Any]:
 def markdown_path(json_path: str) -> str:
     """The Markdown file that goes with a JSON record: the same name, ending ``.md``."""
     return os.path.splitext(json_path)[0] + ".md"
+
+
+def plot_path(json_path: str) -> str:
+    """The PNG plot that goes with a JSON record: the same name, ending ``.png``."""
+    return os.path.splitext(json_path)[0] + ".png"
 
 
 def save_record(json_path: str, record: Mapping[str, Any], table: str) -> None:
