@@ -153,18 +153,10 @@ class DeviceLock:
         """Take the lock; False if :attr:`patience_s` ran out first (the
         caller then reads without it), or once ``cancel`` is set (the
         caller then does not read)."""
-        return self._acquire(wait=True, cancel=cancel)
-
-    def try_acquire(self) -> bool:
-        """Take the lock if it is free right now; False without waiting if not."""
-        return self._acquire(wait=False)
-
-    def _acquire(self, *, wait: bool, cancel: threading.Event | None = None) -> bool:
         self._adopt()
-        if not self._thread_lock.acquire(blocking=wait):
-            return False
+        self._thread_lock.acquire()
         try:
-            if self._try(self._fileno()) or (wait and self._wait(cancel)):
+            if self._try(self._fileno()) or self._wait(cancel):
                 return True
         except BaseException:
             self._thread_lock.release()
@@ -173,7 +165,7 @@ class DeviceLock:
         return False
 
     def release(self) -> None:
-        """Give back a lock :meth:`acquire` or :meth:`try_acquire` took."""
+        """Give back a lock :meth:`acquire` took."""
         fd, self._held = self._held, None
         assert fd is not None, "release() without the lock"
         try:

@@ -356,21 +356,6 @@ def test_a_worker_forked_while_a_parent_thread_holds_the_lock_still_reads(tmp_pa
     assert (tmp_path / "out").read_bytes() == b"xy"
 
 
-def test_try_acquire_takes_a_free_lock_and_never_waits_for_a_held_one(tmp_path):
-    lock = DeviceLock(os.stat(tmp_path).st_dev, directory=str(tmp_path))
-    assert lock.try_acquire() and held_elsewhere(lock)
-    lock.release()
-    squatter = os.open(lock.path, os.O_RDONLY | os.O_CREAT)
-    fcntl.flock(squatter, fcntl.LOCK_EX)
-    try:
-        assert not lock.try_acquire()
-    finally:
-        os.close(squatter)
-    assert lock.try_acquire()
-    lock.release()
-    assert not held_elsewhere(lock)
-
-
 def test_a_cancelled_wait_returns_at_once_and_lets_the_lock_go_when_it_comes(tmp_path):
     lock = DeviceLock(os.stat(tmp_path).st_dev, directory=str(tmp_path))
     squatter = os.open(lock.path, os.O_RDONLY | os.O_CREAT)
