@@ -14,7 +14,7 @@ $(PY):
 
 # torch is large: install once, reinstall only when pyproject.toml or the pins change.
 $(STAMP): pyproject.toml $(CONSTRAINTS) | $(PY)
-	$(PY) -m pip install --quiet -e '.[torch,test,bench]' -c $(CONSTRAINTS)
+	$(PY) -m pip install --quiet -e '.[torch,test,bench,ray]' -c $(CONSTRAINTS)
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -50,6 +50,8 @@ _WRITE_FLAGS = {
     "workers": "--workers",
     "on_error": "--on-error",
     "compress_members": "--compress-members",
+    "engine": "--engine",
+    "ray_address": "--ray-address",
 }
 
 
@@ -69,6 +71,13 @@ def _add_write(sub: argparse._SubParsersAction) -> None:
         choices=("gzip", "zstd"),
         help="compress text-like members (txt, json, npy...; never images) as KEY.txt.gz / KEY.txt.zst",
     )
+    p.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        help="local: a process pool here (default); ray: one Ray task per shard on a Ray cluster "
+        "(pip install 'shardkit[ray]'; sources and DEST shared by every node, or URLs)",
+    )
+    p.add_argument("--ray-address", help="with --engine ray: 'auto' or HOST:PORT of the cluster head")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true", help="keep finished shards of an interrupted run")
     mode.add_argument("--overwrite", action="store_true", help="replace an earlier shardkit output in DEST")
@@ -248,8 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         verbose = args.verbose
         logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s: %(message)s")
         return args.func(args)
-    except (ShardkitError, OSError) as exc:
-        # One line naming the file and what to do; the traceback only with -v.
+    except (ShardkitError, OSError, ImportError) as exc:
+        # One line naming the file (or the missing extra) and what to do; the traceback only with -v.
         if verbose:
             traceback.print_exc(file=sys.stderr)
         print(f"shardkit: error: {_one_line(exc)}", file=sys.stderr)

@@ -54,6 +54,7 @@ from shardkit.write.shard import ShardFile
 log = logging.getLogger(__name__)
 
 ON_ERROR_POLICIES = ("raise", "skip")
+ENGINES = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,16 @@ class WriteOptions:
             and no timestamps, so shards stay byte-reproducible; None (the
             default) stores members as they are. ``max_bytes`` is planned
             with the uncompressed sizes, so such shards come out smaller.
+        engine: ``"local"`` (a process pool on this machine) or ``"ray"``
+            (one Ray task per shard on a Ray cluster; needs
+            ``pip install 'shardkit[ray]'``). The output does not depend on
+            it. See :mod:`shardkit.write.engine_ray`.
+        ray_address: With ``engine="ray"``: ``"auto"`` (the running
+            cluster), ``HOST:PORT`` of its head, or None for Ray's default
+            (``RAY_ADDRESS``, a running cluster, else a local one).
+        ray_max_retries: With ``engine="ray"``: how often a failed shard
+            task is run again (a lost worker or node, or an error) before
+            the write stops.
     """
 
     format: str | None = None
@@ -127,8 +138,17 @@ class WriteOptions:
     resume: bool = False
     overwrite: bool = False
     compress_members: Compression | None = None
+    engine: str = "local"
+    ray_address: str | None = None
+    ray_max_retries: int = 3
 
     def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise UsageError(f"engine must be one of {ENGINES}, got {self.engine!r}")
+        if self.ray_address is not None and self.engine != "ray":
+            raise UsageError("ray_address is only used with engine='ray'; pass --engine ray")
+        if not isinstance(self.ray_max_retries, int) or self.ray_max_retries < 0:
+            raise UsageError(f"ray_max_retries must be a non-negative integer, got {self.ray_max_retries!r}")
         if self.compress_members is not None and self.compress_members not in COMPRESSIONS:
             raise UsageError(
                 f"compress_members must be one of {COMPRESSIONS} or None, got {self.compress_members!r}"
@@ -375,6 +395,11 @@ def write_dataset(
     options = options or WriteOptions()
     destination = open_destination(dest)
     if destination.local_dir is None:  # s3:// or fsspec: stage locally, upload each shard as it is done
+        if options.engine == "ray":  # Ray tasks upload their own shards; the driver publishes the manifest
+            stage = functools.partial(_write_local, check_space=False, publish_url=destination.url)
+            return write_to_remote(
+                source, destination, options=options, progress=progress, write_local=stage, writer_uploads=True
+            )
         stage = functools.partial(_write_local, check_space=False)  # staging holds a few shards at a time
         return write_to_remote(source, destination, options=options, progress=progress, write_local=stage)
     return _write_local(source, destination.local_dir, options=options, progress=progress, check_space=True)
@@ -387,8 +412,10 @@ def _write_local(
     options: WriteOptions,
     progress: Callable[[Progress], None] | None,
     check_space: bool,
+    publish_url: str | None = None,
 ) -> WriteReport:
-    """:func:`write_dataset` into the local directory ``dest``."""
+    """:func:`write_dataset` into the local directory ``dest`` (with
+    ``publish_url``, Ray tasks upload each shard there instead)."""
     started = time.perf_counter()
     limits = ShardLimits(max_samples=options.max_samples, max_bytes=options.max_bytes)
     # Input shards compressed whole are unpacked here once, for the shard
@@ -398,7 +425,7 @@ def _write_local(
         scanned = scan_source(source, format=options.format, on_error=options.on_error, unpack_dir=unpack_dir)
         return _write_scanned(
             scanned, source, dest, options=options, progress=progress, check_space=check_space, started=started,
-            limits=limits,
+            limits=limits, publish_url=publish_url,
         )
 
 
@@ -412,6 +439,7 @@ def _write_scanned(
     check_space: bool,
     started: float,
     limits: ShardLimits,
+    publish_url: str | None = None,
 ) -> WriteReport:
     """The rest of :func:`_write_local`, once the source is scanned."""
     prepare_destination(dest, overwrite=options.overwrite, resume=options.resume)
@@ -440,7 +468,12 @@ def _write_scanned(
         if check_space:
             check_free_space(dest, _planned_file_sizes(todo))
 
-        runner = _run_tasks(todo, dest, options)
+        if options.engine == "ray":
+            from shardkit.write.engine_ray import run_tasks_on_ray
+
+            runner = run_tasks_on_ray(todo, dest, options, write_shard=write_shard, publish_url=publish_url)
+        else:
+            runner = _run_tasks(todo, dest, options)
         try:
             for result in runner:
                 results[result.index] = result

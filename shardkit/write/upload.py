@@ -51,6 +51,7 @@ def write_to_remote(
     progress: Callable[[Any], None] | None,
     write_local: Callable[..., Any],
     max_concurrent_uploads: int = 4,
+    writer_uploads: bool = False,
 ) -> Any:
     """Write a dataset into a local staging directory and publish it at ``destination``.
 
@@ -65,6 +66,9 @@ def write_to_remote(
         progress: Progress callback, as for :func:`shardkit.write_dataset`.
         write_local: The local writer (:func:`shardkit.write_dataset`).
         max_concurrent_uploads: Uploads in flight at once.
+        writer_uploads: The writer publishes each shard itself (the Ray
+            engine's tasks do, from their own nodes); only the manifest is
+            published here.
 
     Returns:
         The writer's report, with the manifest located at the destination.
@@ -95,7 +99,8 @@ def write_to_remote(
         for future in pending:  # stop writing early once an upload failed for good
             if future.done() and future.exception() is not None:
                 raise future.exception()  # type: ignore[misc]
-        pending.append(pool.submit(upload_pair, event.shard))
+        if not writer_uploads:
+            pending.append(pool.submit(upload_pair, event.shard))
         if progress is not None:
             progress(event)
 

@@ -1,0 +1,271 @@
+"""The Ray engine of :func:`~shardkit.write.parallel.write_dataset`: one Ray task per shard.
+
+The driver scans and plans exactly as with the local engine; only the step
+"run these :class:`~shardkit.write.plan.ShardTask` objects" changes. Each task
+is submitted as a Ray task that calls
+:func:`~shardkit.write.parallel.write_shard` on whichever node Ray picks, with
+``max_retries`` (a lost worker or node, or an error inside the task, runs it
+again). A shard's bytes depend only on its task, and every shard is written
+to a temporary name and renamed, so the output is byte-identical to the local
+engine's whatever the cluster size, the task order or the retries; the
+manifest is still written last, by the driver.
+
+Only ``max_in_flight`` tasks are submitted at a time (``ray.wait`` hands back
+the finished ones, which feed the progress bar), so the object store never
+holds the whole plan and each task carries its own shard's inputs only.
+
+Every node must see the inputs and the output: before any shard is written a
+zero-CPU probe task runs on each alive node and checks a local source path
+and a probe file the driver put into DEST (for an ``s3://``/fsspec DEST the
+tasks upload their shards themselves and only the source is checked).
+
+Ray is imported only when this engine runs; without it the error names
+``pip install 'shardkit[ray]'``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from shardkit.errors import ShardkitError, UsageError
+from shardkit.format.compression import Compression
+from shardkit.format.index import index_path_for
+from shardkit.io.registry import open_destination
+from shardkit.write.plan import ShardTask
+
+log = logging.getLogger(__name__)
+
+#: Probe file the driver writes into DEST for the workers' visibility check.
+PROBE_PREFIX = ".shardkit-probe-"
+#: Seconds to wait for a TCP connection to ``HOST:PORT`` before calling it unreachable.
+CONNECT_TIMEOUT_S = 5.0
+INSTALL_HINT = "pip install 'shardkit[ray]'"
+
+
+def require_ray() -> Any:
+    """Import and return the ``ray`` module.
+
+    Raises:
+        ImportError: Ray is not installed; the message says how to install it.
+    """
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError(f"the Ray engine needs Ray, which is not installed: {INSTALL_HINT}") from exc
+    return ray
+
+
+def connect(address: str | None) -> bool:
+    """Connect this process to a Ray cluster unless it already is.
+
+    Args:
+        address: ``"auto"``, ``HOST:PORT`` (a ``ray://`` client URL too), or
+            None for Ray's default.
+
+    Returns:
+        True when this call connected (the caller disconnects when done),
+        False when Ray was already initialized here.
+
+    Raises:
+        ImportError: Ray is not installed.
+        UsageError: The address cannot be reached.
+    """
+    ray = require_ray()
+    if ray.is_initialized():
+        return False
+    if address not in (None, "auto") and "://" not in address:
+        _check_reachable(address)
+    try:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        shown = address or "RAY_ADDRESS / a local cluster"
+        raise UsageError(
+            f"cannot connect to the Ray cluster at {shown} ({' '.join(str(exc).split())[:200]}); "
+            "start one with `ray start --head` or pass --ray-address HOST:PORT of its head"
+        ) from exc
+    return True
+
+
+def _check_reachable(address: str) -> None:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise UsageError(f"--ray-address must be 'auto' or HOST:PORT, got {address!r}")
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            f"cannot reach the Ray cluster at {address} ({exc.strerror or exc}); "
+            "start one with `ray start --head` or check --ray-address"
+        ) from None
+
+
+def _write_one(
+    write_shard: Callable[..., Any],
+    task: ShardTask,
+    dest: str,
+    on_error: str,
+    compress_members: Compression | None,
+    publish_url: str | None,
+) -> Any:
+    """Body of one Ray task: write one shard (and upload it when ``publish_url``)."""
+    if publish_url is None:
+        return write_shard(task, dest, on_error=on_error, compress_members=compress_members)
+    staging = tempfile.mkdtemp(prefix="shardkit-ray-")
+    try:
+        result = write_shard(task, staging, on_error=on_error, compress_members=compress_members)
+        destination = open_destination(publish_url)
+        for name in (task.name, index_path_for(task.name)):
+            destination.put_file(os.path.join(staging, name), name)
+        return result
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _missing_here(paths: list[str]) -> tuple[str, list[str]]:
+    """Body of a probe task: this node's id and which of ``paths`` it cannot see."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id(), [p for p in paths if not os.path.exists(p)]
+
+
+def check_visible(paths: list[str]) -> None:
+    """Check from every alive node of the cluster that ``paths`` exist there.
+
+    Raises:
+        UsageError: A node cannot see one of them (the first such path and
+            node are named).
+    """
+    if not paths:
+        return
+    ray = require_ray()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    probe = ray.remote(num_cpus=0, max_retries=0)(_missing_here)
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    refs = [
+        probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(paths)
+        for n in nodes
+    ]
+    for node, (node_id, missing) in zip(nodes, ray.get(refs)):
+        if missing:
+            raise UsageError(
+                f"{missing[0]}: not visible from Ray node {node.get('NodeManagerAddress', '?')} (id {node_id[:12]}); "
+                "the source and DEST must be on a file system every node shares, or URLs (s3://, http(s)://) "
+                "every node can reach"
+            )
+
+
+def _local_inputs(tasks: list[ShardTask]) -> list[str]:
+    """Input files of the first and the last task's edge samples (what workers must see)."""
+    paths: list[str] = []
+    for sample in (tasks[0].samples[0], tasks[-1].samples[-1]) if tasks else ():
+        if sample.tar_range is not None:
+            paths.append(sample.tar_range[0])
+        paths += [f.path for f in sample.fields if f.path is not None]
+    return sorted(set(paths))
+
+
+def default_max_in_flight(ray: Any) -> int:
+    """Tasks submitted at once: two per CPU of the cluster, so workers never wait for the driver."""
+    return max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
+
+
+def run_tasks_on_ray(
+    tasks: list[ShardTask],
+    dest: str,
+    options: Any,
+    *,
+    write_shard: Callable[..., Any],
+    publish_url: str | None = None,
+    max_in_flight: int | None = None,
+) -> Iterator[Any]:
+    """Run shard tasks as Ray tasks, yielding each :class:`ShardResult` as it finishes.
+
+    Args:
+        tasks: The shards to write.
+        write_shard: :func:`~shardkit.write.parallel.write_shard` (passed in:
+            this module sits below the driver that imports it).
+        dest: The local output directory (on a shared file system), or a
+            staging directory when ``publish_url`` is set.
+        options: The run's :class:`~shardkit.write.parallel.WriteOptions`.
+        publish_url: A remote DEST (``s3://``, fsspec): each task writes its
+            shard on its own node and uploads it there.
+        max_in_flight: Tasks submitted at once (default: two per cluster CPU).
+
+    Raises:
+        ImportError: Ray is not installed.
+        UsageError: The cluster cannot be reached, or a node cannot see the
+            inputs or DEST.
+        ShardkitError: A task failed for good (retries spent); the error is
+            the task's own (an :class:`InputFileError` names the input).
+    """
+    ray = require_ray()
+    connected = connect(options.ray_address)
+    in_flight: dict[Any, ShardTask] = {}
+    probe_path = None
+    try:
+        visible = _local_inputs(tasks)
+        if publish_url is None:
+            probe_path = os.path.join(dest, PROBE_PREFIX + uuid.uuid4().hex)
+            with open(probe_path, "wb"):
+                pass
+            visible.append(probe_path)
+        check_visible(visible)
+        if probe_path is not None:
+            os.unlink(probe_path)
+            probe_path = None
+
+        remote = ray.remote(_write_one).options(
+            num_cpus=1, max_retries=options.ray_max_retries, retry_exceptions=True, name="shardkit_write_shard"
+        )
+        limit = max_in_flight or default_max_in_flight(ray)
+        pending = iter(tasks)
+        exhausted = False
+        while in_flight or not exhausted:
+            while not exhausted and len(in_flight) < limit:
+                task = next(pending, None)
+                if task is None:
+                    exhausted = True
+                    break
+                ref = remote.remote(write_shard, task, dest, options.on_error, options.compress_members, publish_url)
+                in_flight[ref] = task
+            if not in_flight:
+                break
+            done, _ = ray.wait(list(in_flight), num_returns=1)
+            for ref in done:
+                task = in_flight.pop(ref)
+                yield _result(ray, ref, task)
+    finally:
+        for ref in in_flight:  # a task failed or the caller stopped: stop the others
+            ray.cancel(ref)
+        if probe_path is not None:
+            try:
+                os.unlink(probe_path)
+            except OSError:
+                pass
+        if connected:
+            ray.shutdown()
+
+
+def _result(ray: Any, ref: Any, task: ShardTask) -> Any:
+    """The task's result; its own error (not Ray's wrapper) when it failed for good."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        cause = exc.cause
+        if isinstance(cause, ShardkitError):
+            raise cause from None
+        raise ShardkitError(f"{task.name}: the Ray task writing it failed: {cause!r}") from exc
+    except ray.exceptions.RayError as exc:
+        raise ShardkitError(
+            f"{task.name}: the Ray task writing it was lost after {exc.__class__.__name__} "
+            "(retries spent); rerun with --resume to keep the shards already written"
+        ) from exc
