@@ -93,6 +93,18 @@ def connect(address: str | None) -> bool:
     return True
 
 
+def preflight(address: str | None) -> None:
+    """Fail early, before any scanning: Ray missing, or a ``HOST:PORT`` nobody listens on.
+
+    Raises:
+        ImportError: Ray is not installed.
+        UsageError: The address is malformed or unreachable.
+    """
+    require_ray()
+    if address not in (None, "auto") and "://" not in address:
+        _check_reachable(address)
+
+
 def _check_reachable(address: str) -> None:
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not host:

@@ -393,6 +393,10 @@ def write_dataset(
         UsageError, SourceError, DestinationError, InputFileError.
     """
     options = options or WriteOptions()
+    if options.engine == "ray":  # before scanning: no Ray, or no cluster there, fails at once
+        from shardkit.write.engine_ray import preflight
+
+        preflight(options.ray_address)
     destination = open_destination(dest)
     if destination.local_dir is None:  # s3:// or fsspec: stage locally, upload each shard as it is done
         if options.engine == "ray":  # Ray tasks upload their own shards; the driver publishes the manifest

@@ -1,0 +1,210 @@
+"""Writing a ``ray.data.Dataset`` as a shardkit dataset (behind :func:`shardkit.ray.write_shards`).
+
+How it runs:
+
+1. The dataset is executed into its blocks (``Dataset.to_arrow_refs``), in
+   the dataset's block order.
+2. One small Ray task per block measures each row's encoded tar size.
+3. The driver cuts the rows, in block order, into shards that respect
+   ``max_samples`` / ``max_bytes`` (:func:`plan_pieces`, a pure function of
+   the sizes), named ``shard-000000.tar``, ``shard-000001.tar``... in order.
+4. One Ray task per shard (with retries) fetches its rows from the blocks and
+   writes the shard with shardkit's tar encoding, offset index and checksum,
+   on a shared file system or staged and uploaded to ``s3://``/fsspec.
+5. The manifest is written last, by the driver.
+
+What decides the bytes: the rows and their order, block by block. The
+shards are a pure function of that sequence and the limits (members sorted by
+extension, fixed header fields, names by position), so the same rows in the
+same order give the same bytes. Ray keeps a dataset's order only when asked:
+for a reproducible output set
+``ray.data.DataContext.get_current().execution_options.preserve_order = True``
+and feed a deterministic pipeline (``read_shards`` of a shardkit dataset, a
+seeded ``random_shuffle(seed=...)``, ``sort("__key__")``); without it, blocks
+from parallel tasks may arrive in any order and the samples land in other
+shards (every sample is still written exactly once).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from shardkit.errors import ShardkitError, UsageError
+from shardkit.format.codecs import encode_value
+from shardkit.format.index import index_path_for
+from shardkit.format.manifest import MANIFEST_NAME, Manifest, ShardEntry
+from shardkit.format.tar import END_OF_ARCHIVE, encoded_sample_size
+from shardkit.io.atomic import atomic_write_bytes
+from shardkit.io.registry import open_destination
+from shardkit.write.destination import output_error, prepare_destination, shard_name
+from shardkit.write.limits import ShardLimits
+from shardkit.write.shard import ShardFile
+from shardkit.write.upload import refuse_existing_dataset
+
+#: One shard's rows: ``(block number, first row, end row)`` pieces in order.
+Pieces = list[tuple[int, int, int]]
+
+
+def plan_pieces(block_sizes: Sequence[np.ndarray], *, limits: ShardLimits) -> list[Pieces]:
+    """Cut rows, in block order, into shards that respect ``limits``.
+
+    Args:
+        block_sizes: Per block, each row's encoded tar size in bytes.
+        limits: Samples and bytes per shard.
+
+    Returns:
+        Per shard, the row ranges of blocks it holds, in order. A row alone
+        over ``max_bytes`` gets a shard of its own.
+    """
+    shards: list[Pieces] = []
+    current: Pieces = []
+    count = used = 0
+
+    def close() -> None:
+        nonlocal current, count, used
+        if current:
+            shards.append(current)
+        current, count, used = [], 0, 0
+
+    def take(block: int, row: int) -> None:
+        nonlocal count
+        if current and current[-1][0] == block and current[-1][2] == row:
+            current[-1] = (block, current[-1][1], row + 1)
+        else:
+            current.append((block, row, row + 1))
+        count += 1
+
+    for block, sizes in enumerate(block_sizes):
+        for row, size in enumerate(sizes.tolist()):
+            if not limits.fits(count, used, size):
+                close()
+            take(block, row)
+            used += size
+            if limits.max_bytes is not None and used + len(END_OF_ARCHIVE) > limits.max_bytes:
+                close()
+    close()
+    return shards
+
+
+def row_fields(row: dict[str, Any], key_column: str) -> tuple[str, list[tuple[str, bytes]]]:
+    """A row as ``(key, [(extension, bytes)...])`` with members sorted by extension."""
+    key = row.get(key_column)
+    if not isinstance(key, str) or not key:
+        raise UsageError(
+            f"every row needs a non-empty string {key_column!r} column, got {key!r}; "
+            "add one, e.g. ds.map(lambda r: {**r, '__key__': f\"{r['id']:08d}\"})"
+        )
+    fields = []
+    for name in sorted(row):
+        value = row[name]
+        if name.startswith("__") or value is None:
+            continue
+        try:
+            fields.append((name, encode_value(value)))
+        except TypeError as exc:
+            raise UsageError(f"row {key!r}, column {name!r}: {exc}") from None
+    return key, fields
+
+
+def _rows(table: Any, start: int, end: int) -> list[dict[str, Any]]:
+    return table.slice(start, end - start).to_pylist()
+
+
+def _block_sizes(table: Any, key_column: str) -> np.ndarray:
+    """Body of a sizing task: each row's encoded size."""
+    sizes = []
+    for row in table.to_pylist():
+        key, fields = row_fields(row, key_column)
+        sizes.append(encoded_sample_size(key, [(ext, len(data)) for ext, data in fields]))
+    return np.asarray(sizes, dtype=np.int64)
+
+
+def _write_piece_shard(
+    name: str, pieces: list[tuple[Any, int, int]], dest: str, publish_url: str | None, key_column: str
+) -> tuple[ShardEntry, list[str]]:
+    """Body of a shard task: fetch its rows and write one shard."""
+    import ray
+
+    folder = tempfile.mkdtemp(prefix="shardkit-ray-") if publish_url is not None else dest
+    path = os.path.join(folder, name)
+    extensions: set[str] = set()
+    try:
+        with ShardFile(path) as shard:
+            for ref, start, end in pieces:
+                for row in _rows(ray.get(ref), start, end):
+                    key, fields = row_fields(row, key_column)
+                    extensions.update(ext for ext, _ in fields)
+                    shard.add(key, fields)
+            written = shard.commit()
+        if publish_url is not None:
+            destination = open_destination(publish_url)
+            for member in (name, index_path_for(name)):
+                destination.put_file(os.path.join(folder, member), member)
+    except ShardkitError:
+        raise
+    except OSError as exc:
+        raise output_error(exc, path, resume_hint=False) from exc
+    finally:
+        if publish_url is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+    return written.entry(), sorted(extensions)
+
+
+def write_dataset_shards(
+    dataset: Any,
+    dest: str,
+    *,
+    max_samples: int | None,
+    max_bytes: int | None,
+    key_column: str,
+    overwrite: bool,
+    max_retries: int,
+) -> Manifest:
+    """See :func:`shardkit.ray.write_shards`."""
+    import ray
+
+    if max_samples is None and max_bytes is None:
+        raise UsageError("write_shards needs max_samples or max_bytes (or both) to cut shards")
+    limits = ShardLimits(max_samples=max_samples, max_bytes=max_bytes)
+    destination = open_destination(dest)
+    publish_url = None if destination.local_dir is not None else destination.url
+    if destination.local_dir is not None:
+        prepare_destination(destination.local_dir, overwrite=overwrite, resume=False)
+    else:
+        refuse_existing_dataset(destination, overwrite=overwrite)
+
+    refs = dataset.to_arrow_refs()
+    sizer = ray.remote(_block_sizes).options(max_retries=max_retries)
+    block_sizes = ray.get([sizer.remote(ref, key_column) for ref in refs])
+    plan = plan_pieces(block_sizes, limits=limits)
+
+    writer = ray.remote(_write_piece_shard).options(
+        max_retries=max_retries, retry_exceptions=[OSError], name="shardkit_write_shard"
+    )
+    local_dir = destination.local_dir or ""
+    futures = [
+        writer.remote(shard_name(i), [(refs[b], s, e) for b, s, e in pieces], local_dir, publish_url, key_column)
+        for i, pieces in enumerate(plan)
+    ]
+    results = ray.get(futures)
+    extensions = sorted({ext for _, exts in results for ext in exts})
+    manifest = Manifest(
+        shards=tuple(entry for entry, _ in results),
+        extensions=tuple(extensions),
+        source={"format": "ray.data"},
+        options={"max_samples": max_samples, "max_bytes": max_bytes, "shuffle": False},
+        seed=None,
+        location=destination.local_dir or destination.url,
+    )
+    data = manifest.to_json().encode("utf-8")
+    if destination.local_dir is not None:
+        atomic_write_bytes(os.path.join(destination.local_dir, MANIFEST_NAME), data)
+    else:
+        destination.put_bytes(MANIFEST_NAME, data)
+    return manifest
