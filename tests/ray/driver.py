@@ -1,0 +1,119 @@
+"""Ray drivers for tests/ray, run inside the cluster's network namespace.
+
+``python tests/ray/driver.py ADDRESS COMMAND ARGS...`` connects to the
+cluster at ADDRESS, runs COMMAND and prints one JSON line as its last line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+
+import ray
+
+
+def digest_rows(rows) -> dict[str, dict[str, str]]:
+    """Sample key -> {extension: sha256 of the bytes}, for non-null binary columns."""
+    out: dict[str, dict[str, str]] = {}
+    for row in rows:
+        key = row["__key__"]
+        assert key not in out, f"duplicate key {key!r}"
+        out[key] = {
+            name: hashlib.sha256(value).hexdigest()
+            for name, value in row.items()
+            if not name.startswith("__") and value is not None
+        }
+    return out
+
+
+def wait_nodes(count: str) -> dict:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        alive = [n for n in ray.nodes() if n["Alive"]]
+        if len(alive) >= int(count):
+            return {"nodes": len(alive)}
+        time.sleep(0.5)
+    raise SystemExit(f"only {len(alive)} Ray nodes alive after 60 s")
+
+
+def rows(source: str, blocks: str = "0") -> dict:
+    import shardkit.ray
+
+    ds = shardkit.ray.read_shards(source, override_num_blocks=int(blocks) or None)
+    materialized = ds.materialize()
+    return {"num_blocks": materialized.num_blocks(), "rows": digest_rows(materialized.iter_rows())}
+
+
+def roundtrip(source: str, dest: str, max_samples: str) -> dict:
+    import shardkit.ray
+
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    manifest = shardkit.ray.write_shards(shardkit.ray.read_shards(source), dest, max_samples=int(max_samples))
+    return {"num_shards": manifest.num_shards, "num_samples": manifest.num_samples}
+
+
+def http(source: str) -> dict:
+    """Serve the dataset folder ``source`` from a ranged HTTP server in this namespace; read it with read_shards."""
+    import shardkit.ray
+    from tests.remote.remote_servers import FaultyHTTPServer
+
+    server = FaultyHTTPServer().start()
+    try:
+        for name in sorted(os.listdir(source)):
+            with open(os.path.join(source, name), "rb") as f:
+                server.add(f"/data/{name}", f.read())
+        ds = shardkit.ray.read_shards(server.base_url + "/data/", override_num_blocks=8)
+        got = digest_rows(ds.iter_rows())
+        shard_gets = sum(1 for method, path, _ in server.requests if method == "GET" and path.endswith(".tar"))
+    finally:
+        server.close()
+    return {"rows": got, "shard_gets": shard_gets}
+
+
+def webdataset(source: str) -> dict:
+    """Ray's own read_webdataset over shardkit shards."""
+    paths = sorted(os.path.join(source, n) for n in os.listdir(source) if n.endswith(".tar"))
+    ds = ray.data.read_webdataset(paths, decoder=None)
+    return {"rows": digest_rows(ds.iter_rows())}
+
+
+def vanish(source: str, dest: str, victim: str, on_error: str) -> dict:
+    """write_dataset with the Ray engine; ``victim`` is deleted when the first shard is done."""
+    from shardkit.errors import ShardkitError
+    from shardkit.write.parallel import WriteOptions, write_dataset
+
+    def on_progress(event) -> None:
+        if os.path.exists(victim):
+            os.unlink(victim)
+
+    options = WriteOptions(
+        engine="ray", max_samples=1, shuffle=False, on_error=on_error, ray_max_retries=1,
+        ray_address=ray.get_runtime_context().gcs_address,
+    )
+    try:
+        report = write_dataset(source, dest, options=options, progress=on_progress)
+    except ShardkitError as exc:
+        return {"error": type(exc).__name__, "message": str(exc), "path": getattr(exc, "path", None)}
+    return {"skipped": [s.path for s in report.manifest.skipped], "num_samples": report.manifest.num_samples}
+
+
+COMMANDS = {"wait-nodes": wait_nodes, "rows": rows, "roundtrip": roundtrip, "http": http,
+            "webdataset": webdataset, "vanish": vanish}
+
+
+def main() -> None:
+    address, command, *args = sys.argv[1:]
+    ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    try:
+        result = COMMANDS[command](*args)
+    finally:
+        ray.shutdown()
+    print(json.dumps(result, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

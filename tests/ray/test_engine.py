@@ -1,0 +1,189 @@
+"""`shardkit write --engine ray` on a real two-node Ray cluster: same bytes as the local engine."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from shardkit.cli import main
+from shardkit.errors import UsageError
+from shardkit.write.parallel import WriteOptions
+from tests.ray.conftest import ROOT, tree_bytes
+
+WRITE_FLAGS = ("--max-samples", "6", "--seed", "7", "-q")
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory) -> Path:
+    """The demo's synthetic JPEGs (tools/gen_images.py): 6 classes x 20 images."""
+    spec = importlib.util.spec_from_file_location("_gen_images", ROOT / "tools" / "gen_images.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    root = tmp_path_factory.mktemp("ray-images") / "train"
+    gen.generate(str(root), classes=6, per_class=20, target_kb=6)
+    return root
+
+
+@pytest.fixture(scope="module")
+def local_output(images, tmp_path_factory) -> dict[str, bytes]:
+    dest = tmp_path_factory.mktemp("ray-local") / "out"
+    assert main(["write", str(images), str(dest), "--workers", "2", *WRITE_FLAGS]) == 0
+    return tree_bytes(dest)
+
+
+def test_cli_ray_engine_writes_the_local_engines_bytes(ray_cluster, images, local_output, tmp_path):
+    dest = tmp_path / "out"
+    done = ray_cluster.shardkit(
+        "write", str(images), str(dest), "--engine", "ray", "--ray-address", ray_cluster.address, *WRITE_FLAGS
+    )
+    assert done.returncode == 0, done.stderr
+    got = tree_bytes(dest)
+    assert sorted(got) == sorted(local_output)  # no probe, journal or temporary file left behind
+    assert got == local_output
+    assert len([n for n in got if n.endswith(".tar")]) == 20
+
+
+def _pids_running(task_name: str) -> list[int]:
+    """Ray workers now executing a task named ``task_name`` (Ray sets the process title)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    title = f.read().split(b"\0")[0]
+            except OSError:
+                continue
+            if title.strip() == f"ray::{task_name}".encode():
+                found.append(int(entry))
+    return found
+
+
+def test_a_killed_worker_is_retried_and_the_bytes_stay_the_same(ray_cluster, images, local_output, tmp_path):
+    dest = tmp_path / "out"
+    driver = ray_cluster.popen(
+        [sys.executable, "-m", "shardkit", "write", str(images), str(dest), "--engine", "ray",
+         "--ray-address", ray_cluster.address, *WRITE_FLAGS]
+    )
+    killed = None
+    deadline = time.monotonic() + 120
+    while killed is None and driver.poll() is None and time.monotonic() < deadline:
+        for pid in _pids_running("shardkit_write_shard"):
+            os.kill(pid, signal.SIGKILL)  # the worker dies mid-shard, as on a lost node
+            killed = pid
+            break
+        time.sleep(0.002)
+    out, err = driver.communicate(timeout=180)
+    assert killed is not None, "no shard task was seen running: nothing was killed"
+    assert driver.returncode == 0, err
+    assert tree_bytes(dest) == local_output
+
+
+def test_resume_after_the_driver_is_killed_gives_the_same_bytes(ray_cluster, images, local_output, tmp_path):
+    dest = tmp_path / "out"
+    argv = [sys.executable, "-m", "shardkit", "write", str(images), str(dest), "--engine", "ray",
+            "--ray-address", ray_cluster.address, "--max-samples", "6", "--seed", "7"]
+    driver = ray_cluster.popen([*argv, "-q"])
+    journal = dest / ".shardkit-journal"
+    deadline = time.monotonic() + 120
+    while driver.poll() is None and time.monotonic() < deadline:
+        if journal.is_dir() and len(list(journal.glob("*.json"))) >= 3:
+            driver.kill()  # `ip netns exec` execs the driver: this is its pid
+            break
+        time.sleep(0.002)
+    driver.communicate(timeout=60)
+    assert driver.returncode == -signal.SIGKILL, "the driver finished before it could be killed"
+    assert not (dest / "manifest.json").exists()
+
+    done = ray_cluster.shardkit(*argv[3:], "--resume")
+    assert done.returncode == 0, done.stderr
+    reused = int(done.stdout.split("written, ")[1].split(" reused")[0])
+    assert reused >= 3
+    assert tree_bytes(dest) == local_output
+
+
+def test_a_path_only_the_driver_sees_is_refused_before_writing(ray_cluster, images, tmp_path):
+    """The driver runs in a mount namespace of its own with a tmpfs the Ray nodes do not have."""
+    private = tmp_path / "driver-only"
+    private.mkdir()
+    script = (
+        "import shutil, subprocess, sys\n"
+        "from shardkit.cli import main\n"
+        f"subprocess.run(['mount', '-t', 'tmpfs', 'tmpfs', {str(private)!r}], check=True)\n"
+        f"shutil.copytree({str(images)!r}, {str(private / 'train')!r})\n"
+        f"sys.exit(main(['write', {str(private / 'train')!r}, {str(tmp_path / 'out')!r}, '--engine', 'ray',"
+        f" '--ray-address', {ray_cluster.address!r}, '-q']))\n"
+    )
+    done = ray_cluster.run(["unshare", "--mount", "--propagation", "private", sys.executable, "-c", script])
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"shardkit: error: {private}/train/")
+    assert "not visible from Ray node 127.0.0.1 (id " in line
+    assert line.endswith("the source and DEST must be on a file system every node shares, or URLs (s3://, http(s)://) every node can reach")
+    assert not list((tmp_path / "out").glob("shard-*"))
+
+
+def test_an_input_vanishing_mid_job_stops_it_naming_the_input(ray_cluster, images, tmp_path):
+    source = tmp_path / "train"
+    subprocess.run(["cp", "-r", str(images), str(source)], check=True)
+    victim = sorted(source.rglob("*.jpg"))[-2]  # written late (no shuffle, one sample a shard), checked by no probe
+    done = ray_cluster.driver("vanish", str(source), str(tmp_path / "out"), str(victim), "raise")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["error"] == "InputFileError"
+    assert result["path"] == str(victim)
+    assert str(victim) in result["message"] and "--on-error skip" in result["message"]
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_an_input_vanishing_mid_job_is_skipped_into_the_manifest(ray_cluster, images, tmp_path):
+    source = tmp_path / "train"
+    subprocess.run(["cp", "-r", str(images), str(source)], check=True)
+    victim = sorted(source.rglob("*.jpg"))[-2]
+    done = ray_cluster.driver("vanish", str(source), str(tmp_path / "out"), str(victim), "skip")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result == {"skipped": [str(victim)], "num_samples": 119}
+
+
+def test_an_unreachable_ray_address_is_one_line_exit_2(tmp_path, capsys):
+    # Port 1 on loopback: nothing listens, the connection is refused at once.
+    assert main(["write", str(tmp_path), str(tmp_path / "out"), "--engine", "ray", "--ray-address", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "shardkit: error: cannot reach the Ray cluster at 127.0.0.1:1 (Connection refused); "
+        "start one with `ray start --head` or check --ray-address"
+    )
+
+
+def test_without_ray_installed_the_error_names_the_extra(tmp_path):
+    blocked = (
+        "import sys; sys.modules['ray'] = None\n"  # what a missing package looks like to `import ray`
+        "from shardkit.cli import main\n"
+        f"sys.exit(main(['write', {str(tmp_path)!r}, {str(tmp_path / 'out')!r}, '--engine', 'ray']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "shardkit: error: ImportError: the Ray engine needs Ray, which is not installed: pip install 'shardkit[ray]'"
+    ]
+    library = "import sys; sys.modules['ray'] = None\nimport shardkit.ray\nshardkit.ray.read_shards('x')\n"
+    done = subprocess.run([sys.executable, "-c", library], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert "pip install 'shardkit[ray]'" in done.stderr.strip().splitlines()[-1]
+
+
+def test_engine_options_are_validated():
+    with pytest.raises(UsageError, match=r"engine must be one of \('local', 'ray'\), got 'spark'"):
+        WriteOptions(engine="spark")
+    with pytest.raises(UsageError, match="ray_address is only used with engine='ray'"):
+        WriteOptions(ray_address="auto")
+    with pytest.raises(UsageError, match="ray_max_retries must be a non-negative integer"):
+        WriteOptions(engine="ray", ray_max_retries=-1)
+    assert "engine" not in WriteOptions(engine="ray").recorded()  # the manifest does not depend on it
