@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -23,11 +23,52 @@ from shardkit.read.split import (
     Piece,
     assign_shards,
     epoch_order,
-    plan_epoch,
+    even_cut,
+    iter_pieces,
     samples_per_rank,
     seed_sequence,
+    slot_span,
 )
 from shardkit.world import World
+
+
+class EpochLayout(Protocol):
+    """How each epoch's global sequence maps to samples of the shards.
+
+    Attributes:
+        stable_from: From this epoch on every epoch has the same length (so a
+            slot with nothing to read in one has nothing in any later one).
+    """
+
+    stable_from: int
+
+    def length(self, epoch: int) -> int:
+        """Samples in ``epoch``'s sequence."""
+        ...
+
+    def pieces(self, epoch: int, start: int, stop: int) -> Iterator[Piece]:
+        """Positions ``[start, stop)`` of ``epoch``'s sequence as pieces;
+        positions at or past the length wrap around to its start (padding)."""
+        ...
+
+
+@dataclass(frozen=True, eq=False)
+class DatasetLayout:
+    """One dataset read whole each epoch: its shards in the epoch's order
+    (permuted from ``(seed, epoch)`` with ``shuffle``), each shard's samples
+    in stored order."""
+
+    counts: np.ndarray
+    seed: int
+    shuffle: bool
+    stable_from: int = 0
+
+    def length(self, epoch: int) -> int:
+        return int(self.counts.sum())
+
+    def pieces(self, epoch: int, start: int, stop: int) -> Iterator[Piece]:
+        order = epoch_order(len(self.counts), seed=self.seed, epoch=epoch, shuffle=self.shuffle)
+        return iter_pieces(self.counts, order, start, stop)
 
 
 @dataclass(frozen=True, eq=False)
@@ -40,22 +81,34 @@ class ReadPlan:
             slots instead of sample ranges).
         num_shards: Shards in the dataset.
         options: The reader options.
+        layout: How an epoch's sequence maps to shards; default the whole
+            dataset each epoch (:class:`DatasetLayout`). A stream of a
+            mixture has its own (:class:`~shardkit.read.mix.WalkLayout`).
+        seed_tag: Extra words of the shuffle buffer's seed (a mixture's
+            streams each have their own); empty for one dataset.
     """
 
     counts: np.ndarray | None
     num_shards: int
     options: ReaderOptions
+    layout: EpochLayout | None = field(default=None)
+    seed_tag: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.layout is None and self.counts is not None:
+            layout = DatasetLayout(self.counts, self.options.seed, self.options.shuffle)
+            object.__setattr__(self, "layout", layout)
 
     @property
     def num_samples(self) -> int | None:
         """Samples of one epoch, or None when the counts are unknown."""
         return None if self.counts is None else int(self.counts.sum())
 
-    def samples_per_rank(self, world: World) -> int | None:
-        """Samples ``world``'s rank reads per epoch; None if unknown or endless."""
-        total = self.num_samples
-        if total is None or self.options.mode == "infinite":
+    def samples_per_rank(self, world: World, *, epoch: int = 0) -> int | None:
+        """Samples ``world``'s rank reads in ``epoch``; None if unknown or endless."""
+        if self.layout is None or self.options.mode == "infinite":
             return None
+        total = self.layout.length(epoch)
         opts = self.options
         return samples_per_rank(total, rank=world.rank, world_size=world.world_size, mode=opts.mode, pad=opts.pad)
 
@@ -75,25 +128,20 @@ class ReadPlan:
         opts = self.options
         streams = world.num_slots * opts.interleave
         epochs = itertools.count(epoch) if opts.mode == "infinite" else (epoch,)
-        if self.counts is not None:
-            total = int(self.counts.sum())
-            if opts.mode == "infinite" and total < streams:
+        layout = self.layout
+        if layout is not None:
+            total = layout.length(epoch)
+            if opts.mode == "infinite" and not self.seed_tag and total < streams:
                 raise UsageError(
                     f"mode='infinite' needs at least one sample per slot and stream: {total} samples for "
                     f"{world.world_size} ranks x {world.num_workers} workers x interleave {opts.interleave}"
                 )
             for e in epochs:
-                yield from plan_epoch(
-                    self.counts,
-                    world,
-                    seed=opts.seed,
-                    epoch=e,
-                    mode=opts.mode,
-                    shuffle=opts.shuffle,
-                    pad=opts.pad,
-                    part=part,
-                    num_parts=opts.interleave,
-                )
+                start, stop = slot_span(layout.length(e), world, mode=opts.mode, pad=opts.pad)
+                lo, hi = even_cut(stop - start, opts.interleave, part)
+                if hi == lo and opts.mode == "infinite" and e >= layout.stable_from:
+                    return  # every later epoch is as empty for this stream
+                yield from layout.pieces(e, start + lo, start + hi)
             return
         if opts.mode == "infinite" and self.num_shards < streams:
             raise UsageError(
@@ -118,7 +166,7 @@ class ReadPlan:
         opts = self.options
         if not opts.shuffles_samples:
             return None
-        seeds = seed_sequence(opts.seed, epoch, SAMPLE_SHUFFLE_STREAM, world.rank, world.worker)
+        seeds = seed_sequence(opts.seed, epoch, SAMPLE_SHUFFLE_STREAM, world.rank, world.worker, *self.seed_tag)
         return ShuffleBuffer(
             size=opts.buffer_size,
             rng=np.random.Generator(np.random.PCG64(seeds)),

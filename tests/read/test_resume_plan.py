@@ -9,6 +9,7 @@ import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from shardkit.read.plan import DatasetLayout
 from shardkit.read.resume.elastic import EpochSequence, LevelPlan, part_range, remainder
 from shardkit.read.resume.replay import SlotReplay, resident_runs
 from shardkit.read.resume.state import Level
@@ -119,9 +120,9 @@ def _infinite_level(draw, plan: LevelPlan, num_parts: int):
     three whole epochs' worth) and which of those items a buffer still holds."""
     world_size = draw(st.integers(1, 3))
     num_workers = draw(st.integers(1, 2))
-    assume(plan.total >= world_size * num_workers * num_parts)
+    assume(plan.layout.length(plan.epoch) >= world_size * num_workers * num_parts)
     replays = {}
-    per_stream = plan.total // (world_size * num_workers * num_parts) + 1
+    per_stream = plan.layout.length(plan.epoch) // (world_size * num_workers * num_parts) + 1
     for rank in range(world_size):
         for worker in range(num_workers):
             consumed = [draw(st.integers(0, 3 * per_stream + 4)) for _ in range(num_parts)]
@@ -157,13 +158,13 @@ def _model_remainder(plan: LevelPlan, level: Level, replays, num_parts: int) -> 
 @settings(max_examples=80, deadline=None)
 @given(data=st.data(), total=st.integers(1, 40), num_parts=st.integers(1, 2), epoch=st.integers(0, 3))
 def test_infinite_remainder_keeps_every_undelivered_position_of_each_epoch_once(data, total, num_parts, epoch):
-    plan = LevelPlan.start(total, epoch=epoch, endless=True)
+    plan = LevelPlan.start(DatasetLayout(np.array([total]), 0, False), epoch=epoch, endless=True)
     for _ in range(2):  # two topology changes in a row
         level, replays = data.draw(_infinite_level(plan, num_parts))
         expected = _model_remainder(plan, level, replays, num_parts)
         skip = next((k for k, rest in enumerate(expected) if rest), len(expected))
         after = remainder(plan, level, replays, mode="infinite", pad=False, num_parts=num_parts)
-        assert after.endless and after.total == total
+        assert after.endless and after.layout.length(after.epoch) == total
         assert after.epoch == plan.epoch + skip
         assert [_positions_of(seq) for seq in after.carried] == expected[skip:]
         assert all(after.sequence(len(after.carried) + k).full for k in range(2))  # whole epochs follow

@@ -42,7 +42,8 @@ import numpy as np
 from shardkit.errors import StateError
 from shardkit.read.resume.replay import SlotReplay
 from shardkit.read.resume.state import Level
-from shardkit.read.split import Mode, Piece, even_cut, iter_pieces, rank_span
+from shardkit.read.plan import EpochLayout
+from shardkit.read.split import Mode, Piece, even_cut, rank_span
 from shardkit.world import World
 
 
@@ -90,12 +91,10 @@ class EpochSequence:
         return out
 
 
-def sequence_pieces(
-    seq: EpochSequence, counts: np.ndarray, order: np.ndarray, lo: int, hi: int
-) -> Iterator[Piece]:
-    """The pieces of indices ``[lo, hi)`` of a level's sequence."""
+def sequence_pieces(seq: EpochSequence, layout: EpochLayout, epoch: int, lo: int, hi: int) -> Iterator[Piece]:
+    """The pieces of indices ``[lo, hi)`` of a level's sequence of ``epoch``."""
     for start, stop in seq.slice(lo, hi):
-        yield from iter_pieces(counts, order, start, stop)
+        yield from layout.pieces(epoch, start, stop)
 
 
 def part_range(length: int, world: World, *, mode: Mode, pad: bool, part: int, num_parts: int) -> tuple[int, int]:
@@ -117,19 +116,19 @@ class LevelPlan:
             ``"exact"`` and ``"balanced"`` mode exactly one (a level reads
             one epoch). In ``"infinite"`` mode the remainders an earlier
             level left, oldest first (none at the start of an iteration).
-        total: Samples of a whole epoch.
+        layout: The epochs' sequences (their lengths and samples).
         endless: Whole epochs follow the carried ones (``"infinite"``).
     """
 
     epoch: int
     carried: tuple[EpochSequence, ...]
-    total: int
+    layout: EpochLayout
     endless: bool
 
     @classmethod
-    def start(cls, total: int, *, epoch: int, endless: bool) -> LevelPlan:
+    def start(cls, layout: EpochLayout, *, epoch: int, endless: bool) -> LevelPlan:
         """The plan of an iteration that starts ``epoch`` afresh."""
-        return cls(epoch, () if endless else (EpochSequence.whole(total),), total, endless)
+        return cls(epoch, () if endless else (EpochSequence.whole(layout.length(epoch)),), layout, endless)
 
     @property
     def fresh(self) -> bool:
@@ -142,7 +141,7 @@ class LevelPlan:
             return self.carried[k]
         if not self.endless:
             raise IndexError(f"a one-epoch plan has no epoch {self.epoch + k}")
-        return EpochSequence.whole(self.total)
+        return EpochSequence.whole(self.layout.length(self.epoch + k))
 
 
 #: One epoch of a read stream: (k, lo, hi), indices [lo, hi) of plan.sequence(k).
@@ -153,11 +152,12 @@ def part_spans(plan: LevelPlan, world: World, *, mode: Mode, pad: bool, part: in
     """The epochs one read stream of ``world``'s slot reads at a level, in
     order: per epoch ``(k, lo, hi)``, the indices of ``plan.sequence(k)`` it
     covers. Ends after the carried epochs unless the plan is endless; an
-    endless stream with nothing to read in a whole epoch ends there too."""
+    endless stream with nothing to read in a whole epoch of the layout's
+    stable stretch ends there too."""
     for k in itertools.count() if plan.endless else range(len(plan.carried)):
         lo, hi = part_range(len(plan.sequence(k)), world, mode=mode, pad=pad, part=part, num_parts=num_parts)
-        if hi == lo and k >= len(plan.carried):
-            return  # every whole epoch is as empty for this stream
+        if hi == lo and k >= len(plan.carried) and plan.epoch + k >= plan.layout.stable_from:
+            return  # every later whole epoch is as empty for this stream
         yield k, lo, hi
 
 
@@ -242,9 +242,9 @@ def remainder(
         cover = rank_span(len(seq), rank=level.world_size - 1, world_size=level.world_size, mode=mode, pad=pad)[1]
         rests.append(undelivered(seq, taken.get(k, []), points.get(k, []), cover=cover))
     if not plan.endless:
-        return LevelPlan(plan.epoch, tuple(rests), plan.total, endless=False)
+        return LevelPlan(plan.epoch, tuple(rests), plan.layout, endless=False)
     done = next((k for k, rest in enumerate(rests) if len(rest)), len(rests))
-    return LevelPlan(plan.epoch + done, tuple(rests[done:]), plan.total, endless=True)
+    return LevelPlan(plan.epoch + done, tuple(rests[done:]), plan.layout, endless=True)
 
 
 def undelivered(

@@ -75,7 +75,8 @@ class SlotRestorer:
     def _sequence_pieces(self, world: World, seq: EpochSequence, *, epoch: int, part: int) -> Iterator[Piece]:
         opts = self.plan.options
         lo, hi = part_range(len(seq), world, mode=opts.mode, pad=opts.pad, part=part, num_parts=opts.interleave)
-        return sequence_pieces(seq, self.counts, self.plan.order(epoch), lo, hi)
+        assert self.plan.layout is not None
+        return sequence_pieces(seq, self.plan.layout, epoch, lo, hi)
 
     def replay(self, world: World, *, plan: LevelPlan, count: int) -> SlotReplay:
         """Replay ``world``'s slot at a level until ``count`` samples were delivered.
@@ -107,7 +108,8 @@ class SlotRestorer:
         less what each base level's slots delivered (see
         :func:`~shardkit.read.resume.elastic.remainder`)."""
         opts = self.plan.options
-        plan = LevelPlan.start(int(self.counts.sum()), epoch=self.epoch, endless=opts.mode == "infinite")
+        assert self.plan.layout is not None
+        plan = LevelPlan.start(self.plan.layout, epoch=self.epoch, endless=opts.mode == "infinite")
         for level in base:
             replays = {}
             for rank in range(level.world_size):
