@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 __all__ = ["read_shards", "write_shards"]
 
+#: With Ray choosing the number of blocks, the smallest sample range cut out of a shard.
+MIN_RANGE_BYTES = 32 << 20
+
 
 def read_shards(
     source: str,
@@ -38,7 +41,8 @@ def read_shards(
 
     One read task per shard, or per sample range of a shard when the dataset
     has fewer shards than the requested number of blocks (the ranges come
-    from the shards' offset indexes). Row counts and sizes come from the
+    from the shards' offset indexes; when Ray picks the number of blocks, a
+    shard is cut into ranges of at least ``MIN_RANGE_BYTES``, 32 MiB). Row counts and sizes come from the
     manifest, so Ray samples nothing to estimate them.
 
     Args:
@@ -47,7 +51,8 @@ def read_shards(
             or another fsspec URL. A manifest is required (a bare list of
             shards has no counts to plan read tasks with: write one with
             ``shardkit write SHARDS DEST``).
-        override_num_blocks: Read tasks to aim for (Ray's own choice when None).
+        override_num_blocks: Read tasks to aim for, met by cutting shards
+            into sample ranges however small (Ray's own choice when None).
         source_options: How remote shards are read (timeouts, retries, S3
             endpoint); defaults when None.
         target_block_bytes: A read task hands Ray a block each time it has
@@ -66,7 +71,10 @@ def read_shards(
     from shardkit.ray.datasource import ShardkitDatasource
 
     datasource = ShardkitDatasource(
-        source, source_options=source_options or SourceOptions(), target_block_bytes=target_block_bytes
+        source,
+        source_options=source_options or SourceOptions(),
+        target_block_bytes=target_block_bytes,
+        min_range_bytes=0 if override_num_blocks else MIN_RANGE_BYTES,
     )
     return ray.data.read_datasource(datasource, override_num_blocks=override_num_blocks)
 
