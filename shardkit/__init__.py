@@ -36,6 +36,7 @@ _LAZY = {
     "ReaderOptions": "shardkit.read.options",
     "ShardDataset": "shardkit.read.dataset",
     "ShardWindowSampler": "shardkit.read.sampler",
+    "Stream": "shardkit.read.mix",
     "World": "shardkit.world",
     "WriteOptions": "shardkit.write.parallel",
     "make_loader": "shardkit.read.loader",
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from shardkit.read.loader import make_loader
     from shardkit.read.options import ReaderOptions
     from shardkit.read.sampler import ShardWindowSampler
+    from shardkit.read.mix import Stream
     from shardkit.read.shuffle import shuffle_quality
     from shardkit.world import World
     from shardkit.write.parallel import WriteOptions, write_dataset
@@ -102,6 +104,7 @@ __all__ = [
     "SourceError",
     "SourceOptions",
     "StateError",
+    "Stream",
     "TruncatedShardError",
     "UsageError",
     "VerifyError",

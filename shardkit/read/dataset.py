@@ -9,6 +9,7 @@ what is per process: the epoch, the skip counter, and checkpoint bookkeeping.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -22,6 +23,9 @@ from shardkit.io.base import SourceOptions
 from shardkit.read.catalog import ShardCatalog, resolve_catalog
 from shardkit.read.counters import SharedCounters
 from shardkit.read.decode import Decoder, ImageMode, make_decoder
+from shardkit.read.mix import Stream
+from shardkit.read.mixslot import MixSlotReader
+from shardkit.read.mixture import Mixture, is_mixture, mixture_fingerprint, resolve_mixture
 from shardkit.read.options import DEFAULT_BUFFER_SIZE, ReaderOptions
 from shardkit.read.plan import ReadPlan
 from shardkit.read.prefetch import DEFAULT_READ_AHEAD_BYTES
@@ -117,11 +121,31 @@ class ShardDataset(IterableDataset):
             for batch in loader:
                 ...
 
+    Mixing: give a list of :class:`~shardkit.Stream` s instead of one
+    source, each a dataset with a manifest and a ``weight`` (or an absolute
+    ``samples`` count). Each epoch has ``samples_per_epoch`` samples, stream
+    *i* giving exactly its share; each stream is read as a walk through its
+    passes (no sample again before all were taken), split over ranks and
+    workers like one dataset, shuffled in its own part of the buffer and
+    interleaved by a stratified schedule, so every batch holds each stream
+    in proportion (within ``S / 2 + 1`` samples for *S* streams, 1 for two).
+    Each sample carries ``__stream__`` (the stream's name, default its
+    index). Every mode, checkpoints (the state records the streams) and the
+    loader work as for one dataset; per-rank counts in ``"exact"`` mode
+    differ by at most the number of streams. See :mod:`shardkit.read.mix`
+    and :mod:`shardkit.read.mixture` (changing a mixture at a checkpoint)::
+
+        ds = shardkit.ShardDataset(
+            [shardkit.Stream("s3://bucket/web/", weight=0.7),
+             shardkit.Stream("data/curated", weight={0: 0.3, 5: 0.1})],
+            samples_per_epoch=1_000_000, mode="balanced", seed=0)
+
     Args:
         source: A manifest path or URL, a dataset directory (or URL ending in
             ``/``) holding ``manifest.json``, a :class:`~shardkit.Manifest`, a
             brace pattern (``data/shard-{000000..000099}.tar``), one shard, or
-            a list of shard paths/URLs.
+            a list of shard paths/URLs; or a list of
+            :class:`~shardkit.Stream` s to mix.
         mode: ``"exact"``, ``"balanced"`` or ``"infinite"``.
         seed: Seed of all randomness (shard order and sample shuffle); >= 0.
         shuffle: Permute shards per epoch and shuffle samples in a buffer.
@@ -159,7 +183,10 @@ class ShardDataset(IterableDataset):
             :attr:`num_skipped`, and goes on with the next readable sample.
         source_options: Storage options; ``chunk_bytes`` (default 4 MiB) is
             the size of one read request.
-        read_ahead_bytes: Byte budget of each worker's read-ahead thread.
+        read_ahead_bytes: Byte budget of each worker's read-ahead thread
+            (a mixture shares it among its streams).
+        samples_per_epoch: Samples of each epoch of a mixture; default the
+            sum of the streams' sizes (or of their ``samples``).
 
     Raises:
         UsageError: Invalid options, or ``"balanced"`` mode without sample
@@ -169,7 +196,7 @@ class ShardDataset(IterableDataset):
 
     def __init__(
         self,
-        source: str | os.PathLike[str] | Sequence[str] | Manifest,
+        source: str | os.PathLike[str] | Sequence[str] | Sequence[Stream] | Manifest,
         *,
         mode: Mode = "balanced",
         seed: int = 0,
@@ -189,6 +216,7 @@ class ShardDataset(IterableDataset):
         on_error: OnError = "raise",
         source_options: SourceOptions | None = None,
         read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES,
+        samples_per_epoch: int | None = None,
     ):
         super().__init__()
         options = ReaderOptions(
@@ -209,39 +237,73 @@ class ShardDataset(IterableDataset):
         if read_ahead_bytes <= 0:
             raise UsageError(f"read_ahead_bytes must be > 0, not {read_ahead_bytes}")
         source_options = source_options or SourceOptions()
-        catalog = resolve_catalog(source, options=source_options)
-        if mode == "balanced" and catalog.compressed:
-            raise UsageError(
-                "mode='balanced' needs per-shard sample counts, and compressed shards (.tar.gz, .tgz, .tar.zst) "
-                "are read whole at shard granularity: use mode='exact' / 'infinite', or reshard them uncompressed "
-                "with `shardkit write SRC DEST`"
-            )
-        if mode == "balanced" and catalog.counts is None:
-            raise UsageError(
-                "mode='balanced' needs per-shard sample counts: read a dataset with a manifest "
-                "(or .idx sidecars), or use mode='exact' / 'infinite' at shard granularity"
-            )
         self._options = options
-        self._catalog = catalog
+        self._source_options = source_options
         self._world = detect_rank(rank=rank, world_size=world_size)
-        self._plan = ReadPlan(catalog.counts, catalog.num_shards, options)
-        self._slots = SlotReader(
-            catalog=catalog,
-            plan=self._plan,
-            source_options=source_options,
-            on_error=on_error,
-            read_ahead_bytes=read_ahead_bytes,
-            decoder=make_decoder(decode),
-            map=map,
-            batch_size=batch_size,
-            collate=collate,
-            partial_batches=partial_batches,
-        )
+        decoder = make_decoder(decode)
+        self._mixture: Mixture | None = None
+        self._slots: SlotReader | MixSlotReader
+        if is_mixture(source):
+            if interleave != 1:
+                raise UsageError(
+                    "interleave applies to one dataset: a mixture already reads each stream side by side"
+                )
+            mixture = resolve_mixture(
+                source,  # type: ignore[arg-type]
+                samples_per_epoch=samples_per_epoch,
+                source_options=source_options,
+            )
+            self._mixture = mixture
+            self._catalog = None
+            self._plan = None
+            self._slots = _mix_slots(
+                mixture,
+                options,
+                on_error=on_error,
+                read_ahead_bytes=read_ahead_bytes,
+                decoder=decoder,
+                map=map,
+                batch_size=batch_size,
+                collate=collate,
+                partial_batches=partial_batches,
+            )
+        else:
+            if samples_per_epoch is not None:
+                raise UsageError("samples_per_epoch applies to a mixture: give a list of shardkit.Stream")
+            catalog = resolve_catalog(source, options=source_options)  # type: ignore[arg-type]
+            if mode == "balanced" and catalog.compressed:
+                raise UsageError(
+                    "mode='balanced' needs per-shard sample counts, and compressed shards (.tar.gz, .tgz, "
+                    ".tar.zst) are read whole at shard granularity: use mode='exact' / 'infinite', or reshard "
+                    "them uncompressed with `shardkit write SRC DEST`"
+                )
+            if mode == "balanced" and catalog.counts is None:
+                raise UsageError(
+                    "mode='balanced' needs per-shard sample counts: read a dataset with a manifest "
+                    "(or .idx sidecars), or use mode='exact' / 'infinite' at shard granularity"
+                )
+            self._catalog = catalog
+            self._plan = ReadPlan(catalog.counts, catalog.num_shards, options)
+            self._slots = SlotReader(
+                catalog=catalog,
+                plan=self._plan,
+                source_options=source_options,
+                on_error=on_error,
+                read_ahead_bytes=read_ahead_bytes,
+                decoder=decoder,
+                map=map,
+                batch_size=batch_size,
+                collate=collate,
+                partial_batches=partial_batches,
+            )
         self._counters = SharedCounters(epoch)
         # Checkpoint bookkeeping: this process's progress, and a loaded state
         # that the next iteration of its epoch starts from.
         self._progress = _Progress()
         self._pending: ReaderState | None = None
+        # A mixture's configuration recorded by a loaded state of another
+        # one: (epoch, record), which that epoch's states carry on.
+        self._recorded: tuple[int, dict[str, Any]] | None = None
 
     # ------------------------------------------------------------ properties
 
@@ -252,18 +314,35 @@ class ShardDataset(IterableDataset):
 
     @property
     def source_options(self) -> SourceOptions:
-        """The storage options."""
-        return self._slots.source_options
+        """The storage options (a mixture's streams may have their own)."""
+        return self._source_options
 
     @property
     def catalog(self) -> ShardCatalog:
-        """The shards read (with their sample counts, when known)."""
+        """The shards read (with their sample counts, when known).
+
+        Raises:
+            UsageError: The dataset is a mixture (see :attr:`mixture`).
+        """
+        if self._catalog is None:
+            raise UsageError("a mixture has a catalog per stream: see dataset.mixture.catalogs")
         return self._catalog
 
     @property
     def plan(self) -> ReadPlan:
-        """Which pieces each slot reads in each epoch."""
+        """Which pieces each slot reads in each epoch.
+
+        Raises:
+            UsageError: The dataset is a mixture (each stream has a plan).
+        """
+        if self._plan is None:
+            raise UsageError("a mixture has a plan per stream, made for each iteration")
         return self._plan
+
+    @property
+    def mixture(self) -> Mixture | None:
+        """The streams of a mixture (catalogs, schedule, names); None for one dataset."""
+        return self._mixture
 
     @property
     def world(self) -> World:
@@ -287,8 +366,10 @@ class ShardDataset(IterableDataset):
 
     @property
     def num_samples(self) -> int | None:
-        """Samples this rank reads per epoch, or None if unknown / endless."""
-        return self._plan.samples_per_rank(self._world)
+        """Samples this rank reads in the current epoch, or None if unknown / endless."""
+        if isinstance(self._slots, MixSlotReader):
+            return self._slots.samples_per_rank(self._world, epoch=self.epoch)
+        return self._slots.plan.samples_per_rank(self._world)
 
     def __len__(self) -> int:
         """Samples this rank reads per epoch (single samples, finite modes only)."""
@@ -368,10 +449,49 @@ class ShardDataset(IterableDataset):
 
     # ------------------------------------------------------------ checkpoint
 
+    def _identity(self, epoch: int) -> tuple[str, dict[str, Any] | None]:
+        """What a state of ``epoch`` names the data by: a fingerprint, and a
+        mixture's configuration (the one that epoch is read under)."""
+        if self._mixture is None:
+            return dataset_fingerprint(self.catalog), None
+        recorded = self._recorded
+        record = recorded[1] if recorded is not None and recorded[0] == epoch else self._mixture.record()
+        return mixture_fingerprint(record), record
+
     def _parse_state(self, state: Mapping[str, Any]) -> ReaderState:
         parsed = ReaderState.from_dict(state)
-        check_compatible(parsed, fingerprint=dataset_fingerprint(self._catalog), options=self._options)
+        if self._mixture is None:
+            if parsed.mixture is not None:
+                raise StateError(
+                    "reader state is of a mixture of streams, and this dataset reads one source: "
+                    "create the dataset with the same list of shardkit.Stream"
+                )
+            fingerprint = dataset_fingerprint(self.catalog)
+        else:
+            if parsed.mixture is None:
+                raise StateError(
+                    "reader state is of one dataset, and this dataset is a mixture of streams: "
+                    "create the dataset with the source the state was saved from"
+                )
+            fingerprint = parsed.fingerprint  # the mixture is compared stream by stream on load
+        check_compatible(parsed, fingerprint=fingerprint, options=self._options)
         return parsed
+
+    def _rank_state(
+        self, epoch: int, *, base: tuple[Level, ...], world: World, counts: list[int | None], next_worker: int = 0
+    ) -> dict[str, Any]:
+        """A state of ``epoch`` holding ``world``'s rank's counts (also what the loader saves)."""
+        fingerprint, mixture = self._identity(epoch)
+        return rank_state(
+            fingerprint,
+            self._options,
+            epoch,
+            base=base,
+            world=world,
+            counts=counts,
+            next_worker=next_worker,
+            mixture=mixture,
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """This process's position in the epoch (torchdata ``Stateful`` protocol).
@@ -388,7 +508,6 @@ class ShardDataset(IterableDataset):
         Raises:
             UsageError: The dataset has no sample counts and offset indexes.
         """
-        fingerprint = dataset_fingerprint(self._catalog)
         epoch = self.epoch
         pending = self._pending
         if pending is not None and pending.epoch == epoch:
@@ -398,8 +517,9 @@ class ShardDataset(IterableDataset):
         if world is not None and progress.epoch == epoch:
             counts: list[int | None] = [None] * world.num_workers
             counts[world.worker] = progress.count
-            return rank_state(fingerprint, self._options, epoch, base=progress.base, world=world, counts=counts)
-        return ReaderState(fingerprint, self._options, epoch, ()).to_dict()
+            return self._rank_state(epoch, base=progress.base, world=world, counts=counts)
+        fingerprint, mixture = self._identity(epoch)
+        return ReaderState(fingerprint, self._options, epoch, (), mixture=mixture).to_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from ``state`` at the next iteration (torchdata ``Stateful``).
@@ -419,6 +539,11 @@ class ShardDataset(IterableDataset):
             UsageError: The dataset has no sample counts and offset indexes.
         """
         parsed = self._parse_state(state)
+        if self._mixture is not None:
+            assert parsed.mixture is not None and isinstance(self._slots, MixSlotReader)
+            active = self._mixture.with_recorded(parsed.mixture, parsed.epoch)
+            self._recorded = None if active is self._mixture else (parsed.epoch, dict(parsed.mixture))
+            self._slots = dataclasses.replace(self._slots, schedule=active.schedule)
         if parsed.levels and parsed.levels[-1].world_size != self._world.world_size:
             # Only a complete state can move to another world size; say so now, not in a worker.
             start_for(parsed, self._world.with_worker(0, 1))
@@ -428,10 +553,28 @@ class ShardDataset(IterableDataset):
 
     def __repr__(self) -> str:
         opts = self._options
+        if self._mixture is not None:
+            return (
+                f"ShardDataset(mixture of {len(self._mixture.streams)} streams, "
+                f"{self._mixture.samples_per_epoch(self.epoch)} samples per epoch, mode={opts.mode!r}, "
+                f"seed={opts.seed}, rank={self._world.rank}/{self._world.world_size})"
+            )
         return (
             f"ShardDataset({self._catalog.num_shards} shards, {self._catalog.num_samples} samples, "
             f"mode={opts.mode!r}, seed={opts.seed}, rank={self._world.rank}/{self._world.world_size})"
         )
+
+
+def _mix_slots(mixture: Mixture, options: ReaderOptions, **kwargs: Any) -> MixSlotReader:
+    return MixSlotReader(
+        catalogs=mixture.catalogs,
+        tags=mixture.tags,
+        names=mixture.names,
+        schedule=mixture.schedule,
+        options=options,
+        source_options=mixture.source_options,
+        **kwargs,
+    )
 
 
 def _recorded(stream: Iterator[tuple[int, Any]], progress: _Progress) -> Iterator[tuple[int, Any]]:

@@ -17,13 +17,7 @@ from torch.utils.data import (
 
 from shardkit.errors import UsageError
 from shardkit.read.dataset import ShardDataset
-from shardkit.read.resume.state import (
-    Level,
-    ReaderState,
-    dataset_fingerprint,
-    rank_state,
-    start_for,
-)
+from shardkit.read.resume.state import Level, ReaderState, start_for
 from shardkit.read.slot import collate_samples
 from shardkit.world import World, detect_worker
 
@@ -176,9 +170,7 @@ class ShardLoader(DataLoader):
         dataset = self.shard_dataset
         if not self._started or self._epoch != dataset.epoch:
             return dataset.state_dict()
-        return rank_state(
-            dataset_fingerprint(dataset.catalog),
-            dataset.options,
+        return dataset._rank_state(
             self._epoch,
             base=self._base,
             world=self._world(),

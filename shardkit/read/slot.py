@@ -34,7 +34,7 @@ from shardkit.world import World
 Sample = dict[str, Any]
 
 
-def _located_nbytes(located: Located) -> int:
+def located_nbytes(located: Located) -> int:
     """A sample's size as stored (tar headers included): O(1), and the same
     figure the offset index gives without reading the sample."""
     raw = located[2]
@@ -197,7 +197,7 @@ class SlotReader:
         buffer: ShuffleBuffer[Any] | None
         if not base and count == 0:
             pieces = [self.plan.pieces(world, epoch=epoch, part=p) for p in parts]
-            buffer = self.plan.shuffle_buffer(world, epoch=epoch, nbytes=_located_nbytes)
+            buffer = self.plan.shuffle_buffer(world, epoch=epoch, nbytes=located_nbytes)
         else:
             restorer = SlotRestorer(self.plan, reader, epoch=epoch)
             level = restorer.level_plan(base)
@@ -206,7 +206,7 @@ class SlotReader:
             first = replay.next_part
             buffer = None
             if replay.buffer is not None:
-                buffer = replay.buffer.follow(nbytes=_located_nbytes if opts.buffer_bytes is not None else None)
+                buffer = replay.buffer.follow(nbytes=located_nbytes if opts.buffer_bytes is not None else None)
                 resident = restorer.read_resident(replay)
                 held = replay.held
         streams = [reader.read(p) for p in pieces]
@@ -214,20 +214,43 @@ class SlotReader:
         if buffer is not None:
             raws = buffer.shuffle(raws, resident=resident, held=held)
         samples: Iterator[tuple[int, Any]] = _as_dicts(zip(itertools.count(count + 1), raws))
-        if self.decoder is not None:
-            decoder = self.decoder
-            samples = ((n, decoder(s)) for n, s in samples)
-        if self.map is not None:
-            fn = self.map
-            samples = ((n, fn(s)) for n, s in samples)
-        if self.batch_size is not None:
-            samples = self._batches(samples, self.batch_size)
-        return samples
+        return finish_items(
+            samples,
+            decoder=self.decoder,
+            map=self.map,
+            batch_size=self.batch_size,
+            collate=self.collate,
+            partial_batches=self.partial_batches,
+        )
 
-    def _batches(self, samples: Iterator[tuple[int, Any]], size: int) -> Iterator[tuple[int, Any]]:
-        collate: Callable[[list[Any]], Any] = default_collate if self.collate is None else self.collate
-        while True:
-            batch = list(itertools.islice(samples, size))
-            if not batch or (len(batch) < size and not self.partial_batches):
-                return
-            yield batch[-1][0], collate_samples([s for _, s in batch], collate=collate)
+
+def finish_items(
+    samples: Iterator[tuple[int, Sample]],
+    *,
+    decoder: Decoder | None,
+    map: Callable[[Sample], Any] | None,  # noqa: A002 - the reader's name for it
+    batch_size: int | None,
+    collate: Callable[[list[Any]], Any] | None,
+    partial_batches: bool,
+) -> Iterator[tuple[int, Any]]:
+    """The last stages of a slot's stream: decode, map, batch. Items keep
+    the slot's delivered count (a batch, its last sample's)."""
+    out: Iterator[tuple[int, Any]] = samples
+    if decoder is not None:
+        out = ((n, decoder(s)) for n, s in out)
+    if map is not None:
+        fn = map
+        out = ((n, fn(s)) for n, s in out)
+    if batch_size is not None:
+        out = _batches(out, batch_size, default_collate if collate is None else collate, partial_batches)
+    return out
+
+
+def _batches(
+    samples: Iterator[tuple[int, Any]], size: int, collate: Callable[[list[Any]], Any], partial: bool
+) -> Iterator[tuple[int, Any]]:
+    while True:
+        batch = list(itertools.islice(samples, size))
+        if not batch or (len(batch) < size and not partial):
+            return
+        yield batch[-1][0], collate_samples([s for _, s in batch], collate=collate)

@@ -14,7 +14,7 @@ import pytest
 from shardkit import ShardDataset, World, make_loader
 from shardkit.errors import StateError, UsageError
 from shardkit.read.resume import Level, ReaderState, merge_states
-from shardkit.read.resume.state import dataset_fingerprint
+from shardkit.read.resume.state import STATE_VERSION, dataset_fingerprint
 from tests.read.resume_child import batch_keys
 
 SIZES = [7, 0, 5, 6, 4]  # 22 samples, one empty shard
@@ -272,7 +272,7 @@ def test_a_version_1_state_is_read_as_the_swap_buffer_shuffle(make_shards):
     ds = ShardDataset(manifest, mode="exact", seed=1, buffer_size=4)
     list(itertools.islice(iter(ds), 5))
     state = ds.state_dict()
-    del state["shuffle_algorithm"]  # what the previous release wrote
+    del state["shuffle_algorithm"], state["mixture"]  # what the release before the last wrote
     state["version"] = 1
     resumed = ShardDataset(manifest, mode="exact", seed=1, buffer_size=4)
     with pytest.raises(StateError, match=rf"'swap_buffer_v1'.*{SHUFFLE_ALGORITHM!r}.*start the epoch afresh"):
@@ -282,6 +282,20 @@ def test_a_version_1_state_is_read_as_the_swap_buffer_shuffle(make_shards):
         ShardDataset(manifest, mode="exact", seed=1, buffer_size=4).load_state_dict(state)
 
 
+def test_a_version_2_state_of_one_dataset_resumes_exactly(make_shards):
+    manifest = make_shards(SIZES)
+    ds = ShardDataset(manifest, mode="exact", seed=1, buffer_size=4)
+    it = iter(ds)
+    list(itertools.islice(it, 5))
+    state = ds.state_dict()
+    rest = [s["__key__"] for s in it]
+    del state["mixture"]  # what the previous release wrote
+    state["version"] = 2
+    resumed = ShardDataset(manifest, mode="exact", seed=1, buffer_size=4)
+    resumed.load_state_dict(state)
+    assert [s["__key__"] for s in resumed] == rest
+
+
 def test_a_state_between_epochs_of_another_shuffle_loads(make_shards):
     # No buffer position, so the shuffle it was saved with does not matter.
     manifest = make_shards(SIZES)
@@ -289,11 +303,11 @@ def test_a_state_between_epochs_of_another_shuffle_loads(make_shards):
     ds.set_epoch(1)
     state = ds.state_dict()
     assert state["levels"] == []
-    del state["shuffle_algorithm"]
+    del state["shuffle_algorithm"], state["mixture"]
     state["version"] = 1
     resumed = ShardDataset(manifest, mode="exact", seed=1, buffer_size=4)
     resumed.load_state_dict(state)
-    assert resumed.state_dict()["version"] == 2
+    assert resumed.state_dict()["version"] == STATE_VERSION == 3
     fresh = ShardDataset(manifest, mode="exact", seed=1, buffer_size=4)
     fresh.set_epoch(1)
     assert [s["__key__"] for s in resumed] == [s["__key__"] for s in fresh]

@@ -2,19 +2,22 @@
 
 A state is plain JSON data (no sample bytes)::
 
-    {"version": 2, "fingerprint": "...", "shuffle_algorithm": "growing_swap_buffer_v1",
+    {"version": 3, "fingerprint": "...", "shuffle_algorithm": "growing_swap_buffer_v1",
      "options": {"mode": ..., "seed": ..., ...}, "epoch": 3,
      "levels": [{"world_size": 2, "num_workers": 4,
-                 "delivered": [[12, 11, 12, 12], null], "next_worker": [1, null]}]}
+                 "delivered": [[12, 11, 12, 12], null], "next_worker": [1, null]}],
+     "mixture": null}
 
-**Versions.** :data:`STATE_VERSION` is 2: version 2 added the
+**Versions.** :data:`STATE_VERSION` is 3: version 3 added the ``mixture``
+key, a mixture's stream configuration (null for one dataset; see
+:mod:`shardkit.read.mixture`), and version 2 the
 ``shuffle_algorithm`` key, naming the shuffle
 (:data:`~shardkit.read.shuffle.SHUFFLE_ALGORITHM`) whose buffers the state's
 counts refer to. Restoring replays that shuffle, so a state of another
 algorithm is refused with a :class:`~shardkit.StateError` naming both. A
 version 1 state (an earlier release, which has no such key) is read as one of
-``"swap_buffer_v1"``, the only shuffle that release had. Other versions are
-refused.
+``"swap_buffer_v1"``, the only shuffle that release had; states of versions 1
+and 2 are of one dataset. Other versions are refused.
 
 A state at the start of an epoch (no levels) holds no buffer position, so it
 does not depend on the shuffle: whatever algorithm it names, it is read as
@@ -43,9 +46,9 @@ from shardkit.read.shuffle import SHUFFLE_ALGORITHM
 from shardkit.world import World, all_gather_objects
 
 #: Version of the state format written; see the module docstring.
-STATE_VERSION = 2
-#: Versions read (1: before ``shuffle_algorithm`` was recorded).
-READABLE_VERSIONS = (1, 2)
+STATE_VERSION = 3
+#: Versions read (1: before ``shuffle_algorithm`` was recorded; 2: before ``mixture``).
+READABLE_VERSIONS = (1, 2, 3)
 #: The shuffle a version 1 state was written with (the only one it had).
 V1_SHUFFLE_ALGORITHM = "swap_buffer_v1"
 
@@ -55,10 +58,16 @@ KEY_SHUFFLE_ALGORITHM = "shuffle_algorithm"
 KEY_OPTIONS = "options"
 KEY_EPOCH = "epoch"
 KEY_LEVELS = "levels"
+KEY_MIXTURE = "mixture"
 #: Keys of a state, exactly.
-STATE_KEYS = frozenset({KEY_VERSION, KEY_FINGERPRINT, KEY_SHUFFLE_ALGORITHM, KEY_OPTIONS, KEY_EPOCH, KEY_LEVELS})
+STATE_KEYS = frozenset(
+    {KEY_VERSION, KEY_FINGERPRINT, KEY_SHUFFLE_ALGORITHM, KEY_OPTIONS, KEY_EPOCH, KEY_LEVELS, KEY_MIXTURE}
+)
+#: Keys of a version 2 state, exactly.
+V2_STATE_KEYS = STATE_KEYS - {KEY_MIXTURE}
 #: Keys of a version 1 state, exactly.
-V1_STATE_KEYS = STATE_KEYS - {KEY_SHUFFLE_ALGORITHM}
+V1_STATE_KEYS = V2_STATE_KEYS - {KEY_SHUFFLE_ALGORITHM}
+_KEYS_OF_VERSION = {1: V1_STATE_KEYS, 2: V2_STATE_KEYS, 3: STATE_KEYS}
 
 KEY_WORLD_SIZE = "world_size"
 KEY_NUM_WORKERS = "num_workers"
@@ -128,6 +137,8 @@ class ReaderState:
         levels: Topologies that read parts of the epoch, oldest first; empty
             at the start of an epoch.
         shuffle_algorithm: The shuffle whose buffers the counts refer to.
+        mixture: For a mixture of streams, its configuration as JSON data
+            (see :mod:`shardkit.read.mixture`); None for one dataset.
     """
 
     fingerprint: str
@@ -135,6 +146,7 @@ class ReaderState:
     epoch: int
     levels: tuple[Level, ...]
     shuffle_algorithm: str = SHUFFLE_ALGORITHM
+    mixture: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-serializable form (what ``state_dict()`` returns)."""
@@ -145,6 +157,7 @@ class ReaderState:
             KEY_OPTIONS: self.options.to_dict(),
             KEY_EPOCH: self.epoch,
             KEY_LEVELS: [level.to_dict() for level in self.levels],
+            KEY_MIXTURE: None if self.mixture is None else dict(self.mixture),
         }
 
     @classmethod
@@ -164,7 +177,7 @@ class ReaderState:
                 f"reader state version {version!r} is not supported (this shardkit reads versions "
                 f"{', '.join(map(str, READABLE_VERSIONS))}): resume with the shardkit release that saved it"
             )
-        expected = STATE_KEYS if version == STATE_VERSION else V1_STATE_KEYS
+        expected = _KEYS_OF_VERSION[version]
         keys = set(data)
         if keys != expected:
             raise StateError(_key_problem("reader state", keys, expected))
@@ -184,7 +197,17 @@ class ReaderState:
         for i, level in enumerate(levels[:-1]):
             if not level.complete:
                 raise StateError(f"reader state: level {i} is not the last one but lacks some slots' counts")
-        return cls(fingerprint, _parse_options(data[KEY_OPTIONS]), epoch, levels, shuffle_algorithm=algorithm)
+        mixture = data.get(KEY_MIXTURE)
+        if mixture is not None and not isinstance(mixture, Mapping):
+            raise StateError(f"reader state: 'mixture' must be a mapping or null, not {type(mixture).__name__}")
+        return cls(
+            fingerprint,
+            _parse_options(data[KEY_OPTIONS]),
+            epoch,
+            levels,
+            shuffle_algorithm=algorithm,
+            mixture=mixture,
+        )
 
 
 def _parse_options(options: Any) -> ReaderOptions:
@@ -345,6 +368,8 @@ def merge_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     turns: list[int | None] = [None] * last.world_size
     for state in parsed:
         level = state.levels[-1]
+        if state.mixture != first.mixture:
+            raise StateError("cannot merge reader states of different mixtures")
         if (level.world_size, level.num_workers) != (last.world_size, last.num_workers):
             raise StateError("cannot merge reader states of different world sizes or worker counts")
         for rank, entry in enumerate(level.delivered):
@@ -370,7 +395,9 @@ def merge_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         next_worker=tuple(turns),
     )
     levels = first.levels[:-1] + (level,)
-    return ReaderState(first.fingerprint, first.options, first.epoch, levels, first.shuffle_algorithm).to_dict()
+    return ReaderState(
+        first.fingerprint, first.options, first.epoch, levels, first.shuffle_algorithm, mixture=first.mixture
+    ).to_dict()
 
 
 def gather_states(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -402,12 +429,13 @@ def rank_state(
     world: World,
     counts: Iterable[int | None],
     next_worker: int = 0,
+    mixture: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The state one rank saves: ``base`` levels, then a level holding
     ``world``'s rank with its workers' delivered ``counts`` (None where
     unknown) and the worker its loader takes the next batch from."""
     levels = base + (rank_local_level(world, counts, next_worker=next_worker),)
-    return ReaderState(fingerprint, options, epoch, levels).to_dict()
+    return ReaderState(fingerprint, options, epoch, levels, mixture=mixture).to_dict()
 
 
 def start_for(state: ReaderState, world: World) -> tuple[tuple[Level, ...], int]:

@@ -1,0 +1,230 @@
+"""A mixture as a dataset holds it: streams resolved, checked and recorded.
+
+:func:`resolve_mixture` turns the :class:`~shardkit.read.mix.Stream` s given
+to :class:`~shardkit.ShardDataset` into catalogs and a
+:class:`~shardkit.read.mix.MixSchedule`, refusing bad input with the
+stream's name. :class:`Mixture` records the configuration in reader states
+(``"mixture"``: each stream's name, dataset fingerprint, size, weight and
+``samples``, and ``samples_per_epoch``) and, given a state saved under
+another configuration, finishes the state's epoch under the recorded one
+(:meth:`Mixture.with_recorded`).
+
+**Changing a mixture at a checkpoint.** Loading a state whose recorded
+mixture differs from the dataset's (other weights, counts or
+``samples_per_epoch``, streams added) finishes the state's epoch exactly as
+recorded, with its streams in their recorded order, and starts the new
+mixture at the next epoch. A new stream joins then. A recorded stream that
+the dataset lacks is refused, naming it. Walk positions after the change
+follow from the shares each epoch had in this process (so a stream's walk
+continues where the recorded epoch left it), which a later process that
+starts after the change does not know; across a change, a few samples of a
+stream may be taken again before its pass ends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shardkit.errors import StateError, UsageError
+from shardkit.io.base import SourceOptions
+from shardkit.read.catalog import ShardCatalog, resolve_catalog
+from shardkit.read.mix import MixSchedule, Stream, stream_tag, weight_from_record
+from shardkit.read.resume.state import dataset_fingerprint
+
+log = logging.getLogger(__name__)
+
+KEY_SAMPLES_PER_EPOCH = "samples_per_epoch"
+KEY_STREAMS = "streams"
+STREAM_KEYS = ("name", "fingerprint", "size", "weight", "samples")
+
+
+def is_mixture(source: Any) -> bool:
+    """Whether a dataset ``source`` is a list of streams (mixing stream and
+    non-stream entries is refused)."""
+    if not isinstance(source, (list, tuple)) or not any(isinstance(s, Stream) for s in source):
+        return False
+    if not all(isinstance(s, Stream) for s in source):
+        raise UsageError(
+            "a source list holds either shard paths or shardkit.Stream objects, not both: "
+            "wrap every dataset of a mixture in shardkit.Stream(...)"
+        )
+    return True
+
+
+@dataclass(frozen=True, eq=False)
+class Mixture:
+    """Streams with their catalogs and schedule.
+
+    Attributes:
+        streams: The streams, in the order shares and ties go by.
+        catalogs: Each stream's shards (with counts).
+        source_options: Each stream's storage options.
+        fingerprints: Each stream's dataset fingerprint.
+        schedule: Shares per epoch.
+        names: What ``__stream__`` holds for each stream.
+    """
+
+    streams: tuple[Stream, ...]
+    catalogs: tuple[ShardCatalog, ...]
+    source_options: tuple[SourceOptions, ...]
+    fingerprints: tuple[str, ...]
+    schedule: MixSchedule
+    names: tuple[Any, ...]
+
+    @property
+    def tags(self) -> tuple[int, ...]:
+        return tuple(stream_tag(f) for f in self.fingerprints)
+
+    def record(self) -> dict[str, Any]:
+        """The configuration as JSON data (what a state holds)."""
+        return {
+            KEY_SAMPLES_PER_EPOCH: self.schedule.samples_per_epoch,
+            KEY_STREAMS: [
+                {
+                    "name": s.name,
+                    "fingerprint": f,
+                    "size": size,
+                    "weight": s.weight_record(),
+                    "samples": s.samples,
+                }
+                for s, f, size in zip(self.streams, self.fingerprints, self.schedule.sizes)
+            ],
+        }
+
+
+    def samples_per_epoch(self, epoch: int) -> int:
+        return sum(self.schedule.shares(epoch))
+
+    def with_recorded(self, record: Mapping[str, Any], epoch: int) -> Mixture:
+        """This mixture, taking ``epoch``'s shares from a state's recorded
+        configuration (see the module docstring); itself when they agree.
+
+        Raises:
+            StateError: A malformed record, or a recorded stream this
+                mixture lacks (named).
+        """
+        if dict(record) == self.record():
+            return self
+        streams_data = record.get(KEY_STREAMS)
+        if not isinstance(streams_data, list) or not streams_data:
+            raise StateError("reader state: its 'mixture' has no 'streams' list")
+        by_fingerprint = {f: i for i, f in enumerate(self.fingerprints)}
+        recorded: list[Stream] = []
+        index: list[int] = []
+        for n, entry in enumerate(streams_data):
+            if not isinstance(entry, Mapping) or set(entry) != set(STREAM_KEYS):
+                raise StateError(f"reader state: mixture stream {n} must have keys {list(STREAM_KEYS)}")
+            found = by_fingerprint.get(entry["fingerprint"])
+            label = repr(entry["name"]) if entry["name"] is not None else f"number {n}"
+            if found is None:
+                raise StateError(
+                    f"reader state was saved with a mixture whose stream {label} (dataset fingerprint "
+                    f"{str(entry['fingerprint'])[:16]}...) is not among this dataset's streams: add it back "
+                    "to finish the epoch, or start the next epoch afresh without loading the state"
+                )
+            try:
+                stream = Stream(
+                    self.streams[found].source,
+                    weight=weight_from_record(entry["weight"]),
+                    samples=entry["samples"],
+                    name=entry["name"],
+                )
+            except UsageError as exc:
+                raise StateError(f"reader state: mixture stream {label}: {exc}") from exc
+            recorded.append(stream)
+            index.append(found)
+        try:
+            old = MixSchedule(
+                tuple(recorded),
+                tuple(self.schedule.sizes[i] for i in index),
+                samples_per_epoch=record.get(KEY_SAMPLES_PER_EPOCH),
+            )
+        except UsageError as exc:
+            raise StateError(f"reader state: its mixture is invalid: {exc}") from exc
+        log.info(
+            "the reader state's mixture differs from this dataset's: epoch %d finishes under the recorded "
+            "mixture, the new one starts at epoch %d",
+            epoch,
+            epoch + 1,
+        )
+        schedule = MixSchedule(
+            self.schedule.streams,
+            self.schedule.sizes,
+            samples_per_epoch=self.schedule.samples_per_epoch,
+            override=(epoch, old, tuple(index)),
+        )
+        return Mixture(self.streams, self.catalogs, self.source_options, self.fingerprints, schedule, self.names)
+
+
+def mixture_fingerprint(record: Mapping[str, Any]) -> str:
+    """What identifies a mixture's configuration (its record) in a state."""
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+
+def _stream_names(streams: Sequence[Stream]) -> tuple[Any, ...]:
+    named = [s.name is not None for s in streams]
+    if any(named) and not all(named):
+        missing = next(i for i, s in enumerate(streams) if s.name is None)
+        raise UsageError(
+            f"stream number {missing} ({streams[missing].label}) has no name while others have: name every "
+            "stream or none (then sample['__stream__'] is the stream's index)"
+        )
+    if not any(named):
+        return tuple(range(len(streams)))
+    names = [s.name for s in streams]
+    for i, name in enumerate(names):
+        if names.index(name) != i:
+            raise UsageError(f"two streams are named {name!r}: give each stream its own name")
+    return tuple(names)
+
+
+def resolve_mixture(
+    streams: Sequence[Stream],
+    *,
+    samples_per_epoch: int | None,
+    source_options: SourceOptions,
+) -> Mixture:
+    """Resolve and check the streams of a mixture.
+
+    Raises:
+        UsageError: A stream without sample counts (no manifest), with
+            compressed shards or no samples; the same dataset twice; names
+            given to some streams only, or twice; bad weights or counts
+            (see :class:`~shardkit.read.mix.MixSchedule`).
+        ManifestError: A stream's manifest is missing or invalid.
+    """
+    if not streams:
+        raise UsageError("a mixture needs at least one shardkit.Stream")
+    names = _stream_names(streams)
+    catalogs = []
+    options = []
+    fingerprints: list[str] = []
+    for stream in streams:
+        opts = stream.source_options or source_options
+        catalog = resolve_catalog(stream.source, options=opts)
+        if catalog.compressed or catalog.counts is None or catalog.index_urls is None:
+            what = "compressed shards are read whole" if catalog.compressed else "it has no manifest"
+            raise UsageError(
+                f"{stream.label}: mixing needs per-shard sample counts and offset indexes, and {what}: "
+                "give the stream a dataset written by `shardkit write` (a directory or URL with manifest.json)"
+            )
+        if int(catalog.counts.sum()) == 0:
+            raise UsageError(f"{stream.label} has no samples: leave it out of the mixture")
+        fingerprint = dataset_fingerprint(catalog)
+        if fingerprint in fingerprints:
+            other = streams[fingerprints.index(fingerprint)]
+            raise UsageError(
+                f"{stream.label} reads the same dataset as {other.label}: give each dataset once "
+                "(a larger weight reads it more often)"
+            )
+        catalogs.append(catalog)
+        options.append(opts)
+        fingerprints.append(fingerprint)
+    sizes = tuple(int(c.counts.sum()) for c in catalogs)  # type: ignore[union-attr]
+    schedule = MixSchedule(tuple(streams), sizes, samples_per_epoch=samples_per_epoch)
+    return Mixture(tuple(streams), tuple(catalogs), tuple(options), tuple(fingerprints), schedule, names)
