@@ -1,0 +1,70 @@
+"""Run under torchrun by tests/read/test_torchrun_mix.py.
+
+Two streams (``DATA/small``: 37 samples, ``DATA/large``: 5000) mixed 0.5/0.5
+over an epoch of 600 samples, read through a loader with 2 workers in
+batches of 8.
+
+``--phase full``: each rank reads all of epoch 0 in ``"balanced"`` mode and
+of epoch 0 in ``"exact"`` mode.
+``--phase save``: each rank reads ``--steps`` batches of epoch 1
+(``"exact"``), and rank 0 writes the gathered state of all ranks.
+``--phase resume``: each rank loads that state (another world size) and
+reads the rest of epoch 1.
+Each rank writes ``OUT/{phase}-rank{RANK}.json``: per mode, its batches as
+lists of ``[stream, key]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+
+from shardkit import ShardDataset, Stream, make_loader
+from shardkit.read.resume import gather_states
+from tests.read.torchrun_util import rank_arguments, run_rank
+
+
+def dataset(args: argparse.Namespace, mode: str, epoch: int) -> ShardDataset:
+    streams = [
+        Stream(os.path.join(args.data, "small"), weight=0.5, name="small"),
+        Stream(os.path.join(args.data, "large"), weight=0.5, name="large"),
+    ]
+    return ShardDataset(streams, samples_per_epoch=600, mode=mode, seed=7, buffer_size=50, epoch=epoch)
+
+
+def batches(loader) -> list[list[list[str]]]:
+    return [[[s, k] for s, k in zip(b["__stream__"], b["__key__"])] for b in loader]
+
+
+def read_phase(args: argparse.Namespace, rank: int) -> dict[str, list]:
+    if args.phase == "full":
+        out = {}
+        for mode in ("balanced", "exact"):
+            out[mode] = batches(make_loader(dataset(args, mode, 0), batch_size=8, num_workers=2))
+        return out
+    loader = make_loader(dataset(args, "exact", 1), batch_size=8, num_workers=2)
+    state_path = os.path.join(args.out, "state-mix.json")
+    if args.phase == "save":
+        got = batches(itertools.islice(loader, args.steps))
+        state = gather_states(loader.state_dict())
+        if rank == 0:
+            with open(state_path, "w") as f:
+                json.dump(state, f)
+        return {"exact": got}
+    with open(state_path) as f:
+        loader.load_state_dict(json.load(f))
+    return {"exact": batches(loader)}
+
+
+def main() -> None:
+    parser = rank_arguments()
+    parser.add_argument("--phase", choices=("full", "save", "resume"), required=True)
+    parser.add_argument("--steps", type=int, default=5)
+    args = parser.parse_args()
+    run_rank(lambda rank, _: read_phase(args, rank), out=args.out, tag=f"{args.phase}-")
+
+
+if __name__ == "__main__":
+    main()
