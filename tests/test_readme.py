@@ -20,7 +20,6 @@ import gc
 import importlib.util
 import os
 import re
-import shutil
 import types
 from pathlib import Path
 from typing import Any
@@ -110,7 +109,8 @@ def demo(tmp_path_factory) -> Path:
     gen.generate(str(root / "data" / "train"), classes=6, per_class=10, target_kb=8)
     shards = root / "shards"
     assert cli_main(["write", str(root / "data" / "train"), str(shards / "train"), "--max-samples", "16"]) == 0
-    shutil.copytree(shards / "train", shards / "val")
+    # Another dataset of the same images (another shuffle): the mixing example needs two.
+    assert cli_main(["write", str(root / "data" / "train"), str(shards / "val"), "--max-samples", "16", "--seed", "1"]) == 0
     return root
 
 
