@@ -32,7 +32,7 @@ from shardkit.read.decode import Decoder
 from shardkit.read.mix import MixSchedule, WalkLayout, schedule_labels, split_count
 from shardkit.read.options import ReaderOptions
 from shardkit.read.plan import ReadPlan
-from shardkit.read.resume.elastic import LevelPlan, part_spans, remainder
+from shardkit.read.resume.elastic import EpochSequence, LevelPlan, part_spans, remainder
 from shardkit.read.resume.restore import SlotRestorer
 from shardkit.read.resume.state import Level
 from shardkit.read.slot import Sample, finish_items, located_nbytes
@@ -90,12 +90,13 @@ def _labels(epochs: Iterator[list[int]], skip: int) -> Iterator[int]:
         skip = 0
 
 
-def _merged(labels: Iterator[int], streams: list[Iterator[Located]], names: tuple[Any, ...]) -> Iterator[tuple[Located, Any]]:
+def _merged(
+    labels: Iterator[int], streams: list[Iterator[Located]], names: tuple[Any, ...]
+) -> Iterator[tuple[Located, Any]]:
     for label in labels:
         item = next(streams[label], None)
-        if item is None:
-            return  # a stream ended early (a skipped fault): the slot ends with it
-        yield item, names[label]
+        if item is not None:  # None: the stream ended early (faults skipped); the others go on
+            yield item, names[label]
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -275,9 +276,7 @@ def _aligned(plans: list[LevelPlan]) -> list[LevelPlan]:
     return out
 
 
-def _empty():
-    from shardkit.read.resume.elastic import EpochSequence
-
+def _empty() -> EpochSequence:
     return EpochSequence(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
 
 
