@@ -240,7 +240,16 @@ class ShardDataset(IterableDataset):
         self._options = options
         self._source_options = source_options
         self._world = detect_rank(rank=rank, world_size=world_size)
-        decoder = make_decoder(decode)
+        # How a slot reads and presents its samples, for one dataset or a mixture.
+        stages: dict[str, Any] = {
+            "on_error": on_error,
+            "read_ahead_bytes": read_ahead_bytes,
+            "decoder": make_decoder(decode),
+            "map": map,
+            "batch_size": batch_size,
+            "collate": collate,
+            "partial_batches": partial_batches,
+        }
         self._mixture: Mixture | None = None
         self._slots: SlotReader | MixSlotReader
         if is_mixture(source):
@@ -256,17 +265,7 @@ class ShardDataset(IterableDataset):
             self._mixture = mixture
             self._catalog = None
             self._plan = None
-            self._slots = _mix_slots(
-                mixture,
-                options,
-                on_error=on_error,
-                read_ahead_bytes=read_ahead_bytes,
-                decoder=decoder,
-                map=map,
-                batch_size=batch_size,
-                collate=collate,
-                partial_batches=partial_batches,
-            )
+            self._slots = _mix_slots(mixture, options, **stages)
         else:
             if samples_per_epoch is not None:
                 raise UsageError("samples_per_epoch applies to a mixture: give a list of shardkit.Stream")
@@ -284,18 +283,7 @@ class ShardDataset(IterableDataset):
                 )
             self._catalog = catalog
             self._plan = ReadPlan(catalog.counts, catalog.num_shards, options)
-            self._slots = SlotReader(
-                catalog=catalog,
-                plan=self._plan,
-                source_options=source_options,
-                on_error=on_error,
-                read_ahead_bytes=read_ahead_bytes,
-                decoder=decoder,
-                map=map,
-                batch_size=batch_size,
-                collate=collate,
-                partial_batches=partial_batches,
-            )
+            self._slots = SlotReader(catalog=catalog, plan=self._plan, source_options=source_options, **stages)
         self._counters = SharedCounters(epoch)
         # Checkpoint bookkeeping: this process's progress, and a loaded state
         # that the next iteration of its epoch starts from.
