@@ -100,13 +100,53 @@ def vanish(source: str, dest: str, victim: str, on_error: str) -> dict:
     return {"skipped": [s.path for s in report.manifest.skipped], "num_samples": report.manifest.num_samples}
 
 
-COMMANDS = {"wait-nodes": wait_nodes, "rows": rows, "roundtrip": roundtrip, "http": http,
+def s3_write(images: str) -> dict:
+    """The Ray engine writing to S3 (moto's server in this namespace), then read_shards reading it back.
+
+    The workers get the endpoint and throwaway credentials the way a user's
+    would: through the job's runtime environment (see ``main``).
+    """
+    import boto3
+
+    import shardkit.ray
+    from shardkit.write.parallel import WriteOptions, write_dataset
+
+    client = boto3.client("s3")
+    client.create_bucket(Bucket="shards")
+    options = WriteOptions(engine="ray", max_samples=6, seed=7)
+    report = write_dataset(images, "s3://shards/train", options=options)
+    objects = {}
+    for item in client.list_objects_v2(Bucket="shards", Prefix="train/")["Contents"]:
+        body = client.get_object(Bucket="shards", Key=item["Key"])["Body"].read()
+        objects[item["Key"].split("/", 1)[1]] = hashlib.sha256(body).hexdigest()
+    rows = shardkit.ray.read_shards("s3://shards/train/").count()
+    return {"objects": objects, "num_written": report.num_written, "rows": rows}
+
+
+def _start_s3() -> dict[str, str]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+    }
+    os.environ.update(env)
+    return env
+
+
+COMMANDS = {"s3-write": s3_write, "wait-nodes": wait_nodes, "rows": rows, "roundtrip": roundtrip, "http": http,
             "webdataset": webdataset, "vanish": vanish}
 
 
 def main() -> None:
     address, command, *args = sys.argv[1:]
-    ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+    runtime_env = {"env_vars": _start_s3()} if command.startswith("s3") else None
+    ray.init(address=address, logging_level="WARNING", log_to_driver=False, runtime_env=runtime_env)
     ray.data.DataContext.get_current().enable_progress_bars = False
     try:
         result = COMMANDS[command](*args)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -49,6 +50,16 @@ def test_cli_ray_engine_writes_the_local_engines_bytes(ray_cluster, images, loca
     assert sorted(got) == sorted(local_output)  # no probe, journal or temporary file left behind
     assert got == local_output
     assert len([n for n in got if n.endswith(".tar")]) == 20
+
+
+def test_ray_engine_writes_to_s3_from_the_workers(ray_cluster, images, local_output):
+    """Each task uploads its own shard; the driver publishes the manifest last; read_shards reads it back."""
+    done = ray_cluster.driver("s3-write", str(images))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    expected = {name: hashlib.sha256(data).hexdigest() for name, data in local_output.items()}
+    assert result["objects"] == expected
+    assert result["num_written"] == 20 and result["rows"] == 120
 
 
 def _pids_running(task_name: str) -> list[int]:
