@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -72,6 +73,11 @@ class Field:
     size: int
     path: str | None = None
     data: bytes | None = None
+
+    def __post_init__(self) -> None:
+        # One string per extension, not one per sample: 10^7 samples hold
+        # 10^7 fields, and a fresh "jpg" costs 52 bytes each.
+        object.__setattr__(self, "ext", sys.intern(self.ext))
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +272,7 @@ def _scan_directory(root: str, skip_or_raise: Callable[[SourceError], None]) -> 
 def _scan_jsonl(path: str, skip_or_raise: Callable[[SourceError], None]) -> ScannedSource:
     base = os.path.dirname(os.path.abspath(path))
     samples = []
-    seen: dict[str, int] = {}
+    seen: set[str] = set()  # a set, not key -> line: the first line is looked up only on a duplicate
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, start=1):
             if not line.strip():
@@ -280,14 +286,28 @@ def _scan_jsonl(path: str, skip_or_raise: Callable[[SourceError], None]) -> Scan
                 skip_or_raise(exc)
                 continue
             if sample.key in seen:
+                first = _first_line_with_key(path, sample.key)
                 raise DuplicateSampleError(
-                    f"{path}: lines {seen[sample.key]} and {number} both have __key__ {sample.key!r}",
-                    first=f"{path}:{seen[sample.key]}",
+                    f"{path}: lines {first} and {number} both have __key__ {sample.key!r}",
+                    first=f"{path}:{first}",
                     second=where,
                 )
-            seen[sample.key] = number
+            seen.add(sample.key)
             samples.append(sample)
     return ScannedSource("jsonl", samples)
+
+
+def _first_line_with_key(path: str, key: str) -> int:
+    """The number of the first line of a JSONL file whose ``__key__`` is ``key``."""
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict) and row.get("__key__") == key:
+                return number
+    raise AssertionError(f"{path}: key {key!r} was seen but is not found again")
 
 
 def _jsonl_row(line: str, *, where: str, base: str, path: str, number: int) -> InputSample:

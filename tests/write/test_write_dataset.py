@@ -188,3 +188,13 @@ def test_vanished_input_is_named_or_skipped_and_recorded(imagefolder, tmp_path):
     assert [s.path for s in manifest.skipped] == [victim]
     assert "cannot read input file" in manifest.skipped[0].reason
     verify_dataset(str(tmp_path / "skip"))
+
+
+def test_jsonl_duplicate_key_names_both_lines(tmp_path):
+    from shardkit.errors import DuplicateSampleError
+
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"__key__": "a", "cls": 1}\n{"__key__": "b", "cls": 2}\n\n{"__key__": "a", "cls": 3}\n')
+    with pytest.raises(DuplicateSampleError, match=r"in.jsonl: lines 1 and 4 both have __key__ 'a'") as caught:
+        write_dataset(str(source), str(tmp_path / "out"))
+    assert (caught.value.first, caught.value.second) == (f"{source}:1", f"{source}:4")
