@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Pins this machine's torch for the commands below; pyproject.toml has ranges.
 CONSTRAINTS := tools/constraints.txt
 
-.PHONY: demo test venv bench-writer clean
+.PHONY: demo test venv bench-writer bench-ray clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ test: $(STAMP)
 
 bench-writer: $(STAMP)
 	$(PY) bench/bench_writer.py
+
+# Ray engine and Ray Data read/write against their peers (root: Ray runs in a
+# network namespace of its own); bench/results/ray.{json,md,png}.
+bench-ray: $(STAMP)
+	$(PY) bench/bench_ray.py
 
 clean:
 	rm -rf demo bench/work .pytest_cache

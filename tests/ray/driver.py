@@ -126,15 +126,12 @@ def s3_write(images: str) -> dict:
 def _start_s3() -> dict[str, str]:
     from moto.server import ThreadedMotoServer
 
+    from tests.remote.remote_servers import moto_environment
+
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-    }
+    env = moto_environment(host, port)
     os.environ.update(env)
     return env
 

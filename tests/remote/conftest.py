@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests.remote.remote_servers import FaultyHTTPServer
+from tests.remote.remote_servers import FaultyHTTPServer, moto_environment
 
 
 @pytest.fixture
@@ -42,12 +42,7 @@ def s3_server():
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-    }
+    env = moto_environment(host, port)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:

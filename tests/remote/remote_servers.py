@@ -195,6 +195,16 @@ class FaultyHTTPServer(ThreadingHTTPServer):
         self._thread.join(timeout=5)
 
 
+def moto_environment(host: str, port: int) -> dict[str, str]:
+    """The environment that points boto3 at moto's server on ``host:port``, with throwaway credentials."""
+    return {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+    }
+
+
 def wait_for_port(host: str, port: int, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
