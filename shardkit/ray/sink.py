@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +44,7 @@ from shardkit.format.tar import END_OF_ARCHIVE, encoded_sample_size
 from shardkit.io.atomic import atomic_write_bytes
 from shardkit.io.registry import open_destination
 from shardkit.write.destination import output_error, prepare_destination, shard_name
+from shardkit.write.engine_ray import PROBE_PREFIX, check_visible
 from shardkit.write.limits import ShardLimits
 from shardkit.write.shard import ShardFile
 from shardkit.write.upload import refuse_existing_dataset
@@ -156,6 +158,17 @@ def _write_piece_shard(
     return written.entry(), sorted(extensions)
 
 
+def _check_nodes_see(folder: str) -> None:
+    """Every node must see the output folder (a shared file system): checked with a probe file."""
+    probe = os.path.join(folder, PROBE_PREFIX + uuid.uuid4().hex)
+    with open(probe, "wb"):
+        pass
+    try:
+        check_visible([probe])
+    finally:
+        os.unlink(probe)
+
+
 def write_dataset_shards(
     dataset: Any,
     dest: str,
@@ -188,11 +201,18 @@ def write_dataset_shards(
         max_retries=max_retries, retry_exceptions=[OSError], name="shardkit_write_shard"
     )
     local_dir = destination.local_dir or ""
+    if destination.local_dir is not None:
+        _check_nodes_see(local_dir)
     futures = [
         writer.remote(shard_name(i), [(refs[b], s, e) for b, s, e in pieces], local_dir, publish_url, key_column)
         for i, pieces in enumerate(plan)
     ]
-    results = ray.get(futures)
+    try:
+        results = ray.get(futures)
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, ShardkitError):
+            raise exc.cause from None
+        raise
     extensions = sorted({ext for _, exts in results for ext in exts})
     manifest = Manifest(
         shards=tuple(entry for entry, _ in results),

@@ -47,6 +47,8 @@ PROBE_PREFIX = ".shardkit-probe-"
 #: Seconds to wait for a TCP connection to ``HOST:PORT`` before calling it unreachable.
 CONNECT_TIMEOUT_S = 5.0
 INSTALL_HINT = "pip install 'shardkit[ray]'"
+#: Seconds to wait for cancelled tasks to remove their temporary files.
+CANCEL_WAIT_S = 30.0
 
 
 def require_ray() -> Any:
@@ -210,7 +212,8 @@ def run_tasks_on_ray(
         options: The run's :class:`~shardkit.write.parallel.WriteOptions`.
         publish_url: A remote DEST (``s3://``, fsspec): each task writes its
             shard on its own node and uploads it there.
-        max_in_flight: Tasks submitted at once (default: two per cluster CPU).
+        max_in_flight: Tasks submitted at once (default: ``options.workers``
+            when set, else two per cluster CPU).
 
     Raises:
         ImportError: Ray is not installed.
@@ -238,7 +241,7 @@ def run_tasks_on_ray(
         remote = ray.remote(_write_one).options(
             num_cpus=1, max_retries=options.ray_max_retries, retry_exceptions=True, name="shardkit_write_shard"
         )
-        limit = max_in_flight or default_max_in_flight(ray)
+        limit = max_in_flight or options.workers or default_max_in_flight(ray)
         pending = iter(tasks)
         exhausted = False
         while in_flight or not exhausted:
@@ -256,8 +259,10 @@ def run_tasks_on_ray(
                 task = in_flight.pop(ref)
                 yield _result(ray, ref, task)
     finally:
-        for ref in in_flight:  # a task failed or the caller stopped: stop the others
-            ray.cancel(ref)
+        if in_flight:  # a task failed or the caller stopped: stop the others, and let them clean up
+            for ref in in_flight:
+                ray.cancel(ref)
+            ray.wait(list(in_flight), num_returns=len(in_flight), timeout=CANCEL_WAIT_S)
         if probe_path is not None:
             try:
                 os.unlink(probe_path)

@@ -103,8 +103,9 @@ class WriteOptions:
         max_bytes: Most bytes per shard file (real tar size).
         shuffle: Globally shuffle samples before cutting shards.
         seed: Shuffle seed.
-        workers: Writer processes; None means all cores. Output does not
-            depend on it.
+        workers: Writer processes; None means all cores. With
+            ``engine="ray"``: shard tasks in flight at once (None: two per
+            CPU of the cluster). Output does not depend on it.
         on_error: ``"raise"`` or ``"skip"`` for unusable inputs.
         resume: Keep finished shards of an interrupted run and write the rest.
         overwrite: Replace an earlier output in ``dest``.
