@@ -11,7 +11,9 @@ sizes, made by ``tools/gen_images.py``) and ``shards/train`` and
 adapted by the text substitutions in :data:`SUBSTITUTIONS`, each stated with
 its reason; a block still holding a remote URL or a multi-process setup after
 them fails the test, naming the block, so a new README block can never be
-skipped silently: adapt it here. Bash blocks are not run.
+skipped silently: adapt it here. Bash blocks are not run; blocks fenced
+``python ray-cluster`` need a Ray cluster and are only compiled (tests/ray/ runs
+the same calls on a real one).
 """
 
 from __future__ import annotations
@@ -78,12 +80,20 @@ def _load_tool(name: str) -> types.ModuleType:
     return module
 
 
-def python_blocks(text: str) -> list[tuple[int, str]]:
-    """The README's Python code blocks, each with the line its code starts on."""
+#: The fence of a block that needs a Ray cluster (```python ray-cluster): it is
+#: compiled, so its syntax is checked, but not run; the Ray tests (tests/ray/)
+#: run the same calls on a real cluster.
+CLUSTER_FENCE = "ray-cluster"
+
+
+def python_blocks(text: str, *, cluster: bool = False) -> list[tuple[int, str]]:
+    """The README's Python code blocks, each with the line its code starts on:
+    those to run, or with ``cluster`` those fenced ``python ray-cluster``."""
     blocks = []
-    for match in re.finditer(r"^```python[^\n]*\n(.*?)^```", text, flags=re.M | re.S):
-        line = text.count("\n", 0, match.start()) + 2
-        blocks.append((line, match.group(1)))
+    for match in re.finditer(r"^```python([^\n]*)\n(.*?)^```", text, flags=re.M | re.S):
+        if (CLUSTER_FENCE in match.group(1).split()) == cluster:
+            line = text.count("\n", 0, match.start()) + 2
+            blocks.append((line, match.group(2)))
     return blocks
 
 
@@ -153,6 +163,11 @@ def test_every_python_block_of_the_readme_runs(demo, monkeypatch):
         (demo / "process_group").unlink(missing_ok=True)
 
 
+def test_every_cluster_block_of_the_readme_compiles():
+    for line, code in python_blocks(README.read_text(encoding="utf-8"), cluster=True):
+        compile(code, f"README.md block at line {line}", "exec")
+
+
 def test_every_substitution_still_matches_a_readme_block():
     text = README.read_text(encoding="utf-8")
     codes = [code for _, code in python_blocks(text)]
@@ -163,6 +178,9 @@ def test_every_substitution_still_matches_a_readme_block():
 def test_blocks_are_found_with_their_lines():
     text = "intro\n```python\nx = 1\n```\n```bash\nls\n```\n```python\ny = 2\n```\n"
     assert python_blocks(text) == [(3, "x = 1\n"), (9, "y = 2\n")]
+    fenced = "```python ray-cluster\nimport ray\n```\n```python\nz = 3\n```\n"
+    assert python_blocks(fenced) == [(5, "z = 3\n")]
+    assert python_blocks(fenced, cluster=True) == [(2, "import ray\n")]
     with pytest.raises(pytest.fail.Exception, match="line 7 still contains 's3://'"):
         adapt('shardkit.ShardDataset("s3://other/")', 7)
     assert os.path.basename(str(README)) == "README.md"
