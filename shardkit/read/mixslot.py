@@ -35,6 +35,7 @@ from shardkit.read.plan import ReadPlan
 from shardkit.read.resume.elastic import EpochSequence, LevelPlan, part_spans, remainder
 from shardkit.read.resume.restore import SlotRestorer
 from shardkit.read.resume.state import Level
+from shardkit.read.shuffle import INITIAL_FILL
 from shardkit.read.slot import Sample, finish_items, located_nbytes
 from shardkit.read.split import skip_samples
 from shardkit.read.stream import Located, OnError, PieceReader
@@ -140,7 +141,17 @@ class MixSlotReader:
                 catalog.counts, self.schedule, i, self.options.seed, self.tags[i], self.options.shuffle
             )
             options = stream_options(self.options, shares, i)
-            out.append(ReadPlan(catalog.counts, catalog.num_shards, options, layout=layout, seed_tag=(self.tags[i],)))
+            # The streams share one buffer's initial fill, so the first batch comes as soon as with one dataset.
+            initial = max(1, round(INITIAL_FILL * shares[i] / max(sum(shares), 1)))
+            plan = ReadPlan(
+                catalog.counts,
+                catalog.num_shards,
+                options,
+                layout=layout,
+                seed_tag=(self.tags[i],),
+                initial_fill=initial,
+            )
+            out.append(plan)
         return out
 
     def samples_per_rank(self, world: World, *, epoch: int) -> int | None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from shardkit.errors import UsageError
 from shardkit.read.options import ReaderOptions
-from shardkit.read.shuffle import ShuffleBuffer
+from shardkit.read.shuffle import INITIAL_FILL, ShuffleBuffer
 from shardkit.read.split import (
     SAMPLE_SHUFFLE_STREAM,
     Piece,
@@ -86,6 +86,8 @@ class ReadPlan:
             mixture has its own (:class:`~shardkit.read.mix.WalkLayout`).
         seed_tag: Extra words of the shuffle buffer's seed (a mixture's
             streams each have their own); empty for one dataset.
+        initial_fill: Samples the shuffle buffer holds before its first
+            output (a mixture's streams share the default between them).
     """
 
     counts: np.ndarray | None
@@ -93,6 +95,7 @@ class ReadPlan:
     options: ReaderOptions
     layout: EpochLayout | None = field(default=None)
     seed_tag: tuple[int, ...] = ()
+    initial_fill: int = INITIAL_FILL
 
     def __post_init__(self) -> None:
         if self.layout is None and self.counts is not None:
@@ -172,4 +175,5 @@ class ReadPlan:
             rng=np.random.Generator(np.random.PCG64(seeds)),
             max_bytes=opts.buffer_bytes,
             nbytes=nbytes if opts.buffer_bytes is not None else None,
+            initial=self.initial_fill,
         )
