@@ -89,7 +89,8 @@ class InputSample:
         fields: Members sorted by extension; their sizes are known up front.
         tar_range: For tar inputs, ``(path, start, end)`` of the sample's
             bytes in the input shard; the fields then carry sizes only.
-        origin: Where it came from, for error messages (path or path:line).
+        origin: Where it came from, for error messages: the input file (for
+            JSONL rows the JSONL file, whose row the key names).
         tar_origin: When ``tar_range`` points into an unpacked copy of a
             compressed input shard, that input's path (what identifies the
             sample in the plan's fingerprint); None otherwise.
@@ -345,7 +346,9 @@ def _jsonl_row(line: str, *, where: str, base: str, path: str, number: int) -> I
             fields.append(Field(ext, len(data), data=data))
     if not fields:
         raise SourceError(f"{where}: line {number} has no fields besides __key__", path=path, line=number)
-    return InputSample(key, tuple(fields), origin=where)
+    # The origin is the JSONL file itself, one string shared by every row (the
+    # key names the row): a "path:line" string per row would be ~100 bytes each.
+    return InputSample(key, tuple(fields), origin=path)
 
 
 def _tar_paths(source: str) -> list[str]:

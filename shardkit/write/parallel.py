@@ -519,7 +519,7 @@ def _write_scanned(
         num_written=sum(not r.reused for r in ordered),
         num_reused=sum(r.reused for r in ordered),
         seconds=time.perf_counter() - started,
-        oversized=tuple(s.origin for s in oversized),
+        oversized=tuple(f"{s.origin} (sample {s.key!r})" for s in oversized),
     )
 
 

@@ -198,3 +198,10 @@ def test_jsonl_duplicate_key_names_both_lines(tmp_path):
     with pytest.raises(DuplicateSampleError, match=r"in.jsonl: lines 1 and 4 both have __key__ 'a'") as caught:
         write_dataset(str(source), str(tmp_path / "out"))
     assert (caught.value.first, caught.value.second) == (f"{source}:1", f"{source}:4")
+
+
+def test_jsonl_oversized_row_is_named_by_file_and_key(tmp_path):
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"__key__": "small", "txt": "x"}\n' + json.dumps({"__key__": "big", "txt": "y" * 20_000}) + "\n")
+    report = write_dataset(str(source), str(tmp_path / "out"), options=WriteOptions(max_bytes=10_000))
+    assert report.oversized == (f"{source} (sample 'big')",)
