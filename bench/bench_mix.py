@@ -29,7 +29,7 @@ over a dataset written from the same samples (their union). Balanced mode,
 a 1,000-sample buffer, batches of 64 collated to counts inside the workers
 (nothing but counts crosses to the main process), DataLoader with 2 and 4
 workers; samples/s over a whole pass from ``iter(loader)`` (worker start-up
-included), best of the repeats (7 for shardkit, 3 for webdataset), peers
+included), best of the repeats (9 for shardkit, 3 for webdataset), peers
 alternating; also the rate after the first batch and the time to it, to
 tell start-up from streaming. For reference, webdataset over the union and
 ``RandomMix(longest=True)`` over the two streams (so it too reads every
@@ -692,14 +692,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", default=os.path.join(HERE, "work", "mix"))
     parser.add_argument("--out", default=os.path.join(HERE, "results", "mix.json"))
-    parser.add_argument("--repeats", type=int, default=None, help="throughput runs of shardkit (default 7, quick 1)")
+    parser.add_argument("--repeats", type=int, default=None, help="throughput runs of shardkit (default 9, quick 1)")
     parser.add_argument(
         "--reference-repeats", type=int, default=None, help="throughput runs of webdataset (default 3, quick 1)"
     )
     parser.add_argument("--quick", action="store_true", help="smaller sets and one throughput run")
     args = parser.parse_args(argv)
     quick = args.quick
-    repeats = args.repeats or (1 if quick else 7)
+    repeats = args.repeats or (1 if quick else 9)
     reference_repeats = min(repeats, args.reference_repeats or (1 if quick else 3))
     error_epoch = BATCH * (50 if quick else 200)
     error_shards = 8 if quick else 16
@@ -718,7 +718,7 @@ def main(argv: list[str] | None = None) -> int:
 
     record: dict[str, Any] = {
         "load_before": os.getloadavg()[0],
-        "command": "bench/bench_mix.py" + (" --quick" if quick else ""),
+        "command": " ".join(["bench/bench_mix.py", *(argv if argv is not None else sys.argv[1:])]),
         "git_commit": git_commit(),
         "machine": machine(),
         "versions": versions(),
