@@ -3,7 +3,9 @@
 How it runs:
 
 1. The dataset is executed into its blocks (``Dataset.to_arrow_refs``), in
-   the dataset's block order.
+   the dataset's block order. The whole dataset then sits in Ray's object
+   store (which spills to local disk beyond its memory) until the shards are
+   written: cutting shards across blocks needs every row's size first.
 2. One small Ray task per block measures each row's encoded tar size.
 3. The driver cuts the rows, in block order, into shards that respect
    ``max_samples`` / ``max_bytes`` (:func:`plan_pieces`, a pure function of
