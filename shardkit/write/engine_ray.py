@@ -111,6 +111,7 @@ def _check_reachable(address: str) -> None:
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not host:
         raise UsageError(f"--ray-address must be 'auto' or HOST:PORT, got {address!r}")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host  # [::1]:6379
     try:
         with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S):
             pass
