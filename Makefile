@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Pins this machine's torch for the commands below; pyproject.toml has ranges.
 CONSTRAINTS := tools/constraints.txt
 
-.PHONY: demo test venv bench-writer bench-ray clean
+.PHONY: demo test venv bench-writer bench-ray bench-mix clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ bench-writer: $(STAMP)
 # network namespace of its own); bench/results/ray.{json,md,png}.
 bench-ray: $(STAMP)
 	$(PY) bench/bench_ray.py
+
+# Weighted mixing: per-batch mixing error and throughput against webdataset's
+# RandomMix and one dataset; bench/results/mix.{json,md,png} (~4 min).
+bench-mix: $(STAMP)
+	$(PY) bench/bench_mix.py
 
 clean:
 	rm -rf demo bench/work .pytest_cache
