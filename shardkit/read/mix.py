@@ -13,12 +13,14 @@ of the epoch (``{0: 1.0, 5: 0.3}``: 1.0 for epochs 0-4, 0.3 from 5 on).
 Without any weight or sample count, shares follow the streams' sizes.
 
 **The walk.** Stream *i* is read as an endless *walk*: pass after pass over
-it, each pass its shards in an order permuted from ``(seed, pass, stream)``,
-each shard's samples in stored order. Epoch *e* takes the next
+it, each pass a new order of its shards (runs of samples in stored order),
+drawn from ``(seed, pass, stream)``. Epoch *e* takes the next
 ``shares(e)[i]`` positions of the walk, so no sample is taken twice before
-every sample was taken once, across epochs, and a share larger than the
-stream takes each sample ``floor(k)`` or ``ceil(k)`` times
-(:class:`WalkLayout`).
+every sample was taken once, across epochs. A pass keeps in place the part
+of the previous pass before the last epoch boundary in it, and reorders the
+rest; so an epoch that spans passes ends among samples it has taken no more
+often than the others, and a share of *k* times the stream takes each
+sample ``floor(k)`` or ``ceil(k)`` times (:class:`WalkLayout`).
 
 **Split and interleave.** Each stream's share is split over ranks and
 workers like one dataset's epoch (see :mod:`.split`), so each slot gets a
