@@ -382,8 +382,8 @@ def test_a_cancelled_wait_returns_at_once_and_lets_the_lock_go_when_it_comes(tmp
     lock.release()
 
 
-def _waiting_threads() -> int:
-    return sum(t.name == "shardkit-device-wait" for t in threading.enumerate())
+def _waiting_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "shardkit-device-wait"}
 
 
 def test_a_holder_that_never_lets_go_costs_one_waiting_thread_not_one_per_wait(tmp_path):
@@ -392,10 +392,10 @@ def test_a_holder_that_never_lets_go_costs_one_waiting_thread_not_one_per_wait(t
     fcntl.flock(squatter, fcntl.LOCK_EX)
 
     try:
-        before = _waiting_threads()
+        before = _waiting_threads()  # earlier tests' waiters may still be ending: count only new ones
         for _ in range(5):
             assert not lock.acquire()  # patience runs out each time
-        assert _waiting_threads() == before + 1
+        assert len(_waiting_threads() - before) == 1
     finally:
         os.close(squatter)
     assert lock.acquire(), "the reclaimed wait takes the lock once the holder is gone"
