@@ -366,7 +366,7 @@ def test_a_cancelled_wait_returns_at_once_and_lets_the_lock_go_when_it_comes(tmp
     waiter = threading.Thread(target=lambda: result.append(lock.acquire(cancel=cancel)))
     waiter.start()
     deadline = time.monotonic() + 10
-    while _waiting_threads() == waits_before:  # acquire() is now blocked in flock
+    while not _waiting_threads() - waits_before:  # until acquire() is blocked in flock
         assert time.monotonic() < deadline, "acquire() never started to wait"
         time.sleep(0.01)
     assert result == [], "acquire() returned while the lock was held elsewhere"
