@@ -237,3 +237,14 @@ def test_bad_stream_arguments_are_refused_naming_the_stream(kwargs, message):
 def test_bad_mixtures_are_refused(streams, spe, message):
     with pytest.raises(UsageError, match=message):
         MixSchedule(streams, tuple(10 for _ in streams), samples_per_epoch=spe)
+
+
+def test_a_pass_asked_again_after_later_ones_is_the_same_pass():
+    counts = np.array([4, 0, 7, 3], dtype=np.int64)
+    schedule = MixSchedule((Stream("x", weight=1.0), Stream("y", weight=2.0)), (14, 50), samples_per_epoch=17)
+    fresh = [_layout(counts, schedule, 0).pass_pieces(n) for n in range(8)]
+    layout = _layout(counts, schedule, 0)
+    assert [layout.pass_pieces(n) for n in (7, 2, 5, 0, 3)] == [fresh[n] for n in (7, 2, 5, 0, 3)]
+    for pieces in fresh:  # each pass covers every sample once
+        samples = sorted((p.shard, i) for p in pieces for i in range(p.start, p.stop))
+        assert samples == [(s, i) for s, n in enumerate(counts) for i in range(n)]
