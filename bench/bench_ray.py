@@ -326,7 +326,7 @@ def table(record: dict) -> str:
     for name, row in e["rows"].items():
         lines.append(f"| {name} | {row['seconds_median']:.2f} | {row['samples_per_s']:.0f} | "
                      f"{row['samples_per_s'] / local_rate:.0%} | {row['first_run_s']:.2f} |")
-    lines += [f"", f"Connecting the driver to the cluster (ray.init, once per job): {record['connect_s']:.2f} s.", "",
+    lines += ["", f"Connecting the driver to the cluster (ray.init, once per job): {record['connect_s']:.2f} s.", "",
               f"2. Writing the same materialized Ray Dataset ({w['rows']} rows, {w['bytes'] / 1e6:.0f} MB)", "",
               "| writer | seconds | rows/s | MB/s | tar files | manifest | checksums | index | reproducible bytes |",
               "|---|---:|---:|---:|---:|---|---|---|---|"]
@@ -339,7 +339,7 @@ def table(record: dict) -> str:
               "| reader | seconds | rows/s |", "|---|---:|---:|"]
     for name, row in r["rows"].items():
         lines.append(f"| {name} | {row['seconds_median']:.2f} | {row['rows_per_s']:.0f} |")
-    lines += [f"", f"read_shards / read_webdataset: {r['ratio']:.2f}x", "",
+    lines += ["", f"read_shards / read_webdataset: {r['ratio']:.2f}x", "",
               "4. Driver footprint (text-only JSONL inputs, 10,000 per shard; peak RSS of a fresh process)", "",
               "| what | samples | shards | seconds | peak RSS MB |", "|---|---:|---:|---:|---:|"]
     for p in f["plan"]:
