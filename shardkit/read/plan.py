@@ -23,11 +23,10 @@ from shardkit.read.split import (
     Piece,
     assign_shards,
     epoch_order,
-    even_cut,
     iter_pieces,
+    part_span,
     samples_per_rank,
     seed_sequence,
-    slot_span,
 )
 from shardkit.world import World
 
@@ -115,10 +114,6 @@ class ReadPlan:
         opts = self.options
         return samples_per_rank(total, rank=world.rank, world_size=world.world_size, mode=opts.mode, pad=opts.pad)
 
-    def order(self, epoch: int) -> np.ndarray:
-        """The epoch's shard order (permuted with ``shuffle``)."""
-        return epoch_order(self.num_shards, seed=self.options.seed, epoch=epoch, shuffle=self.options.shuffle)
-
     def pieces(self, world: World, *, epoch: int, part: int = 0) -> Iterator[Piece]:
         """The pieces read stream ``part`` of ``world``'s slot reads from
         ``epoch`` on: one epoch, or every epoch after it in ``"infinite"``
@@ -140,11 +135,12 @@ class ReadPlan:
                     f"{world.world_size} ranks x {world.num_workers} workers x interleave {opts.interleave}"
                 )
             for e in epochs:
-                start, stop = slot_span(layout.length(e), world, mode=opts.mode, pad=opts.pad)
-                lo, hi = even_cut(stop - start, opts.interleave, part)
+                lo, hi = part_span(
+                    layout.length(e), world, mode=opts.mode, pad=opts.pad, part=part, num_parts=opts.interleave
+                )
                 if hi == lo and opts.mode == "infinite" and e >= layout.stable_from:
                     return  # every later epoch is as empty for this stream
-                yield from layout.pieces(e, start + lo, start + hi)
+                yield from layout.pieces(e, lo, hi)
             return
         if opts.mode == "infinite" and self.num_shards < streams:
             raise UsageError(

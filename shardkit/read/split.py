@@ -98,6 +98,16 @@ def slot_span(num_samples: int, world: World, *, mode: Mode, pad: bool = False) 
     return start + lo, start + hi
 
 
+def part_span(
+    length: int, world: World, *, mode: Mode, pad: bool = False, part: int = 0, num_parts: int = 1
+) -> tuple[int, int]:
+    """Positions ``[start, stop)`` that read stream ``part`` of ``num_parts``
+    of one slot covers: the slot's span cut into near-equal contiguous parts."""
+    start, stop = slot_span(length, world, mode=mode, pad=pad)
+    lo, hi = even_cut(stop - start, num_parts, part)
+    return start + lo, start + hi
+
+
 def samples_per_rank(num_samples: int, *, rank: int, world_size: int, mode: Mode, pad: bool = False) -> int:
     """How many samples ``rank`` reads in one epoch."""
     start, stop = rank_span(num_samples, rank=rank, world_size=world_size, mode=mode, pad=pad)
@@ -182,9 +192,8 @@ def plan_epoch(
     """
     counts = np.asarray(counts, dtype=np.int64)
     order = epoch_order(len(counts), seed=seed, epoch=epoch, shuffle=shuffle)
-    start, stop = slot_span(int(counts.sum()), world, mode=mode, pad=pad)
-    lo, hi = even_cut(stop - start, num_parts, part)
-    return iter_pieces(counts, order, start + lo, start + hi)
+    start, stop = part_span(int(counts.sum()), world, mode=mode, pad=pad, part=part, num_parts=num_parts)
+    return iter_pieces(counts, order, start, stop)
 
 
 def assign_shards(num_shards: int, world: World, *, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:

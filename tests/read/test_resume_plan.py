@@ -10,11 +10,11 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from shardkit.read.plan import DatasetLayout
-from shardkit.read.resume.elastic import EpochSequence, LevelPlan, part_range, remainder
+from shardkit.read.resume.elastic import EpochSequence, LevelPlan, remainder
 from shardkit.read.resume.replay import SlotReplay, resident_runs
 from shardkit.read.resume.state import Level
 from shardkit.read.shuffle import ShuffleBuffer, round_robin
-from shardkit.read.split import Piece, skip_samples
+from shardkit.read.split import Piece, part_span, skip_samples
 from shardkit.world import World
 
 
@@ -146,7 +146,7 @@ def _model_remainder(plan: LevelPlan, level: Level, replays, num_parts: int) -> 
             k = 0
             while len(stream) < consumed:
                 positions = _positions_of(plan.sequence(k))
-                lo, hi = part_range(len(positions), world, mode="infinite", pad=False, part=part, num_parts=num_parts)
+                lo, hi = part_span(len(positions), world, mode="infinite", pad=False, part=part, num_parts=num_parts)
                 stream += [(k, p) for p in positions[lo:hi]]
                 k += 1
             held = {i for p, i, *_ in replay.resident if p == part}

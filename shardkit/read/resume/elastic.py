@@ -43,7 +43,7 @@ from shardkit.errors import StateError
 from shardkit.read.resume.replay import SlotReplay
 from shardkit.read.resume.state import Level
 from shardkit.read.plan import EpochLayout
-from shardkit.read.split import Mode, Piece, even_cut, rank_span
+from shardkit.read.split import Mode, Piece, part_span, rank_span
 from shardkit.world import World
 
 
@@ -97,15 +97,6 @@ def sequence_pieces(seq: EpochSequence, layout: EpochLayout, epoch: int, lo: int
         yield from layout.pieces(epoch, start, stop)
 
 
-def part_range(length: int, world: World, *, mode: Mode, pad: bool, part: int, num_parts: int) -> tuple[int, int]:
-    """Indices of a level's sequence that one read stream of a slot covers
-    (the same cut as :func:`~shardkit.read.split.plan_epoch`)."""
-    start, stop = rank_span(length, rank=world.rank, world_size=world.world_size, mode=mode, pad=pad)
-    lo, hi = even_cut(stop - start, world.num_workers, world.worker)
-    a, b = even_cut(hi - lo, num_parts, part)
-    return start + lo + a, start + lo + b
-
-
 @dataclass(frozen=True)
 class LevelPlan:
     """What a level splits over its slots: a sequence per epoch from ``epoch`` on.
@@ -155,7 +146,7 @@ def part_spans(plan: LevelPlan, world: World, *, mode: Mode, pad: bool, part: in
     endless stream with nothing to read in a whole epoch of the layout's
     stable stretch ends there too."""
     for k in itertools.count() if plan.endless else range(len(plan.carried)):
-        lo, hi = part_range(len(plan.sequence(k)), world, mode=mode, pad=pad, part=part, num_parts=num_parts)
+        lo, hi = part_span(len(plan.sequence(k)), world, mode=mode, pad=pad, part=part, num_parts=num_parts)
         if hi == lo and k >= len(plan.carried) and plan.epoch + k >= plan.layout.stable_from:
             return  # every later whole epoch is as empty for this stream
         yield k, lo, hi

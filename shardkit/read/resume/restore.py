@@ -18,13 +18,12 @@ from shardkit.read.plan import ReadPlan
 from shardkit.read.resume.elastic import (
     EpochSequence,
     LevelPlan,
-    part_range,
     remainder,
     sequence_pieces,
 )
 from shardkit.read.resume.replay import Position, SlotReplay, replay_slot, resident_runs
 from shardkit.read.resume.state import Level
-from shardkit.read.split import Piece
+from shardkit.read.split import Piece, part_span
 from shardkit.read.stream import Located, PieceReader
 from shardkit.world import World
 
@@ -74,7 +73,7 @@ class SlotRestorer:
 
     def _sequence_pieces(self, world: World, seq: EpochSequence, *, epoch: int, part: int) -> Iterator[Piece]:
         opts = self.plan.options
-        lo, hi = part_range(len(seq), world, mode=opts.mode, pad=opts.pad, part=part, num_parts=opts.interleave)
+        lo, hi = part_span(len(seq), world, mode=opts.mode, pad=opts.pad, part=part, num_parts=opts.interleave)
         assert self.plan.layout is not None
         return sequence_pieces(seq, self.plan.layout, epoch, lo, hi)
 
@@ -89,7 +88,7 @@ class SlotRestorer:
         for part in range(opts.interleave):
             length = None
             if not plan.endless:
-                lo, hi = part_range(
+                lo, hi = part_span(
                     len(plan.carried[0]), world, mode=opts.mode, pad=opts.pad, part=part, num_parts=opts.interleave
                 )
                 length = hi - lo
