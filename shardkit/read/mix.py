@@ -185,9 +185,9 @@ class MixSchedule:
         samples_per_epoch: Samples per epoch; None for the default (the sum
             of the streams' ``samples`` if every stream has one, else the
             sum of the sizes).
-        override: ``(epoch, schedule)``: that epoch takes its shares from
-            another schedule (a checkpoint's mixture), whose streams are a
-            subset of these, listed by index in ``override_index``.
+        override: ``(epoch, schedule, index)``: that epoch takes its shares
+            from another schedule (a checkpoint's mixture), whose streams are
+            a subset of these: its stream ``k`` is this one's ``index[k]``.
 
     Raises:
         UsageError: Any bad combination, naming the stream.
