@@ -36,8 +36,7 @@ from shardkit.read.resume.elastic import EpochSequence, LevelPlan, part_spans, r
 from shardkit.read.resume.restore import SlotRestorer
 from shardkit.read.resume.state import Level
 from shardkit.read.shuffle import INITIAL_FILL
-from shardkit.read.slot import Sample, finish_items, located_nbytes
-from shardkit.read.split import skip_samples
+from shardkit.read.slot import Sample, finish_items, fresh_raws, restored_raws
 from shardkit.read.stream import Located, OnError, PieceReader
 from shardkit.world import World
 
@@ -203,13 +202,10 @@ class MixSlotReader:
         plans = self.plans(epoch)
         readers = self._readers(on_skip, self.schedule.shares(epoch))
         endless = self.options.mode == "infinite"
-        streams: list[Iterator[Located]] = []
+        streams: list[Iterator[Located]]
         if not base and count == 0:
             levels = [LevelPlan.start(p.layout, epoch=epoch, endless=endless) for p in plans]  # type: ignore[arg-type]
-            for plan, reader in zip(plans, readers):
-                raws = reader.read(plan.pieces(world, epoch=epoch))
-                buffer = plan.shuffle_buffer(world, epoch=epoch, nbytes=located_nbytes)
-                streams.append(raws if buffer is None else buffer.shuffle(raws))
+            streams = [fresh_raws(plan, reader, world, epoch=epoch) for plan, reader in zip(plans, readers)]
         else:
             restorers = [SlotRestorer(p, r, epoch=epoch) for p, r in zip(plans, readers)]
             levels = self.level_plans(restorers, base, epoch=epoch)
@@ -219,8 +215,9 @@ class MixSlotReader:
                     f"reader state says rank {world.rank} worker {world.worker} delivered {count} samples, more "
                     f"than its share of epoch {epoch}: the state does not belong to this mixture and topology"
                 )
-            for restorer, level, own in zip(restorers, levels, delivered):
-                streams.append(self._restored(restorer, world, level, own))
+            streams = [
+                restored_raws(r, world, level, count=own) for r, level, own in zip(restorers, levels, delivered)
+            ]
         labels = _labels(slot_epoch_counts(levels, world, self.options), count)
         merged = _merged(labels, streams, self.names)
         samples = ((n, _as_dict(located, name)) for n, (located, name) in zip(itertools.count(count + 1), merged))
@@ -232,17 +229,6 @@ class MixSlotReader:
             collate=self.collate,
             partial_batches=self.partial_batches,
         )
-
-    @staticmethod
-    def _restored(restorer: SlotRestorer, world: World, level: LevelPlan, count: int) -> Iterator[Located]:
-        replay = restorer.replay(world, plan=level, count=count)
-        pieces = skip_samples(restorer.part_pieces(world, level, 0), replay.consumed[0])
-        raws = restorer.reader.read(pieces)
-        if replay.buffer is None:
-            return raws
-        opts = restorer.plan.options
-        buffer = replay.buffer.follow(nbytes=located_nbytes if opts.buffer_bytes is not None else None)
-        return buffer.shuffle(raws, resident=restorer.read_resident(replay), held=replay.held)
 
     def level_plans(self, restorers: list[SlotRestorer], base: tuple[Level, ...], *, epoch: int) -> list[LevelPlan]:
         """Each stream's plan at the level after ``base``: what the base

@@ -24,6 +24,7 @@ from shardkit.io.base import SourceOptions
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.decode import Decoder
 from shardkit.read.plan import ReadPlan
+from shardkit.read.resume.elastic import LevelPlan
 from shardkit.read.resume.restore import SlotRestorer
 from shardkit.read.resume.state import Level
 from shardkit.read.shuffle import ShuffleBuffer, round_robin
@@ -190,29 +191,12 @@ class SlotReader:
             options=self.source_options,
             read_ahead_bytes=max(self.read_ahead_bytes // opts.interleave, 1),
         )
-        parts = range(opts.interleave)
-        first = 0
-        resident: list[Located] | None = None
-        held = 0
-        buffer: ShuffleBuffer[Any] | None
+        raws: Iterator[Located]
         if not base and count == 0:
-            pieces = [self.plan.pieces(world, epoch=epoch, part=p) for p in parts]
-            buffer = self.plan.shuffle_buffer(world, epoch=epoch, nbytes=located_nbytes)
+            raws = fresh_raws(self.plan, reader, world, epoch=epoch)
         else:
             restorer = SlotRestorer(self.plan, reader, epoch=epoch)
-            level = restorer.level_plan(base)
-            replay = restorer.replay(world, plan=level, count=count)
-            pieces = [skip_samples(restorer.part_pieces(world, level, p), replay.consumed[p]) for p in parts]
-            first = replay.next_part
-            buffer = None
-            if replay.buffer is not None:
-                buffer = replay.buffer.follow(nbytes=located_nbytes if opts.buffer_bytes is not None else None)
-                resident = restorer.read_resident(replay)
-                held = replay.held
-        streams = [reader.read(p) for p in pieces]
-        raws: Iterator[Located] = streams[0] if len(streams) == 1 else round_robin(streams, first=first)
-        if buffer is not None:
-            raws = buffer.shuffle(raws, resident=resident, held=held)
+            raws = restored_raws(restorer, world, restorer.level_plan(base), count=count)
         samples: Iterator[tuple[int, Any]] = _as_dicts(zip(itertools.count(count + 1), raws))
         return finish_items(
             samples,
@@ -222,6 +206,33 @@ class SlotReader:
             collate=self.collate,
             partial_batches=self.partial_batches,
         )
+
+
+def fresh_raws(plan: ReadPlan, reader: PieceReader, world: World, *, epoch: int) -> Iterator[Located]:
+    """A slot's raw samples from the start of ``epoch``: its read streams,
+    mixed (``interleave``), through its seeded shuffle buffer."""
+    streams = [reader.read(plan.pieces(world, epoch=epoch, part=p)) for p in range(plan.options.interleave)]
+    raws: Iterator[Located] = streams[0] if len(streams) == 1 else round_robin(streams)
+    buffer = plan.shuffle_buffer(world, epoch=epoch, nbytes=located_nbytes)
+    return raws if buffer is None else buffer.shuffle(raws)
+
+
+def restored_raws(restorer: SlotRestorer, world: World, level: LevelPlan, *, count: int) -> Iterator[Located]:
+    """A slot's raw samples after the first ``count`` it delivered at
+    ``level``: the replay gives where each read stream was and what the
+    buffer held (read again through the index), then reading goes on."""
+    opts = restorer.plan.options
+    parts = range(opts.interleave)
+    replay = restorer.replay(world, plan=level, count=count)
+    pieces = [skip_samples(restorer.part_pieces(world, level, p), replay.consumed[p]) for p in parts]
+    buffer: ShuffleBuffer[Any] | None = None
+    resident: list[Located] | None = None
+    if replay.buffer is not None:
+        buffer = replay.buffer.follow(nbytes=located_nbytes if opts.buffer_bytes is not None else None)
+        resident = restorer.read_resident(replay)
+    streams = [restorer.reader.read(p) for p in pieces]
+    raws: Iterator[Located] = streams[0] if len(streams) == 1 else round_robin(streams, first=replay.next_part)
+    return raws if buffer is None else buffer.shuffle(raws, resident=resident, held=replay.held)
 
 
 def finish_items(
