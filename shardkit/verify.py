@@ -2,7 +2,9 @@
 
 Checks, per shard: the file exists with the recorded size and SHA-256; it
 parses as tar to the end-of-archive marker; it holds the recorded number of
-samples; and its offset index matches the sample boundaries found by parsing.
+samples; its offset index is well formed and matches the sample boundaries
+found by parsing; and, when the index stores per-sample checksums, every
+sample matches its checksum (so bit rot is named by the sample it hit).
 In a dataset written with ``compress_members`` (its manifest records
 ``member_compression``), every compressed member (``KEY.txt.gz``,
 ``KEY.txt.zst``) must also decompress.
@@ -19,9 +21,9 @@ import numpy as np
 
 from shardkit.errors import CorruptShardError, ManifestError, VerifyError
 from shardkit.format.compression import decompress, member_compression
-from shardkit.format.index import decode_index, load_index
+from shardkit.format.index import OffsetIndex, check_bounds, decode_offset_index, load_offset_index
 from shardkit.format.manifest import Manifest, ShardEntry
-from shardkit.format.tar import RawSample, SampleParser
+from shardkit.format.tar import RawSample, SampleParser, sample_checksum
 from shardkit.io.local import HASH_CHUNK_BYTES
 from shardkit.io.manifest import fetch_manifest
 from shardkit.io.registry import open_source
@@ -52,6 +54,35 @@ def _check_members(path: str, samples: list[RawSample]) -> list[RawSample]:
     return samples
 
 
+def _load_index(path: str, index_path: str, entry: ShardEntry) -> OffsetIndex:
+    try:
+        if is_local(index_path):
+            index = load_offset_index(local_path(index_path))
+        else:
+            index = decode_offset_index(open_source(index_path).read_all(), path=index_path)
+        check_bounds(index.bounds, path=index_path, num_samples=entry.num_samples, shard_bytes=entry.num_bytes)
+    except (ManifestError, CorruptShardError, OSError) as exc:
+        raise VerifyError(f"{path}: offset index unusable: {exc}", path=path) from exc
+    return index
+
+
+def _check_sums(path: str, index: OffsetIndex, first: int, samples: list[RawSample]) -> None:
+    """Compare samples ``first, first + 1, ...`` with the index's checksums."""
+    if index.checksums is None:
+        return
+    for k, sample in enumerate(samples, first):
+        if k >= len(index.checksums):
+            return  # more samples than the index lists: the count check names it
+        stored = int(index.checksums[k])
+        actual = sample_checksum(sample.key, sample.fields.items())
+        if actual != stored:
+            raise VerifyError(
+                f"{path}: sample {sample.key!r} at byte {sample.start} fails its checksum (stored {stored:08x}, "
+                f"read {actual:08x}): its bytes changed after it was written; rewrite this shard",
+                path=path,
+            )
+
+
 def verify_shard(manifest: Manifest, entry: ShardEntry) -> int:
     """Check one shard; return its sample count.
 
@@ -61,40 +92,38 @@ def verify_shard(manifest: Manifest, entry: ShardEntry) -> int:
     path = manifest.resolve(entry.path)
     if is_local(path) and not os.path.isfile(local_path(path)):
         raise VerifyError(f"{path}: shard listed in the manifest is missing", path=path)
+    index_path = manifest.resolve(entry.index)
+    index = _load_index(path, index_path, entry)
     digest = hashlib.sha256()
     parser = SampleParser(path=path)
     bounds = [0]
     size = 0
     check = manifest.member_compression is not None
+
+    def take(samples: list[RawSample]) -> None:
+        _check_sums(path, index, len(bounds) - 1, samples)
+        bounds.extend(s.end for s in (_check_members(path, samples) if check else samples))
+
     try:
         for chunk in open_source(path).iter_range(0, None, chunk_bytes=HASH_CHUNK_BYTES):
             size += len(chunk)
             digest.update(chunk)
-            samples = parser.feed(chunk)
-            bounds.extend(s.end for s in (_check_members(path, samples) if check else samples))
-    except OSError as exc:
-        raise VerifyError(f"{path}: shard missing or unreadable ({exc})", path=path) from exc
-    if size != entry.num_bytes:
-        raise VerifyError(f"{path}: size is {size} bytes, manifest says {entry.num_bytes} (truncated or replaced?)", path=path)
-    try:
-        samples = parser.finish()
-        bounds.extend(s.end for s in (_check_members(path, samples) if check else samples))
+            take(parser.feed(chunk))
+        if size != entry.num_bytes:
+            raise VerifyError(
+                f"{path}: size is {size} bytes, manifest says {entry.num_bytes} (truncated or replaced?)", path=path
+            )
+        take(parser.finish())
     except CorruptShardError as exc:
         raise VerifyError(f"{path}: does not parse as a tar shard: {exc}", path=path) from exc
+    except OSError as exc:
+        raise VerifyError(f"{path}: shard missing or unreadable ({exc})", path=path) from exc
     if digest.hexdigest() != entry.sha256:
         raise VerifyError(f"{path}: SHA-256 mismatch (content changed or corrupted); rewrite this shard", path=path)
     count = len(bounds) - 1
     if count != entry.num_samples:
         raise VerifyError(f"{path}: holds {count} samples, manifest says {entry.num_samples}", path=path)
-    index_path = manifest.resolve(entry.index)
-    try:
-        if is_local(index_path):
-            index = load_index(local_path(index_path))
-        else:
-            index = decode_index(open_source(index_path).read_all(), path=index_path)
-    except (ManifestError, OSError) as exc:
-        raise VerifyError(f"{path}: offset index unusable: {exc}", path=path) from exc
-    if len(index) != len(bounds) or not np.array_equal(np.asarray(index), np.asarray(bounds, dtype=index.dtype)):
+    if len(index.bounds) != len(bounds) or not np.array_equal(np.asarray(index.bounds), np.asarray(bounds, dtype=index.bounds.dtype)):
         raise VerifyError(
             f"{index_path}: offset index does not match the sample boundaries of {entry.path}", path=index_path
         )

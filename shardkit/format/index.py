@@ -7,8 +7,17 @@ shard, headers and padding included; ``bounds[0]`` is 0 and
 ``bounds[num_samples]`` is where the end-of-archive marker starts. A reader
 can thus start at any sample with one seek and read exactly its bytes.
 
-The array is loaded with ``mmap_mode="r"`` so DataLoader workers share the
-page cache instead of each holding a copy.
+Since format 1.1 a second ``.npy`` array follows the first in the same
+file: one little-endian ``uint32`` CRC-32 per sample
+(:func:`shardkit.format.tar.sample_checksum`: over the key, each member's
+extension, length and bytes), so a reader that asks for it catches bit rot at
+the sample it hit. ``np.load`` and older shardkit readers read the first
+array and ignore what follows; an index without checksums is still valid.
+
+Arrays are loaded with ``mmap_mode="r"`` so DataLoader workers share the
+page cache instead of each holding a copy. An index is checked once, when it
+is loaded, in vectorised code (:func:`check_bounds`): boundaries start at 0,
+rise by whole 512-byte blocks, and stay inside the shard.
 """
 
 from __future__ import annotations
@@ -16,13 +25,27 @@ from __future__ import annotations
 import io
 import os
 import re
+import stat
+from dataclasses import dataclass
 
 import numpy as np
 
-from shardkit.errors import ManifestError
+from shardkit.errors import CorruptShardError, ManifestError
 
 INDEX_SUFFIX = ".idx"
 INDEX_DTYPE = np.dtype("<u8")
+CHECKSUM_DTYPE = np.dtype("<u4")
+_BLOCK = 512
+_END_MARKER_BYTES = 2 * _BLOCK
+
+
+@dataclass(frozen=True)
+class OffsetIndex:
+    """A shard's offset index: sample boundaries and, when the index has
+    them, per-sample checksums (``checksums[i]`` is sample ``i``'s)."""
+
+    bounds: np.ndarray
+    checksums: np.ndarray | None = None
 
 
 def index_path_for(shard_path: str) -> str:
@@ -31,40 +54,133 @@ def index_path_for(shard_path: str) -> str:
     return (root if ext == ".tar" else shard_path) + INDEX_SUFFIX
 
 
-def encode_index(bounds: "np.ndarray | list[int]") -> bytes:
-    """Serialize sample boundaries as ``.npy`` bytes."""
-    array = np.asarray(bounds, dtype=INDEX_DTYPE)
+def encode_index(bounds: "np.ndarray | list[int]", checksums: "np.ndarray | list[int] | None" = None) -> bytes:
+    """Serialize sample boundaries (and per-sample checksums) as ``.npy`` bytes."""
     out = io.BytesIO()
-    np.save(out, array, allow_pickle=False)
+    np.save(out, np.asarray(bounds, dtype=INDEX_DTYPE), allow_pickle=False)
+    if checksums is not None:
+        if len(checksums) != len(bounds) - 1:
+            raise ValueError(f"{len(checksums)} checksums for {len(bounds) - 1} samples")
+        np.save(out, np.asarray(checksums, dtype=CHECKSUM_DTYPE), allow_pickle=False)
     return out.getvalue()
 
 
 def decode_index(data: bytes, *, path: str = "<index>") -> np.ndarray:
-    """Parse ``.npy`` index bytes (e.g. fetched over HTTP) into an array."""
-    count, offset = _read_npy_header(data, path)
-    if len(data) < offset + count * INDEX_DTYPE.itemsize:
-        raise ManifestError(f"{path}: not a shardkit offset index (data shorter than its header says)", path=path)
-    return _checked(np.frombuffer(data, dtype=INDEX_DTYPE, count=count, offset=offset), path)
+    """Parse ``.npy`` index bytes (e.g. fetched over HTTP) into boundaries."""
+    return decode_offset_index(data, path=path).bounds
 
 
 def load_index(path: str) -> np.ndarray:
-    """Memory-map a local index file.
+    """Memory-map a local index file's boundaries.
 
     Raises:
         ManifestError: The file is missing or is not a valid index.
     """
+    return load_offset_index(path).bounds
+
+
+def decode_offset_index(data: bytes, *, path: str = "<index>") -> OffsetIndex:
+    """Parse index bytes into boundaries and, when present, checksums."""
+    count, offset = _read_npy_header(data, path, INDEX_DTYPE)
+    end = offset + count * INDEX_DTYPE.itemsize
+    if len(data) < end:
+        raise ManifestError(f"{path}: not a shardkit offset index (data shorter than its header says)", path=path)
+    bounds = _checked(np.frombuffer(data, dtype=INDEX_DTYPE, count=count, offset=offset), path)
+    checksums = None
+    if len(data) > end:
+        n, at = _read_npy_header(data[end : end + _MAX_HEADER_BYTES], path, CHECKSUM_DTYPE)
+        if n != count - 1 or len(data) < end + at + n * CHECKSUM_DTYPE.itemsize:
+            raise _bad_checksums(path, n, count - 1)
+        checksums = np.frombuffer(data, dtype=CHECKSUM_DTYPE, count=n, offset=end + at)
+    return OffsetIndex(bounds, checksums)
+
+
+def load_offset_index(path: str) -> OffsetIndex:
+    """Memory-map a local index file: boundaries and, when present, checksums.
+
+    Raises:
+        ManifestError: The file is missing, is not a regular file, or is not
+            a valid index.
+    """
     try:
-        with open(path, "rb") as f:
+        with open(path, "rb", opener=_open_regular) as f:
             head = f.read(_MAX_HEADER_BYTES)
             size = os.fstat(f.fileno()).st_size
+            count, offset = _read_npy_header(head, path, INDEX_DTYPE)
+            end = offset + count * INDEX_DTYPE.itemsize
+            tail = b""
+            if size > end:
+                f.seek(end)
+                tail = f.read(_MAX_HEADER_BYTES)
     except FileNotFoundError:
         raise ManifestError(
             f"{path}: offset index missing; rewrite the dataset or run `shardkit verify`", path=path
         ) from None
-    count, offset = _read_npy_header(head, path)
-    if size < offset + count * INDEX_DTYPE.itemsize:
+    except OSError as exc:
+        raise ManifestError(f"{path}: offset index unreadable ({exc.strerror or exc})", path=path) from None
+    if size < end:
         raise ManifestError(f"{path}: not a shardkit offset index (file shorter than its header says)", path=path)
-    return _checked(np.memmap(path, dtype=INDEX_DTYPE, mode="r", offset=offset, shape=(count,)), path)
+    bounds = _checked(np.memmap(path, dtype=INDEX_DTYPE, mode="r", offset=offset, shape=(count,)), path)
+    checksums = None
+    if tail:
+        n, at = _read_npy_header(tail, path, CHECKSUM_DTYPE)
+        if n != count - 1 or size < end + at + n * CHECKSUM_DTYPE.itemsize:
+            raise _bad_checksums(path, n, count - 1)
+        checksums = np.memmap(path, dtype=CHECKSUM_DTYPE, mode="r", offset=end + at, shape=(n,)) if n else None
+    return OffsetIndex(bounds, checksums)
+
+
+def check_bounds(
+    bounds: np.ndarray, *, path: str, num_samples: int | None = None, shard_bytes: int | None = None
+) -> np.ndarray:
+    """Check an index's boundaries once, before any read trusts them.
+
+    They must start at 0, rise strictly by whole tar blocks, and (with
+    ``shard_bytes``) leave room for the end-of-archive marker inside the
+    shard; with ``num_samples`` they must list that many samples. Returns
+    ``bounds``.
+
+    Raises:
+        CorruptShardError: Naming the index file and the first bad entry.
+    """
+
+    def bad(why: str, at: int | None = None) -> CorruptShardError:
+        where = f" (entry {at})" if at is not None else ""
+        return CorruptShardError(
+            f"{path}: offset index is corrupt: {why}{where}. Rewrite the dataset or rebuild its index.",
+            path=path,
+        )
+
+    if num_samples is not None and len(bounds) - 1 != num_samples:
+        raise bad(f"it lists {len(bounds) - 1} samples but the manifest says {num_samples}")
+    if len(bounds) > 1:
+        steps = np.diff(bounds.astype(np.int64, copy=False))
+        if bounds[-1] >= 1 << 62 or not (steps > 0).all():
+            raise bad("boundaries do not rise", int(np.argmin(steps > 0)) + 1 if len(steps) else None)
+        if (bounds % _BLOCK).any():
+            raise bad("a boundary is not on a 512-byte tar block", int(np.argmax(bounds % _BLOCK != 0)))
+    if shard_bytes is not None and int(bounds[-1]) + _END_MARKER_BYTES > shard_bytes:
+        raise bad(f"its last boundary, byte {int(bounds[-1])}, leaves no end marker in a shard of {shard_bytes} bytes")
+    return bounds
+
+
+def _bad_checksums(path: str, found: int, want: int) -> ManifestError:
+    return ManifestError(
+        f"{path}: not a shardkit offset index (its checksum array holds {found} entries for {want} samples)",
+        path=path,
+    )
+
+
+def _open_regular(path: str, flags: int) -> int:
+    """Open without blocking on a FIFO, and refuse anything but a regular file."""
+    fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ManifestError(f"{path}: offset index is not a regular file", path=path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 #: The ``.npy`` prelude: magic, version, header length.
@@ -76,8 +192,8 @@ _DESCR = re.compile(rb"'descr':\s*'([^']*)'")
 _SHAPE = re.compile(rb"'shape':\s*\(\s*(\d+)\s*,?\s*\)")
 
 
-def _read_npy_header(data: bytes, path: str) -> tuple[int, int]:
-    """``(element count, data offset)`` of a 1-D little-endian uint64 ``.npy``.
+def _read_npy_header(data: bytes, path: str, want: np.dtype) -> tuple[int, int]:
+    """``(element count, data offset)`` of a 1-D ``.npy`` array of dtype ``want``.
 
     Parsed here rather than by ``np.load``, which evaluates the header with
     :mod:`ast`: CPython 3.11's AST state is shared by threads, so reader
@@ -106,11 +222,12 @@ def _read_npy_header(data: bytes, path: str) -> tuple[int, int]:
         dtype = np.dtype(descr.group(1).decode("ascii"))
     except (TypeError, ValueError, UnicodeDecodeError):
         dtype = None
-    if dtype != INDEX_DTYPE:
-        raise bad(f"dtype {descr.group(1).decode('ascii', 'replace')!r}, want '<u8'")
-    if int(shape.group(1)) < 1:
+    if dtype != want:
+        raise bad(f"dtype {descr.group(1).decode('ascii', 'replace')!r}, want {want.str!r}")
+    count = int(shape.group(1)) if len(shape.group(1)) < 19 else 1 << 62
+    if want == INDEX_DTYPE and count < 1:
         raise bad("empty; an index holds at least the start of the end marker")
-    return int(shape.group(1)), start + length
+    return count, start + length
 
 
 def _checked(array: np.ndarray, path: str) -> np.ndarray:

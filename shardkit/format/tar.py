@@ -18,8 +18,9 @@ before the sample's last member is complete.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
 import zlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from shardkit.errors import CorruptShardError
@@ -36,6 +37,7 @@ PAX_HEADER_NAME = b"././@PaxHeader"
 _USTAR_MAGIC = b"ustar\x0000"
 _MAX_OCTAL_SIZE = 8**11 - 1  # what an 11-digit octal size field can hold
 _REGULAR_TYPES = (b"0", b"\x00", b"7")
+_CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f]")
 _SKIPPED_TYPES = (b"1", b"2", b"3", b"4", b"5", b"6", b"K", b"V", b"M", b"S")
 
 
@@ -183,23 +185,71 @@ def byte_sum(block: bytes) -> int:
     return sum(block)
 
 
+#: Largest member size the parser accepts (1 TiB): a size field beyond it is
+#: corruption or a hostile header, whatever the shard's length.
+MAX_MEMBER_BYTES = 1 << 40
+#: Largest extended header (pax ``x``/``g``, GNU ``L``/``K``) the parser holds
+#: in memory; real ones are a few hundred bytes.
+MAX_EXTENDED_HEADER_BYTES = 1 << 20
+
+
 def _parse_number(field: bytes) -> int:
-    if field[:1] in (b"\x80", b"\xff"):  # GNU base-256 encoding
-        value = int.from_bytes(field[1:], "big")
-        return -value if field[:1] == b"\xff" else value
-    text = field.split(b"\x00", 1)[0].strip()
-    return int(text, 8) if text else 0
+    """A numeric header field: octal text, or GNU base-256 (first byte 0x80
+    positive, 0xff negative). Raises ValueError for anything that is not a
+    number of one of these forms, negative numbers included."""
+    if field[:1] == b"\x80":
+        return int.from_bytes(field[1:], "big")
+    if field[:1] == b"\xff":
+        raise ValueError("a negative number in base-256 notation")
+    text = field.split(b"\x00", 1)[0].strip(b" ")
+    if not text:
+        return 0
+    if text.strip(b"01234567"):
+        raise ValueError(f"{bytes(text)!r} is not an octal number")
+    return int(text, 8)
+
+
+def _checked_size(value: int | str) -> int:
+    """A member size from a header or pax record, range-checked."""
+    size = int(value)
+    if not 0 <= size <= MAX_MEMBER_BYTES:
+        raise ValueError(f"size {size} is outside [0, {MAX_MEMBER_BYTES}]")
+    return size
+
+
+def member_name_problem(name: str) -> str | None:
+    """Why ``name`` may not name a member of a shard shardkit writes, or None.
+
+    Refused: empty names, a NUL or other control character, an absolute
+    path, and ``.``/``..`` path components (a name that would leave the
+    folder it is extracted into).
+    """
+    if not name:
+        return "it is empty"
+    if _CONTROL_CHARACTER.search(name):
+        return "it holds a NUL or control character"
+    if name.startswith("/"):
+        return "it is an absolute path"
+    if "." in name and any(part in (".", "..") for part in name.split("/")):
+        return "it has a '.' or '..' path component"
+    return None
 
 
 def _parse_pax(data: bytes) -> dict[str, str]:
     records: dict[str, str] = {}
     pos = 0
     while pos < len(data):
-        space = data.index(b" ", pos)
+        if data[pos] == 0:
+            break  # NUL padding after the last record
+        space = data.index(b" ", pos, pos + 24)  # raises ValueError when absent
         length = int(data[pos:space])
-        if length <= 0:
-            raise ValueError("bad pax record length")
-        keyword, _, value = data[space + 1 : pos + length - 1].partition(b"=")
+        if length <= space - pos or pos + length > len(data):
+            raise ValueError(f"pax record length {length} does not fit the header")
+        if data[pos + length - 1 : pos + length] != b"\n":
+            raise ValueError("pax record does not end with a newline")
+        keyword, equals, value = data[space + 1 : pos + length - 1].partition(b"=")
+        if not equals:
+            raise ValueError("pax record without '='")
         records[keyword.decode("utf-8")] = value.decode("utf-8", "surrogateescape")
         pos += length
     return records
@@ -212,14 +262,48 @@ class SampleParser:
     end of the stream. Offsets in errors and samples are shard offsets, counted
     from ``base_offset`` (where the first fed byte sits in the shard).
 
+    A sample is returned only once it is known to be whole: when the next
+    sample's first member has been parsed, or by :meth:`finish` for the last
+    one (an end-of-archive marker does not release the sample before it, since
+    zero blocks may be damage inside that sample). A sample's span runs from
+    where the previous sample ended (or ``base_offset``) to the end of its last
+    member: entries that belong to no sample (directories, links) lead into
+    the next sample's span, the way an offset index counts them.
+
+    Every numeric header field is range-checked and every step moves forward
+    by at least one block, so any input ends in samples or in a
+    :class:`~shardkit.errors.CorruptShardError`.
+
     Args:
         path: Shard path or URL, used in error messages.
         base_offset: Shard offset of the first byte fed.
         offset_name: What offsets count, in error messages (``"byte"``;
             ``"uncompressed byte"`` for the tar inside a compressed shard).
+        bounds: The offset index's boundaries of the samples the fed bytes
+            hold (``bounds[0] == base_offset``; sample ``k`` spans
+            ``[bounds[k], bounds[k + 1])``). When given, a sample that does not
+            fill its span exactly, a member that runs past its span, a zero
+            block inside the span, or data past the last span is an error
+            before any of that sample is returned.
+        checksums: Per-sample checksums (:func:`sample_checksum`) of the same
+            samples, checked before each is returned; needs ``bounds``.
+        stream_end: Shard offset where the fed bytes end, when known: a header
+            whose member would run past it is an error at once, instead of
+            after gathering the rest of the stream.
     """
 
-    def __init__(self, *, path: str, base_offset: int = 0, offset_name: str = "byte"):
+    def __init__(
+        self,
+        *,
+        path: str,
+        base_offset: int = 0,
+        offset_name: str = "byte",
+        bounds: Sequence[int] | None = None,
+        checksums: Sequence[int] | None = None,
+        stream_end: int | None = None,
+    ):
+        if checksums is not None and (bounds is None or len(checksums) != len(bounds) - 1):
+            raise ValueError("checksums need bounds, one per sample")
         self.path = path
         self.offset_name = offset_name
         self._buf = b""
@@ -233,8 +317,12 @@ class SampleParser:
         self._member_start: int | None = None  # first header of the member in progress
         self._key: str | None = None
         self._fields: dict[str, bytes] = {}
-        self._sample_start = base_offset
+        self._span_start = base_offset  # where the sample in progress (or the next) begins
         self._sample_end = base_offset
+        self._bounds = bounds
+        self._checksums = checksums
+        self._limit = int(bounds[-1]) if bounds is not None else stream_end  # no member data past it
+        self.num_samples = 0  # samples returned so far
         self.ended = False  # saw the end-of-archive marker
         self.end_offset: int | None = None  # shard offset of the end marker's first block
 
@@ -280,7 +368,9 @@ class SampleParser:
 
         Raises:
             CorruptShardError: The stream stopped inside a member, or a whole
-                shard ended without its end-of-archive marker (a truncated file).
+                shard ended without its end-of-archive marker (a truncated
+                file), or (with ``bounds``) the stream held fewer samples than
+                the offset index lists.
         """
         if not self.ended:
             leftover = len(self._buf) - self._pos + self._parts_size
@@ -298,15 +388,60 @@ class SampleParser:
                     offset=self.offset,
                 )
         self.ended = True
-        return self._flush()
+        tail = self._flush()
+        if self._bounds is not None and self.num_samples != len(self._bounds) - 1:
+            raise self._error(
+                f"the offset index lists {len(self._bounds) - 1} samples from byte {self._bounds[0]} but the "
+                f"data holds {self.num_samples}",
+                member=None,
+                offset=self._span_start,
+            )
+        return tail
 
     def _flush(self) -> list[RawSample]:
+        """The sample in progress, checked against its span and checksum."""
         if self._key is None:
             return []
-        sample = RawSample(self._key, self._fields, self._sample_start, self._sample_end)
+        sample = RawSample(self._key, self._fields, self._span_start, self._sample_end)
+        k = self.num_samples
+        if self._bounds is not None:
+            if k >= len(self._bounds) - 1:
+                raise self._error(
+                    f"sample {sample.key!r} lies past the last sample the offset index lists",
+                    member=None,
+                    offset=sample.start,
+                )
+            if sample.end != int(self._bounds[k + 1]):
+                raise self._error(
+                    f"sample {sample.key!r} ends at byte {sample.end} but the offset index says "
+                    f"{int(self._bounds[k + 1])}: the sample is damaged",
+                    member=None,
+                    offset=min(sample.end, int(self._bounds[k + 1])),
+                )
+            if self._checksums is not None:
+                stored = int(self._checksums[k])
+                actual = sample_checksum(sample.key, sample.fields.items())
+                if actual != stored:
+                    raise self._error(
+                        f"sample {sample.key!r} fails its checksum (stored {stored:08x}, read {actual:08x}): "
+                        "its bytes changed after it was written",
+                        member=None,
+                        offset=sample.start,
+                    )
         self._key = None
         self._fields = {}
+        self._span_start = sample.end
+        self.num_samples = k + 1
         return [sample]
+
+    def _span_end(self, starting: bool) -> int | None:
+        """Where the sample in progress (or, ``starting``, the next one) must end."""
+        if self._bounds is None:
+            return self._limit
+        k = self.num_samples + (1 if starting and self._key is not None else 0)
+        if k >= len(self._bounds) - 1:
+            return int(self._bounds[-1])
+        return int(self._bounds[k + 1])
 
     def _parse(self) -> list[RawSample]:
         out: list[RawSample] = []
@@ -326,11 +461,19 @@ class SampleParser:
                         member=self._pending_name,
                         offset=base + pos,
                     )
+                if self._limit is not None and self._bounds is not None and base + pos < self._limit:
+                    raise self._error(
+                        "zero block (an end-of-archive marker?) inside the samples the offset index lists (they "
+                        f"run to byte {self._limit}): a sample there is damaged",
+                        member=None,
+                        offset=base + pos,
+                    )
+                # The sample before the marker is released by finish(), once
+                # the caller has checked that the marker is where it belongs.
                 self.ended = True
                 self.end_offset = base + pos
                 self._pos = end
                 self._member_start = None
-                out.extend(self._flush())
                 return out
             stored = header[148:156]
             try:
@@ -340,27 +483,39 @@ class SampleParser:
             if byte_sum(header) - sum(stored) + 256 != checksum:
                 raise self._error("bad tar header checksum", member=None, offset=base + pos)
             typeflag = header[156:157]
-            size = self._pending_size if self._pending_size is not None else _parse_number(header[124:136])
+            try:
+                size = _checked_size(
+                    self._pending_size if self._pending_size is not None else _parse_number(header[124:136])
+                )
+            except ValueError as exc:
+                raise self._error(f"bad size field ({exc})", member=self._pending_name, offset=base + pos) from None
             data_start = pos + BLOCK_SIZE
             data_end = data_start + size
             next_pos = data_end + padding(size)
             if typeflag in (b"x", b"g", b"L", b"K"):
+                if size > MAX_EXTENDED_HEADER_BYTES:
+                    raise self._error(
+                        f"extended header of {size} bytes (at most {MAX_EXTENDED_HEADER_BYTES} are accepted)",
+                        member=None,
+                        offset=base + pos,
+                    )
+                self._check_within(base + data_end, starting=True, member=None, offset=self._member_start)
                 # Extended headers: their data is needed now, wait for all of it.
                 if end < next_pos:
                     self._need = next_pos - pos
                     break
                 data = buf[data_start:data_end]
-                if typeflag == b"x":
-                    try:
+                try:
+                    if typeflag == b"x":
                         records = _parse_pax(data)
                         if "path" in records:
                             self._pending_name = records["path"]
                         if "size" in records:
-                            self._pending_size = int(records["size"])
-                    except ValueError as exc:
-                        raise self._error(f"malformed pax header ({exc})", member=None, offset=base + pos) from None
-                elif typeflag == b"L":
-                    self._pending_name = data.split(b"\x00", 1)[0].decode("utf-8", "surrogateescape")
+                            self._pending_size = _checked_size(records["size"])
+                    elif typeflag == b"L":
+                        self._pending_name = data.split(b"\x00", 1)[0].decode("utf-8", "surrogateescape")
+                except (ValueError, UnicodeDecodeError) as exc:
+                    raise self._error(f"malformed extended header ({exc})", member=None, offset=base + pos) from None
                 pos = next_pos
                 continue
             if self._pending_name is not None:
@@ -370,29 +525,31 @@ class SampleParser:
                 if header[257:262] == b"ustar" and header[345] != 0:
                     raw_name = header[345:500].split(b"\x00", 1)[0] + b"/" + raw_name
                 name = raw_name.decode("utf-8", "surrogateescape")
+            member_start = self._member_start
+            regular = typeflag in _REGULAR_TYPES
+            if not regular and typeflag not in _SKIPPED_TYPES:
+                raise self._error(f"unsupported tar member type {typeflag!r}", member=name, offset=member_start)
+            parts = split_key(name) if regular else None
+            if regular and parts is None:
+                raise self._error("has no KEY.EXT name, so it belongs to no sample", member=name, offset=member_start)
+            if "\x00" in name:
+                raise self._error("has a NUL byte in its name", member=name, offset=member_start)
+            starting = parts is None or parts[0] != self._key
+            self._check_within(base + data_end, starting=starting, member=name, offset=member_start)
             if end < next_pos:
                 # Member not complete yet: parse its header again next time.
                 self._need = next_pos - pos
                 break
-            member_start = self._member_start
             self._pending_name = None
             self._pending_size = None
             self._member_start = None
             pos = next_pos
-            if typeflag not in _REGULAR_TYPES:
-                if typeflag in _SKIPPED_TYPES:
-                    continue
-                raise self._error(f"unsupported tar member type {typeflag!r}", member=name, offset=member_start)
-            parts = split_key(name)
             if parts is None:
-                raise self._error(
-                    "has no KEY.EXT name, so it belongs to no sample", member=name, offset=member_start
-                )
+                continue  # a directory, link or device entry: part of no sample
             key, ext = parts
             if key != self._key:
                 out.extend(self._flush())
                 self._key = key
-                self._sample_start = member_start
             elif ext in self._fields:
                 raise self._error(
                     f"repeats extension {ext!r} of sample {key!r}", member=name, offset=member_start
@@ -401,3 +558,32 @@ class SampleParser:
             self._sample_end = base + next_pos
         self._pos = pos
         return out
+
+    def _check_within(self, data_end: int, *, starting: bool, member: str | None, offset: int) -> None:
+        """Refuse a member whose data would end past its sample's span (with
+        ``bounds``) or past the end of the stream, before waiting for it."""
+        if self._bounds is not None and offset >= int(self._bounds[-1]):
+            raise self._error(
+                f"lies past byte {int(self._bounds[-1])}, where the offset index says the samples end (the shard "
+                "holds more samples than its index lists)",
+                member=member,
+                offset=offset,
+            )
+        limit = self._span_end(starting)
+        if limit is not None and data_end > limit:
+            what = "its sample's end in the offset index" if self._bounds is not None else "the end of the shard"
+            raise self._error(
+                f"claims data up to byte {data_end}, past {what} (byte {limit})",
+                member=member,
+                offset=offset,
+            )
+
+
+def sample_checksum(key: str, fields: Iterable[tuple[str, bytes]]) -> int:
+    """A sample's CRC-32: over its key, then each field's extension, length
+    and bytes in member order (what the offset index stores per sample)."""
+    crc = zlib.crc32(key.encode("utf-8", "surrogateescape") + b"\x00")
+    for ext, data in fields:
+        crc = zlib.crc32(ext.encode("utf-8", "surrogateescape") + b"\x00" + len(data).to_bytes(8, "little"), crc)
+        crc = zlib.crc32(data, crc)
+    return crc

@@ -3,7 +3,9 @@
 The manifest says how many samples and bytes each shard holds, so every
 read task's ``BlockMetadata`` is exact before anything is read. Each task
 streams its shard (or a byte range of it, cut at sample boundaries taken from
-the offset index) through :class:`~shardkit.format.tar.SampleParser` and
+the offset index) through :class:`~shardkit.format.tar.SampleParser`, which
+checks every sample against its span in the index (so a damaged sample is an
+error, never a partial row), and
 hands Ray Arrow tables of ``__key__`` plus one binary column per extension.
 Bytes are read through :func:`shardkit.io.registry.open_source`, so local
 paths, ``http(s)://``, ``s3://`` and fsspec URLs all work.
@@ -20,7 +22,7 @@ import pyarrow as pa
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
-from shardkit.format.index import decode_index
+from shardkit.format.index import check_bounds, decode_offset_index
 from shardkit.format.manifest import Manifest, ShardEntry
 from shardkit.format.tar import SampleParser
 from shardkit.io.base import SourceOptions
@@ -36,9 +38,12 @@ class ShardRange:
     """Samples ``[first, last)`` of one shard, at bytes ``[start, end)``.
 
     ``end`` is None for a whole shard (read to its end-of-archive marker).
+    ``index_url`` is the shard's offset index, whose spans the samples are
+    checked against.
     """
 
     url: str
+    index_url: str
     shard_bytes: int
     sha256: str
     first: int
@@ -67,24 +72,28 @@ def plan_ranges(
     ranges = []
     for entry in shards:
         url = manifest.resolve(entry.path)
+        index_url = manifest.resolve(entry.index)
         per_shard = min(wanted, max(1, entry.num_bytes // min_range_bytes)) if min_range_bytes > 0 else wanted
         if per_shard == 1 or entry.num_samples == 1:
-            ranges.append(ShardRange(url, entry.num_bytes, entry.sha256, 0, entry.num_samples, 0, None))
+            ranges.append(ShardRange(url, index_url, entry.num_bytes, entry.sha256, 0, entry.num_samples, 0, None))
             continue
-        bounds = _bounds(manifest, entry, options)
+        bounds = _bounds(index_url, options, shard_bytes=entry.num_bytes, num_samples=entry.num_samples)
         first = 0
         for count in split_counts(entry.num_samples, per_shard):
             last = first + count
             ranges.append(
-                ShardRange(url, entry.num_bytes, entry.sha256, first, last, int(bounds[first]), int(bounds[last]))
+                ShardRange(
+                    url, index_url, entry.num_bytes, entry.sha256, first, last, int(bounds[first]), int(bounds[last])
+                )
             )
             first = last
     return ranges
 
 
-def _bounds(manifest: Manifest, entry: ShardEntry, options: SourceOptions) -> list[int]:
-    url = manifest.resolve(entry.index)
-    return [int(b) for b in decode_index(open_source(url, options=options).read_all(), path=url)]
+def _bounds(index_url: str, options: SourceOptions, *, shard_bytes: int, num_samples: int | None = None) -> np.ndarray:
+    """A shard's offset index boundaries, checked before use."""
+    bounds = decode_offset_index(open_source(index_url, options=options).read_all(), path=index_url).bounds
+    return check_bounds(bounds, path=index_url, num_samples=num_samples, shard_bytes=shard_bytes)
 
 
 def range_size(r: ShardRange) -> int:
@@ -97,7 +106,8 @@ def read_range(
 ) -> Iterator[pa.Table]:
     """Parse one range into Arrow tables of at most about ``target_block_bytes`` each."""
     source = open_source(r.url, options=options, expected_size=r.shard_bytes, expected_sha256=r.sha256)
-    parser = SampleParser(path=r.url, base_offset=r.start)
+    bounds = _bounds(r.index_url, options, shard_bytes=r.shard_bytes)[r.first : r.last + 1]
+    parser = SampleParser(path=r.url, base_offset=r.start, bounds=bounds)
     rows: list = []
     held = 0
 

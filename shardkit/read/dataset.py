@@ -181,6 +181,14 @@ class ShardDataset(IterableDataset):
             :class:`~shardkit.CorruptShardError` naming shard, member and
             offset; ``"skip"`` logs a warning, counts the fault in
             :attr:`num_skipped`, and goes on with the next readable sample.
+            A damaged sample is left out whole: a partial sample is never
+            yielded.
+        verify_checksums: Check every sample against the CRC-32 its offset
+            index stores (``shardkit write`` stores one per sample), so a
+            changed byte in a member's data is a fault naming the sample's
+            key, under either policy. Costs one CRC-32 pass over the bytes
+            read; indexes written before checksums existed are read
+            unchecked.
         source_options: Storage options; ``chunk_bytes`` (default 4 MiB) is
             the size of one read request.
         read_ahead_bytes: Byte budget of each worker's read-ahead thread
@@ -214,6 +222,7 @@ class ShardDataset(IterableDataset):
         collate: Callable[[list[Any]], Any] | None = None,
         partial_batches: bool = True,
         on_error: OnError = "raise",
+        verify_checksums: bool = False,
         source_options: SourceOptions | None = None,
         read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES,
         samples_per_epoch: int | None = None,
@@ -243,6 +252,7 @@ class ShardDataset(IterableDataset):
         # How a slot reads and presents its samples, for one dataset or a mixture.
         stages: dict[str, Any] = {
             "on_error": on_error,
+            "verify_checksums": verify_checksums,
             "read_ahead_bytes": read_ahead_bytes,
             "decoder": make_decoder(decode),
             "map": map,

@@ -43,7 +43,7 @@ from torch.utils.data import Dataset, default_collate
 
 from shardkit.errors import CorruptShardError, ManifestError, TruncatedShardError, UsageError
 from shardkit.format.compression import MAGIC_BYTES, compression_from_name, detect_compression, file_compression
-from shardkit.format.index import decode_index, load_index
+from shardkit.format.index import OffsetIndex, check_bounds, decode_offset_index, load_offset_index
 from shardkit.format.manifest import Manifest
 from shardkit.format.tar import SampleParser
 from shardkit.io.base import ByteSource, SourceOptions
@@ -267,6 +267,10 @@ class IndexedDataset(Dataset):
         max_open_shards: Shards whose index and open file or connection are
             kept per process; least recently used ones beyond it are dropped
             (and closed once no read in progress holds them).
+        verify_checksums: Check each sample against the CRC-32 its offset index
+            stores, so a changed byte is a :class:`~shardkit.CorruptShardError`
+            naming the sample (indexes written before checksums existed are
+            read unchecked).
 
     Raises:
         UsageError: Invalid options; shards without sample counts and offset
@@ -283,6 +287,7 @@ class IndexedDataset(Dataset):
         source_options: SourceOptions | None = None,
         on_error: OnError = "raise",
         max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS,
+        verify_checksums: bool = False,
     ):
         super().__init__()
         if on_error not in ON_ERROR:
@@ -321,6 +326,7 @@ class IndexedDataset(Dataset):
         self._map = map
         self._on_error = on_error
         self._max_open_shards = max_open_shards
+        self._verify_checksums = verify_checksums
         self._counters = SharedCounters()
         self._reset_handles()
 
@@ -429,8 +435,11 @@ class IndexedDataset(Dataset):
         return default_collate([sample for sample in batch if sample is not None])
 
     def _read(self, shard: int, position: int):
-        bounds = self._bounds(shard)
-        start, end = int(bounds[position]), int(bounds[position + 1])
+        index = self._index(shard)
+        start, end = int(index.bounds[position]), int(index.bounds[position + 1])
+        checksums = None
+        if self._verify_checksums and index.checksums is not None:
+            checksums = index.checksums[position : position + 1]
         handle = self._shard(shard)
         url = handle.url
         data = handle.read(start, end, chunk_bytes=max(end - start, 1))
@@ -442,21 +451,15 @@ class IndexedDataset(Dataset):
                 path=url,
                 offset=start + len(data),
             )
-        parser = SampleParser(path=url, base_offset=start)
+        # With the sample's span as its bounds, the parser returns exactly one
+        # sample filling it, or raises.
+        parser = SampleParser(path=url, base_offset=start, bounds=(start, end), checksums=checksums)
         try:
             samples = parser.feed(data)
             samples += parser.finish(expect_end_marker=False)
         except CorruptShardError:
             self._check_compressed(handle)
             raise
-        if len(samples) != 1 or samples[0].start != start or samples[0].end != end:
-            self._check_compressed(handle)
-            raise CorruptShardError(
-                f"{url}: the offset index puts sample {position} at bytes [{start}, {end}) but they hold "
-                f"{len(samples)} samples. Run `shardkit verify` on the dataset or rewrite this shard.",
-                path=url,
-                offset=start,
-            )
         return samples[0]
 
     def _check_compressed(self, handle: _LocalShard | _RemoteShard) -> None:
@@ -485,30 +488,30 @@ class IndexedDataset(Dataset):
         if self._pid != os.getpid():
             self._reset_handles()
 
-    def _bounds(self, shard: int) -> np.ndarray:
+    def _index(self, shard: int) -> OffsetIndex:
         self._check_process()
         with self._tables:
-            bounds = self._indexes.get_recent(shard)
-        if bounds is not None:
-            return bounds
+            index = self._indexes.get_recent(shard)
+        if index is not None:
+            return index
         url = self._index_url(shard)
         shard_url = self.shard_url(shard)
         kind = compression_of(shard_url)
         if kind is not None:
             raise _refuse_compressed(shard_url, kind)
         if is_local(url):
-            bounds = load_index(local_path(url))
+            index = load_offset_index(local_path(url))
         else:
-            bounds = decode_index(open_source(url, options=self._options).read_all(), path=redact_url(url))
-        expected = int(self._counts[shard])
-        if len(bounds) - 1 != expected:
-            raise ManifestError(
-                f"{shard_url}: the manifest says {expected} samples but the offset index {url} lists "
-                f"{len(bounds) - 1}. Run `shardkit verify` on the dataset or rewrite this shard.",
-                path=shard_url,
-            )
+            index = decode_offset_index(open_source(url, options=self._options).read_all(), path=redact_url(url))
+        entry = None if self._manifest is None else self._manifest.shards[shard]
+        check_bounds(
+            index.bounds,
+            path=redact_url(url),
+            num_samples=int(self._counts[shard]),
+            shard_bytes=None if entry is None else entry.num_bytes,
+        )
         with self._tables:
-            return self._indexes.put(shard, bounds)
+            return self._indexes.put(shard, index)
 
     def _shard(self, shard: int) -> _LocalShard | _RemoteShard:
         with self._tables:

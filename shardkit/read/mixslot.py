@@ -111,6 +111,7 @@ class MixSlotReader:
         options: The reader options.
         source_options: Each stream's storage options.
         on_error: The fault policy.
+        verify_checksums: Check samples against their index's checksums.
         read_ahead_bytes: Read-ahead budget of one slot, shared by the streams.
         decoder, map, batch_size, collate, partial_batches: As for
             :class:`~shardkit.read.slot.SlotReader`.
@@ -124,6 +125,7 @@ class MixSlotReader:
     source_options: tuple[SourceOptions, ...]
     on_error: OnError
     read_ahead_bytes: int
+    verify_checksums: bool = False
     decoder: Decoder | None = None
     map: Callable[[Sample], Any] | None = None
     batch_size: int | None = None
@@ -169,6 +171,7 @@ class MixSlotReader:
                 PieceReader(
                     catalog,
                     on_error=self.on_error,
+                    verify_checksums=self.verify_checksums,
                     on_skip=on_skip,
                     options=self.source_options[i],
                     read_ahead_bytes=max(budget, 1),

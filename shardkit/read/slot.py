@@ -139,6 +139,7 @@ class SlotReader:
         plan: Which pieces each slot reads.
         source_options: Storage options.
         on_error: The fault policy (see :mod:`.stream`).
+        verify_checksums: Check samples against their index's checksums.
         read_ahead_bytes: Read-ahead budget of one slot (shared by its
             ``interleave`` streams).
         decoder: Decodes each sample dict, or None for raw bytes.
@@ -154,6 +155,7 @@ class SlotReader:
     source_options: SourceOptions
     on_error: OnError
     read_ahead_bytes: int
+    verify_checksums: bool = False
     decoder: Decoder | None = None
     map: Callable[[Sample], Any] | None = None
     batch_size: int | None = None
@@ -187,6 +189,7 @@ class SlotReader:
         reader = PieceReader(
             self.catalog,
             on_error=self.on_error,
+            verify_checksums=self.verify_checksums,
             on_skip=on_skip,
             options=self.source_options,
             read_ahead_bytes=max(self.read_ahead_bytes // opts.interleave, 1),

@@ -12,19 +12,27 @@ each turn asks for; the reader itself only sees chunks.
 
 What is checked, so that nothing corrupt is yielded silently:
 
-* tar structure (the parser): checksums, truncation, names without a key;
-* the index against the manifest: its sample count;
-* the content against the index: the range holds exactly the samples the
-  index lists, and a shard's last sample is followed by the end marker.
+* tar structure (the parser): header checksums, range-checked sizes,
+  truncation, names without a key;
+* the index, once per load (:func:`~shardkit.format.index.check_bounds`):
+  rising block-aligned boundaries inside the shard, the manifest's count;
+* the content against the index: each sample fills its span exactly, the
+  range holds exactly the samples the index lists, and a shard's last
+  sample is followed by the end marker.
+
+With an offset index (whenever the catalog has one, whole shards included)
+the parser knows each sample's span, so a fault anywhere inside a sample (a
+header, its data, a zero block, a member running past the span) condemns
+that whole sample before any of it is yielded; with ``verify_checksums`` and an
+index that stores them, so does a changed byte in a member's data.
 
 Under ``on_error="raise"`` the first fault raises. Under ``"skip"`` it is
 logged and counted; with an index the reader resumes at the next sample
 boundary after the bad sample (re-reading the good samples before it), without
 one it drops the rest of the shard. A truncated range loses its remainder.
-An end-of-archive marker before the last sample the index or manifest lists
-(e.g. a sample header zeroed on disk) is corruption at that offset, not the
-end of the shard: only the sample there is lost. A partial sample is never
-yielded.
+Recovery is a loop over the ranges left to read, each fault taking at least
+one sample (or the end-marker check) out of them, so any number of faults in
+a shard ends. A partial sample is never yielded.
 
 Compressed shards (gzip, zstandard; recognised by their first bytes, see
 :mod:`shardkit.format.compression`) are read whole, from byte 0: the
@@ -40,6 +48,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections import deque
 from itertools import chain
 from collections.abc import Callable, Iterator
 from typing import Literal
@@ -48,7 +57,7 @@ import numpy as np
 
 from shardkit.errors import CorruptShardError, ManifestError, TruncatedShardError
 from shardkit.format.compression import MAGIC_BYTES, Compression, StreamDecompressor, detect_compression
-from shardkit.format.index import decode_index, load_index
+from shardkit.format.index import OffsetIndex, check_bounds, decode_offset_index, load_offset_index
 from shardkit.format.tar import END_OF_ARCHIVE, RawSample, SampleParser
 from shardkit.io.base import ByteSource, SourceOptions
 from shardkit.io.device import reserved_room_bytes, take_turns
@@ -80,12 +89,15 @@ DECOMPRESS_SLICE_BYTES = 1 << 20
 class _Job:
     """One piece being read; the reader thread fills in the byte range."""
 
-    __slots__ = ("piece", "url", "bounds", "byte_start", "byte_stop", "whole", "compression", "raw_bytes")
+    __slots__ = (
+        "piece", "url", "bounds", "checksums", "byte_start", "byte_stop", "whole", "compression", "raw_bytes"
+    )  # fmt: skip
 
     def __init__(self, piece: Piece, url: str):
         self.piece = piece
         self.url = url
         self.bounds: np.ndarray | None = None
+        self.checksums: np.ndarray | None = None  # per-sample checksums to check, when asked for
         self.byte_start = 0
         self.byte_stop: int | None = None
         self.whole = True  # the range runs to the end of the shard
@@ -102,6 +114,9 @@ class PieceReader:
         on_skip: Called with each skipped fault (e.g. to count it).
         options: Storage options (``chunk_bytes`` is the read size).
         read_ahead_bytes: Byte budget of the read-ahead thread.
+        verify_checksums: Check each sample against the checksum its offset index
+            stores (indexes written before checksums existed are read
+            unchecked).
     """
 
     def __init__(
@@ -112,31 +127,33 @@ class PieceReader:
         on_skip: Callable[[Exception], None],
         options: SourceOptions,
         read_ahead_bytes: int,
+        verify_checksums: bool = False,
     ):
         self.catalog = catalog
         self.on_error = on_error
         self.on_skip = on_skip
         self.options = options
         self.read_ahead_bytes = read_ahead_bytes
+        self.verify_checksums = verify_checksums
 
     # ------------------------------------------------------- reader thread
 
-    def _load_bounds(self, shard: int) -> np.ndarray:
+    def _load_index(self, shard: int) -> OffsetIndex:
+        """A shard's offset index, checked against the manifest before use."""
         assert self.catalog.index_urls is not None
         url = self.catalog.index_urls[shard]
         if is_local(url):
-            bounds = load_index(local_path(url))
+            index = load_offset_index(local_path(url))
         else:
-            bounds = decode_index(open_source(url, options=self.options).read_all(), path=url)
-        expected = None if self.catalog.counts is None else int(self.catalog.counts[shard])
-        if expected is not None and len(bounds) - 1 != expected:
-            shard_url = self.catalog.urls[shard]
-            raise CorruptShardError(
-                f"{shard_url}: the manifest says {expected} samples but the offset index {url} lists "
-                f"{len(bounds) - 1}. Run `shardkit verify` on the dataset or rewrite this shard.",
-                path=shard_url,
-            )
-        return bounds
+            index = decode_offset_index(open_source(url, options=self.options).read_all(), path=url)
+        manifest = self.catalog.manifest
+        check_bounds(
+            index.bounds,
+            path=url,
+            num_samples=None if self.catalog.counts is None else int(self.catalog.counts[shard]),
+            shard_bytes=None if manifest is None else manifest.shards[shard].num_bytes,
+        )
+        return index
 
     def _open_shard(self, shard: int, url: str) -> ByteSource:
         """Open a shard, telling the source its manifest size and checksum
@@ -150,18 +167,39 @@ class PieceReader:
     def _locate(self, job: _Job) -> None:
         """Fill in the byte range ``job`` reads: its samples' bytes through
         the offset index, or a whole shard up to the manifest's size."""
-        if self.catalog.index_urls is not None and not self._is_whole_shard(job.piece):
-            bounds = self._load_bounds(job.piece.shard)
-            job.bounds = bounds
-            job.whole = job.piece.stop == len(bounds) - 1
-            job.byte_start = int(bounds[job.piece.start])
+        if self.catalog.index_urls is not None:
+            index = self._load_index(job.piece.shard)
+            self._use_index(job, index)
+            job.whole = job.piece.stop == len(index.bounds) - 1
+            job.byte_start = int(index.bounds[job.piece.start])
             # A range that ends the shard also takes the end marker, which
             # proves nothing follows the last indexed sample.
-            job.byte_stop = int(bounds[job.piece.stop]) + (len(END_OF_ARCHIVE) if job.whole else 0)
+            job.byte_stop = int(index.bounds[job.piece.stop]) + (len(END_OF_ARCHIVE) if job.whole else 0)
         elif self.catalog.manifest is not None:
             # Up to the manifest's size: a truncated shard is caught, and extra
             # samples in a rewritten one are never read.
             job.byte_stop = self.catalog.manifest.shards[job.piece.shard].num_bytes
+
+    def _use_index(self, job: _Job, index: OffsetIndex) -> None:
+        job.bounds = index.bounds
+        job.checksums = index.checksums if self.verify_checksums else None
+
+    def _parser(self, job: _Job) -> SampleParser:
+        """The parser of one job's bytes: with its samples' spans (and
+        checksums) when the index gives them."""
+        if job.bounds is None or job.compression is not None:
+            offset_name = "uncompressed byte" if job.compression else "byte"
+            stream_end = job.byte_stop if job.compression is None else None
+            return SampleParser(
+                path=job.url, base_offset=job.byte_start, offset_name=offset_name, stream_end=stream_end
+            )
+        lo, hi = job.piece.start, job.piece.stop
+        return SampleParser(
+            path=job.url,
+            base_offset=job.byte_start,
+            bounds=job.bounds[lo : hi + 1],
+            checksums=None if job.checksums is None else job.checksums[lo:hi],
+        )
 
     def _fetch(self, job: _Job, ahead: ReadAhead[_Job]) -> Iterator[bytes]:
         self._locate(job)
@@ -222,24 +260,13 @@ class PieceReader:
             return self.read_ahead_bytes
         return self.read_ahead_bytes + reserved_room_bytes(local_path(first), options=self.options)
 
-    def _is_whole_shard(self, piece: Piece) -> bool:
-        """Whether ``piece`` is all of a shard the manifest describes. Such a
-        piece is streamed up to the manifest's byte size without its offset
-        index (one request and, on a disk, one seek fewer per shard); the
-        manifest's count and the end marker check it, and the index is
-        loaded only to recover from a fault under ``on_error="skip"``."""
-        counts = self.catalog.counts
-        if counts is None or self.catalog.manifest is None:
-            return False  # without the manifest's byte size nothing would bound the read
-        return piece.start == 0 and piece.stop == int(counts[piece.shard])
-
     def load_bounds(self, shard: int) -> np.ndarray:
         """A shard's offset index: sample ``i`` is bytes ``[b[i], b[i + 1])``.
 
         Raises:
             CorruptShardError: The index disagrees with the manifest's count.
         """
-        return self._load_bounds(shard)
+        return self._load_index(shard).bounds
 
     def read_runs(self, shard: int, runs: list[tuple[int, int]], *, bounds: np.ndarray) -> Iterator[Located]:
         """Samples ``[lo, hi)`` of each run of one shard, each run one direct
@@ -249,9 +276,10 @@ class PieceReader:
         restored shuffle buffer. The fault policy applies as in :meth:`read`.
         """
         job = _Job(Piece(shard, 0, len(bounds) - 1), self.catalog.urls[shard])
+        if self.verify_checksums and self.catalog.index_urls is not None:
+            self._use_index(job, self._load_index(shard))
         job.bounds = bounds
-        for lo, hi in runs:
-            yield from self._read_direct(job, lo, hi)
+        yield from self._read_ranges(job, [(lo, hi, hi == len(bounds) - 1) for lo, hi in runs])
 
     # ------------------------------------------------------------ consumer
 
@@ -289,8 +317,7 @@ class PieceReader:
                     raise item  # type: ignore[misc]  # the plan failed (e.g. a UsageError): not a data fault
                 if job is not current:
                     current, broken, received, got = job, False, 0, 0
-                    offset_name = "uncompressed byte" if job.compression else "byte"
-                    parser = SampleParser(path=job.url, base_offset=job.byte_start, offset_name=offset_name)
+                    parser = self._parser(job)
                 if broken:
                     continue
                 assert parser is not None
@@ -313,6 +340,9 @@ class PieceReader:
                     yield from self._recover(job, exc, first + got)
 
     def _finish(self, job: _Job, parser: SampleParser, received: int, got: int) -> list[RawSample]:
+        """The job's last sample, once its bytes are known to be all there
+        (the parser itself checks the samples against their index spans)."""
+        del got
         if job.compression is not None:
             received = job.raw_bytes  # byte_stop counts the shard's stored (compressed) bytes
         if job.byte_stop is not None and received < job.byte_stop - job.byte_start:
@@ -324,55 +354,17 @@ class PieceReader:
                 path=job.url,
                 offset=end,
             )
-        if job.bounds is not None and job.whole and not parser.ended:
+        if job.whole and job.byte_stop is not None and not parser.ended:
+            where = int(job.bounds[-1]) if job.bounds is not None else job.byte_stop
             raise TruncatedShardError(
-                f"{job.url}: data goes on past byte {int(job.bounds[-1])}, where the offset index says the "
-                "shard ends: the shard holds more samples than its index and manifest list. Run `shardkit "
-                "verify` on the dataset or rewrite this shard.",
+                f"{job.url}: no end-of-archive marker at byte {where}, where the "
+                f"{'offset index' if job.bounds is not None else 'manifest'} says the shard ends: the shard was "
+                "damaged or rewritten after its index and manifest were written. Run `shardkit verify` on the "
+                "dataset or rewrite this shard.",
                 path=job.url,
-                offset=int(job.bounds[-1]),
+                offset=where,
             )
-        if job.bounds is None and job.byte_stop is not None and not parser.ended:
-            raise TruncatedShardError(
-                f"{job.url}: no end-of-archive marker at byte {job.byte_stop}, where the manifest says the shard "
-                "ends: the shard was damaged or rewritten after its manifest was written. Run `shardkit verify` "
-                "on the dataset or rewrite this shard.",
-                path=job.url,
-                offset=job.byte_stop,
-            )
-        tail = parser.finish(expect_end_marker=job.whole)
-        counted = job.bounds is not None or self._is_whole_shard(job.piece)
-        if counted and got + len(tail) < job.piece.num_samples and self._early_end(job, parser):
-            # Zeroed blocks where a sample's header should be read as an end
-            # marker: corruption there, with intact samples after it.
-            where = "offset index" if job.bounds is not None else "manifest"
-            raise CorruptShardError(
-                f"{job.url}: end-of-archive marker (zero blocks) at byte {parser.end_offset}, but the {where} "
-                f"lists {job.piece.num_samples - got - len(tail)} samples from there on: the sample header "
-                "there is damaged. Run `shardkit verify` on the dataset or rewrite this shard.",
-                path=job.url,
-                offset=parser.end_offset,
-            )
-        if counted and got + len(tail) != job.piece.num_samples:
-            where = "the offset index lists" if job.bounds is not None else "the manifest lists"
-            stop = "its end" if job.byte_stop is None else job.byte_stop
-            raise TruncatedShardError(
-                f"{job.url}: bytes {job.byte_start}..{stop} hold {got + len(tail)} samples but {where} "
-                f"{job.piece.num_samples} there. Run `shardkit verify` on the dataset or rewrite this shard.",
-                path=job.url,
-                offset=job.byte_start,
-            )
-        return tail
-
-    @staticmethod
-    def _early_end(job: _Job, parser: SampleParser) -> bool:
-        """Whether the parser met an end marker before the data the index
-        (or the manifest's byte size) says the samples fill."""
-        if parser.end_offset is None or job.compression is not None:
-            return False
-        if job.bounds is not None:
-            return parser.end_offset < int(job.bounds[job.piece.stop])
-        return job.byte_stop is not None and parser.end_offset + len(END_OF_ARCHIVE) < job.byte_stop
+        return parser.finish(expect_end_marker=job.whole)
 
     def _recover(self, job: _Job, exc: Exception, next_sample: int) -> Iterator[Located]:
         """After a skipped fault: yield what can be saved of the rest of the piece.
@@ -383,47 +375,75 @@ class PieceReader:
         """
         if job.compression is not None:
             return  # a compressed shard cannot be entered after the fault
-        offset = getattr(exc, "offset", None)
-        if job.bounds is None and offset is not None and self.catalog.index_urls is not None:
-            try:  # a whole shard streamed without its index: fetch it now
-                job.bounds = self._load_bounds(job.piece.shard)
+        if job.bounds is None and self.catalog.index_urls is not None:
+            try:  # the index failed to load with the read: try once more
+                self._use_index(job, self._load_index(job.piece.shard))
             except FAULTS as index_exc:
                 log.warning("cannot recover the rest of %s: %s", job.url, index_exc)
-        bounds = job.bounds
-        if bounds is None or offset is None:
+        if job.bounds is None:
             return  # no index to resynchronize with
-        bad = int(np.searchsorted(bounds, offset, side="right")) - 1  # the sample holding the fault
-        bad = min(max(bad, next_sample), job.piece.stop)
-        ranges = [(next_sample, bad)]
-        if not isinstance(exc, TruncatedShardError):
-            ranges.append((bad + 1, job.piece.stop))
-        for lo, hi in ranges:
-            if lo < hi:
-                yield from self._read_direct(job, lo, hi)
+        yield from self._read_ranges(job, salvage_ranges(job.bounds, exc, next_sample, job.piece.stop, job.whole))
 
-    def _read_direct(self, job: _Job, lo: int, hi: int) -> Iterator[Located]:
-        """Read samples ``[lo, hi)`` of the job's shard without read-ahead."""
+    def _read_ranges(self, job: _Job, ranges: list[tuple[int, int, bool]]) -> Iterator[Located]:
+        """Samples of ``(lo, hi, whole)`` ranges of the job's shard, each one
+        direct read; a fault in one is handled by the policy, and what can
+        be saved of that range joins the ranges still to read (a loop, not
+        recursion: every fault takes at least one sample, or the end-marker
+        check, out of what is left, so any number of faults ends)."""
+        pending = deque(ranges)
+        while pending:
+            lo, hi, whole = pending.popleft()
+            got = 0
+            try:
+                for raw in self._read_range(job, lo, hi, whole=whole):
+                    yield job.piece.shard, lo + got, raw
+                    got += 1
+            except FAULTS as exc:
+                self._fault(exc)
+                pending.extendleft(reversed(salvage_ranges(job.bounds, exc, lo + got, hi, whole)))
+
+    def _read_range(self, job: _Job, lo: int, hi: int, *, whole: bool) -> Iterator[RawSample]:
+        """Samples ``[lo, hi)`` of the job's shard, read without read-ahead;
+        ``whole``: the range ends the shard and takes its end marker."""
         assert job.bounds is not None
         sub = _Job(Piece(job.piece.shard, lo, hi), job.url)
-        sub.bounds = job.bounds
-        sub.whole = hi == len(job.bounds) - 1
+        sub.bounds, sub.checksums, sub.whole = job.bounds, job.checksums, whole
         sub.byte_start = int(job.bounds[lo])
-        sub.byte_stop = int(job.bounds[hi]) + (len(END_OF_ARCHIVE) if sub.whole else 0)
-        parser = SampleParser(path=sub.url, base_offset=sub.byte_start)
+        sub.byte_stop = int(job.bounds[hi]) + (len(END_OF_ARCHIVE) if whole else 0)
+        parser = self._parser(sub)
         received = got = 0
-        try:
-            source = self._open_shard(sub.piece.shard, sub.url)
-            for chunk in source.iter_range(sub.byte_start, sub.byte_stop, chunk_bytes=self.options.chunk_bytes):
-                received += len(chunk)
-                for raw in parser.feed(chunk):
-                    yield sub.piece.shard, lo + got, raw
-                    got += 1
-            for raw in self._finish(sub, parser, received, got):
-                yield sub.piece.shard, lo + got, raw
+        source = self._open_shard(sub.piece.shard, sub.url)
+        for chunk in source.iter_range(sub.byte_start, sub.byte_stop, chunk_bytes=self.options.chunk_bytes):
+            received += len(chunk)
+            for raw in parser.feed(chunk):
+                yield raw
                 got += 1
-        except FAULTS as exc:
-            self._fault(exc)
-            yield from self._recover(sub, exc, lo + got)
+        yield from self._finish(sub, parser, received, got)
+
+
+def salvage_ranges(
+    bounds: np.ndarray, exc: Exception, next_sample: int, stop: int, whole: bool
+) -> list[tuple[int, int, bool]]:
+    """What is worth reading again of samples ``[next_sample, stop)`` after
+    ``exc``: ``(lo, hi, whole)`` ranges that leave out the sample holding the
+    fault's offset (and, after truncation, everything after it).
+
+    A fault at or past the end of the range's samples (data past the last
+    one, a bad end marker) leaves them all, read once more without the
+    end-marker check. Every range returned is smaller than the one that
+    failed, or the same samples without that check, so retrying them ends.
+    """
+    offset = getattr(exc, "offset", None)
+    if offset is None or next_sample >= stop:
+        return []
+    bad = int(np.searchsorted(bounds, offset, side="right")) - 1  # the sample whose span holds the fault
+    if bad >= stop:
+        return [(next_sample, stop, False)] if whole else []
+    bad = max(bad, next_sample)
+    ranges = [(next_sample, bad, False)]
+    if not isinstance(exc, TruncatedShardError):
+        ranges.append((bad + 1, stop, whole))
+    return [r for r in ranges if r[0] < r[1]]
 
 
 class _AlignedSource:

@@ -50,7 +50,7 @@ from shardkit.format.compression import (
     file_compression,
 )
 from shardkit.format.manifest import MANIFEST_NAME, SkippedInput
-from shardkit.format.tar import RawSample, SampleParser, split_key
+from shardkit.format.tar import RawSample, SampleParser, member_name_problem, split_key
 from shardkit.io.local import LocalFile
 
 FORMATS = ("imagefolder", "directory", "jsonl", "tar")
@@ -249,6 +249,10 @@ def _scan_directory(root: str, skip_or_raise: Callable[[SourceError], None]) -> 
         if parts is None:
             skip_or_raise(SourceError(f"{path}: file name has no KEY.EXT form, so it fits no sample", path=path))
             continue
+        problem = member_name_problem(os.path.basename(path))
+        if problem is not None:
+            skip_or_raise(SourceError(f"{path!r}: file name refused as a member name: {problem}", path=path))
+            continue
         key, ext = parts
         fields = groups.setdefault(key, {})
         if ext in fields:
@@ -325,9 +329,10 @@ def _jsonl_row(line: str, *, where: str, base: str, path: str, number: int) -> I
     for ext in sorted(row):
         if ext.startswith("__"):
             continue
-        if split_key(f"{key}.{ext}") != (key, ext):
+        if split_key(f"{key}.{ext}") != (key, ext) or member_name_problem(f"{key}.{ext}") is not None:
             raise SourceError(
-                f"{where}: line {number}: key {key!r} with extension {ext!r} does not form a valid member name",
+                f"{where}: line {number}: key {key!r} with extension {ext!r} does not form a valid member name "
+                f"({member_name_problem(f'{key}.{ext}') or 'the key may not have a dot in its last path part'})",
                 path=path,
                 line=number,
             )
@@ -375,14 +380,14 @@ def _scan_tars(
         chunks = LocalFile(path).iter_range(0, None, chunk_bytes=_TAR_SCAN_CHUNK)
         if kind is None:
             for raw in _parse_all(parser, chunks):
-                samples.append(_tar_sample(raw, path, seen))
+                _add_tar_sample(samples, skip_or_raise, raw, path, seen)
             continue
         if unpack_dir is None:
             raise UsageError(f"{path} is compressed ({kind}): scanning it needs an unpack_dir to decompress into")
         unpacked = os.path.join(unpack_dir, f"input-{number:06d}.tar")
         with open(unpacked, "wb") as out:
             for raw in _parse_all(parser, _copied(_decompressed(chunks, kind, path), out)):
-                samples.append(_tar_sample(raw, unpacked, seen, tar_origin=path))
+                _add_tar_sample(samples, skip_or_raise, raw, unpacked, seen, tar_origin=path)
     return ScannedSource("tar", samples)
 
 
@@ -411,6 +416,34 @@ def _decompressed(chunks: Iterator[bytes], kind: Compression, path: str) -> Iter
         if out:
             yield out
     stream.finish()
+
+
+def _add_tar_sample(
+    samples: list[InputSample],
+    skip_or_raise: Callable[[SourceError], None],
+    raw: RawSample,
+    path: str,
+    seen: dict[str, str],
+    *,
+    tar_origin: str | None = None,
+) -> None:
+    """Add a tar input's sample, unless a member name is one a shard must not
+    carry (``..``, absolute, NUL or control characters): that sample is
+    refused (``--on-error skip`` records it)."""
+    for ext in raw.fields:
+        name = f"{raw.key}.{ext}"
+        problem = member_name_problem(name)
+        if problem is not None:
+            named = tar_origin or path
+            skip_or_raise(
+                SourceError(
+                    f"{named}: member {name!r} at {'uncompressed ' if tar_origin else ''}byte {raw.start}: "
+                    f"name refused ({problem}); rename it or rerun with --on-error skip",
+                    path=named,
+                )
+            )
+            return
+    samples.append(_tar_sample(raw, path, seen, tar_origin=tar_origin))
 
 
 def _tar_sample(raw: RawSample, path: str, seen: dict[str, str], *, tar_origin: str | None = None) -> InputSample:

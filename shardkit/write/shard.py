@@ -4,6 +4,7 @@
 recording sample boundaries. :meth:`ShardFile.commit` writes the end-of-archive
 marker, fsyncs, writes the ``.idx`` sidecar atomically and then renames the
 tar into place; the tar's final name appearing is what marks the shard done.
+The index also stores each sample's CRC-32 (see :mod:`shardkit.format.index`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 from shardkit.format.index import encode_index, index_path_for
 from shardkit.format.manifest import ShardEntry
-from shardkit.format.tar import END_OF_ARCHIVE, encode_header, padding
+from shardkit.format.tar import END_OF_ARCHIVE, encode_header, padding, sample_checksum
 from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes, commit
 
 #: Bytes gathered in memory before one write() to the file.
@@ -64,6 +65,7 @@ class ShardFile:
         self._pending_size = 0
         self._size = 0
         self._bounds = [0]
+        self._checksums: list[int] = []
 
     @property
     def num_samples(self) -> int:
@@ -83,6 +85,7 @@ class ShardFile:
             if pad:
                 self._append(bytes(pad))
         self._bounds.append(self._size)
+        self._checksums.append(sample_checksum(key, fields))
 
     def _append(self, data: bytes) -> None:
         self._pending.append(data)
@@ -106,7 +109,7 @@ class ShardFile:
         os.fsync(self._file.fileno())
         self._file.close()
         # The index first; the directory sync after the tar's rename covers both.
-        atomic_write_bytes(self.index_path, encode_index(self._bounds), sync_dir=False)
+        atomic_write_bytes(self.index_path, encode_index(self._bounds, self._checksums), sync_dir=False)
         commit(self._tmp, self.path)
         return WrittenShard(
             path=self.path,

@@ -19,7 +19,7 @@ from typing import Any
 from shardkit.errors import UsageError
 from shardkit.format.codecs import encode_value
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
-from shardkit.format.tar import encoded_sample_size, split_key
+from shardkit.format.tar import encoded_sample_size, member_name_problem, split_key
 from shardkit.io.atomic import atomic_write_bytes
 from shardkit.write.destination import prepare_destination, shard_name
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
@@ -47,6 +47,9 @@ def sample_fields(sample: Mapping[str, Any]) -> tuple[str, list[tuple[str, bytes
                 f"sample {key!r}: member {key}.{ext!s} would not split back into key {key!r} "
                 f"and extension {ext!r} (a key has no '.' in its last path part)"
             )
+        problem = member_name_problem(f"{key}.{ext}")
+        if problem is not None:
+            raise UsageError(f"sample {key!r}: member name {key}.{ext!s} is refused: {problem}")
         try:
             fields.append((ext, encode_value(sample[ext])))
         except TypeError as exc:

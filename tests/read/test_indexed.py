@@ -151,7 +151,7 @@ def test_index_disagreeing_with_manifest_is_refused(dataset):
     entries = list(dataset.shards)
     entries[0] = ShardEntry(**{**entries[0].__dict__, "num_samples": 8})
     wrong = Manifest(shards=tuple(entries), location=dataset.location)
-    with pytest.raises(ManifestError, match="manifest says 8 samples but the offset index"):
+    with pytest.raises(CorruptShardError, match="shard-000000.idx: offset index is corrupt: it lists 7 samples but the manifest says 8"):
         IndexedDataset(wrong)[0]
 
 
