@@ -63,3 +63,12 @@ def make_shards(tmp_path) -> Callable[..., Manifest]:
         return build_dataset(str(tmp_path / name), sizes, **kwargs)
 
     return make
+
+
+def pytest_addoption(parser) -> None:
+    parser.addoption(
+        "--fuzz-mutations",
+        type=int,
+        default=300,
+        help="mutations tests/hostile/test_fuzz.py tries per run (1000 for the acceptance run by hand)",
+    )

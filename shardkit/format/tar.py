@@ -38,7 +38,11 @@ _USTAR_MAGIC = b"ustar\x0000"
 _MAX_OCTAL_SIZE = 8**11 - 1  # what an 11-digit octal size field can hold
 _REGULAR_TYPES = (b"0", b"\x00", b"7")
 _CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f]")
-_SKIPPED_TYPES = (b"1", b"2", b"3", b"4", b"5", b"6", b"K", b"V", b"M", b"S")
+#: Entries that are part of no sample (links, devices, directories, FIFOs):
+#: stepped over when they carry no data. One that carries data, or is named
+#: like a member of the sample being read, is a damaged member, not a
+#: directory: skipping it would yield that sample without a field.
+_SKIPPED_TYPES = (b"1", b"2", b"3", b"4", b"5", b"6")
 
 
 def split_key(name: str) -> tuple[str, str] | None:
@@ -314,6 +318,7 @@ class SampleParser:
         self._buf_offset = base_offset  # shard offset of _buf[0]
         self._pending_name: str | None = None  # from a pax or GNU long-name header
         self._pending_size: int | None = None
+        self._stray: tuple[str, str, int] | None = None  # (key, name, offset) of a non-member entry named KEY.EXT
         self._member_start: int | None = None  # first header of the member in progress
         self._key: str | None = None
         self._fields: dict[str, bytes] = {}
@@ -493,6 +498,7 @@ class SampleParser:
             data_end = data_start + size
             next_pos = data_end + padding(size)
             if typeflag in (b"x", b"g", b"L", b"K"):
+                self._note_stray(header[0:100].split(b"\x00", 1)[0].decode("utf-8", "surrogateescape"), typeflag, 0)
                 if size > MAX_EXTENDED_HEADER_BYTES:
                     raise self._error(
                         f"extended header of {size} bytes (at most {MAX_EXTENDED_HEADER_BYTES} are accepted)",
@@ -534,6 +540,16 @@ class SampleParser:
                 raise self._error("has no KEY.EXT name, so it belongs to no sample", member=name, offset=member_start)
             if "\x00" in name:
                 raise self._error("has a NUL byte in its name", member=name, offset=member_start)
+            if not regular:
+                self._note_stray(name, typeflag, size if typeflag in _SKIPPED_TYPES else 0)
+            elif self._stray is not None and parts is not None and parts[0] == self._stray[0]:
+                stray_key, stray_name, stray_offset = self._stray
+                raise self._error(
+                    f"an entry that is no file, {stray_name!r}, is named like a member of sample {stray_key!r}: "
+                    "a damaged member",
+                    member=stray_name,
+                    offset=stray_offset,
+                )
             starting = parts is None or parts[0] != self._key
             self._check_within(base + data_end, starting=starting, member=name, offset=member_start)
             if end < next_pos:
@@ -547,6 +563,7 @@ class SampleParser:
             if parts is None:
                 continue  # a directory, link or device entry: part of no sample
             key, ext = parts
+            self._stray = None
             if key != self._key:
                 out.extend(self._flush())
                 self._key = key
@@ -558,6 +575,21 @@ class SampleParser:
             self._sample_end = base + next_pos
         self._pos = pos
         return out
+
+    def _note_stray(self, name: str, typeflag: bytes, size: int) -> None:
+        """An entry that is no member (a directory, link, extended header):
+        one that carries data where none belongs, or is named like a member
+        of the sample around it, is a damaged member; skipping it would
+        yield that sample without a field."""
+        offset = self._member_start if self._member_start is not None else self.offset
+        stem = split_key(name.rstrip("/"))
+        if size or (stem is not None and stem[0] == self._key):
+            raise self._error(
+                f"a {typeflag!r} entry (no file) of {size} bytes where a sample's member belongs",
+                member=name,
+                offset=offset,
+            )
+        self._stray = None if stem is None else (stem[0], name, offset)
 
     def _check_within(self, data_end: int, *, starting: bool, member: str | None, offset: int) -> None:
         """Refuse a member whose data would end past its sample's span (with

@@ -15,7 +15,7 @@ from shardkit.cli import main
 from shardkit.config import load_options
 from shardkit.errors import UsageError, VerifyError
 from shardkit.format.compression import decompress
-from shardkit.format.index import load_index
+from shardkit.format.index import encode_index, load_index
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, load_manifest
 from shardkit.verify import verify_dataset
 from shardkit.write.parallel import WriteOptions, write_dataset
@@ -139,7 +139,12 @@ def test_verify_finds_a_compressed_member_that_does_not_decompress(tmp_path, sou
     member = data.find(b"\x1f\x8b", start)  # the sample's first gzip member
     data[member + 12 : member + 20] = b"\xff" * 8
     shard.write_bytes(bytes(data))
-    # Keep the recorded checksum right, so that only the member is wrong.
+    # Keep the recorded checksums right (the shard's; the samples' are dropped
+    # from the index), so that only the member is wrong.
+    index_path = str(dest / manifest.shards[0].index)
+    bounds = np.array(load_index(index_path))
+    with open(index_path, "wb") as f:
+        f.write(encode_index(bounds))
     text = json.loads((dest / MANIFEST_NAME).read_text())
     text["shards"][0]["sha256"] = hashlib.sha256(bytes(data)).hexdigest()
     (dest / MANIFEST_NAME).write_text(json.dumps(text))
