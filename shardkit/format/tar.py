@@ -493,7 +493,8 @@ class SampleParser:
                     self._pending_size if self._pending_size is not None else _parse_number(header[124:136])
                 )
             except ValueError as exc:
-                raise self._error(f"bad size field ({exc})", member=self._pending_name, offset=base + pos) from None
+                member = self._pending_name or _ustar_name(header)
+                raise self._error(f"bad size field ({exc})", member=member, offset=self._member_start) from None
             data_start = pos + BLOCK_SIZE
             data_end = data_start + size
             next_pos = data_end + padding(size)
@@ -524,13 +525,7 @@ class SampleParser:
                     raise self._error(f"malformed extended header ({exc})", member=None, offset=base + pos) from None
                 pos = next_pos
                 continue
-            if self._pending_name is not None:
-                name = self._pending_name
-            else:
-                raw_name = header[0:100].split(b"\x00", 1)[0]
-                if header[257:262] == b"ustar" and header[345] != 0:
-                    raw_name = header[345:500].split(b"\x00", 1)[0] + b"/" + raw_name
-                name = raw_name.decode("utf-8", "surrogateescape")
+            name = self._pending_name if self._pending_name is not None else _ustar_name(header)
             member_start = self._member_start
             regular = typeflag in _REGULAR_TYPES
             if not regular and typeflag not in _SKIPPED_TYPES:
@@ -609,6 +604,14 @@ class SampleParser:
                 member=member,
                 offset=offset,
             )
+
+
+def _ustar_name(header: bytes) -> str:
+    """A header's member name from its ustar name and prefix fields."""
+    raw_name = header[0:100].split(b"\x00", 1)[0]
+    if header[257:262] == b"ustar" and header[345] != 0:
+        raw_name = header[345:500].split(b"\x00", 1)[0] + b"/" + raw_name
+    return raw_name.decode("utf-8", "surrogateescape")
 
 
 def sample_checksum(key: str, fields: Iterable[tuple[str, bytes]]) -> int:
