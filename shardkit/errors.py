@@ -32,6 +32,10 @@ import re
 import urllib.parse
 
 #: A URL inside free text: ``scheme://`` up to the next blank or quote.
+#: Schemes whose URLs carry ``user:password@``: there a raw ``@`` in the
+#: path is taken for the end of a password that was not percent-encoded.
+_USERINFO_SCHEMES = frozenset({"http", "https", "ftp", "ftps", "sftp", "ssh", "webdav", "dav", "davs"})
+
 _URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>`]+")
 
 
@@ -42,7 +46,9 @@ def redact_url(url: str) -> str:
     URL carries its signature, credential and token there (``X-Amz-Signature``,
     ``X-Amz-Credential``, ``X-Amz-Security-Token``, ``Signature``, ``sig``,
     ``token``...). A ``pipe:CMD`` keeps its command with any URL in it
-    redacted. A plain path is returned as it is.
+    redacted. A plain path is returned as it is. An ``http(s)://`` URL
+    whose path holds an ``@`` (a password typed with a raw ``/``) loses
+    everything up to that ``@``.
 
     >>> redact_url("https://user:secret@host/a/b.tar?X-Amz-Signature=abc")
     'https://host/a/b.tar'
@@ -51,15 +57,20 @@ def redact_url(url: str) -> str:
         return redact_text(url)
     if "://" not in url:
         return url
+    scheme, _, rest = url.partition("://")
+    rest = re.split(r"[?#]", rest, maxsplit=1)[0]
     try:
         parts = urllib.parse.urlsplit(url)
-        netloc = parts.netloc.rsplit("@", 1)[-1]
-        return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-    except ValueError:  # malformed (a bad IPv6 literal, a bad port): cut by hand
-        scheme, _, rest = url.partition("://")
-        rest = re.split(r"[?#]", rest, maxsplit=1)[0]
-        authority, slash, path = rest.partition("/")
-        return f"{scheme}://{authority.rsplit('@', 1)[-1]}{slash}{path}"
+        parts.port  # noqa: B018  (raises on a port that is not a number)
+        suspicious = scheme.lower() in _USERINFO_SCHEMES and "@" in parts.path
+    except ValueError:  # malformed (a bad IPv6 literal, a bad port)
+        suspicious = True
+    if suspicious:
+        # A password typed with a raw "/" or "@" (not percent-encoded) ends
+        # the authority early: everything up to the last "@" may be secret.
+        return f"{scheme}://{rest.rsplit('@', 1)[-1]}"
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def redact_text(text: str) -> str:
