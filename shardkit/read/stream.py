@@ -53,7 +53,7 @@ from shardkit.format.tar import END_OF_ARCHIVE, RawSample, SampleParser
 from shardkit.io.base import ByteSource, SourceOptions
 from shardkit.io.device import reserved_room_bytes, take_turns
 from shardkit.io.registry import open_source
-from shardkit.io.urls import is_local, local_path
+from shardkit.io.urls import is_local, local_path, redact_url
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.prefetch import ReadAhead
 from shardkit.read.split import Piece
@@ -388,7 +388,7 @@ class PieceReader:
             try:  # a whole shard streamed without its index: fetch it now
                 job.bounds = self._load_bounds(job.piece.shard)
             except FAULTS as index_exc:
-                log.warning("cannot recover the rest of %s: %s", job.url, index_exc)
+                log.warning("cannot recover the rest of %s: %s", redact_url(job.url), index_exc)
         bounds = job.bounds
         if bounds is None or offset is None:
             return  # no index to resynchronize with

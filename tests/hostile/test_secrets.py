@@ -509,3 +509,66 @@ def test_info_escapes_control_characters_from_the_manifest(make_shards, capsys):
 def test_shown_keeps_ordinary_text():
     assert shown("classes: chat, chien, 猫, é") == "classes: chat, chien, 猫, é"
     assert shown("a\\x1b") == "a\\\\x1b"  # an escaped-looking name stays distinguishable from an escaped one
+
+
+# ------------------------------------------------- other errors no retry fixes
+
+
+@pytest.mark.parametrize(
+    ("url", "code", "hint"),
+    [
+        ("s3://no-such-bucket-here/x.tar", "NoSuchBucket", "check the bucket name"),
+        ("s3://secrets/no/such/key.tar", "NoSuchKey", "check the key"),
+    ],
+)
+def test_s3_errors_no_retry_fixes_fail_at_once(moto_server, monkeypatch, url, code, hint):
+    import boto3
+
+    for name, value in moto_server.items():
+        monkeypatch.setenv(name, value)
+    boto3.client("s3", endpoint_url=moto_server["AWS_ENDPOINT_URL"], region_name="us-east-1").create_bucket(
+        Bucket="secrets"
+    )
+    options = SourceOptions(s3_endpoint_url=moto_server["AWS_ENDPOINT_URL"], retry_deadline_s=120.0)
+    started = time.monotonic()
+    with pytest.raises(RemoteError) as info:
+        read_all(url, options)
+    assert time.monotonic() - started < 10
+    assert not info.value.retryable and (code in str(info.value) or "404" in str(info.value))
+    assert hint in str(info.value) or "no such object" in str(info.value)
+
+
+def test_s3_credential_configuration_errors_fail_at_once():
+    from botocore.exceptions import PartialCredentialsError, ProfileNotFound
+
+    from shardkit.io.s3 import classify_s3_error
+
+    for exc in (ProfileNotFound(profile="nope"), PartialCredentialsError(provider="env", cred_var="x")):
+        error = classify_s3_error(exc, "s3://b/k", 0)
+        assert isinstance(error, RemoteError) and "fix the AWS configuration" in str(error)
+
+
+def test_huggingface_offline_mode_and_refusals_are_known_without_huggingface_hub():
+    from shardkit.io.fsspec import classify_fs_error
+    from shardkit.io.retry import TransientFault
+
+    # huggingface_hub's classes, as far as shardkit looks at them: their names.
+    class OfflineModeIsEnabled(ConnectionError):
+        pass
+
+    class GatedRepoError(OSError):
+        pass
+
+    error = classify_fs_error(OfflineModeIsEnabled("offline"), "hf://datasets/x/y/a.tar", None)
+    assert isinstance(error, RemoteError) and "HF_HUB_OFFLINE" in str(error)
+    assert classify_fs_error(GatedRepoError("gated"), "hf://d/a.tar", 0).status == 403
+
+    class Refused(OSError):  # requests' HTTPError carries the answer as .response
+        def __init__(self, status: int):
+            super().__init__("refused")
+            self.response = type("Response", (), {"status_code": status})()
+
+    assert classify_fs_error(Refused(401), "https://h/a.tar", 0).status == 401
+    assert isinstance(classify_fs_error(Refused(503), "https://h/a.tar", 0), TransientFault)
+    assert isinstance(classify_fs_error(PermissionError(13, "denied"), "x://a", 0), RemoteError)
+    assert isinstance(classify_fs_error(FileNotFoundError(2, "gone"), "x://a", 0), RemoteError)
