@@ -4,6 +4,13 @@ Each subcommand is a thin function over the library. Exit codes: 0 success,
 1 a check failed (``verify`` found a bad shard), 2 a usage error, any
 :class:`~shardkit.errors.ShardkitError` or an I/O error (one line on stderr
 naming the file and what to do; the traceback too with ``-v``).
+
+What the CLI prints never holds secrets or raw control characters: URLs go
+through :func:`~shardkit.io.urls.redact_text` (messages, tracebacks, log
+lines), and text from a manifest or an error (names written by others) has
+its control and bidi characters escaped (:func:`shown`). ``-v`` turns on
+shardkit's debug logs only; the wire logs of urllib3, botocore, boto3 and
+s3transfer, which carry credentials, need ``--debug-wire``.
 """
 
 from __future__ import annotations
@@ -13,10 +20,18 @@ import logging
 import os
 import sys
 import traceback
+import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from shardkit.errors import ShardkitError, UsageError, VerifyError
+from shardkit.errors import ShardkitError, UsageError, VerifyError, redact_text
+
+#: Loggers that log requests on the wire, with credentials (botocore logs the
+#: signed headers: access key id, session token). Debug only with --debug-wire.
+WIRE_LOGGERS = ("botocore", "boto3", "s3transfer", "urllib3")
+
+#: Invisible characters that reorder or hide the text around them.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
@@ -28,6 +43,26 @@ class _ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message}")
+
+
+def shown(value: object) -> str:
+    """``value`` as text safe for a terminal: URLs redacted, and control
+    characters (C0, DEL, C1: ESC, CR, BEL...), bidi overrides and other
+    invisible format characters escaped the way ``repr`` does (``\\x1b``,
+    ``\\u202e``), backslashes included, so a name from a manifest written by
+    someone else can neither drive the terminal nor pass for another."""
+    text = redact_text(str(value))
+    if text.isprintable() and "\\" not in text:
+        return text
+    out = []
+    for ch in text:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch in _BIDI or unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Co", "Cs", "Cn"):
+            out.append(ascii(ch)[1:-1])
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 def _human_bytes(n: float) -> str:
@@ -128,10 +163,10 @@ def cmd_write(args: argparse.Namespace) -> int:
             f"skipped {len(m.skipped)}"
         )
         for item in m.skipped:
-            print(f"  skipped {item.path}: {item.reason}")
+            print(f"  skipped {shown(item.path)}: {shown(item.reason)}")
         for origin in report.oversized:
-            print(f"  warning: {origin} alone exceeds --max-bytes; it has a shard of its own")
-        print(f"manifest: {os.path.join(args.dest, 'manifest.json')}")
+            print(f"  warning: {shown(origin)} alone exceeds --max-bytes; it has a shard of its own")
+        print(f"manifest: {shown(os.path.join(args.dest, 'manifest.json'))}")
     return EXIT_OK
 
 
@@ -151,24 +186,26 @@ def cmd_info(args: argparse.Namespace) -> int:
     from shardkit.io.manifest import fetch_manifest
 
     m = fetch_manifest(args.dataset)
+    # Every field comes from a file someone else may have written: shown() escapes it.
     counts = [s.num_samples for s in m.shards] or [0]
-    print(f"dataset:    {m.location}")
-    print(f"source:     {m.source.get('format')} {m.source.get('path', '')}")
+    print(f"dataset:    {shown(m.location)}")
+    print(f"source:     {shown(m.source.get('format'))} {shown(m.source.get('path', ''))}")
     print(f"shards:     {m.num_shards} (samples per shard: min {min(counts)}, max {max(counts)})")
     print(f"samples:    {m.num_samples}")
     print(f"bytes:      {m.num_bytes} ({_human_bytes(m.num_bytes)})")
-    print(f"extensions: {', '.join(m.extensions)}")
+    print(f"extensions: {', '.join(shown(e) for e in m.extensions)}")
     if m.class_names is not None:
-        shown = ", ".join(m.class_names[:8]) + (", ..." if len(m.class_names) > 8 else "")
-        print(f"classes:    {len(m.class_names)} ({shown})")
-    print(f"seed:       {m.seed if m.seed is not None else 'none (source order)'}")
-    print(f"options:    {', '.join(f'{k}={v}' for k, v in sorted(m.options.items()))}")
+        names = [shown(name) for name in m.class_names[:8]]
+        listed = ", ".join(names) + (", ..." if len(m.class_names) > 8 else "")
+        print(f"classes:    {len(m.class_names)} ({listed})")
+    print(f"seed:       {shown(m.seed) if m.seed is not None else 'none (source order)'}")
+    print(f"options:    {', '.join(f'{shown(k)}={shown(v)}' for k, v in sorted(m.options.items()))}")
     print(f"skipped:    {len(m.skipped)}")
     for item in m.skipped:
-        print(f"  {item.path}: {item.reason}")
+        print(f"  {shown(item.path)}: {shown(item.reason)}")
     if args.shards:
         for s in m.shards:
-            print(f"  {s.path}  {s.num_samples:>8} samples  {s.num_bytes:>12} bytes  {s.sha256[:16]}")
+            print(f"  {shown(s.path)}  {s.num_samples:>8} samples  {s.num_bytes:>12} bytes  {shown(s.sha256[:16])}")
     return EXIT_OK
 
 
@@ -200,7 +237,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             try:
                 samples += verify_shard(manifest, entry)
             except VerifyError as exc:
-                print(f"FAILED: {exc}", file=sys.stderr)
+                print(f"FAILED: {shown(exc)}", file=sys.stderr)
                 return EXIT_CHECK_FAILED
             if bar is not None:
                 bar.update(entry.num_bytes)
@@ -214,12 +251,51 @@ def cmd_verify(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------- main
 
 
-def _add_verbose(parser: argparse.ArgumentParser) -> None:
+_VERBOSE_HELP = "log shardkit's debug details; tracebacks on errors (no wire logs: see --debug-wire)"
+_DEBUG_WIRE_HELP = (
+    "also log the HTTP and S3 wire traffic (urllib3, botocore, boto3, s3transfer) at debug level. "
+    "WARNING: these logs contain credentials (AWS access key ids, session tokens, signed headers "
+    "and URLs); never share them"
+)
+
+
+def _add_verbose(parser: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) -> None:
     # Also after the subcommand (`shardkit write SRC DEST -v`); SUPPRESS keeps
     # a `shardkit -v write ...` given before it.
-    parser.add_argument(
-        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log debug details; tracebacks on errors"
-    )
+    parser.add_argument("-v", "--verbose", action="store_true", default=default, help=_VERBOSE_HELP)
+    parser.add_argument("--debug-wire", action="store_true", default=default, help=_DEBUG_WIRE_HELP)
+
+
+class _RedactingFilter(logging.Filter):
+    """Redacts every URL in a log line (a handler filter: sees every logger's records)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = redact_text(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True
+
+
+def configure_logging(*, verbose: bool, debug_wire: bool) -> None:
+    """Log to stderr: warnings; shardkit's debug lines with ``verbose``; the
+    wire loggers (:data:`WIRE_LOGGERS`) at debug only with ``debug_wire``,
+    otherwise at warning even under ``verbose``."""
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+        handler.addFilter(_RedactingFilter())
+        root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    logging.getLogger("shardkit").setLevel(logging.DEBUG if verbose else logging.NOTSET)
+    for name in WIRE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if debug_wire else logging.WARNING)
+    if debug_wire:
+        logging.getLogger("shardkit.cli").warning(
+            "--debug-wire: the following logs contain credentials (access key ids, session tokens, "
+            "signed headers); do not share them"
+        )
 
 
 _COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_write, _add_info, _add_verify)
@@ -228,7 +304,7 @@ _COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_writ
 def build_parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(prog="shardkit", description="Tar-shard training data: write, inspect, verify.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    _add_verbose(parser, default=False)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
     for add in _COMMANDS:
         add(sub)
@@ -242,7 +318,7 @@ def _version() -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
+    text = shown(" ".join(str(exc).split()))
     if isinstance(exc, ShardkitError):
         return text
     return f"{type(exc).__name__}: {text}"  # an OSError shardkit did not expect: say what it is
@@ -255,12 +331,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         verbose = args.verbose
-        logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s: %(message)s")
+        configure_logging(verbose=verbose, debug_wire=args.debug_wire)
         return args.func(args)
     except (ShardkitError, OSError, ImportError) as exc:
         # One line naming the file (or the missing extra) and what to do; the traceback only with -v.
         if verbose:
-            traceback.print_exc(file=sys.stderr)
+            # Redacted: a chained library error (urllib3, botocore) may quote a URL whole.
+            print(redact_text(traceback.format_exc()), end="", file=sys.stderr)
         print(f"shardkit: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -19,9 +19,76 @@ still catch them::
 
 Errors carry where they happened as attributes (``path``, ``member``,
 ``offset``) instead of only inside the message, so callers can act on them.
+
+Messages never hold secrets: every URL in a :class:`ShardkitError`'s message
+goes through :func:`redact_url` when the error is made (no ``user:password@``,
+no query string, where presigned URLs carry their signature and token), on
+top of the redaction each message does when it is formatted.
 """
 
 from __future__ import annotations
+
+import re
+import urllib.parse
+
+#: A URL inside free text: ``scheme://`` up to the next blank or quote.
+#: Schemes whose URLs carry ``user:password@``: there a raw ``@`` in the
+#: path is taken for the end of a password that was not percent-encoded.
+_USERINFO_SCHEMES = frozenset({"http", "https", "ftp", "ftps", "sftp", "ssh", "webdav", "dav", "davs"})
+
+_URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>`]+")
+
+
+def redact_url(url: str) -> str:
+    """Drop credentials, query string and fragment from ``url`` for logs and errors.
+
+    Userinfo (``user:password@``) and the whole query string go: a presigned
+    URL carries its signature, credential and token there (``X-Amz-Signature``,
+    ``X-Amz-Credential``, ``X-Amz-Security-Token``, ``Signature``, ``sig``,
+    ``token``...). A ``pipe:CMD`` keeps its command with any URL in it
+    redacted. A plain path is returned as it is. An ``http(s)://`` URL
+    whose path holds an ``@`` (a password typed with a raw ``/``) loses
+    everything up to that ``@``.
+
+    >>> redact_url("https://user:secret@host/a/b.tar?X-Amz-Signature=abc")
+    'https://host/a/b.tar'
+    """
+    if url.startswith("pipe:"):
+        return redact_text(url)
+    if "://" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    rest = re.split(r"[?#]", rest, maxsplit=1)[0]
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018  (raises on a port that is not a number)
+        suspicious = scheme.lower() in _USERINFO_SCHEMES and "@" in parts.path
+    except ValueError:  # malformed (a bad IPv6 literal, a bad port)
+        suspicious = True
+    if suspicious:
+        # A password typed with a raw "/" or "@" (not percent-encoded) ends
+        # the authority early: everything up to the last "@" may be secret.
+        return f"{scheme}://{rest.rsplit('@', 1)[-1]}"
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def redact_text(text: str) -> str:
+    """``text`` with every URL in it passed through :func:`redact_url`.
+
+    >>> redact_text("cannot read http://u:pw@h/x.tar?sig=1 (HTTP 403)")
+    'cannot read http://h/x.tar (HTTP 403)'
+    """
+    if "://" not in text:
+        return text
+    return _URL_IN_TEXT.sub(_redact_match, text)
+
+
+def _redact_match(match: re.Match[str]) -> str:
+    # Punctuation closing the URL belongs to the sentence ("URL: what"), not to its query.
+    url = match.group(0)
+    kept = url.rstrip(":,;.)]'")
+    return redact_url(kept) + url[len(kept) :]
 
 
 class ShardkitError(Exception):
@@ -31,7 +98,13 @@ class ShardkitError(Exception):
     DataLoader worker hands it to its parent) with its message and its
     attributes, whatever its ``__init__`` takes: the instance is rebuilt
     without calling ``__init__`` and given back its ``args`` and attributes.
+
+    Every URL in the message is redacted (:func:`redact_text`), whichever
+    floor formatted it.
     """
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact_text(a) if isinstance(a, str) else a for a in args))
 
     def __reduce__(self) -> tuple:
         return (_rebuild_error, (type(self), self.args, dict(self.__dict__)))

@@ -75,6 +75,12 @@ class SourceOptions:
         remote_read_ahead_bytes: Memory budget per open remote range for
             bytes fetched ahead of the consumer (64 MiB). Not the reader's
             per-worker ``ShardDataset(read_ahead_bytes=...)``.
+        allow_cross_origin_redirects: Follow an ``http(s)://`` redirect to
+            another origin (scheme, host or port) (False). Off, such a
+            redirect is a :class:`~shardkit.errors.RemoteError` naming both
+            URLs; on, it is followed, but credentials from the URL
+            (``user:password@``, sent as Basic auth) still go to the URL's
+            own origin only.
 
     Cache:
         cache_dir: Directory of a local shard cache shared by processes, or
@@ -118,6 +124,7 @@ class SourceOptions:
     max_concurrent_requests: int = 8
     part_bytes: int = 4 << 20
     remote_read_ahead_bytes: int = 64 << 20
+    allow_cross_origin_redirects: bool = False
     # cache
     cache_dir: str | None = None
     cache_max_bytes: int | None = None
@@ -131,6 +138,11 @@ class SourceOptions:
     device_lease_bytes: int = DEFAULT_LEASE_BYTES
 
     def __post_init__(self) -> None:
+        if not isinstance(self.allow_cross_origin_redirects, bool):
+            raise UsageError(
+                "SourceOptions.allow_cross_origin_redirects must be True or False, "
+                f"got {self.allow_cross_origin_redirects!r}"
+            )
         if self.device_lock not in ("auto", True, False):
             raise UsageError(f"SourceOptions.device_lock must be 'auto', True or False, got {self.device_lock!r}")
         sizes = ("chunk_bytes", "max_concurrent_requests", "part_bytes", "remote_read_ahead_bytes", "device_lease_bytes")

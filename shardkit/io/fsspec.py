@@ -33,8 +33,49 @@ def url_to_fs(url: str) -> tuple[Any, str]:
         raise UsageError(f"{redact_url(url)}: no filesystem for this URL scheme ({exc})") from exc
 
 
+#: Errors of libraries shardkit does not import (huggingface_hub...), known by
+#: class name, that no retry fixes: status for the message, and what to do.
+_FATAL_BY_NAME = {
+    "OfflineModeIsEnabled": (
+        None,
+        "Hugging Face offline mode is on (HF_HUB_OFFLINE=1), so nothing can be fetched; unset "
+        "HF_HUB_OFFLINE or read a local copy",
+    ),
+    "RepositoryNotFoundError": (404, "no such repository, or it is private; check the name and your token"),
+    "GatedRepoError": (403, "the repository is gated; accept its terms on the Hub and log in"),
+    "RevisionNotFoundError": (404, "no such revision; check the branch, tag or commit"),
+    "EntryNotFoundError": (404, "no such file in the repository; check the path"),
+    "LocalEntryNotFoundError": (404, "the file is not in the local cache and cannot be fetched now"),
+}
+
+
+def _fatal_status_of(exc: BaseException) -> int | None:
+    """The HTTP status an exception carries (aiohttp's ``status``, requests'
+    ``response.status_code``), when it is one that no retry fixes."""
+    status = getattr(exc, "status", None)
+    if not isinstance(status, int):
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+    if isinstance(status, int) and status in (401, 403, 404, 410):
+        return status
+    return None
+
+
 def classify_fs_error(exc: BaseException, url: str, offset: int | None) -> BaseException:
-    """Map an exception from an fsspec filesystem to a fault or an error."""
+    """Map an exception from an fsspec filesystem to a fault or an error.
+
+    Missing, forbidden or unauthorized objects, Hugging Face offline mode and
+    the Hub's not-found errors are :class:`~shardkit.errors.RemoteError` at
+    once; other ``OSError`` (timeouts, dropped connections) are transient.
+    """
+    for cls in type(exc).__mro__:
+        known = _FATAL_BY_NAME.get(cls.__name__)
+        if known is not None:
+            status, hint = known
+            where = "" if offset is None else f" at byte {offset}"
+            return RemoteError(f"{url}: {cls.__name__}{where}: {hint}", url=url, offset=offset, status=status)
+    status = _fatal_status_of(exc)
+    if status is not None:
+        return fatal_status(url, status, type(exc).__name__, offset=offset)
     if isinstance(exc, FileNotFoundError):
         return fatal_status(url, 404, "Not Found", offset=offset)
     if isinstance(exc, PermissionError):

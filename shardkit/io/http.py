@@ -3,8 +3,18 @@
 One connection pool per process, created after a DataLoader worker forks
 (pools are never shared across a fork). urllib3 does no retrying of its own
 here: :mod:`shardkit.io.ranged` resumes and retries with its own deadline.
-Redirects are followed. Query strings (presigned URLs carry tokens there)
-are sent but never logged, urllib3's own debug lines included.
+Query strings (presigned URLs carry tokens there) are sent but never logged,
+urllib3's own debug lines included.
+
+Credentials: ``https://USER:PASSWORD@host/...`` (percent-encoded) is sent as
+HTTP Basic auth. The userinfo is taken out of the URL that is requested and
+of everything reported, and the ``Authorization`` header goes to the URL's
+own origin (scheme, host, port) only.
+
+Redirects are followed here, at most :data:`MAX_REDIRECTS` in a row, and only
+within the origin unless ``SourceOptions.allow_cross_origin_redirects`` is
+set; a redirect elsewhere is a :class:`~shardkit.errors.RemoteError`. Even
+with that option, credentials are never sent to another origin.
 """
 
 from __future__ import annotations
@@ -13,6 +23,7 @@ import logging
 import os
 import re
 import threading
+import urllib.parse
 
 import urllib3
 from urllib3.exceptions import HTTPError as Urllib3Error
@@ -21,7 +32,11 @@ from shardkit.errors import RemoteError
 from shardkit.io.ranged import fatal_status, is_transient_status
 from shardkit.io.retry import TransientFault
 from shardkit.io.base import SourceOptions
-from shardkit.io.urls import redact_url
+from shardkit.io.urls import redact_url, split_userinfo, url_origin
+
+#: Most redirects followed for one request.
+MAX_REDIRECTS = 5
+_REDIRECTS = (301, 302, 303, 307, 308)
 
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _pools: dict[tuple[int, int], urllib3.PoolManager] = {}
@@ -99,33 +114,86 @@ class HttpFetcher:
     """One HTTP(S) object.
 
     Args:
-        url: The full URL (a query string is sent but never logged).
-        options: Timeouts and the connection limit.
+        url: The full URL (a query string is sent but never logged;
+            ``user:password@`` becomes HTTP Basic auth for the URL's origin).
+        options: Timeouts, the connection limit and the redirect policy.
     """
 
     def __init__(self, url: str, *, options: SourceOptions):
-        self._full_url = url
         self.url = redact_url(url)
+        bare, user, password = split_userinfo(url)
+        self._full_url = bare
+        self._origin = url_origin(bare)
+        self._authorization: str | None = None
+        if user is not None:
+            self._authorization = urllib3.make_headers(basic_auth=f"{user}:{password or ''}")["authorization"]
         self.options = options
         self._timeout = urllib3.Timeout(connect=options.connect_timeout_s, read=options.read_timeout_s)
+        # Redirects are followed in _request, where the origin is checked.
         self._retries = urllib3.Retry(
-            total=None, connect=0, read=0, status=0, other=0, redirect=5, raise_on_status=False
+            total=None, connect=0, read=0, status=0, other=0, redirect=0, raise_on_status=False
         )
 
-    def _request(self, method: str, headers: dict[str, str], offset: int | None) -> urllib3.BaseHTTPResponse:
+    def _send(self, method: str, url: str, headers: dict[str, str]) -> urllib3.BaseHTTPResponse:
+        if self._authorization is not None and url_origin(url) == self._origin:
+            headers = {**headers, "Authorization": self._authorization}
         pool = _pool(max(self.options.max_concurrent_requests, 1))
         try:
-            response = pool.request(
+            return pool.request(
                 method,
-                self._full_url,
+                url,
                 headers=headers,
                 preload_content=False,
                 timeout=self._timeout,
                 retries=self._retries,
+                redirect=False,
             )
         except Urllib3Error as exc:
             # from None: urllib3 puts the full URL (query string too) in its messages.
             raise TransientFault(f"request failed ({_describe(exc)})") from None
+
+    def _redirect_target(self, url: str, response: urllib3.BaseHTTPResponse, offset: int | None) -> str:
+        location = response.headers.get("Location")
+        response.drain_conn()
+        response.release_conn()
+        target = split_userinfo(urllib.parse.urljoin(url, location or ""))[0]  # never credentials from a Location
+        where = "" if offset is None else f" at byte {offset}"
+        if not location or urllib.parse.urlsplit(target).scheme.lower() not in ("http", "https"):
+            raise RemoteError(
+                f"{self.url}: HTTP {response.status} redirect{where} to {redact_url(target) if location else 'nowhere'}, "
+                "which is not an http(s) URL; ask the server's operator, or use the final URL directly",
+                url=self.url,
+                offset=offset,
+                status=response.status,
+            )
+        if url_origin(target) != self._origin and not self.options.allow_cross_origin_redirects:
+            raise RemoteError(
+                f"{self.url}: HTTP {response.status}{where} redirects to {redact_url(target)}, another origin "
+                "(scheme, host or port), which is not followed by default. If you trust that server, pass "
+                "SourceOptions(allow_cross_origin_redirects=True) (credentials are still never sent there), "
+                "or use the final URL directly",
+                url=self.url,
+                offset=offset,
+                status=response.status,
+            )
+        return target
+
+    def _request(self, method: str, headers: dict[str, str], offset: int | None) -> urllib3.BaseHTTPResponse:
+        url = self._full_url
+        for _ in range(MAX_REDIRECTS + 1):
+            response = self._send(method, url, headers)
+            if response.status not in _REDIRECTS:
+                break
+            url = self._redirect_target(url, response, offset)
+        else:
+            response.drain_conn()
+            response.release_conn()
+            raise RemoteError(
+                f"{self.url}: more than {MAX_REDIRECTS} redirects in a row; check the URL, or use the final URL",
+                url=self.url,
+                offset=offset,
+                status=response.status,
+            )
         if response.status >= 400:
             reason = response.reason or ""
             response.drain_conn()
@@ -136,7 +204,15 @@ class HttpFetcher:
                     status=response.status,
                     retry_after_s=_retry_after(response.headers.get("Retry-After")),
                 )
-            raise fatal_status(self.url, response.status, reason, offset=offset)
+            hint = None
+            if response.status == 401:
+                hint = (
+                    "the server refused the credentials in the URL; check the user name and password"
+                    if self._authorization is not None
+                    else "the server wants credentials; put them in the URL as "
+                    "https://USER:PASSWORD@host/... (percent-encoded)"
+                )
+            raise fatal_status(self.url, response.status, reason, offset=offset, hint=hint)
         return response
 
     def size(self) -> int | None:

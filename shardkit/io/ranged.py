@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from shardkit.errors import RemoteError
-from shardkit.io.retry import Backoff, TransientFault, call_with_retry
+from shardkit.io.retry import Backoff, TransientFault, call_with_retry, current_stop
 
 if TYPE_CHECKING:
     from shardkit.io.base import SourceOptions
@@ -105,11 +105,14 @@ def stream_range(
         options: Timeouts and retry settings.
         chunk_bytes: Largest chunk yielded.
         stop: When set, the stream ends at the next read (used to cancel
-            read-ahead threads).
+            read-ahead threads); by default the thread's
+            :func:`~shardkit.io.retry.current_stop`.
 
     Raises:
         RemoteError: A fault retrying cannot fix, or the retry deadline passed.
     """
+    if stop is None:
+        stop = current_stop()
     backoff = make_backoff(fetcher.url, options, stop)
     pos = start
     while end is None or pos < end:
@@ -204,7 +207,8 @@ def iter_parallel_range(
     At most ``options.max_concurrent_requests`` parts are in flight, and a new
     part starts only while the bytes reserved for unconsumed parts stay within
     ``options.remote_read_ahead_bytes`` (one part always may start). Closing the
-    generator early cancels the fetches.
+    generator early cancels the fetches, and so does the thread's
+    :func:`~shardkit.io.retry.current_stop`; the fetch threads end with it.
 
     Raises:
         RemoteError: A part failed for good (see :func:`stream_range`).
@@ -219,6 +223,7 @@ def iter_parallel_range(
     parts = [_Part(s, min(s + part_bytes, end)) for s in range(start, end, part_bytes)]
     cond = threading.Condition()
     stop = threading.Event()
+    outer = current_stop()  # the reader this range is read for was closed: stop too
     state = {"active": 0, "reserved": 0}
     next_part = 0
 
@@ -257,7 +262,10 @@ def iter_parallel_range(
                 with cond:
                     fill()
                     while not part.chunks and not part.done:
-                        cond.wait()
+                        # With an outer stop, look at it now and then (an Event cannot wake a Condition).
+                        cond.wait(None if outer is None else 0.05)
+                        if outer is not None and outer.is_set():
+                            return
                         fill()
                     if part.chunks:
                         data = part.chunks.popleft()
@@ -317,8 +325,9 @@ class RangedObject:
         return b"".join(stream_range(self.fetcher, 0, None, options=self.options, chunk_bytes=self.options.chunk_bytes))
 
 
-def fatal_status(url: str, status: int, reason: str, *, offset: int | None) -> RemoteError:
-    """The error for an HTTP-style status that retrying cannot fix."""
+def fatal_status(url: str, status: int, reason: str, *, offset: int | None, hint: str | None = None) -> RemoteError:
+    """The error for an HTTP-style status that retrying cannot fix (raised at
+    once, never retried); ``hint`` says what to do, instead of the generic one."""
     hints = {
         401: "the server wants credentials; configure them for this store",
         403: "access denied; check credentials and permissions for this object",
@@ -326,7 +335,7 @@ def fatal_status(url: str, status: int, reason: str, *, offset: int | None) -> R
         410: "the object is gone; check the URL",
         416: "the byte range is outside the object; the object may have been replaced since the manifest was written",
     }
-    hint = hints.get(status, "the request was refused")
+    hint = hint or hints.get(status, "the request was refused")
     where = "" if offset is None else f" at byte {offset}"
     return RemoteError(f"{url}: HTTP {status} {reason}{where}: {hint}", url=url, offset=offset, status=status)
 

@@ -9,15 +9,21 @@ the fault into a ``RemoteError`` once the deadline has passed.
 The deadline clock starts at the first fault after the last progress and is
 reset whenever bytes arrive again, so a long download that hits a few
 unrelated hiccups is not failed by their sum.
+
+Waits are on a :class:`threading.Event`, never ``time.sleep``: a thread that
+reads on behalf of an iterator (a read-ahead thread) marks its reads with
+:func:`stopping_on`, and once that iterator is closed every retry under it
+stops at once instead of going on until the deadline.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from shardkit.errors import RemoteError
@@ -25,6 +31,28 @@ from shardkit.errors import RemoteError
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+_scope = threading.local()
+
+
+@contextlib.contextmanager
+def stopping_on(stop: threading.Event) -> Iterator[None]:
+    """Within the block, reads made by this thread stop when ``stop`` is set.
+
+    A :class:`Backoff` made in the block without a ``stop`` of its own waits
+    on this one and gives up as soon as it is set (see :func:`current_stop`).
+    """
+    outer = getattr(_scope, "stop", None)
+    _scope.stop = stop
+    try:
+        yield
+    finally:
+        _scope.stop = outer
+
+
+def current_stop() -> threading.Event | None:
+    """The event set by the innermost :func:`stopping_on` of this thread, or None."""
+    return getattr(_scope, "stop", None)
 
 
 class TransientFault(Exception):
@@ -53,7 +81,8 @@ class Backoff:
             the last progress, in seconds.
         initial_s: First wait, in seconds; doubles each attempt.
         max_s: Longest single wait, in seconds.
-        stop: When set, waiting ends early and the caller gives up.
+        stop: When set, waiting ends at once and the caller gives up; by
+            default the thread's :func:`current_stop`, if any.
         rng: Source of jitter (a private ``random.Random`` by default; jitter
             only spreads retries in time and never affects data order).
     """
@@ -72,7 +101,8 @@ class Backoff:
         self.deadline_s = deadline_s
         self.initial_s = initial_s
         self.max_s = max_s
-        self.stop = stop
+        self.stop = stop if stop is not None else current_stop()
+        self._wait = self.stop if self.stop is not None else threading.Event()
         self._rng = rng or random.Random()
         self._first_fault: float | None = None
         self._attempts = 0
@@ -86,8 +116,9 @@ class Backoff:
         """Wait before the next attempt, or raise once the deadline is spent.
 
         Raises:
-            RemoteError: The deadline passed (or ``stop`` was set); the
-                message names the URL, the byte offset and the last cause.
+            RemoteError: The deadline passed, or ``stop`` was set (before
+                or during the wait); the message names the URL, the byte
+                offset and the last cause.
         """
         now = time.monotonic()
         if self._first_fault is None:
@@ -111,10 +142,15 @@ class Backoff:
                 retryable=True,
             ) from fault
         logger.warning("%s: %s%s; retry %d in %.2fs", self.url, fault.cause, where, self._attempts, delay)
-        if self.stop is not None:
-            self.stop.wait(delay)
-        else:
-            time.sleep(delay)
+        if self._wait.wait(delay):
+            raise RemoteError(
+                f"{self.url}: stopped retrying{where} after {self._attempts} attempts: the reader was closed; "
+                f"last error: {fault.cause}",
+                url=self.url,
+                offset=offset,
+                status=fault.status,
+                retryable=True,
+            ) from fault
 
 
 def call_with_retry(fn: Callable[[], T], backoff: Backoff, *, offset: int | None = None) -> T:

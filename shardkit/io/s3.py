@@ -34,6 +34,23 @@ _TRANSIENT_CODES = {
     "ServiceUnavailable",
     "Throttling",
 }
+#: What to do about S3 error codes that no retry can fix (raised at once).
+_CODE_HINTS = {
+    "InvalidAccessKeyId": "the AWS access key id is not known to this store; check the credentials "
+    "(AWS_PROFILE, ~/.aws/credentials, environment) and the endpoint",
+    "SignatureDoesNotMatch": "the request signature was refused; check the secret access key, and the "
+    "endpoint and region",
+    "AccessDenied": "access denied; check that these credentials may read this bucket and key",
+    "AllAccessDisabled": "access to this bucket is disabled; ask its owner",
+    "ExpiredToken": "the session token has expired; refresh the credentials",
+    "InvalidToken": "the session token is not valid; refresh the credentials",
+    "TokenRefreshRequired": "the session token must be refreshed; refresh the credentials",
+    "NoSuchBucket": "no such bucket; check the bucket name, the endpoint and the region",
+    "NoSuchKey": "no such object; check the key and that the dataset was uploaded",
+    "PermanentRedirect": "the bucket is in another region; set SourceOptions.s3_region or AWS_REGION",
+    "AuthorizationHeaderMalformed": "the request was signed for the wrong region; set SourceOptions.s3_region "
+    "or AWS_REGION",
+}
 logger = logging.getLogger(__name__)
 _clients: dict[tuple, Any] = {}
 _clients_lock = threading.Lock()
@@ -101,7 +118,15 @@ def s3_client(options: SourceOptions) -> Any:
 
 def classify_s3_error(exc: BaseException, url: str, offset: int | None) -> BaseException:
     """Map a boto3/botocore exception to :class:`TransientFault` or :class:`RemoteError`."""
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, ParamValidationError
+    from botocore.exceptions import (
+        BotoCoreError,
+        ClientError,
+        HTTPClientError,
+        IncompleteReadError,
+        NoCredentialsError,
+        ParamValidationError,
+    )
+    from botocore.exceptions import ConnectionError as BotoConnectionError
 
     if isinstance(exc, ClientError):
         meta = exc.response.get("ResponseMetadata", {})
@@ -112,7 +137,7 @@ def classify_s3_error(exc: BaseException, url: str, offset: int | None) -> BaseE
             return TransientFault(f"S3 {code or status}", status=status or None)
         if code.isdigit() and not status:
             status = int(code)
-        return fatal_status(url, status or 400, code, offset=offset)
+        return fatal_status(url, status or 400, code, offset=offset, hint=_CODE_HINTS.get(code))
     if isinstance(exc, NoCredentialsError):
         return RemoteError(
             f"{url}: no AWS credentials found; configure them the usual way (AWS_PROFILE, "
@@ -122,8 +147,17 @@ def classify_s3_error(exc: BaseException, url: str, offset: int | None) -> BaseE
         )
     if isinstance(exc, ParamValidationError):
         return RemoteError(f"{url}: invalid S3 request ({exc})", url=url, offset=offset)
-    if isinstance(exc, (BotoCoreError, OSError)):
+    if isinstance(exc, (BotoConnectionError, HTTPClientError, IncompleteReadError, OSError)):
         return TransientFault(f"S3 request failed ({type(exc).__name__})")
+    if isinstance(exc, BotoCoreError):
+        # Configuration and credential errors (a missing profile, a failed
+        # credential provider, no region...): no retry fixes those.
+        return RemoteError(
+            f"{url}: cannot make the S3 request ({type(exc).__name__}: {exc}); fix the AWS configuration "
+            "(AWS_PROFILE, ~/.aws/config and credentials, environment)",
+            url=url,
+            offset=offset,
+        )
     try:
         from urllib3.exceptions import HTTPError
     except ImportError:  # pragma: no cover

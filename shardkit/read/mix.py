@@ -52,6 +52,7 @@ import numpy as np
 from shardkit.errors import UsageError
 from shardkit.format.manifest import Manifest
 from shardkit.io.base import SourceOptions
+from shardkit.io.urls import redact_url
 from shardkit.read.split import Piece, seed_sequence
 
 #: Domain tag of the walk's per-pass shard order (see :mod:`.split`).
@@ -67,8 +68,8 @@ def _describe(source: Any) -> str:
     if isinstance(source, Manifest):
         return f"manifest {source.fingerprint[:12]}"
     if isinstance(source, (list, tuple)):
-        return f"{len(source)} shards from {source[0] if source else '?'}"
-    return os.fspath(source).split("?", 1)[0]  # never a URL's query (credentials)
+        return f"{len(source)} shards from {redact_url(os.fspath(source[0])) if source else '?'}"
+    return redact_url(os.fspath(source))  # never a URL's credentials or query
 
 
 def _check_weight(value: Any, where: str) -> float:

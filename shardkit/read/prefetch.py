@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 from shardkit.errors import UsageError
+from shardkit.io.retry import stopping_on
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,9 @@ class ReadAhead(Generic[J]):
         name: Thread name, for debugging.
 
     Use as a context manager, or call :meth:`close`, so the thread stops
-    when the consumer stops early.
+    when the consumer stops early (or raises): a read waiting to retry stops
+    at once (:func:`shardkit.io.retry.stopping_on`), and so do the threads of
+    a remote range read in parallel.
     """
 
     def __init__(
@@ -112,6 +115,11 @@ class ReadAhead(Generic[J]):
         return not self._held or self._held + num_bytes <= self.budget_bytes
 
     def _run(self) -> None:
+        # Reads under this thread stop retrying the moment the consumer closes.
+        with stopping_on(self._stop):
+            self._read_all()
+
+    def _read_all(self) -> None:
         try:
             for job in self._jobs:
                 chunks: Iterator[bytes] | None = None

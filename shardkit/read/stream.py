@@ -62,7 +62,7 @@ from shardkit.format.tar import END_OF_ARCHIVE, RawSample, SampleParser
 from shardkit.io.base import ByteSource, SourceOptions
 from shardkit.io.device import reserved_room_bytes, take_turns
 from shardkit.io.registry import open_source
-from shardkit.io.urls import is_local, local_path
+from shardkit.io.urls import is_local, local_path, redact_url
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.prefetch import ReadAhead
 from shardkit.read.split import Piece
@@ -379,7 +379,7 @@ class PieceReader:
             try:  # the index failed to load with the read: try once more
                 self._use_index(job, self._load_index(job.piece.shard))
             except FAULTS as index_exc:
-                log.warning("cannot recover the rest of %s: %s", job.url, index_exc)
+                log.warning("cannot recover the rest of %s: %s", redact_url(job.url), index_exc)
         if job.bounds is None:
             return  # no index to resynchronize with
         yield from self._read_ranges(job, salvage_ranges(job.bounds, exc, next_sample, job.piece.stop, job.whole))

@@ -52,6 +52,7 @@ from shardkit.format.compression import (
 from shardkit.format.manifest import MANIFEST_NAME, SkippedInput
 from shardkit.format.tar import RawSample, SampleParser, member_name_problem, split_key
 from shardkit.io.local import LocalFile
+from shardkit.io.urls import is_local, redact_url
 
 FORMATS = ("imagefolder", "directory", "jsonl", "tar")
 
@@ -167,6 +168,12 @@ def scan_source(
     """
     if on_error not in ("raise", "skip"):
         raise UsageError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if not is_local(source):
+        raise SourceError(
+            f"{redact_url(source)}: `write` reads local sources only (a path or file:// URL); "
+            "copy the data to a local or mounted folder first",
+            path=redact_url(source),
+        )
     if format is None:
         format = detect_format(source)
     if format not in FORMATS:
