@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Pins this machine's torch for the commands below; pyproject.toml has ranges.
 CONSTRAINTS := tools/constraints.txt
 
-.PHONY: demo test venv bench-writer bench-ray bench-mix clean
+.PHONY: demo test venv bench-writer bench-ray bench-mix bench-checksums clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ bench-writer: $(STAMP)
 # network namespace of its own); bench/results/ray.{json,md,png}.
 bench-ray: $(STAMP)
 	$(PY) bench/bench_ray.py
+
+# Per-sample CRC-32 (#21): its share of a write and the reader with
+# verify_checksums against without; bench/results/checksums.{json,md,png} (~1 min).
+bench-checksums: $(STAMP)
+	$(PY) bench/bench_checksums.py
 
 # Weighted mixing: per-batch mixing error and throughput against webdataset's
 # RandomMix and one dataset; bench/results/mix.{json,md,png} (~4 min).
