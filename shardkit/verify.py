@@ -5,7 +5,9 @@ parses as tar to the end-of-archive marker; it holds the recorded number of
 samples; and its offset index matches the sample boundaries found by parsing.
 In a dataset written with ``compress_members`` (its manifest records
 ``member_compression``), every compressed member (``KEY.txt.gz``,
-``KEY.txt.zst``) must also decompress.
+``KEY.txt.zst``) must also decompress, to at most ``max_member_bytes``
+(the readers' limit, 256 MiB by default): it is inflated piece by piece
+and the pieces dropped, so no member is ever held whole.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardkit.errors import CorruptShardError, ManifestError, VerifyError
-from shardkit.format.compression import decompress, member_compression
+from shardkit.errors import CorruptShardError, ManifestError, MemberTooLargeError, VerifyError
+from shardkit.format.compression import DEFAULT_MAX_MEMBER_BYTES, iter_decompressed, member_compression
 from shardkit.format.index import decode_index, load_index
 from shardkit.format.manifest import Manifest, ShardEntry
 from shardkit.format.tar import RawSample, SampleParser
@@ -34,15 +36,25 @@ class VerifyReport:
     num_samples_checked: int
 
 
-def _check_members(path: str, samples: list[RawSample]) -> list[RawSample]:
-    """Decompress each compressed member of ``samples``; return them."""
+def _check_members(path: str, samples: list[RawSample], max_member_bytes: int | None) -> list[RawSample]:
+    """Decompress each compressed member of ``samples`` (streaming, up to
+    ``max_member_bytes``); return them."""
     for sample in samples:
         for ext, data in sample.fields.items():
             kind = member_compression(ext)[1]
             if kind is None:
                 continue
             try:
-                decompress(data, kind)
+                for _ in iter_decompressed(data, kind, max_bytes=max_member_bytes):
+                    pass
+            except MemberTooLargeError as exc:
+                raise VerifyError(
+                    f"{path}: member '{sample.key}.{ext}' of the sample at byte {sample.start} decompresses to "
+                    f"more than {exc.limit:,} bytes (max_member_bytes={exc.limit}), which the readers refuse: "
+                    "a decompression bomb, or a member too large; rewrite this shard, or raise the limit "
+                    "(`shardkit verify --max-member-bytes`, Decoder(max_member_bytes=...)) if it is expected",
+                    path=path,
+                ) from None
             except ValueError as exc:
                 raise VerifyError(
                     f"{path}: member '{sample.key}.{ext}' of the sample at byte {sample.start} does not "
@@ -52,8 +64,14 @@ def _check_members(path: str, samples: list[RawSample]) -> list[RawSample]:
     return samples
 
 
-def verify_shard(manifest: Manifest, entry: ShardEntry) -> int:
+def verify_shard(manifest: Manifest, entry: ShardEntry, *, max_member_bytes: int | None = DEFAULT_MAX_MEMBER_BYTES) -> int:
     """Check one shard; return its sample count.
+
+    Args:
+        manifest: The dataset's manifest.
+        entry: The shard's entry in it.
+        max_member_bytes: Most bytes a compressed member may decompress to
+            (default 256 MiB, the readers' default; None: no limit).
 
     Raises:
         VerifyError: naming the shard and what is wrong with it.
@@ -71,14 +89,14 @@ def verify_shard(manifest: Manifest, entry: ShardEntry) -> int:
             size += len(chunk)
             digest.update(chunk)
             samples = parser.feed(chunk)
-            bounds.extend(s.end for s in (_check_members(path, samples) if check else samples))
+            bounds.extend(s.end for s in (_check_members(path, samples, max_member_bytes) if check else samples))
     except OSError as exc:
         raise VerifyError(f"{path}: shard missing or unreadable ({exc})", path=path) from exc
     if size != entry.num_bytes:
         raise VerifyError(f"{path}: size is {size} bytes, manifest says {entry.num_bytes} (truncated or replaced?)", path=path)
     try:
         samples = parser.finish()
-        bounds.extend(s.end for s in (_check_members(path, samples) if check else samples))
+        bounds.extend(s.end for s in (_check_members(path, samples, max_member_bytes) if check else samples))
     except CorruptShardError as exc:
         raise VerifyError(f"{path}: does not parse as a tar shard: {exc}", path=path) from exc
     if digest.hexdigest() != entry.sha256:
@@ -101,8 +119,15 @@ def verify_shard(manifest: Manifest, entry: ShardEntry) -> int:
     return count
 
 
-def verify_dataset(path: str, *, progress: Callable[[ShardEntry], None] | None = None) -> VerifyReport:
+def verify_dataset(
+    path: str,
+    *,
+    progress: Callable[[ShardEntry], None] | None = None,
+    max_member_bytes: int | None = DEFAULT_MAX_MEMBER_BYTES,
+) -> VerifyReport:
     """Verify every shard of the dataset at ``path`` (directory, manifest, or URL).
+
+    ``max_member_bytes`` is as for :func:`verify_shard`.
 
     Raises:
         ManifestError: The manifest cannot be loaded.
@@ -111,7 +136,7 @@ def verify_dataset(path: str, *, progress: Callable[[ShardEntry], None] | None =
     manifest = fetch_manifest(path)
     samples = 0
     for entry in manifest.shards:
-        samples += verify_shard(manifest, entry)
+        samples += verify_shard(manifest, entry, max_member_bytes=max_member_bytes)
         if progress is not None:
             progress(entry)
     return VerifyReport(manifest=manifest, num_shards_checked=manifest.num_shards, num_samples_checked=samples)
