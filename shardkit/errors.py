@@ -147,6 +147,25 @@ class MemberTooLargeError(CorruptShardError):
 
     def __init__(
         self,
+        message: str,
+        *,
+        path: str | None = None,
+        member: str | None = None,
+        offset: int | None = None,
+        limit: int | None = None,
+        option: str | None = None,
+        amount: int | None = None,
+        what: str | None = None,
+    ):
+        super().__init__(message, path=path, member=member, offset=offset)
+        self.limit = limit
+        self.option = option
+        self.amount = amount
+        self.what = what  # the message's first part, without where or what to do
+
+    @classmethod
+    def over_limit(
+        cls,
         what: str,
         *,
         limit: int,
@@ -154,23 +173,22 @@ class MemberTooLargeError(CorruptShardError):
         path: str | None = None,
         member: str | None = None,
         amount: int | None = None,
-    ):
+    ) -> MemberTooLargeError:
+        """The error for ``what`` (``"image header gives 20000 x 20000 =
+        400,000,000 pixels"``), with where, the limit and what to do."""
         where = ": ".join(p for p in (path, f"member {member!r}" if member else None) if p)
-        super().__init__(
-            f"{where + ': ' if where else ''}{what}, over the limit of {limit:,} {self.unit} ({option}={limit}). "
+        message = (
+            f"{where + ': ' if where else ''}{what}, over the limit of {limit:,} {cls.unit} ({option}={limit}). "
             f"If such members are expected, raise {option}; otherwise rewrite this shard, or read past the "
-            "sample with on_error='skip'.",
-            path=path,
-            member=member,
+            "sample with on_error='skip'."
         )
-        self.what = what
-        self.limit = limit
-        self.option = option
-        self.amount = amount
+        return cls(message, path=path, member=member, limit=limit, option=option, amount=amount, what=what)
 
     def located(self, *, path: str | None, member: str | None) -> MemberTooLargeError:
         """The same error naming ``path`` and ``member`` (where it is first known)."""
-        return type(self)(
+        if self.what is None or self.limit is None or self.option is None:
+            return self
+        return type(self).over_limit(
             self.what,
             limit=self.limit,
             option=self.option,

@@ -189,7 +189,7 @@ def iter_decompressed(data: bytes, kind: Compression, *, max_bytes: int | None =
         for piece in stream.pieces(data):
             total += len(piece)
             if max_bytes is not None and total > max_bytes:
-                raise MemberTooLargeError(
+                raise MemberTooLargeError.over_limit(
                     f"{kind} data of {len(data):,} bytes decompresses to more than {max_bytes:,} bytes",
                     limit=max_bytes,
                     option="max_member_bytes",

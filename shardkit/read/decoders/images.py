@@ -42,7 +42,7 @@ def check_pixels(width: int, height: int, max_pixels: int | None) -> None:
     """
     pixels = int(width) * int(height)
     if max_pixels is not None and pixels > max_pixels:
-        raise ImageTooLargeError(
+        raise ImageTooLargeError.over_limit(
             f"image header gives {width} x {height} = {pixels:,} pixels",
             limit=max_pixels,
             option="max_image_pixels",
@@ -73,14 +73,14 @@ def open_image(data: bytes, max_pixels: int | None) -> Any:
         said = f"{pixels:,} pixels" if pixels is not None else "more pixels than PIL allows"
         if max_pixels is None or (pixels is not None and pixels <= max_pixels):
             # Our limit allows it; PIL's global one (set by the user) does not.
-            raise ImageTooLargeError(
+            raise ImageTooLargeError.over_limit(
                 f"image header gives {said}, over PIL's global limit (twice PIL.Image.MAX_IMAGE_PIXELS, "
                 "which must be raised too)",
                 limit=2 * (Image.MAX_IMAGE_PIXELS or 0),
                 option="max_image_pixels",
                 amount=pixels,
             ) from None
-        raise ImageTooLargeError(
+        raise ImageTooLargeError.over_limit(
             f"image header gives {said}", limit=max_pixels, option="max_image_pixels", amount=pixels
         ) from None
     check_pixels(*image.size, max_pixels)
