@@ -13,19 +13,30 @@ Reports per variant and worker count: MB/s of uncompressed tar bytes (the
 plain shards' size; the same samples for every variant), samples/s, and
 samples per CPU-second (user + system time of the process and its
 DataLoader workers: the cost per core, which is what decompression adds).
+Memory (``--rss``): one ``.tar.gz`` shard of zero-filled 1 MiB members per
+size in ``--rss-mb`` (100 MB to 5 GB uncompressed; a few MB stored), each
+streamed to the end by shardkit (``ShardDataset``, in process) and by
+webdataset (``WebDataset``), every run in a child process of its own that
+reports its peak RSS (``ru_maxrss``) and its RSS after imports. shardkit
+inflates in bounded pieces, so its peak should stay flat as the shard grows.
+
 Writes ``bench/results/compressed.json``, ``.md`` and ``.png``.
 
     .venv/bin/python bench/bench_compressed.py            # ~2 minutes, 192 MB
     .venv/bin/python bench/bench_compressed.py --quick    # 24 MB, 2 repeats
+    .venv/bin/python bench/bench_compressed.py --rss-only # the memory rows only, kept beside the rest
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
+import subprocess
 import sys
 import time
+import zlib
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -76,6 +87,60 @@ def compress_shards(manifest: shardkit.Manifest, dest: str, kind: str) -> list[s
             os.replace(path + ".tmp", path)
         out.append(path)
     return out
+
+
+def zero_shard(path: str, size_mb: int) -> str:
+    """A ``.tar.gz`` of ``size_mb`` zero-filled 1 MiB members (MB = 10^6:
+    ``size_mb * 10^6 // 2^20`` members), compressed as it is written."""
+    import tarfile
+
+    if os.path.exists(path):
+        return path
+    zeros = bytes(1 << 20)
+    comp = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    with open(path + ".tmp", "wb") as f:
+        for i in range(max(size_mb * MB // len(zeros), 1)):
+            info = tarfile.TarInfo(f"{i:08d}.bin")
+            info.size = len(zeros)
+            f.write(comp.compress(info.tobuf(format=tarfile.USTAR_FORMAT) + zeros))
+        f.write(comp.compress(bytes(1024)) + comp.flush())
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def rss_child(reader: str, path: str) -> None:
+    """In a child process: stream ``path`` with ``reader`` and print one
+    JSON line: samples, seconds, RSS after imports and peak RSS (MB)."""
+    if reader == "webdataset":
+        import webdataset as wds
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    t0 = time.perf_counter()
+    if reader == "shardkit":
+        count = sum(1 for _ in shardkit.ShardDataset(path, mode="exact", shuffle=False))
+    else:
+        count = sum(1 for _ in wds.WebDataset(path, shardshuffle=False))
+    seconds = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"samples": count, "seconds": seconds, "baseline_rss_mb": base, "peak_rss_mb": peak}))
+
+
+def run_rss(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Peak RSS of each reader on each zero-filled shard, one child each."""
+    os.makedirs(args.workdir, exist_ok=True)
+    rows = []
+    for size_mb in args.rss_mb:
+        path = zero_shard(os.path.join(args.workdir, f"zeros-{size_mb}MB.tar.gz"), size_mb)
+        for reader in ("shardkit", "webdataset"):
+            done = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--rss-child", reader, path],
+                capture_output=True, text=True, check=True,
+            )
+            row = json.loads(done.stdout.strip().splitlines()[-1])
+            row.update(reader=reader, uncompressed_mb=size_mb, stored_mb=os.path.getsize(path) / MB)
+            rows.append(row)
+            print(f"rss {reader:10s} {size_mb:5d} MB: peak {row['peak_rss_mb']:.0f} MB "
+                  f"(after imports {row['baseline_rss_mb']:.0f} MB)", file=sys.stderr)
+    return rows
 
 
 def cpu_seconds() -> float:
@@ -173,6 +238,22 @@ def markdown(record: dict[str, Any]) -> str:
             f"| {r['mb_per_s']:.0f} | {r['samples_per_s']:.0f} | {r['samples_per_cpu_s']:.0f} "
             f"| {r['mb_per_cpu_s']:.0f} | {rel:.2f}x |"
         )
+    if record.get("rss"):
+        lines += [
+            "",
+            "Peak RSS streaming one `.tar.gz` of zero-filled 1 MiB members to the end, in process, one child "
+            "process per run (RSS after imports in brackets).",
+            "",
+            "| uncompressed MB | stored MB | shardkit peak RSS MB | webdataset peak RSS MB | shardkit s | webdataset s |",
+            "|---|---|---|---|---|---|",
+        ]
+        by = {(r["reader"], r["uncompressed_mb"]): r for r in record["rss"]}
+        for size in sorted({r["uncompressed_mb"] for r in record["rss"]}):
+            sk, wd = by[("shardkit", size)], by[("webdataset", size)]
+            lines.append(
+                f"| {size} | {sk['stored_mb']:.2f} | {sk['peak_rss_mb']:.0f} ({sk['baseline_rss_mb']:.0f}) "
+                f"| {wd['peak_rss_mb']:.0f} ({wd['baseline_rss_mb']:.0f}) | {sk['seconds']:.1f} | {wd['seconds']:.1f} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -183,7 +264,8 @@ def plot(record: dict[str, Any], path: str) -> None:
     import matplotlib.pyplot as plt
 
     workers = sorted({r["workers"] for r in record["rows"]})
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    rss = record.get("rss") or []
+    fig, axes = plt.subplots(1, 3 if rss else 2, figsize=(15 if rss else 10, 4))
     width = 0.8 / len(VARIANTS)
     for i, variant in enumerate(VARIANTS):
         rows = {r["workers"]: r for r in record["rows"] if r["variant"] == variant}
@@ -195,6 +277,14 @@ def plot(record: dict[str, Any], path: str) -> None:
         ax.set_xticklabels(["in process" if w == 0 else f"{w} workers" for w in workers])
         ax.set_title(title)
         ax.legend()
+    if rss:
+        for reader in ("shardkit", "webdataset"):
+            rows = sorted((r for r in rss if r["reader"] == reader), key=lambda r: r["uncompressed_mb"])
+            axes[2].plot([r["uncompressed_mb"] for r in rows], [r["peak_rss_mb"] for r in rows], "o-", label=reader)
+        axes[2].set_xscale("log")
+        axes[2].set_xlabel("uncompressed shard MB (.tar.gz of zeros)")
+        axes[2].set_title("peak RSS MB, streaming one shard")
+        axes[2].legend()
     fig.suptitle("shardkit streaming: plain vs gzip vs zstd shards")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -210,10 +300,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="4 shards of 6 MB, 2 repeats")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "compressed.json"))
+    parser.add_argument("--rss-mb", type=int, nargs="+", default=[100, 1000, 5000], help="memory rows' shard sizes")
+    parser.add_argument("--no-rss", dest="rss", action="store_false", help="skip the memory rows")
+    parser.add_argument("--rss-only", action="store_true", help="only the memory rows; keep the other rows of --out")
+    parser.add_argument("--rss-child", nargs=2, metavar=("READER", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.rss_child:
+        rss_child(*args.rss_child)
+        return 0
     if args.quick:
         args.shards, args.shard_mb, args.repeats = 4, 6, 2
-    record = run(args)
+    if args.rss_only:
+        with open(args.out) as f:
+            record = json.load(f)
+    else:
+        record = run(args)
+    if args.rss or args.rss_only:
+        record["rss"] = run_rss(args)
     table = markdown(record)
     save_record(args.out, record, table)
     plot(record, plot_path(args.out))

@@ -216,6 +216,10 @@ def _add_verify(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="re-read every shard and check it", description=cmd_verify.__doc__)
     p.add_argument("dataset", help="dataset directory, manifest.json, or their URL")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--max-member-bytes",
+        help="most bytes a compressed member may decompress to, e.g. 1GiB (default 256MiB, as the readers)",
+    )
     _add_verbose(p)
     p.set_defaults(func=cmd_verify)
 
@@ -225,6 +229,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from shardkit.io.manifest import fetch_manifest
     from shardkit.verify import verify_shard
 
+    from shardkit.config import parse_size
+    from shardkit.format.compression import DEFAULT_MAX_MEMBER_BYTES
+
+    limit = DEFAULT_MAX_MEMBER_BYTES if args.max_member_bytes is None else parse_size(args.max_member_bytes)
     manifest = fetch_manifest(args.dataset)
     bar = None
     if not args.quiet:
@@ -235,7 +243,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     try:
         for entry in manifest.shards:
             try:
-                samples += verify_shard(manifest, entry)
+                samples += verify_shard(manifest, entry, max_member_bytes=limit)
             except VerifyError as exc:
                 print(f"FAILED: {shown(exc)}", file=sys.stderr)
                 return EXIT_CHECK_FAILED

@@ -12,7 +12,9 @@ still catch them::
     ├── DestinationError (FileExistsError)  output directory not usable
     ├── ManifestError (ValueError)       manifest missing, malformed, mismatched
     ├── CorruptShardError (ValueError)   tar bytes are not what they must be
-    │   └── TruncatedShardError          a shard's data ends before its manifest or index says
+    │   ├── TruncatedShardError          a shard's data ends before its manifest or index says
+    │   └── MemberTooLargeError          a member inflates past a limit (decompressed bytes)
+    │       └── ImageTooLargeError       an image's header claims more pixels than the limit
     ├── VerifyError (ValueError)         ``shardkit verify`` found a bad shard
     ├── StateError (ValueError)          a reader checkpoint cannot be restored
     └── RemoteError (OSError)            a remote object could not be fetched or stored
@@ -195,6 +197,86 @@ class TruncatedShardError(CorruptShardError):
     """A shard's data stops before the end its manifest or offset index gives
     (or goes on past it): the shard was cut short, damaged or rewritten.
     ``offset`` is where the data ended; nothing after it can be read."""
+
+
+class MemberTooLargeError(CorruptShardError):
+    """A member would inflate past a configured limit: it decompresses to
+    more than ``max_member_bytes`` (a decompression bomb, or a member too
+    large to hold), or, as :class:`ImageTooLargeError`, its image header
+    claims more than ``max_image_pixels`` pixels. Nothing past the limit is
+    allocated. A data fault like corruption: ``on_error="skip"`` skips the
+    sample.
+
+    Attributes:
+        path: The shard, when known.
+        member: The member's name (``KEY.EXT``), when known.
+        limit: The limit that was passed.
+        option: The option that sets the limit (``"max_member_bytes"``).
+        amount: What the member holds, where known (at least ``limit + 1``).
+    """
+
+    #: What the error counts, for the message.
+    unit = "bytes"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        member: str | None = None,
+        offset: int | None = None,
+        limit: int | None = None,
+        option: str | None = None,
+        amount: int | None = None,
+        what: str | None = None,
+    ):
+        super().__init__(message, path=path, member=member, offset=offset)
+        self.limit = limit
+        self.option = option
+        self.amount = amount
+        self.what = what  # the message's first part, without where or what to do
+
+    @classmethod
+    def over_limit(
+        cls,
+        what: str,
+        *,
+        limit: int,
+        option: str,
+        path: str | None = None,
+        member: str | None = None,
+        amount: int | None = None,
+    ) -> MemberTooLargeError:
+        """The error for ``what`` (``"image header gives 20000 x 20000 =
+        400,000,000 pixels"``), with where, the limit and what to do."""
+        where = ": ".join(p for p in (path, f"member {member!r}" if member else None) if p)
+        message = (
+            f"{where + ': ' if where else ''}{what}, over the limit of {limit:,} {cls.unit} ({option}={limit}). "
+            f"If such members are expected, raise {option}; otherwise rewrite this shard, or read past the "
+            "sample with on_error='skip'."
+        )
+        return cls(message, path=path, member=member, limit=limit, option=option, amount=amount, what=what)
+
+    def located(self, *, path: str | None, member: str | None) -> MemberTooLargeError:
+        """The same error naming ``path`` and ``member`` (where it is first known)."""
+        if self.what is None or self.limit is None or self.option is None:
+            return self
+        return type(self).over_limit(
+            self.what,
+            limit=self.limit,
+            option=self.option,
+            path=path or self.path,
+            member=member or self.member,
+            amount=self.amount,
+        )
+
+
+class ImageTooLargeError(MemberTooLargeError):
+    """An image's header gives more pixels than ``max_image_pixels`` (an
+    image bomb: a few KB of PNG can claim gigabytes of pixels). Raised from
+    the header, before anything is decoded; ``amount`` is the pixel count."""
+
+    unit = "pixels"
 
 
 class VerifyError(ShardkitError, ValueError):

@@ -69,7 +69,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from shardkit.errors import UsageError
+from shardkit.errors import MemberTooLargeError, UsageError
+from shardkit.read.decoders.images import DEFAULT_MAX_IMAGE_PIXELS, check_pixels, open_image
 
 try:  # the fast JPEG path; the `torch` extra installs it
     import simplejpeg
@@ -109,6 +110,12 @@ def _size_pair(size: int | Sequence[int], name: str) -> tuple[int, int]:
     return pair  # type: ignore[return-value]
 
 
+def _pixel_limit(value: int | None) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise UsageError(f"max_image_pixels must be a positive integer or None, not {value!r}")
+    return value
+
+
 def _is_jpeg(data: bytes) -> bool:
     return data[:3] == b"\xff\xd8\xff"
 
@@ -118,11 +125,16 @@ class _Source:
 
     Args:
         data: Encoded image bytes (any format Pillow reads).
+        max_pixels: Most pixels accepted, checked on the header before
+            anything is decoded (None: no limit of ours).
+
+    Raises:
+        ImageTooLargeError: The header gives more than ``max_pixels``.
     """
 
     __slots__ = ("data", "height", "width", "_fast", "_pil")
 
-    def __init__(self, data: bytes | bytearray | memoryview) -> None:
+    def __init__(self, data: bytes | bytearray | memoryview, max_pixels: int | None = None) -> None:
         if not isinstance(data, bytes):
             if not isinstance(data, (bytearray, memoryview)):
                 raise UsageError(
@@ -139,10 +151,11 @@ class _Source:
             except ValueError:
                 colorspace = None
             if colorspace in _FAST_COLORSPACES:
+                check_pixels(int(width), int(height), max_pixels)
                 self._fast = True
                 self.height, self.width = int(height), int(width)
                 return
-        self._pil = Image.open(io.BytesIO(data))
+        self._pil = open_image(data, max_pixels)
         self.width, self.height = self._pil.size
 
     def decode(self, box: tuple[float, float, float, float], out_hw: tuple[int, int]) -> tuple[np.ndarray, tuple]:
@@ -218,7 +231,7 @@ def image_size(data: bytes) -> tuple[int, int]:
     Args:
         data: Encoded image bytes.
     """
-    source = _Source(data)
+    source = _Source(data)  # no pixel limit: nothing is decoded
     return source.height, source.width
 
 
@@ -283,6 +296,11 @@ class DecodeRandomResizedCrop:
             draw after the box, as ``RandomHorizontalFlip`` does).
         output: ``"tensor"`` for a uint8 ``3 x H x W`` tensor, ``"pil"`` for
             an RGB PIL image.
+        max_image_pixels: Most pixels an image may have, read from its
+            header before decoding; default Pillow's ``MAX_IMAGE_PIXELS``
+            (89,478,485), None for no limit. Over it a call raises
+            :class:`~shardkit.errors.ImageTooLargeError` (a data fault the
+            readers skip under ``on_error="skip"``).
 
     Raises:
         UsageError: An option is out of range.
@@ -302,6 +320,7 @@ class DecodeRandomResizedCrop:
         flip: bool = True,
         *,
         output: Output = "tensor",
+        max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
     ) -> None:
         self.size = _size_pair(size, "size")
         self.scale = (float(scale[0]), float(scale[1]))
@@ -314,6 +333,7 @@ class DecodeRandomResizedCrop:
             raise UsageError(f"output must be 'tensor' or 'pil', not {output!r}")
         self.flip = bool(flip)
         self.output: Output = output
+        self.max_image_pixels = _pixel_limit(max_image_pixels)
 
     def __call__(self, data: bytes, *, box: Box | None = None) -> Any:
         """Decode, crop, resize and maybe flip one image.
@@ -327,7 +347,7 @@ class DecodeRandomResizedCrop:
         Returns:
             A uint8 ``3 x H x W`` tensor, or an RGB PIL image.
         """
-        source = _Source(data)
+        source = _Source(data, self.max_image_pixels)
         flip = False
         if box is None:
             box = random_resized_crop_box(source.height, source.width, scale=self.scale, ratio=self.ratio)
@@ -356,14 +376,20 @@ class DecodeResizeCenterCrop:
         resize: Short side after resizing, at least ``max(size)``. None
             follows the usual ImageNet convention of a crop covering 87.5%
             of the short side: ``round(max(size) / 0.875)``, 256 for 224.
-        output: ``"tensor"`` or ``"pil"``, as for
-            :class:`DecodeRandomResizedCrop`.
+        output, max_image_pixels: As for :class:`DecodeRandomResizedCrop`.
 
     Raises:
         UsageError: An option is out of range.
     """
 
-    def __init__(self, size: int | Sequence[int], resize: int | None = None, *, output: Output = "tensor") -> None:
+    def __init__(
+        self,
+        size: int | Sequence[int],
+        resize: int | None = None,
+        *,
+        output: Output = "tensor",
+        max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
+    ) -> None:
         self.size = _size_pair(size, "size")
         self.resize = int(round(max(self.size) / 0.875)) if resize is None else int(resize)
         if self.resize < max(self.size):
@@ -371,6 +397,7 @@ class DecodeResizeCenterCrop:
         if output not in ("tensor", "pil"):
             raise UsageError(f"output must be 'tensor' or 'pil', not {output!r}")
         self.output: Output = output
+        self.max_image_pixels = _pixel_limit(max_image_pixels)
 
     def box_for(self, height: int, width: int) -> tuple[float, float, float, float]:
         """The source box ``(top, left, height, width)``, fractional, that the resized centre crop covers."""
@@ -392,7 +419,7 @@ class DecodeResizeCenterCrop:
         Returns:
             A uint8 ``3 x H x W`` tensor, or an RGB PIL image.
         """
-        source = _Source(data)
+        source = _Source(data, self.max_image_pixels)
         box = self.box_for(source.height, source.width)
         return _finish(_resample(source, box, self.size, False), self.output)
 
@@ -435,7 +462,10 @@ class MapField:
         """
         for name in self.fields:
             if name in sample:
-                sample[name] = self.transform(sample[name])
+                try:
+                    sample[name] = self.transform(sample[name])
+                except MemberTooLargeError as exc:
+                    raise exc.located(path=exc.path, member=f"{sample.get('__key__')}.{name}") from None
                 return sample
         raise KeyError(
             f"sample {sample.get('__key__')!r} has no field {' or '.join(map(repr, self.fields))}; "

@@ -7,7 +7,9 @@ found by parsing; and, when the index stores per-sample checksums, every
 sample matches its checksum (so bit rot is named by the sample it hit).
 In a dataset written with ``compress_members`` (its manifest records
 ``member_compression``), every compressed member (``KEY.txt.gz``,
-``KEY.txt.zst``) must also decompress.
+``KEY.txt.zst``) must also decompress, to at most ``max_member_bytes``
+(the readers' limit, 256 MiB by default): it is inflated piece by piece
+and the pieces dropped, so no member is ever held whole.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardkit.errors import CorruptShardError, ManifestError, VerifyError
-from shardkit.format.compression import decompress, member_compression
+from shardkit.errors import CorruptShardError, ManifestError, MemberTooLargeError, VerifyError
+from shardkit.format.compression import DEFAULT_MAX_MEMBER_BYTES, iter_decompressed, member_compression
 from shardkit.format.index import OffsetIndex, check_bounds, decode_offset_index, load_offset_index
 from shardkit.format.manifest import Manifest, ShardEntry
 from shardkit.format.tar import RawSample, SampleParser, sample_checksum
@@ -36,15 +38,25 @@ class VerifyReport:
     num_samples_checked: int
 
 
-def _check_members(path: str, samples: list[RawSample]) -> list[RawSample]:
-    """Decompress each compressed member of ``samples``; return them."""
+def _check_members(path: str, samples: list[RawSample], max_member_bytes: int | None) -> list[RawSample]:
+    """Decompress each compressed member of ``samples`` (streaming, up to
+    ``max_member_bytes``); return them."""
     for sample in samples:
         for ext, data in sample.fields.items():
             kind = member_compression(ext)[1]
             if kind is None:
                 continue
             try:
-                decompress(data, kind)
+                for _ in iter_decompressed(data, kind, max_bytes=max_member_bytes):
+                    pass
+            except MemberTooLargeError as exc:
+                raise VerifyError(
+                    f"{path}: member '{sample.key}.{ext}' of the sample at byte {sample.start} decompresses to "
+                    f"more than {exc.limit:,} bytes (max_member_bytes={exc.limit}), which the readers refuse: "
+                    "a decompression bomb, or a member too large; rewrite this shard, or raise the limit "
+                    "(`shardkit verify --max-member-bytes`, Decoder(max_member_bytes=...)) if it is expected",
+                    path=path,
+                ) from None
             except ValueError as exc:
                 raise VerifyError(
                     f"{path}: member '{sample.key}.{ext}' of the sample at byte {sample.start} does not "
@@ -83,8 +95,14 @@ def _check_sums(path: str, index: OffsetIndex, first: int, samples: list[RawSamp
             )
 
 
-def verify_shard(manifest: Manifest, entry: ShardEntry) -> int:
+def verify_shard(manifest: Manifest, entry: ShardEntry, *, max_member_bytes: int | None = DEFAULT_MAX_MEMBER_BYTES) -> int:
     """Check one shard; return its sample count.
+
+    Args:
+        manifest: The dataset's manifest.
+        entry: The shard's entry in it.
+        max_member_bytes: Most bytes a compressed member may decompress to
+            (default 256 MiB, the readers' default; None: no limit).
 
     Raises:
         VerifyError: naming the shard and what is wrong with it.
@@ -102,7 +120,7 @@ def verify_shard(manifest: Manifest, entry: ShardEntry) -> int:
 
     def take(samples: list[RawSample]) -> None:
         _check_sums(path, index, len(bounds) - 1, samples)
-        bounds.extend(s.end for s in (_check_members(path, samples) if check else samples))
+        bounds.extend(s.end for s in (_check_members(path, samples, max_member_bytes) if check else samples))
 
     try:
         for chunk in open_source(path).iter_range(0, None, chunk_bytes=HASH_CHUNK_BYTES):
@@ -130,8 +148,15 @@ def verify_shard(manifest: Manifest, entry: ShardEntry) -> int:
     return count
 
 
-def verify_dataset(path: str, *, progress: Callable[[ShardEntry], None] | None = None) -> VerifyReport:
+def verify_dataset(
+    path: str,
+    *,
+    progress: Callable[[ShardEntry], None] | None = None,
+    max_member_bytes: int | None = DEFAULT_MAX_MEMBER_BYTES,
+) -> VerifyReport:
     """Verify every shard of the dataset at ``path`` (directory, manifest, or URL).
+
+    ``max_member_bytes`` is as for :func:`verify_shard`.
 
     Raises:
         ManifestError: The manifest cannot be loaded.
@@ -140,7 +165,7 @@ def verify_dataset(path: str, *, progress: Callable[[ShardEntry], None] | None =
     manifest = fetch_manifest(path)
     samples = 0
     for entry in manifest.shards:
-        samples += verify_shard(manifest, entry)
+        samples += verify_shard(manifest, entry, max_member_bytes=max_member_bytes)
         if progress is not None:
             progress(entry)
     return VerifyReport(manifest=manifest, num_shards_checked=manifest.num_shards, num_samples_checked=samples)

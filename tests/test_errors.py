@@ -22,6 +22,16 @@ EXAMPLES = {
     errors.ManifestError: (("out/manifest.json: malformed",), {"path": "out/manifest.json"}),
     errors.CorruptShardError: (("bad header",), {"path": "s.tar", "member": "k9.jpg", "offset": 4096}),
     errors.TruncatedShardError: (("ends early",), {"path": "s.tar", "member": "k9.jpg", "offset": 512}),
+    errors.MemberTooLargeError: (
+        ("s.tar: member 'k1.txt.gz': decompresses to more than 10 bytes",),
+        {"path": "s.tar", "member": "k1.txt.gz", "offset": None, "limit": 10, "option": "max_member_bytes",
+         "amount": 11, "what": "decompresses to more than 10 bytes"},
+    ),
+    errors.ImageTooLargeError: (
+        ("s.tar: member 'k1.png': 400 pixels",),
+        {"path": "s.tar", "member": "k1.png", "offset": None, "limit": 100, "option": "max_image_pixels",
+         "amount": 400, "what": "400 pixels"},
+    ),
     errors.VerifyError: (("s.tar: sha256 mismatch",), {"path": "s.tar"}),
     errors.StateError: (("state from another dataset",), {}),
     errors.RemoteError: (

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import gzip
 import zlib
+from collections.abc import Iterator
 from typing import Literal
 
-from shardkit.errors import CorruptShardError
+from shardkit.errors import CorruptShardError, MemberTooLargeError
 
 Compression = Literal["gzip", "zstd"]
 COMPRESSIONS: tuple[str, ...] = ("gzip", "zstd")
@@ -37,6 +38,14 @@ MEMBER_SUFFIXES: dict[str, Compression] = {"gz": "gzip", "zst": "zstd"}
 SUFFIX_OF: dict[str, str] = {"gzip": "gz", "zstd": "zst"}
 #: Shard file name endings of whole-shard compressed tars.
 SHARD_SUFFIXES: dict[str, Compression] = {".tar.gz": "gzip", ".tgz": "gzip", ".tar.zst": "zstd", ".tar.zstd": "zstd"}
+
+#: Default of ``max_member_bytes``: most bytes one compressed member may
+#: inflate to. Text, JSON and array members of a sample are kilobytes to a
+#: few tens of megabytes; 256 MiB leaves room for large arrays while a
+#: DataLoader of 8 workers, each holding one such member and its decoded
+#: value, stays within a few GB. Larger members are better stored
+#: uncompressed (or in a shard compressed whole), or read with a raised limit.
+DEFAULT_MAX_MEMBER_BYTES = 256 << 20
 
 #: Fixed levels, so the same input gives the same bytes.
 GZIP_LEVEL = 6
@@ -145,51 +154,183 @@ def compress(data: bytes, kind: Compression) -> bytes:
     raise ValueError(f"unknown compression {kind!r}; expected one of {COMPRESSIONS}")
 
 
-def decompress(data: bytes, kind: Compression) -> bytes:
+def decompress(data: bytes, kind: Compression, *, max_bytes: int | None = None) -> bytes:
     """Decompress a whole gzip or zstandard payload (all frames/members).
+
+    Inflates piece by piece with an output limit per call, so a payload that
+    inflates past ``max_bytes`` (a decompression bomb) is refused having
+    allocated about ``max_bytes``, never what it would inflate to.
+
+    Args:
+        data: The compressed bytes.
+        kind: ``"gzip"`` or ``"zstd"``.
+        max_bytes: Most decompressed bytes accepted; None for no limit.
 
     Raises:
         ValueError: ``data`` is corrupt or truncated (the caller names where).
+        MemberTooLargeError: It inflates past ``max_bytes`` (the caller
+            names where, with :meth:`~shardkit.errors.MemberTooLargeError.located`).
     """
-    if kind == "gzip":
-        try:
-            return gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise ValueError(f"corrupt gzip data: {exc}") from None
-    if kind == "zstd":
-        stream = StreamDecompressor("zstd", path="<bytes>")
-        out = stream.feed(data)
-        try:
-            stream.finish()
-        except CorruptShardError as exc:
-            raise ValueError(f"corrupt zstd data: {exc}") from None
+    out: list[bytes] = []
+    for piece in iter_decompressed(data, kind, max_bytes=max_bytes):
+        out.append(piece)
+    return b"".join(out)
+
+
+def iter_decompressed(data: bytes, kind: Compression, *, max_bytes: int | None = None) -> Iterator[bytes]:
+    """The decompressed bytes of a whole payload, in pieces of at most
+    :data:`PIECE_BYTES` (see :func:`decompress`; nothing is held between
+    pieces, so checking that a payload decompresses costs one piece)."""
+    if kind not in COMPRESSIONS:
+        raise ValueError(f"unknown compression {kind!r}; expected one of {COMPRESSIONS}")
+    stream = StreamDecompressor(kind, path="<bytes>")
+    total = 0
+    try:
+        for piece in stream.pieces(data):
+            total += len(piece)
+            if max_bytes is not None and total > max_bytes:
+                raise MemberTooLargeError.over_limit(
+                    f"{kind} data of {len(data):,} bytes decompresses to more than {max_bytes:,} bytes",
+                    limit=max_bytes,
+                    option="max_member_bytes",
+                    amount=total,
+                )
+            yield piece
+        stream.finish()
+    except MemberTooLargeError:
+        raise
+    except CorruptShardError as exc:
+        raise ValueError(f"corrupt {kind} data: {exc.detail}") from None
+
+
+#: Most decompressed bytes one :meth:`StreamDecompressor.pieces` step
+#: returns, by default (a zstandard step may return one block more).
+PIECE_BYTES = 1 << 20
+
+#: Most bytes one zstandard block decompresses to (the format's
+#: ``Block_Maximum_Size``); blocks that claim more are refused.
+ZSTD_BLOCK_BYTES = 128 << 10
+_ZSTD_SKIPPABLE = 0x184D2A50  # skippable frames: this magic | 0..15, then a 4-byte size
+
+
+class _ZstdBlocks:
+    """Finds where zstandard blocks end in a stream fed in chunks.
+
+    zstandard's streaming decompressor has no output limit per call, but it
+    can only emit a block once the block's bytes have all arrived, and a
+    block holds at most :data:`ZSTD_BLOCK_BYTES`. Feeding it input cut after
+    every few block ends therefore bounds each call's output. Only the frame
+    and block headers are read here (sizes are claims: a compressed or raw
+    block claiming more than the format allows is refused); the decompressor
+    checks everything else. Each step advances by at least one byte.
+    """
+
+    def __init__(self) -> None:
+        self._state = "magic"  # the header waited for: magic, skippable, descriptor or block
+        self._need = 4  # its length
+        self._head = bytearray()
+        self._skip = 0  # bytes to pass over before that header
+        self._ends = False  # a block ends where the skip does
+        self._checksum = False  # the current frame ends with a 4-byte checksum
+
+    def cuts(self, chunk: bytes | memoryview) -> list[int]:
+        """Positions in ``chunk`` just after each block that ends in it.
+
+        Raises:
+            ValueError: A block header claims more than a block may hold.
+        """
+        out: list[int] = []
+        pos, n = 0, len(chunk)
+        while pos < n:
+            if self._skip:
+                step = min(self._skip, n - pos)
+                self._skip -= step
+                pos += step
+                if self._skip == 0 and self._ends:
+                    out.append(pos)
+                    self._ends = False
+                continue
+            take = min(self._need - len(self._head), n - pos)
+            self._head += chunk[pos : pos + take]
+            pos += take
+            if len(self._head) == self._need:
+                head = bytes(self._head)
+                self._head.clear()
+                self._header(head)
+                if self._ends and not self._skip:  # an empty block ends at its header
+                    out.append(pos)
+                    self._ends = False
         return out
-    raise ValueError(f"unknown compression {kind!r}; expected one of {COMPRESSIONS}")
+
+    def _expect(self, state: str, skip: int = 0) -> None:
+        self._state, self._need, self._skip = state, {"magic": 4, "skippable": 4, "descriptor": 1, "block": 3}[state], skip
+
+    def _header(self, head: bytes) -> None:
+        if self._state == "magic":
+            if head == ZSTD_MAGIC:
+                self._expect("descriptor")
+            elif int.from_bytes(head, "little") & 0xFFFFFFF0 == _ZSTD_SKIPPABLE:
+                self._expect("skippable")
+            else:  # not a frame: the decompressor refuses it; nothing more to cut
+                self._expect("magic", skip=1 << 62)
+        elif self._state == "skippable":
+            self._expect("magic", skip=int.from_bytes(head, "little"))
+        elif self._state == "descriptor":
+            d = head[0]
+            fcs_flag, single, dict_flag = d >> 6, (d >> 5) & 1, d & 3
+            self._checksum = bool((d >> 2) & 1)
+            self._expect("block", skip=(0 if single else 1) + (0, 1, 2, 4)[dict_flag] + (single, 2, 4, 8)[fcs_flag])
+        else:  # a block header: bit 0 last block, bits 1-2 type, the rest its size
+            value = int.from_bytes(head, "little")
+            last, kind, size = value & 1, (value >> 1) & 3, value >> 3
+            if kind == 3 or size > ZSTD_BLOCK_BYTES:
+                raise ValueError(f"a zstd block header claims {size} bytes in a block of type {kind}")
+            length = 1 if kind == 1 else size  # an RLE block stores one byte
+            if last:
+                self._expect("magic", skip=length + (4 if self._checksum else 0))
+            else:
+                self._expect("block", skip=length)
+            self._ends = True
 
 
 class StreamDecompressor:
-    """Push decompressor for a whole-shard gzip or zstandard stream.
+    """Push decompressor for a gzip or zstandard stream, with bounded output.
 
-    Feed compressed chunks in order with :meth:`feed`; each call returns the
-    bytes they decompress to. Concatenated gzip members and zstandard frames
-    (what ``pigz`` and ``zstd -T`` write) are followed. :meth:`finish` checks
-    that the stream ended on a frame boundary. Errors name the *compressed*
-    offset: the bytes fed before the chunk that failed, or where the stream
-    stopped.
+    Feed compressed chunks in order with :meth:`pieces`, which yields the
+    bytes they decompress to in pieces of at most ``max_output_bytes`` (for
+    zstandard, at most one block of 128 KiB more): the output of one call is
+    bounded whatever the compression ratio, so a stream is inflated with
+    memory bounded by what the caller holds of it (gzip through zlib's
+    ``max_length`` and ``unconsumed_tail``; zstandard by feeding its
+    decompressor input cut after a few blocks, see :class:`_ZstdBlocks`).
+    Concatenated gzip members and zstandard frames (what ``pigz`` and
+    ``zstd -T`` write) are followed. :meth:`finish` checks that the stream
+    ended on a frame boundary. Errors name the *compressed* offset: the
+    bytes fed before the chunk that failed, or where the stream stopped. A
+    failed allocation is a ``MemoryError``, never reported as corruption.
 
     Args:
         kind: ``"gzip"`` or ``"zstd"``.
         path: The shard, for error messages.
+        max_output_bytes: Most bytes one yielded piece holds (default
+            :data:`PIECE_BYTES`, 1 MiB).
     """
 
-    def __init__(self, kind: Compression, *, path: str):
+    def __init__(self, kind: Compression, *, path: str, max_output_bytes: int = PIECE_BYTES):
         if kind not in COMPRESSIONS:
             raise ValueError(f"unknown compression {kind!r}; expected one of {COMPRESSIONS}")
+        if max_output_bytes < 1:
+            raise ValueError(f"max_output_bytes must be positive, not {max_output_bytes}")
         self.kind = kind
         self.path = path
+        self.max_output_bytes = max_output_bytes
         self.consumed = 0  # compressed bytes fed so far
+        self._errors: tuple[type[BaseException], ...] = (zlib.error,) if kind == "gzip" else (_zstd().ZstdError,)
         self._obj = self._new()
         self._in_frame = False  # a frame has started and not yet ended
+        self._blocks = _ZstdBlocks() if kind == "zstd" else None
+        #: Blocks per zstandard call, so one call yields about max_output_bytes.
+        self._blocks_per_call = max(1, max_output_bytes // ZSTD_BLOCK_BYTES)
 
     def _new(self):  # type: ignore[no-untyped-def]
         if self.kind == "gzip":
@@ -198,38 +339,86 @@ class StreamDecompressor:
 
     def _error(self, message: str, offset: int, where: str = "") -> CorruptShardError:
         where = where or f"at compressed byte {offset}"
-        return CorruptShardError(
+        error = CorruptShardError(
             f"{self.path}: {self.kind}-compressed shard {message} {where}. "
             "Re-download or rewrite this shard (`shardkit write` reshards it uncompressed).",
             path=self.path,
             offset=offset,
         )
+        error.detail = f"{message} {where}"  # type: ignore[attr-defined]  # for member errors, which name their own place
+        return error
 
     def feed(self, chunk: bytes) -> bytes:
-        """Decompress ``chunk``; return what it yields (possibly nothing).
+        """Decompress ``chunk``; return all it yields at once (unbounded:
+        prefer :meth:`pieces` for data you did not write).
 
         Raises:
             CorruptShardError: The data is not valid for the compression.
         """
+        return b"".join(self.pieces(chunk))
+
+    def pieces(self, chunk: bytes | memoryview) -> Iterator[bytes]:
+        """Decompress ``chunk``, yielding its output in bounded pieces
+        (possibly none). Consume the pieces before feeding the next chunk.
+
+        Raises:
+            CorruptShardError: The data is not valid for the compression.
+            MemoryError: An allocation failed (memory ran out).
+        """
         start = self.consumed
         self.consumed += len(chunk)
-        out: list[bytes] = []
-        data = chunk
-        while data:
+        view = memoryview(chunk)
+        try:
+            if self._blocks is None:
+                yield from self._gzip(view)
+                return
             try:
-                out.append(self._obj.decompress(data))
-            except Exception as exc:  # zlib.error, zstd.ZstdError
+                cuts = self._blocks.cuts(view)
+            except ValueError as exc:
                 raise self._error(f"is corrupt ({exc})", start, f"in compressed bytes {start}..{self.consumed}") from None
+            lo = 0
+            step = self._blocks_per_call
+            for i in range(step - 1, len(cuts), step):
+                yield from self._zstd(view[lo : cuts[i]])
+                lo = cuts[i]
+            if lo < len(view):
+                yield from self._zstd(view[lo:])
+        except self._errors as exc:
+            raise self._error(f"is corrupt ({exc})", start, f"in compressed bytes {start}..{self.consumed}") from None
+
+    def _gzip(self, data: memoryview | bytes) -> Iterator[bytes]:
+        limit = self.max_output_bytes
+        while True:
+            out = self._obj.decompress(data, limit)
+            if data or out:
+                self._in_frame = True
+            if out:
+                yield out
+            if self._obj.eof:
+                # One member ended; anything after it starts the next one.
+                data = self._obj.unused_data
+                self._obj = self._new()
+                self._in_frame = False
+                if data and data.strip(b"\x00") == b"":
+                    return  # zero padding after the last member (tar -z pads blocks)
+                if not data:
+                    return
+                continue
+            data = self._obj.unconsumed_tail
+            if not data and len(out) < limit:
+                return
+
+    def _zstd(self, data: memoryview) -> Iterator[bytes]:
+        while data:
+            out = self._obj.decompress(data)
             self._in_frame = True
+            if out:
+                yield out
             if not self._obj.eof:
-                break
-            # One frame ended; anything after it starts the next one.
-            data = self._obj.unused_data
+                return
+            data = memoryview(self._obj.unused_data)
             self._obj = self._new()
             self._in_frame = False
-            if data and self.kind == "gzip" and data.strip(b"\x00") == b"":
-                data = b""  # zero padding after the last member (tar -z pads blocks)
-        return b"".join(out)
 
     def finish(self) -> None:
         """Check the stream ended on a frame boundary.

@@ -29,6 +29,15 @@ gz zst                                  decompressed bytes
 anything else                           bytes, unchanged
 ======================================  =======================================
 
+Limits: a compressed member is inflated piece by piece up to
+``max_member_bytes`` (default :data:`DEFAULT_MAX_MEMBER_BYTES`, 256 MiB) and
+an image's header is checked against ``max_image_pixels`` (default Pillow's
+``Image.MAX_IMAGE_PIXELS``, about 89.5 megapixels) before any pixel is
+decoded, by PIL and torchvision alike. Past either limit the field raises
+:class:`~shardkit.errors.MemberTooLargeError` (or its subclass
+:class:`~shardkit.errors.ImageTooLargeError`) naming the shard, the member
+and the limit; the readers skip the sample under ``on_error="skip"``.
+
 As in webdataset, a compression suffix is undone first (``txt.gz`` is text,
 ``npy.zst`` an array; webdataset knows only ``.gz`` and undoes one suffix,
 shardkit undoes each in turn). The compressed forms need no extra package.
@@ -42,19 +51,21 @@ sample's key.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from shardkit.errors import UsageError
+from shardkit.errors import MemberTooLargeError, UsageError
 from shardkit.format.compression import (
+    DEFAULT_MAX_MEMBER_BYTES,
     MEMBER_SUFFIXES,
     Compression,
     decompress,
     member_compression,
 )
 from shardkit.read.decoders.arrays import decode_npy, decode_npz, decode_tenbin
-from shardkit.read.decoders.images import IMAGE_EXTENSIONS, decode_pil, decode_tensor
+from shardkit.read.decoders.images import DEFAULT_MAX_IMAGE_PIXELS, IMAGE_EXTENSIONS, decode_pil, decode_tensor
 from shardkit.read.decoders.values import (
     decode_cbor,
     decode_int,
@@ -66,6 +77,7 @@ from shardkit.read.decoders.values import (
 )
 
 ImageMode = Literal["pil", "tensor"]
+
 FieldDecoder = Callable[[bytes], Any]
 
 INT_EXTENSIONS = frozenset({"cls", "cls2", "class", "count", "index", "inx", "id", "label"})
@@ -97,18 +109,22 @@ class Decompressed:
         compression: ``"gzip"`` or ``"zstd"``.
         then: The decoder of the inner extension, or None to return the
             decompressed bytes.
+        max_bytes: Most bytes the member may inflate to (None: no limit).
     """
 
     compression: Compression
     then: FieldDecoder | None = None
+    max_bytes: int | None = DEFAULT_MAX_MEMBER_BYTES
 
     def __call__(self, data: bytes) -> Any:
         """Decompress ``data`` and decode the result.
 
         Raises:
             ValueError: The compressed data is corrupt or truncated.
+            MemberTooLargeError: It inflates past ``max_bytes`` (nothing
+                more is inflated).
         """
-        raw = decompress(data, self.compression)
+        raw = decompress(data, self.compression, max_bytes=self.max_bytes)
         return raw if self.then is None else self.then(raw)
 
 
@@ -122,15 +138,27 @@ class Decoder:
         allow_pickle: Unpickle ``pickle`` / ``pkl`` / ``pyd`` fields (runs
             code from the data: only for data you trust).
         allow_torch_load: ``torch.load`` ``pt`` / ``pth`` fields (same risk).
+        max_member_bytes: Most bytes a compressed member (``txt.gz``,
+            ``npy.zst``, ...) may inflate to; default 256 MiB
+            (:data:`DEFAULT_MAX_MEMBER_BYTES`); None for no limit.
+        max_image_pixels: Most pixels an image may have, read from its
+            header before decoding; default Pillow's ``MAX_IMAGE_PIXELS``
+            (89,478,485); None for no limit of ours.
     """
 
     image: ImageMode | None = "pil"
     allow_pickle: bool = False
     allow_torch_load: bool = False
+    max_member_bytes: int | None = DEFAULT_MAX_MEMBER_BYTES
+    max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS
 
     def __post_init__(self) -> None:
         if self.image not in ("pil", "tensor", None):
             raise UsageError(f"Decoder image must be 'pil', 'tensor' or None, not {self.image!r}")
+        for name in ("max_member_bytes", "max_image_pixels"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise UsageError(f"Decoder {name} must be a positive integer or None, not {value!r}")
 
     def function_for(self, extension: str) -> FieldDecoder | None:
         """The decode function for a field extension, or None to keep bytes.
@@ -148,13 +176,15 @@ class Decoder:
     def _lookup(self, lower: str, extension: str) -> FieldDecoder | None:
         """:meth:`function_for` of the lower-case ``lower``; ``extension`` names the field in errors."""
         if lower in MEMBER_SUFFIXES:
-            return Decompressed(MEMBER_SUFFIXES[lower])
+            return Decompressed(MEMBER_SUFFIXES[lower], max_bytes=self.max_member_bytes)
         inner, compression = member_compression(lower)
         if compression is not None:
-            return Decompressed(compression, self._lookup(inner, extension))
+            return Decompressed(compression, self._lookup(inner, extension), max_bytes=self.max_member_bytes)
         ext = lower.rsplit(".", 1)[-1]
         if ext in IMAGE_EXTENSIONS:
-            return None if self.image is None else (decode_pil if self.image == "pil" else decode_tensor)
+            if self.image is None:
+                return None
+            return functools.partial(decode_pil if self.image == "pil" else decode_tensor, max_pixels=self.max_image_pixels)
         found = SAFE_DECODERS.get(ext)
         if found is not None:
             return found
@@ -174,13 +204,19 @@ class Decoder:
             return decode_torch
         return None
 
-    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+    def __call__(self, sample: dict[str, Any], *, path: str | None = None) -> dict[str, Any]:
         """Decode every field of ``sample`` in place and return it.
 
         Fields whose name starts with ``__`` (``__key__``) and fields that
         are not bytes (already decoded) are left alone.
 
+        Args:
+            sample: The sample dict.
+            path: The shard it comes from, for error messages.
+
         Raises:
+            MemberTooLargeError: A field is over ``max_member_bytes`` or
+                ``max_image_pixels``; names ``path`` and the member.
             UsageError: A field needs pickle or ``torch.load`` and that was
                 not enabled.
             Exception: A field's decoder failed (its own error, for example
@@ -199,6 +235,8 @@ class Decoder:
                 continue
             try:
                 sample[ext] = fn(bytes(value) if not isinstance(value, bytes) else value)
+            except MemberTooLargeError as exc:
+                raise exc.located(path=path, member=f"{sample.get('__key__')}.{ext}") from None
             except Exception as exc:
                 add_note = getattr(exc, "add_note", None)  # Python 3.11+
                 if add_note is not None:

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset, default_collate
 
-from shardkit.errors import CorruptShardError, ManifestError, TruncatedShardError, UsageError
+from shardkit.errors import CorruptShardError, ManifestError, MemberTooLargeError, TruncatedShardError, UsageError
 from shardkit.format.compression import MAGIC_BYTES, compression_from_name, detect_compression, file_compression
 from shardkit.format.index import OffsetIndex, check_bounds, decode_offset_index, load_offset_index
 from shardkit.format.manifest import Manifest
@@ -409,11 +409,17 @@ class IndexedDataset(Dataset):
         sample: Sample = {"__key__": raw.key}
         sample.update(raw.fields)
         sample["__index__"] = global_index
-        if self._decoder is not None:
-            sample = self._decoder(sample)
-        if self._map is not None:
-            return self._map(sample)
-        return sample
+        try:
+            if self._decoder is not None:
+                sample = self._decoder(sample, path=self.shard_url(shard))
+            return sample if self._map is None else self._map(sample)
+        except MemberTooLargeError as exc:  # a data fault, like corruption
+            error = exc if exc.path is not None else exc.located(path=self.shard_url(shard), member=exc.member)
+            if self._on_error == "raise":
+                raise error from None
+            log.warning("skipping sample %d: %s", global_index, error)
+            self._counters.count_skip(error)
+            return None
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """Samples ``indices`` (a DataLoader batch), read concurrently with up

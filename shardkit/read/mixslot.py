@@ -90,13 +90,11 @@ def _labels(epochs: Iterator[list[int]], skip: int) -> Iterator[int]:
         skip = 0
 
 
-def _merged(
-    labels: Iterator[int], streams: list[Iterator[Located]], names: tuple[Any, ...]
-) -> Iterator[tuple[Located, Any]]:
+def _merged(labels: Iterator[int], streams: list[Iterator[Located]]) -> Iterator[tuple[Located, int]]:
     for label in labels:
         item = next(streams[label], None)
         if item is not None:  # None: the stream ended early (faults skipped); the others go on
-            yield item, names[label]
+            yield item, label
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -222,10 +220,16 @@ class MixSlotReader:
                 restored_raws(r, world, level, count=own) for r, level, own in zip(restorers, levels, delivered)
             ]
         labels = _labels(slot_epoch_counts(levels, world, self.options), count)
-        merged = _merged(labels, streams, self.names)
-        samples = ((n, _as_dict(located, name)) for n, (located, name) in zip(itertools.count(count + 1), merged))
+        merged = _merged(labels, streams)
+        urls = [c.urls for c in self.catalogs]
+        samples = (
+            (n, _as_dict(located, self.names[label]), urls[label][located[0]])
+            for n, (located, label) in zip(itertools.count(count + 1), merged)
+        )
         return finish_items(
             samples,
+            on_error=self.on_error,
+            on_skip=on_skip,
             decoder=self.decoder,
             map=self.map,
             batch_size=self.batch_size,

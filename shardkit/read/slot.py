@@ -11,6 +11,7 @@ process holding one (the dataset, the loader's workers) reads any slot.
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from shardkit.errors import UsageError
+from shardkit.errors import MemberTooLargeError, UsageError
 from shardkit.io.base import SourceOptions
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.decode import Decoder
@@ -34,6 +35,8 @@ from shardkit.world import World
 
 Sample = dict[str, Any]
 
+log = logging.getLogger(__name__)
+
 
 def located_nbytes(located: Located) -> int:
     """A sample's size as stored (tar headers included): O(1), and the same
@@ -42,11 +45,11 @@ def located_nbytes(located: Located) -> int:
     return raw.end - raw.start
 
 
-def _as_dicts(located: Iterator[tuple[int, Located]]) -> Iterator[tuple[int, Sample]]:
-    for count, (_, _, raw) in located:
+def _as_dicts(located: Iterator[tuple[int, Located]], urls: Any) -> Iterator[tuple[int, Sample, str]]:
+    for count, (shard, _, raw) in located:
         sample: Sample = {"__key__": raw.key}
         sample.update(raw.fields)
-        yield count, sample
+        yield count, sample, urls[shard]
 
 
 def _shape(value: Any) -> tuple[int, ...] | None:
@@ -200,9 +203,11 @@ class SlotReader:
         else:
             restorer = SlotRestorer(self.plan, reader, epoch=epoch)
             raws = restored_raws(restorer, world, restorer.level_plan(base), count=count)
-        samples: Iterator[tuple[int, Any]] = _as_dicts(zip(itertools.count(count + 1), raws))
+        samples = _as_dicts(zip(itertools.count(count + 1), raws), self.catalog.urls)
         return finish_items(
             samples,
+            on_error=self.on_error,
+            on_skip=on_skip,
             decoder=self.decoder,
             map=self.map,
             batch_size=self.batch_size,
@@ -239,8 +244,10 @@ def restored_raws(restorer: SlotRestorer, world: World, level: LevelPlan, *, cou
 
 
 def finish_items(
-    samples: Iterator[tuple[int, Sample]],
+    samples: Iterator[tuple[int, Sample, str]],
     *,
+    on_error: OnError,
+    on_skip: Callable[[Exception], None],
     decoder: Decoder | None,
     map: Callable[[Sample], Any] | None,  # noqa: A002 - the reader's name for it
     batch_size: int | None,
@@ -248,16 +255,40 @@ def finish_items(
     partial_batches: bool,
 ) -> Iterator[tuple[int, Any]]:
     """The last stages of a slot's stream: decode, map, batch. Items keep
-    the slot's delivered count (a batch, its last sample's)."""
-    out: Iterator[tuple[int, Any]] = samples
-    if decoder is not None:
-        out = ((n, decoder(s)) for n, s in out)
-    if map is not None:
-        fn = map
-        out = ((n, fn(s)) for n, s in out)
+    the slot's delivered count (a batch, its last sample's). ``samples``
+    come with their shard's URL, for errors."""
+    out: Iterator[tuple[int, Any]]
+    if decoder is None and map is None:
+        out = ((n, s) for n, s, _ in samples)
+    else:
+        out = _decoded(samples, decoder, map, on_error, on_skip)
     if batch_size is not None:
         out = _batches(out, batch_size, default_collate if collate is None else collate, partial_batches)
     return out
+
+
+def _decoded(
+    samples: Iterator[tuple[int, Sample, str]],
+    decoder: Decoder | None,
+    fn: Callable[[Sample], Any] | None,
+    on_error: OnError,
+    on_skip: Callable[[Exception], None],
+) -> Iterator[tuple[int, Any]]:
+    """Decode and map each sample. A member over a limit
+    (:class:`~shardkit.errors.MemberTooLargeError`, from the decoder or a
+    transform in ``map``) is a data fault: raised naming the shard, or under
+    ``on_error="skip"`` logged, counted and the sample dropped."""
+    for n, sample, url in samples:
+        try:
+            if decoder is not None:
+                sample = decoder(sample, path=url)
+            yield n, (sample if fn is None else fn(sample))
+        except MemberTooLargeError as exc:
+            error = exc if exc.path is not None else exc.located(path=url, member=exc.member)
+            if on_error == "raise":
+                raise error from None
+            log.warning("skipping sample (on_error='skip'): %s", error)
+            on_skip(error)
 
 
 def _batches(

@@ -81,8 +81,8 @@ Located = tuple[int, int, RawSample]
 #: Faults the skip policy may skip; anything else is a bug and propagates.
 FAULTS = (CorruptShardError, ManifestError, OSError)
 
-#: Compressed bytes decompressed at a time, so that one decompressed chunk in
-#: the read-ahead queue stays within a few MiB for well-compressing data.
+#: Most decompressed bytes in one chunk of a compressed shard, however well
+#: it compresses, so that the read-ahead queue's byte budget bounds memory.
 DECOMPRESS_SLICE_BYTES = 1 << 20
 
 
@@ -238,14 +238,14 @@ class PieceReader:
                 offset=0,
             )
         job.compression = kind
-        stream = StreamDecompressor(kind, path=job.url)
+        # Each piece holds at most DECOMPRESS_SLICE_BYTES of output, however
+        # well the data compresses, and is taken by the read-ahead queue (which
+        # counts it at that size) before the next is inflated: memory stays
+        # within the read-ahead budget, not the shard's uncompressed size.
+        stream = StreamDecompressor(kind, path=job.url, max_output_bytes=DECOMPRESS_SLICE_BYTES)
         for chunk in chain(head, chunks):
             job.raw_bytes += len(chunk)
-            view = memoryview(chunk)
-            for lo in range(0, len(view), DECOMPRESS_SLICE_BYTES):
-                out = stream.feed(view[lo : lo + DECOMPRESS_SLICE_BYTES])
-                if out:
-                    yield out
+            yield from stream.pieces(chunk)
         stream.finish()
 
     def _read_ahead_budget(self) -> int:

@@ -419,9 +419,7 @@ def _decompressed(chunks: Iterator[bytes], kind: Compression, path: str) -> Iter
     a :class:`~shardkit.errors.CorruptShardError` naming the compressed offset."""
     stream = StreamDecompressor(kind, path=path)
     for chunk in chunks:
-        out = stream.feed(chunk)
-        if out:
-            yield out
+        yield from stream.pieces(chunk)  # bounded pieces, whatever the ratio
     stream.finish()
 
 

@@ -102,3 +102,34 @@ def test_gzip_cli_output_with_trailing_zero_padding_is_accepted(tmp_path):
     out = stream.feed(data + bytes(100))
     stream.finish()
     assert out == PAYLOAD
+
+
+@pytest.mark.parametrize("kind", COMPRESSIONS)
+def test_stream_output_is_bounded_per_piece_whatever_the_ratio(kind):
+    data = compress(bytes(64 << 20), kind)  # ~1000:1 (gzip) to ~30000:1 (zstd)
+    stream = StreamDecompressor(kind, path="zeros.tar", max_output_bytes=1 << 20)
+    sizes = [len(piece) for piece in stream.pieces(data)]
+    stream.finish()
+    assert sum(sizes) == 64 << 20
+    assert max(sizes) <= 1 << 20
+
+
+@pytest.mark.parametrize("kind", COMPRESSIONS)
+def test_decompress_refuses_past_max_bytes(kind):
+    from shardkit import MemberTooLargeError
+
+    data = compress(bytes(8 << 20), kind)
+    assert decompress(data, kind, max_bytes=8 << 20) == bytes(8 << 20)
+    with pytest.raises(MemberTooLargeError, match=r"more than 1,048,576 bytes.*max_member_bytes=1048576") as info:
+        decompress(data, kind, max_bytes=1 << 20)
+    assert info.value.limit == 1 << 20 and isinstance(info.value, CorruptShardError)
+
+
+def test_zstd_block_claiming_more_than_a_block_is_corrupt():
+    data = bytearray(compress(PAYLOAD, "zstd"))
+    d = data[4]  # the frame header descriptor: what follows it, up to the first block
+    single = (d >> 5) & 1
+    header = 5 + (1 - single) + (0, 1, 2, 4)[d & 3] + (single, 2, 4, 8)[d >> 6]
+    data[header : header + 3] = ((200_000 << 3) | (2 << 1)).to_bytes(3, "little")
+    with pytest.raises(CorruptShardError, match="claims 200000 bytes"):
+        StreamDecompressor("zstd", path="s.tar.zst").feed(bytes(data))

@@ -2,7 +2,8 @@
 one dataset under a memory cap, and print what came of it as one JSON line.
 
 Run as ``python -m tests.hostile.entry ENTRY TARGET [--on-error raise|skip]
-[--mem-mb N] [--options JSON]``. ENTRY is one of :data:`ENTRIES`. The address
+[--mem-mb N] [--options JSON]`` (options are the dataset's keyword
+arguments, plus ``fused``, see :data:`FUSED`). ENTRY is one of :data:`ENTRIES`. The address
 space is capped at what the interpreter holds after its imports plus
 ``--mem-mb``, so a read that allocates what a hostile header claims dies
 here (as a ``MemoryError`` the report names), not in the test runner.
@@ -42,10 +43,28 @@ def _cap_memory(extra_mb: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
+#: ``--options {"fused": NAME}``: read images as bytes and decode them with
+#: a fused transform of :mod:`shardkit.transforms` on the ``png`` field.
+FUSED = ("random_resized_crop", "resize_center_crop")
+
+
+def _fused(options: dict) -> dict:
+    name = options.pop("fused", None)
+    if name is None:
+        return options
+    import shardkit
+    from shardkit import transforms
+
+    assert name in FUSED, name
+    transform = transforms.DecodeRandomResizedCrop(32) if name == FUSED[0] else transforms.DecodeResizeCenterCrop(32)
+    return {**options, "decode": shardkit.Decoder(image=None), "map": transforms.MapField("png", transform)}
+
+
 def run(entry: str, target: str, *, on_error: str, options: dict) -> dict:
     import shardkit
     from shardkit.cli import main as cli_main
 
+    options = _fused(options)
     report: dict = {"samples": [], "skipped": 0}
     if entry in ("stream", "loader"):
         ds = shardkit.ShardDataset(target, mode="exact", shuffle=False, on_error=on_error, **options)

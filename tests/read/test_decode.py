@@ -229,3 +229,26 @@ def test_importing_the_decoder_loads_no_decoding_package():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_member_and_image_limits_are_options_of_the_decoder():
+    import io as _io
+
+    from PIL import Image
+
+    from shardkit import Decoder, ImageTooLargeError, MemberTooLargeError
+    from shardkit.format.compression import compress
+
+    sample = {"__key__": "k7", "txt.gz": compress(b"a" * 1000, "gzip")}
+    with pytest.raises(MemberTooLargeError, match=r"s\.tar: member 'k7\.txt\.gz': .*max_member_bytes=100\)") as info:
+        Decoder(max_member_bytes=100)(dict(sample), path="s.tar")
+    assert (info.value.path, info.value.member, info.value.limit) == ("s.tar", "k7.txt.gz", 100)
+    assert Decoder(max_member_bytes=1000)(dict(sample))["txt.gz"] == "a" * 1000
+    buf = _io.BytesIO()
+    Image.new("RGB", (8, 8)).save(buf, format="PNG")
+    for image in ("pil", "tensor"):
+        with pytest.raises(ImageTooLargeError, match=r"member 'k7\.png': image header gives 8 x 8 = 64 pixels"):
+            Decoder(image=image, max_image_pixels=63)({"__key__": "k7", "png": buf.getvalue()})
+        Decoder(image=image, max_image_pixels=64)({"__key__": "k7", "png": buf.getvalue()})
+    with pytest.raises(UsageError, match="max_member_bytes"):
+        Decoder(max_member_bytes=0)

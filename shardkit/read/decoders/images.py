@@ -11,7 +11,15 @@ bytes instead of failing to decode.
 from __future__ import annotations
 
 import io
+import re
 from typing import Any
+
+from shardkit.errors import ImageTooLargeError
+
+#: Default of the image pixel limit (``max_image_pixels``): Pillow's own
+#: default ``Image.MAX_IMAGE_PIXELS``, about 89.5 megapixels (a 9459 x 9459
+#: image, 268 MB as RGB), whatever decodes the image.
+DEFAULT_MAX_IMAGE_PIXELS = 1024 * 1024 * 1024 // 4 // 3
 
 IMAGE_EXTENSIONS: frozenset[str] = frozenset(
     {
@@ -26,16 +34,75 @@ IMAGE_EXTENSIONS: frozenset[str] = frozenset(
 _TENSOR_MODES = frozenset({"L", "LA", "RGB", "RGBA", "I;16", "I", "F"})
 
 
-def decode_pil(data: bytes) -> Any:
+def check_pixels(width: int, height: int, max_pixels: int | None) -> None:
+    """Refuse an image of ``width`` x ``height`` over ``max_pixels``.
+
+    Raises:
+        ImageTooLargeError: Naming the pixel count and the limit.
+    """
+    pixels = int(width) * int(height)
+    if max_pixels is not None and pixels > max_pixels:
+        raise ImageTooLargeError.over_limit(
+            f"image header gives {width} x {height} = {pixels:,} pixels",
+            limit=max_pixels,
+            option="max_image_pixels",
+            amount=pixels,
+        )
+
+
+_PIL_BOMB = re.compile(r"\((\d+) pixels\)")
+
+
+def open_image(data: bytes, max_pixels: int | None) -> Any:
+    """Open an image with PIL (lazily: only the header is read) and check
+    its size against ``max_pixels`` before any pixel is decoded.
+
+    Raises:
+        ImageTooLargeError: The header gives more than ``max_pixels`` pixels
+            (or more than PIL's own global limit, twice
+            ``PIL.Image.MAX_IMAGE_PIXELS``, which it enforces on opening).
+        PIL.UnidentifiedImageError: PIL does not recognise the bytes.
+    """
+    from PIL import Image
+
+    try:
+        image = Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as exc:  # PIL's own check, at twice its global limit
+        found = _PIL_BOMB.search(str(exc))
+        pixels = int(found.group(1)) if found else None
+        said = f"{pixels:,} pixels" if pixels is not None else "more pixels than PIL allows"
+        if max_pixels is None or (pixels is not None and pixels <= max_pixels):
+            # Our limit allows it; PIL's global one (set by the user) does not.
+            raise ImageTooLargeError.over_limit(
+                f"image header gives {said}, over PIL's global limit (twice PIL.Image.MAX_IMAGE_PIXELS, "
+                "which must be raised too)",
+                limit=2 * (Image.MAX_IMAGE_PIXELS or 0),
+                option="max_image_pixels",
+                amount=pixels,
+            ) from None
+        raise ImageTooLargeError.over_limit(
+            f"image header gives {said}", limit=max_pixels, option="max_image_pixels", amount=pixels
+        ) from None
+    check_pixels(*image.size, max_pixels)
+    return image
+
+
+def decode_pil(data: bytes, *, max_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS) -> Any:
     """Open an image with PIL and load its pixels, keeping the stored mode.
+
+    Args:
+        data: The encoded image.
+        max_pixels: Most pixels accepted, checked on the header before
+            decoding (None: no limit of ours).
 
     Returns:
         A loaded ``PIL.Image.Image`` (``L``, ``RGB``, ``RGBA``, ``P``, ... as
         stored; call ``.convert("RGB")`` for three channels).
-    """
-    from PIL import Image
 
-    image = Image.open(io.BytesIO(data))
+    Raises:
+        ImageTooLargeError: The image has more than ``max_pixels`` pixels.
+    """
+    image = open_image(data, max_pixels)
     image.load()
     return image
 
@@ -45,7 +112,7 @@ def _torchvision_kind(data: bytes) -> bool:
     return data[:3] == b"\xff\xd8\xff" or data[:8] == b"\x89PNG\r\n\x1a\n" or (data[:4] == b"RIFF" and data[8:12] == b"WEBP")
 
 
-def decode_tensor(data: bytes) -> Any:
+def decode_tensor(data: bytes, *, max_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS) -> Any:
     """Decode an image to a ``torch.uint8`` tensor of shape ``C x H x W``.
 
     JPEG, PNG and WebP go through ``torchvision.io.decode_image`` (channels
@@ -55,19 +122,33 @@ def decode_tensor(data: bytes) -> Any:
     other colour spaces RGB; 16-bit, 32-bit integer and float images keep
     their dtype (``uint16``, ``int32``, ``float32``) with one channel.
 
+    The image's size is read from its header first (PIL opens lazily) and
+    checked against ``max_pixels`` before anything is decoded, as for
+    :func:`decode_pil`.
+
     Returns:
         A ``torch.Tensor`` of shape ``C x H x W`` (a first frame only for
         animations).
+
+    Raises:
+        ImageTooLargeError: The image has more than ``max_pixels`` pixels.
     """
     import torch
 
     if _torchvision_kind(data):
+        from PIL import UnidentifiedImageError
         from torchvision.io import ImageReadMode, decode_image
 
+        try:
+            open_image(data, max_pixels)  # the header only: refuses a bomb before torchvision allocates
+        except ImageTooLargeError:
+            raise
+        except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
+            pass  # a header PIL cannot read: torchvision's decoder has the last word
         return decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.UNCHANGED)
     import numpy as np
 
-    image = decode_pil(data)
+    image = decode_pil(data, max_pixels=max_pixels)
     if image.mode not in _TENSOR_MODES:
         if image.mode in ("1",):
             image = image.convert("L")
