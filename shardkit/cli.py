@@ -179,16 +179,26 @@ def _add_verify(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="re-read every shard and check it", description=cmd_verify.__doc__)
     p.add_argument("dataset", help="dataset directory, manifest.json, or their URL")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--allow-prefix",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help="a folder or URL prefix outside the dataset that its manifest may name shards in "
+        "(repeatable; SourceOptions.allowed_prefixes)",
+    )
     _add_verbose(p)
     p.set_defaults(func=cmd_verify)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Check every shard's size, checksum, tar structure, sample count and offset index."""
+    from shardkit.io.base import SourceOptions
     from shardkit.io.manifest import fetch_manifest
     from shardkit.verify import verify_shard
 
-    manifest = fetch_manifest(args.dataset)
+    options = SourceOptions(allowed_prefixes=tuple(args.allow_prefix))
+    manifest = fetch_manifest(args.dataset, options=options)
     bar = None
     if not args.quiet:
         from tqdm import tqdm
@@ -196,9 +206,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         bar = tqdm(total=manifest.num_bytes, unit="B", unit_scale=True, desc="verify", file=sys.stderr)
     samples = 0
     try:
-        for entry in manifest.shards:
+        for number, entry in enumerate(manifest.shards):
             try:
-                samples += verify_shard(manifest, entry)
+                samples += verify_shard(manifest, entry, options=options, number=number)
             except VerifyError as exc:
                 print(f"FAILED: {exc}", file=sys.stderr)
                 return EXIT_CHECK_FAILED

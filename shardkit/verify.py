@@ -22,6 +22,7 @@ from shardkit.format.compression import decompress, member_compression
 from shardkit.format.index import decode_index, load_index
 from shardkit.format.manifest import Manifest, ShardEntry
 from shardkit.format.tar import RawSample, SampleParser
+from shardkit.io.base import SourceOptions
 from shardkit.io.local import HASH_CHUNK_BYTES
 from shardkit.io.manifest import fetch_manifest
 from shardkit.io.registry import open_source
@@ -52,14 +53,27 @@ def _check_members(path: str, samples: list[RawSample]) -> list[RawSample]:
     return samples
 
 
-def verify_shard(manifest: Manifest, entry: ShardEntry) -> int:
+def verify_shard(
+    manifest: Manifest, entry: ShardEntry, *, options: SourceOptions | None = None, number: int | None = None
+) -> int:
     """Check one shard; return its sample count.
+
+    Args:
+        manifest: The dataset's manifest.
+        entry: One of its shards.
+        options: How to read remote shards, and the locations outside the
+            dataset its entries may name (``allowed_prefixes``).
+        number: The shard's position in the manifest, for messages.
 
     Raises:
         VerifyError: naming the shard and what is wrong with it.
+        ManifestError: The entry leaves the dataset (see :meth:`Manifest.resolve`).
     """
-    path = manifest.resolve(entry.path)
-    if is_local(path) and not os.path.isfile(local_path(path)):
+    options = options or SourceOptions()
+    allowed = options.allowed_prefixes
+    shard = "shard" if number is None else f"shard {number}"
+    path = manifest.resolve(entry.path, allowed_prefixes=allowed, what=f"{shard} path")
+    if is_local(path) and not os.path.lexists(local_path(path)):
         raise VerifyError(f"{path}: shard listed in the manifest is missing", path=path)
     digest = hashlib.sha256()
     parser = SampleParser(path=path)
@@ -67,12 +81,13 @@ def verify_shard(manifest: Manifest, entry: ShardEntry) -> int:
     size = 0
     check = manifest.member_compression is not None
     try:
-        for chunk in open_source(path).iter_range(0, None, chunk_bytes=HASH_CHUNK_BYTES):
+        # No expected size: the bytes are counted and compared below, with the checksum.
+        for chunk in open_source(path, options=options).iter_range(0, None, chunk_bytes=HASH_CHUNK_BYTES):
             size += len(chunk)
             digest.update(chunk)
             samples = parser.feed(chunk)
             bounds.extend(s.end for s in (_check_members(path, samples) if check else samples))
-    except OSError as exc:
+    except (OSError, ManifestError) as exc:
         raise VerifyError(f"{path}: shard missing or unreadable ({exc})", path=path) from exc
     if size != entry.num_bytes:
         raise VerifyError(f"{path}: size is {size} bytes, manifest says {entry.num_bytes} (truncated or replaced?)", path=path)
@@ -86,12 +101,12 @@ def verify_shard(manifest: Manifest, entry: ShardEntry) -> int:
     count = len(bounds) - 1
     if count != entry.num_samples:
         raise VerifyError(f"{path}: holds {count} samples, manifest says {entry.num_samples}", path=path)
-    index_path = manifest.resolve(entry.index)
+    index_path = manifest.resolve(entry.index, allowed_prefixes=allowed, what=f"{shard} index")
     try:
         if is_local(index_path):
             index = load_index(local_path(index_path))
         else:
-            index = decode_index(open_source(index_path).read_all(), path=index_path)
+            index = decode_index(open_source(index_path, options=options).read_all(), path=index_path)
     except (ManifestError, OSError) as exc:
         raise VerifyError(f"{path}: offset index unusable: {exc}", path=path) from exc
     if len(index) != len(bounds) or not np.array_equal(np.asarray(index), np.asarray(bounds, dtype=index.dtype)):
@@ -101,17 +116,29 @@ def verify_shard(manifest: Manifest, entry: ShardEntry) -> int:
     return count
 
 
-def verify_dataset(path: str, *, progress: Callable[[ShardEntry], None] | None = None) -> VerifyReport:
+def verify_dataset(
+    path: str,
+    *,
+    options: SourceOptions | None = None,
+    progress: Callable[[ShardEntry], None] | None = None,
+) -> VerifyReport:
     """Verify every shard of the dataset at ``path`` (directory, manifest, or URL).
 
+    Args:
+        path: The dataset.
+        options: How to read it, and the locations outside the dataset its
+            manifest may name (``allowed_prefixes``).
+        progress: Called with each shard checked.
+
     Raises:
-        ManifestError: The manifest cannot be loaded.
+        ManifestError: The manifest cannot be loaded, or names a location
+            outside the dataset.
         VerifyError: The first bad shard, and why.
     """
-    manifest = fetch_manifest(path)
+    manifest = fetch_manifest(path, options=options)
     samples = 0
-    for entry in manifest.shards:
-        samples += verify_shard(manifest, entry)
+    for number, entry in enumerate(manifest.shards):
+        samples += verify_shard(manifest, entry, options=options, number=number)
         if progress is not None:
             progress(entry)
     return VerifyReport(manifest=manifest, num_shards_checked=manifest.num_shards, num_samples_checked=samples)

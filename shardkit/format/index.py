@@ -20,6 +20,7 @@ import re
 import numpy as np
 
 from shardkit.errors import ManifestError
+from shardkit.format.location import open_regular
 
 INDEX_SUFFIX = ".idx"
 INDEX_DTYPE = np.dtype("<u8")
@@ -51,20 +52,20 @@ def load_index(path: str) -> np.ndarray:
     """Memory-map a local index file.
 
     Raises:
-        ManifestError: The file is missing or is not a valid index.
+        ManifestError: The file is missing, not a regular file (a FIFO, a
+            device...), or not a valid index.
     """
     try:
-        with open(path, "rb") as f:
-            head = f.read(_MAX_HEADER_BYTES)
-            size = os.fstat(f.fileno()).st_size
+        f, size = open_regular(path, what="offset index")
     except FileNotFoundError:
         raise ManifestError(
             f"{path}: offset index missing; rewrite the dataset or run `shardkit verify`", path=path
         ) from None
-    count, offset = _read_npy_header(head, path)
-    if size < offset + count * INDEX_DTYPE.itemsize:
-        raise ManifestError(f"{path}: not a shardkit offset index (file shorter than its header says)", path=path)
-    return _checked(np.memmap(path, dtype=INDEX_DTYPE, mode="r", offset=offset, shape=(count,)), path)
+    with f:  # mapped through the file checked above, not by opening the path again
+        count, offset = _read_npy_header(f.read(_MAX_HEADER_BYTES), path)
+        if size < offset + count * INDEX_DTYPE.itemsize:
+            raise ManifestError(f"{path}: not a shardkit offset index (file shorter than its header says)", path=path)
+        return _checked(np.memmap(f, dtype=INDEX_DTYPE, mode="r", offset=offset, shape=(count,)), path)
 
 
 #: The ``.npy`` prelude: magic, version, header length.

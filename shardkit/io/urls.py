@@ -2,12 +2,13 @@
 
 A URL may carry secrets: a presigned query string, ``user:password@`` in the
 authority. Everything shardkit logs or puts into an error message goes
-through :func:`redact_url` first.
+through :func:`redact_url` first (kept in :mod:`shardkit.format.location`,
+which manifests use too).
 """
 
 from __future__ import annotations
 
-import urllib.parse
+from shardkit.format.location import redact_url
 
 
 def is_local(url: str) -> bool:
@@ -31,14 +32,4 @@ def url_scheme(url: str) -> str:
     return url.split("://", 1)[0].lower()
 
 
-def redact_url(url: str) -> str:
-    """Drop credentials, query string and fragment from ``url`` for logs and errors.
-
-    >>> redact_url("https://user:secret@host/a/b.tar?X-Amz-Signature=abc")
-    'https://host/a/b.tar'
-    """
-    if "://" not in url:
-        return url
-    parts = urllib.parse.urlsplit(url)
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+__all__ = ["is_local", "local_path", "redact_url", "url_scheme"]

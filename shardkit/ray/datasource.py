@@ -65,8 +65,9 @@ def plan_ranges(
     shards = [s for s in manifest.shards if s.num_samples > 0]
     wanted = max(1, math.ceil(parallelism / max(len(shards), 1))) if parallelism > len(shards) else 1
     ranges = []
+    allowed = options.allowed_prefixes
     for entry in shards:
-        url = manifest.resolve(entry.path)
+        url = manifest.resolve(entry.path, allowed_prefixes=allowed, what="shard path")
         per_shard = min(wanted, max(1, entry.num_bytes // min_range_bytes)) if min_range_bytes > 0 else wanted
         if per_shard == 1 or entry.num_samples == 1:
             ranges.append(ShardRange(url, entry.num_bytes, entry.sha256, 0, entry.num_samples, 0, None))
@@ -83,7 +84,7 @@ def plan_ranges(
 
 
 def _bounds(manifest: Manifest, entry: ShardEntry, options: SourceOptions) -> list[int]:
-    url = manifest.resolve(entry.index)
+    url = manifest.resolve(entry.index, allowed_prefixes=options.allowed_prefixes, what="shard index")
     return [int(b) for b in decode_index(open_source(url, options=options).read_all(), path=url)]
 
 

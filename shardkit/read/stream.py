@@ -138,11 +138,15 @@ class PieceReader:
             )
         return bounds
 
-    def _open_shard(self, shard: int, url: str) -> ByteSource:
-        """Open a shard, telling the source its manifest size and checksum
-        (a shard cache verifies what it stores against them)."""
+    def _open_shard(self, shard: int, url: str, *, salvage: bool = False) -> ByteSource:
+        """Open a shard, telling the source its manifest size and checksum:
+        a file or object of another size is refused at open, and a shard
+        cache verifies what it stores against them. ``salvage`` (reading
+        back the good samples after a skipped fault) opens without the size
+        check, which would refuse the shard again: the samples read then are
+        checked one by one against the offset index instead."""
         manifest = self.catalog.manifest
-        if manifest is None:
+        if manifest is None or salvage:
             return open_source(url, options=self.options)
         entry = manifest.shards[shard]
         return open_source(url, options=self.options, expected_size=entry.num_bytes, expected_sha256=entry.sha256)
@@ -251,7 +255,7 @@ class PieceReader:
         job = _Job(Piece(shard, 0, len(bounds) - 1), self.catalog.urls[shard])
         job.bounds = bounds
         for lo, hi in runs:
-            yield from self._read_direct(job, lo, hi)
+            yield from self._read_direct(job, lo, hi, salvage=False)
 
     # ------------------------------------------------------------ consumer
 
@@ -397,22 +401,31 @@ class PieceReader:
         ranges = [(next_sample, bad)]
         if not isinstance(exc, TruncatedShardError):
             ranges.append((bad + 1, job.piece.stop))
+        # A fault past the last indexed sample (data beyond it, a file larger
+        # than the manifest says) was about what follows the samples: the
+        # samples are read back without asking for the end marker again.
+        end_marker = offset < int(bounds[-1])
         for lo, hi in ranges:
             if lo < hi:
-                yield from self._read_direct(job, lo, hi)
+                yield from self._read_direct(job, lo, hi, salvage=True, end_marker=end_marker)
 
-    def _read_direct(self, job: _Job, lo: int, hi: int) -> Iterator[Located]:
-        """Read samples ``[lo, hi)`` of the job's shard without read-ahead."""
+    def _read_direct(
+        self, job: _Job, lo: int, hi: int, *, salvage: bool, end_marker: bool = True
+    ) -> Iterator[Located]:
+        """Read samples ``[lo, hi)`` of the job's shard without read-ahead
+        (``salvage``: after a skipped fault, see :meth:`_open_shard`); a
+        range ending the shard also checks the end marker unless
+        ``end_marker`` is False."""
         assert job.bounds is not None
         sub = _Job(Piece(job.piece.shard, lo, hi), job.url)
         sub.bounds = job.bounds
-        sub.whole = hi == len(job.bounds) - 1
+        sub.whole = hi == len(job.bounds) - 1 and end_marker
         sub.byte_start = int(job.bounds[lo])
         sub.byte_stop = int(job.bounds[hi]) + (len(END_OF_ARCHIVE) if sub.whole else 0)
         parser = SampleParser(path=sub.url, base_offset=sub.byte_start)
         received = got = 0
         try:
-            source = self._open_shard(sub.piece.shard, sub.url)
+            source = self._open_shard(sub.piece.shard, sub.url, salvage=salvage)
             for chunk in source.iter_range(sub.byte_start, sub.byte_stop, chunk_bytes=self.options.chunk_bytes):
                 received += len(chunk)
                 for raw in parser.feed(chunk):
