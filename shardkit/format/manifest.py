@@ -404,7 +404,7 @@ def load_manifest(path: str) -> Manifest:
     with f:
         if size > MAX_MANIFEST_BYTES:
             raise _too_large(file, size, file)
-        text = f.read(MAX_MANIFEST_BYTES + 1)
+        text = f.read(size + 1)  # the size fstat gave (a read of the limit would allocate it)
     return Manifest.from_json(text, location=os.path.dirname(os.path.abspath(file)), origin=file)
 
 

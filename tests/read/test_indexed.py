@@ -141,7 +141,7 @@ def test_truncated_shard_is_refused_at_open_against_the_manifest_size(dataset):
     path = dataset.resolve(entry.path)
     bounds = np.load(dataset.resolve(entry.index))
     os.truncate(path, int(bounds[5]) + 100)
-    with pytest.raises(TruncatedShardError, match=rf"{path}: {int(bounds[5]) + 100} bytes, but the manifest says"):
+    with pytest.raises(TruncatedShardError, match=rf"{path}: truncated: the shard has {int(bounds[5]) + 100} bytes but the manifest says"):
         IndexedDataset(dataset)[7 + 5 + 4]
 
 
