@@ -273,7 +273,8 @@ class IndexedDataset(Dataset):
             is copied whole into the cache in the background when first read;
             ``part_bytes`` (4 MiB) is the largest sample fetched with one
             request; ``max_concurrent_requests`` (8) is how many samples of a
-            DataLoader batch are read at once.
+            DataLoader batch are read at once. ``allowed_prefixes`` names the
+            places outside the dataset its manifest may point to.
         on_error: ``"raise"`` or ``"skip"`` (see above).
         max_open_shards: Shards whose index and open file or connection are
             kept per process; least recently used ones beyond it are dropped

@@ -138,10 +138,11 @@ def test_a_fifo_in_the_manifest_is_an_error_not_a_hang(datasets, what, entry):
     os.remove(fifo)
     os.mkfifo(fifo)
     outcome = run_entry(entry, ds.location, timeout_s=60)
-    if what == "index" and entry in ("stream", "loader"):
+    if what == "index" and entry == "stream":
         # Whole shards are streamed without their index: nothing to wait on.
         _read_ok(outcome, NUM)
         return
+    # (Two DataLoader workers split the shard and read it through its index.)
     _refused(outcome, fifo, "FIFO", "not a regular file")
 
 
@@ -310,3 +311,56 @@ def test_an_http_served_dataset_still_reads(datasets, two_servers, entry):
     first, _ = two_servers
     base = _serve(first, ds.location, "/data")
     _read_ok(run_entry(entry, base + "/", timeout_s=120), NUM)
+
+
+# ------------------------------------------------------- the rule, in-process
+
+
+@pytest.mark.parametrize(
+    ("entry", "prefix", "allowed"),
+    [
+        ("https://a/x/s.tar", "https://a/x/", True),
+        ("https://A/x/s.tar", "https://a/x", True),
+        ("https://a/x/../y/s.tar", "https://a/x/", False),
+        ("https://a/x/%2e%2e/y/s.tar", "https://a/x/", False),
+        ("https://a/x/..%2fy/s.tar", "https://a/x/", False),
+        ("https://a/xy/s.tar", "https://a/x/", False),
+        ("https://a/xy/s.tar", "https://a/x", False),
+        ("https://a:8443/x/s.tar", "https://a/x/", False),
+        ("https://user@a/x/s.tar", "https://a/x/", False),
+        ("http://a/x/s.tar", "https://a/x/", False),
+    ],
+)
+def test_allowed_prefixes_match_normalised_urls(entry, prefix, allowed):
+    from shardkit.errors import ManifestError
+    from shardkit.format.location import resolve_inside
+
+    if allowed:
+        assert resolve_inside("https://h/data", entry, allowed_prefixes=(prefix,)) == entry
+    else:
+        with pytest.raises(ManifestError, match="outside the dataset"):
+            resolve_inside("https://h/data", entry, allowed_prefixes=(prefix,))
+
+
+@pytest.mark.parametrize("prefix", ["pipe:", "pipe:cat", "relative/dir", "/a/../b", ""])
+def test_a_bad_allowed_prefix_is_a_usage_error(prefix):
+    from shardkit import SourceOptions, UsageError
+
+    with pytest.raises(UsageError, match="allowed_prefixes"):
+        SourceOptions(allowed_prefixes=(prefix,))
+
+
+def test_a_pipe_entry_is_refused_whatever_the_prefixes():
+    from shardkit.errors import ManifestError
+    from shardkit.format.location import resolve_inside
+
+    with pytest.raises(ManifestError, match="never runs commands"):
+        resolve_inside("/data/ds", "pipe:cat /data/ds/x.tar", allowed_prefixes=("/",))
+
+
+def test_entries_inside_the_dataset_resolve_under_its_base():
+    from shardkit.format.location import resolve_inside
+
+    assert resolve_inside("/data/ds", "./a//b.tar") == "/data/ds/a/b.tar"
+    assert resolve_inside("https://h/data", "a/b.tar?v=1") == "https://h/data/a/b.tar?v=1"
+    assert resolve_inside("https://h/data/", "./a:b.tar") == "https://h/data/a:b.tar"
