@@ -220,12 +220,21 @@ def _add_verify(sub: argparse._SubParsersAction) -> None:
         "--max-member-bytes",
         help="most bytes a compressed member may decompress to, e.g. 1GiB (default 256MiB, as the readers)",
     )
+    p.add_argument(
+        "--allow-prefix",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help="a folder or URL prefix outside the dataset that its manifest may name shards in "
+        "(repeatable; SourceOptions.allowed_prefixes)",
+    )
     _add_verbose(p)
     p.set_defaults(func=cmd_verify)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Check every shard's size, checksum, tar structure, sample count and offset index."""
+    from shardkit.io.base import SourceOptions
     from shardkit.io.manifest import fetch_manifest
     from shardkit.verify import verify_shard
 
@@ -233,7 +242,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from shardkit.format.compression import DEFAULT_MAX_MEMBER_BYTES
 
     limit = DEFAULT_MAX_MEMBER_BYTES if args.max_member_bytes is None else parse_size(args.max_member_bytes)
-    manifest = fetch_manifest(args.dataset)
+    options = SourceOptions(allowed_prefixes=tuple(args.allow_prefix))
+    manifest = fetch_manifest(args.dataset, options=options)
     bar = None
     if not args.quiet:
         from tqdm import tqdm
@@ -241,9 +251,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         bar = tqdm(total=manifest.num_bytes, unit="B", unit_scale=True, desc="verify", file=sys.stderr)
     samples = 0
     try:
-        for entry in manifest.shards:
+        for number, entry in enumerate(manifest.shards):
             try:
-                samples += verify_shard(manifest, entry, max_member_bytes=limit)
+                samples += verify_shard(manifest, entry, options=options, number=number, max_member_bytes=limit)
             except VerifyError as exc:
                 print(f"FAILED: {shown(exc)}", file=sys.stderr)
                 return EXIT_CHECK_FAILED

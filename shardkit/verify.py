@@ -26,6 +26,7 @@ from shardkit.format.compression import DEFAULT_MAX_MEMBER_BYTES, iter_decompres
 from shardkit.format.index import OffsetIndex, check_bounds, decode_offset_index, load_offset_index
 from shardkit.format.manifest import Manifest, ShardEntry
 from shardkit.format.tar import RawSample, SampleParser, sample_checksum
+from shardkit.io.base import SourceOptions
 from shardkit.io.local import HASH_CHUNK_BYTES
 from shardkit.io.manifest import fetch_manifest
 from shardkit.io.registry import open_source
@@ -66,12 +67,12 @@ def _check_members(path: str, samples: list[RawSample], max_member_bytes: int | 
     return samples
 
 
-def _load_index(path: str, index_path: str, entry: ShardEntry) -> OffsetIndex:
+def _load_index(path: str, index_path: str, entry: ShardEntry, options: SourceOptions | None) -> OffsetIndex:
     try:
         if is_local(index_path):
             index = load_offset_index(local_path(index_path))
         else:
-            index = decode_offset_index(open_source(index_path).read_all(), path=index_path)
+            index = decode_offset_index(open_source(index_path, options=options).read_all(), path=index_path)
         check_bounds(index.bounds, path=index_path, num_samples=entry.num_samples, shard_bytes=entry.num_bytes)
     except (ManifestError, CorruptShardError, OSError) as exc:
         raise VerifyError(f"{path}: offset index unusable: {exc}", path=path) from exc
@@ -95,23 +96,37 @@ def _check_sums(path: str, index: OffsetIndex, first: int, samples: list[RawSamp
             )
 
 
-def verify_shard(manifest: Manifest, entry: ShardEntry, *, max_member_bytes: int | None = DEFAULT_MAX_MEMBER_BYTES) -> int:
+def verify_shard(
+    manifest: Manifest,
+    entry: ShardEntry,
+    *,
+    options: SourceOptions | None = None,
+    number: int | None = None,
+    max_member_bytes: int | None = DEFAULT_MAX_MEMBER_BYTES,
+) -> int:
     """Check one shard; return its sample count.
 
     Args:
         manifest: The dataset's manifest.
-        entry: The shard's entry in it.
+        entry: One of its shards.
+        options: How to read remote shards, and the locations outside the
+            dataset its entries may name (``allowed_prefixes``).
+        number: The shard's position in the manifest, for messages.
         max_member_bytes: Most bytes a compressed member may decompress to
             (default 256 MiB, the readers' default; None: no limit).
 
     Raises:
         VerifyError: naming the shard and what is wrong with it.
+        ManifestError: The entry leaves the dataset (see :meth:`Manifest.resolve`).
     """
-    path = manifest.resolve(entry.path)
-    if is_local(path) and not os.path.isfile(local_path(path)):
+    options = options or SourceOptions()
+    allowed = options.allowed_prefixes
+    shard = "shard" if number is None else f"shard {number}"
+    path = manifest.resolve(entry.path, allowed_prefixes=allowed, what=f"{shard} path")
+    if is_local(path) and not os.path.lexists(local_path(path)):
         raise VerifyError(f"{path}: shard listed in the manifest is missing", path=path)
-    index_path = manifest.resolve(entry.index)
-    index = _load_index(path, index_path, entry)
+    index_path = manifest.resolve(entry.index, allowed_prefixes=allowed, what=f"{shard} index")
+    index = _load_index(path, index_path, entry, options)
     digest = hashlib.sha256()
     parser = SampleParser(path=path)
     bounds = [0]
@@ -123,7 +138,8 @@ def verify_shard(manifest: Manifest, entry: ShardEntry, *, max_member_bytes: int
         bounds.extend(s.end for s in (_check_members(path, samples, max_member_bytes) if check else samples))
 
     try:
-        for chunk in open_source(path).iter_range(0, None, chunk_bytes=HASH_CHUNK_BYTES):
+        # No expected size: the bytes are counted and compared below, with the checksum.
+        for chunk in open_source(path, options=options).iter_range(0, None, chunk_bytes=HASH_CHUNK_BYTES):
             size += len(chunk)
             digest.update(chunk)
             take(parser.feed(chunk))
@@ -134,7 +150,7 @@ def verify_shard(manifest: Manifest, entry: ShardEntry, *, max_member_bytes: int
         take(parser.finish())
     except CorruptShardError as exc:
         raise VerifyError(f"{path}: does not parse as a tar shard: {exc}", path=path) from exc
-    except OSError as exc:
+    except (OSError, ManifestError) as exc:
         raise VerifyError(f"{path}: shard missing or unreadable ({exc})", path=path) from exc
     if digest.hexdigest() != entry.sha256:
         raise VerifyError(f"{path}: SHA-256 mismatch (content changed or corrupted); rewrite this shard", path=path)
@@ -151,21 +167,28 @@ def verify_shard(manifest: Manifest, entry: ShardEntry, *, max_member_bytes: int
 def verify_dataset(
     path: str,
     *,
+    options: SourceOptions | None = None,
     progress: Callable[[ShardEntry], None] | None = None,
     max_member_bytes: int | None = DEFAULT_MAX_MEMBER_BYTES,
 ) -> VerifyReport:
     """Verify every shard of the dataset at ``path`` (directory, manifest, or URL).
 
-    ``max_member_bytes`` is as for :func:`verify_shard`.
+    Args:
+        path: The dataset.
+        options: How to read it, and the locations outside the dataset its
+            manifest may name (``allowed_prefixes``).
+        progress: Called with each shard checked.
+        max_member_bytes: As for :func:`verify_shard`.
 
     Raises:
-        ManifestError: The manifest cannot be loaded.
+        ManifestError: The manifest cannot be loaded, or names a location
+            outside the dataset.
         VerifyError: The first bad shard, and why.
     """
-    manifest = fetch_manifest(path)
+    manifest = fetch_manifest(path, options=options)
     samples = 0
-    for entry in manifest.shards:
-        samples += verify_shard(manifest, entry, max_member_bytes=max_member_bytes)
+    for number, entry in enumerate(manifest.shards):
+        samples += verify_shard(manifest, entry, options=options, number=number, max_member_bytes=max_member_bytes)
         if progress is not None:
             progress(entry)
     return VerifyReport(manifest=manifest, num_shards_checked=manifest.num_shards, num_samples_checked=samples)

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from typing import Literal
 
 from shardkit.errors import CorruptShardError, MemberTooLargeError
+from shardkit.format.location import open_regular
 
 Compression = Literal["gzip", "zstd"]
 COMPRESSIONS: tuple[str, ...] = ("gzip", "zstd")
@@ -84,8 +85,10 @@ def file_compression(path: str) -> Compression | None:
 
     Raises:
         OSError: The file cannot be opened or read.
+        ManifestError: The path names a FIFO, device, socket or directory.
     """
-    with open(path, "rb") as f:
+    f, _ = open_regular(path, what="shard")
+    with f:
         return detect_compression(f.read(MAGIC_BYTES))
 
 

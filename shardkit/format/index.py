@@ -25,12 +25,12 @@ from __future__ import annotations
 import io
 import os
 import re
-import stat
 from dataclasses import dataclass
 
 import numpy as np
 
 from shardkit.errors import CorruptShardError, ManifestError
+from shardkit.format.location import open_regular
 
 INDEX_SUFFIX = ".idx"
 INDEX_DTYPE = np.dtype("<u8")
@@ -74,7 +74,8 @@ def load_index(path: str) -> np.ndarray:
     """Memory-map a local index file's boundaries.
 
     Raises:
-        ManifestError: The file is missing or is not a valid index.
+        ManifestError: The file is missing, not a regular file (a FIFO, a
+            device...), or not a valid index.
     """
     return load_offset_index(path).bounds
 
@@ -103,30 +104,25 @@ def load_offset_index(path: str) -> OffsetIndex:
             a valid index.
     """
     try:
-        with open(path, "rb", opener=_open_regular) as f:
-            head = f.read(_MAX_HEADER_BYTES)
-            size = os.fstat(f.fileno()).st_size
-            count, offset = _read_npy_header(head, path, INDEX_DTYPE)
-            end = offset + count * INDEX_DTYPE.itemsize
-            tail = b""
-            if size > end:
-                f.seek(end)
-                tail = f.read(_MAX_HEADER_BYTES)
+        f, size = open_regular(path, what="offset index")
     except FileNotFoundError:
         raise ManifestError(
             f"{path}: offset index missing; rewrite the dataset or run `shardkit verify`", path=path
         ) from None
-    except OSError as exc:
-        raise ManifestError(f"{path}: offset index unreadable ({exc.strerror or exc})", path=path) from None
-    if size < end:
-        raise ManifestError(f"{path}: not a shardkit offset index (file shorter than its header says)", path=path)
-    bounds = _checked(np.memmap(path, dtype=INDEX_DTYPE, mode="r", offset=offset, shape=(count,)), path)
-    checksums = None
-    if tail:
-        n, at = _read_npy_header(tail, path, CHECKSUM_DTYPE)
-        if n != count - 1 or size < end + at + n * CHECKSUM_DTYPE.itemsize:
-            raise _bad_checksums(path, n, count - 1)
-        checksums = np.memmap(path, dtype=CHECKSUM_DTYPE, mode="r", offset=end + at, shape=(n,)) if n else None
+    with f:  # mapped through the file checked above, not by opening the path again
+        head = f.read(_MAX_HEADER_BYTES)
+        count, offset = _read_npy_header(head, path, INDEX_DTYPE)
+        end = offset + count * INDEX_DTYPE.itemsize
+        if size < end:
+            raise ManifestError(f"{path}: not a shardkit offset index (file shorter than its header says)", path=path)
+        bounds = _checked(np.memmap(f, dtype=INDEX_DTYPE, mode="r", offset=offset, shape=(count,)), path)
+        checksums = None
+        if size > end:
+            f.seek(end)
+            n, at = _read_npy_header(f.read(_MAX_HEADER_BYTES), path, CHECKSUM_DTYPE)
+            if n != count - 1 or size < end + at + n * CHECKSUM_DTYPE.itemsize:
+                raise _bad_checksums(path, n, count - 1)
+            checksums = np.memmap(f, dtype=CHECKSUM_DTYPE, mode="r", offset=end + at, shape=(n,)) if n else None
     return OffsetIndex(bounds, checksums)
 
 
@@ -169,18 +165,6 @@ def _bad_checksums(path: str, found: int, want: int) -> ManifestError:
         f"{path}: not a shardkit offset index (its checksum array holds {found} entries for {want} samples)",
         path=path,
     )
-
-
-def _open_regular(path: str, flags: int) -> int:
-    """Open without blocking on a FIFO, and refuse anything but a regular file."""
-    fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ManifestError(f"{path}: offset index is not a regular file", path=path)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 #: The ``.npy`` prelude: magic, version, header length.

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from shardkit.errors import UsageError
+from shardkit.format.location import normalise_prefix
 
 #: Default size of one chunk handed to the parser: large sequential reads are
 #: what make tar shards fast on disks and object stores.
@@ -96,7 +97,21 @@ class SourceOptions:
         s3_region: S3 region, overriding the AWS configuration, or None.
 
     Pipes:
-        allow_pipe: Accept ``pipe:CMD`` URLs (runs CMD, without a shell).
+        allow_pipe: Accept ``pipe:CMD`` URLs given to a reader directly (runs
+            CMD, without a shell). Never a ``pipe:`` entry of a manifest.
+
+    Confinement:
+        allowed_prefixes: Locations beyond the dataset that a manifest may
+            send the reader to (empty by default). A manifest's shard and
+            index entries must be relative paths inside its folder or URL
+            prefix (no ``..``, no absolute path, no ``file://``, ``http://``
+            or other scheme of their own, no symlink leading out); an entry
+            outside it is read only if it lies under one of these prefixes:
+            absolute folders (``"/mnt/shards/"``, compared by real path) or
+            URL prefixes (``"https://host/shards/"``, compared after
+            normalising, so ``https://host/shards/../x`` and
+            ``https://host/shardsx`` stay out). A ``pipe:`` entry is refused
+            whatever this says. See :mod:`shardkit.format.location`.
 
     Disk:
         device_lock: Take turns reading local shards on one disk across all
@@ -133,6 +148,8 @@ class SourceOptions:
     s3_region: str | None = None
     # pipes
     allow_pipe: bool = False
+    # confinement
+    allowed_prefixes: tuple[str, ...] = ()
     # disk
     device_lock: DeviceLockMode = "auto"
     device_lease_bytes: int = DEFAULT_LEASE_BYTES
@@ -156,6 +173,12 @@ class SourceOptions:
             raise UsageError(f"SourceOptions.retry_deadline_s must be >= 0, got {self.retry_deadline_s}")
         if self.cache_max_bytes is not None and self.cache_max_bytes < 0:
             raise UsageError(f"SourceOptions.cache_max_bytes must be >= 0 or None, got {self.cache_max_bytes}")
+        if isinstance(self.allowed_prefixes, str):
+            raise UsageError(
+                f"SourceOptions.allowed_prefixes must be a tuple of prefixes, got the string "
+                f"{self.allowed_prefixes!r}; write allowed_prefixes=({self.allowed_prefixes!r},)"
+            )
+        object.__setattr__(self, "allowed_prefixes", tuple(normalise_prefix(p) for p in self.allowed_prefixes))
 
 
 class ByteSource(Protocol):

@@ -88,10 +88,13 @@ def _retry_after(value: str | None) -> float | None:
 
 
 class _HttpResponse:
-    def __init__(self, response: urllib3.BaseHTTPResponse, start: int, end: int | None, url: str):
+    def __init__(
+        self, response: urllib3.BaseHTTPResponse, start: int, end: int | None, url: str, total: int | None
+    ):
         self._response = response
         self.start = start
         self.end = end
+        self.total = total  # the object's size as the answer states it (Content-Range total, a 200's length)
         self._url = url
 
     def read(self, amt: int) -> bytes:
@@ -246,9 +249,11 @@ class HttpFetcher:
             if match is None or int(match.group(1)) != start:
                 response.close()
                 raise fatal_status(self.url, 416, "unexpected Content-Range", offset=start)
-            return _HttpResponse(response, start, int(match.group(2)) + 1, self.url)
+            total = None if match.group(3) == "*" else int(match.group(3))
+            return _HttpResponse(response, start, int(match.group(2)) + 1, self.url, total)
         if response.status != 200:
             response.close()
             raise fatal_status(self.url, response.status, response.reason or "", offset=start)
         # A plain 200: the whole object from byte 0 (the server ignores ranges).
-        return _HttpResponse(response, 0, None if length is None else int(length), self.url)
+        size = None if length is None else int(length)
+        return _HttpResponse(response, 0, size, self.url, size)

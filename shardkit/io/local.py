@@ -5,7 +5,10 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator
+from typing import BinaryIO
 
+from shardkit.errors import CorruptShardError, TruncatedShardError
+from shardkit.format.location import open_regular
 from shardkit.io.atomic import atomic_copy_file, atomic_write_bytes
 from shardkit.io.urls import local_path
 
@@ -14,14 +17,31 @@ HASH_CHUNK_BYTES = 8 << 20
 
 
 class LocalFile:
-    """A file on a local or mounted file system."""
+    """A regular file on a local or mounted file system.
 
-    def __init__(self, url: str):
+    Every open checks that the path is a regular file (a FIFO, device,
+    socket or directory is refused at once, never waited on) and, when the
+    manifest's size is known, that the file has exactly that size.
+
+    Args:
+        url: A path or ``file://`` URL.
+        expected_size: The size the manifest records, or None.
+    """
+
+    def __init__(self, url: str, *, expected_size: int | None = None):
         self.url = url
         self.path = local_path(url)
+        self.expected_size = expected_size
+
+    def _open(self, buffering: int) -> BinaryIO:
+        f, size = open_regular(self.path, what="shard" if self.expected_size is not None else "file", buffering=buffering)
+        if self.expected_size is not None and size != self.expected_size:
+            f.close()
+            raise size_mismatch(self.path, size, self.expected_size)
+        return f
 
     def iter_range(self, start: int, end: int | None, *, chunk_bytes: int) -> Iterator[bytes]:
-        with open(self.path, "rb", buffering=0) as f:
+        with self._open(0) as f:
             if hasattr(os, "posix_fadvise"):
                 os.posix_fadvise(f.fileno(), start, 0 if end is None else end - start, os.POSIX_FADV_SEQUENTIAL)
             f.seek(start)
@@ -36,8 +56,26 @@ class LocalFile:
                 yield chunk
 
     def read_all(self) -> bytes:
-        with open(self.path, "rb") as f:
+        with self._open(-1) as f:
             return f.read()
+
+
+def size_mismatch(where: str, size: int, expected: int) -> CorruptShardError:
+    """The error for an object whose size differs from the manifest's:
+    :class:`TruncatedShardError` when it is shorter."""
+    if size < expected:
+        return TruncatedShardError(
+            f"{where}: truncated: the shard has {size} bytes but the manifest says {expected}. "
+            "Run `shardkit verify` on the dataset or rewrite this shard.",
+            path=where,
+            offset=size,
+        )
+    return CorruptShardError(
+        f"{where}: the shard has {size} bytes but the manifest says {expected}: it was rewritten or "
+        "appended to after the manifest was written. Run `shardkit verify` on the dataset or rewrite this shard.",
+        path=where,
+        offset=expected,
+    )
 
 
 def file_sha256(path: str) -> str:

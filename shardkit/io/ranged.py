@@ -23,7 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from shardkit.errors import RemoteError
+from shardkit.errors import RemoteError, TruncatedShardError
+from shardkit.io.local import size_mismatch
 from shardkit.io.retry import Backoff, TransientFault, call_with_retry, current_stop
 
 if TYPE_CHECKING:
@@ -42,7 +43,9 @@ class RangeResponse(Protocol):
     """An open response delivering bytes ``[start, end)`` of an object.
 
     ``start`` may be lower than asked for when the server ignored the range
-    (a plain 200 answer); the reader then drops the leading bytes.
+    (a plain 200 answer); the reader then drops the leading bytes. ``total``
+    is the object's size as the answer states it (``Content-Range`` total,
+    a whole answer's length), when a backend knows it; it may be absent.
     """
 
     start: int
@@ -279,6 +282,45 @@ def iter_parallel_range(
         stop.set()
 
 
+class SizeCheckedFetcher:
+    """A fetcher whose every answer must come from an object of ``expected_size`` bytes.
+
+    Each answer's stated object size (``total``, where the backend gives
+    one) is compared with the manifest's, and a range the store refuses as
+    past the end (416) of an object the manifest says is longer means the
+    object was cut short. Either is a
+    :class:`~shardkit.errors.CorruptShardError` naming the object, before
+    any of its bytes are used.
+    """
+
+    def __init__(self, fetcher: RangeFetcher, expected_size: int):
+        self.fetcher = fetcher
+        self.url = fetcher.url
+        self.expected_size = expected_size
+
+    def size(self) -> int | None:
+        return self.fetcher.size()
+
+    def open_range(self, start: int, end: int | None) -> RangeResponse:
+        try:
+            response = self.fetcher.open_range(start, end)
+        except RemoteError as exc:
+            if exc.status == 416 and start < self.expected_size:
+                raise TruncatedShardError(
+                    f"{self.url}: the object ends before byte {start}, but the manifest says it has "
+                    f"{self.expected_size} bytes: it was cut short or replaced. Run `shardkit verify` on the "
+                    "dataset or rewrite this shard.",
+                    path=self.url,
+                    offset=start,
+                ) from None
+            raise
+        total = getattr(response, "total", None)
+        if total is not None and total != self.expected_size:
+            response.close()
+            raise size_mismatch(self.url, total, self.expected_size)
+        return response
+
+
 class RangedObject:
     """A :class:`~shardkit.io.base.ByteSource` over any :class:`RangeFetcher`.
 
@@ -286,11 +328,12 @@ class RangedObject:
         fetcher: The backend object.
         options: Timeouts, retries, concurrency and read-ahead budget.
         expected_size: The object size if the caller knows it (from the
-            manifest); saves a size request.
+            manifest); saves a size request, and every answer is checked
+            against it (see :class:`SizeCheckedFetcher`).
     """
 
     def __init__(self, fetcher: RangeFetcher, *, options: SourceOptions, expected_size: int | None = None):
-        self.fetcher = fetcher
+        self.fetcher: RangeFetcher = fetcher if expected_size is None else SizeCheckedFetcher(fetcher, expected_size)
         self.url = fetcher.url
         self.options = options
         self._size = expected_size
@@ -350,6 +393,7 @@ __all__ = [
     "RangeResponse",
     "RangedObject",
     "RemoteError",
+    "SizeCheckedFetcher",
     "fatal_status",
     "is_transient_status",
     "iter_parallel_range",

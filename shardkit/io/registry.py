@@ -85,7 +85,9 @@ def open_source(
             URL, or ``pipe:CMD`` (with ``options.allow_pipe``).
         options: Timeouts, retries, concurrency, cache; defaults if None.
         expected_size: Object size in bytes if known (the manifest's
-            ``num_bytes``): saves a request and is checked before caching.
+            ``num_bytes``): saves a request, and is checked against the
+            object's actual size (a local file's ``fstat``, a remote
+            answer's ``Content-Range`` total) on every open, and before caching.
         expected_sha256: Hex SHA-256 if known (the manifest's ``sha256``):
             a cached copy is kept only if it matches, and the checksum is
             part of the cache key, so a shard rewritten under the same URL is
@@ -97,7 +99,7 @@ def open_source(
     """
     options = options or SourceOptions()
     if is_local(url):
-        return LocalFile(url)
+        return LocalFile(url, expected_size=expected_size)
     source = open_remote(url, options=options, expected_size=expected_size)
     if options.cache_dir is not None and _cacheable(url, expected_sha256):
         from shardkit.io.cache import CachedSource, ShardCache

@@ -168,10 +168,11 @@ def classify_s3_error(exc: BaseException, url: str, offset: int | None) -> BaseE
 
 
 class _S3Response:
-    def __init__(self, body: Any, start: int, end: int | None, url: str):
+    def __init__(self, body: Any, start: int, end: int | None, url: str, total: int | None):
         self._body = body
         self.start = start
         self.end = end
+        self.total = total  # the object's size as the answer states it
         self._url = url
 
     def read(self, amt: int) -> bytes:
@@ -217,9 +218,11 @@ class S3Fetcher:
             if int(match.group(1)) != start:
                 answer["Body"].close()
                 raise fatal_status(self.url, 416, "unexpected Content-Range", offset=start)
-            return _S3Response(answer["Body"], start, int(match.group(2)) + 1, self.url)
+            total = None if match.group(3) == "*" else int(match.group(3))
+            return _S3Response(answer["Body"], start, int(match.group(2)) + 1, self.url, total)
         length = answer.get("ContentLength")
-        return _S3Response(answer["Body"], 0, None if length is None else int(length), self.url)
+        size = None if length is None else int(length)
+        return _S3Response(answer["Body"], 0, size, self.url, size)
 
 
 #: Files above this size go to S3 as multipart uploads of this part size.

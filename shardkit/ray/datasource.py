@@ -70,9 +70,10 @@ def plan_ranges(
     shards = [s for s in manifest.shards if s.num_samples > 0]
     wanted = max(1, math.ceil(parallelism / max(len(shards), 1))) if parallelism > len(shards) else 1
     ranges = []
+    allowed = options.allowed_prefixes
     for entry in shards:
-        url = manifest.resolve(entry.path)
-        index_url = manifest.resolve(entry.index)
+        url = manifest.resolve(entry.path, allowed_prefixes=allowed, what="shard path")
+        index_url = manifest.resolve(entry.index, allowed_prefixes=allowed, what="shard index")
         per_shard = min(wanted, max(1, entry.num_bytes // min_range_bytes)) if min_range_bytes > 0 else wanted
         if per_shard == 1 or entry.num_samples == 1:
             ranges.append(ShardRange(url, index_url, entry.num_bytes, entry.sha256, 0, entry.num_samples, 0, None))

@@ -70,15 +70,26 @@ def _local_shard_is_compressed(path: str) -> bool:
         return False  # reported when the shard is read
 
 
-def from_manifest(manifest: Manifest) -> ShardCatalog:
-    """Catalog of a manifest's shards, resolved against its location."""
-    urls = tuple(manifest.resolve(s.path) for s in manifest.shards)
+def from_manifest(manifest: Manifest, *, options: SourceOptions | None = None) -> ShardCatalog:
+    """Catalog of a manifest's shards, resolved inside its base location.
+
+    Args:
+        manifest: The manifest.
+        options: ``allowed_prefixes`` names locations outside the dataset
+            that entries may point to (see :meth:`Manifest.resolve`).
+
+    Raises:
+        ManifestError: An entry leaves the dataset and no prefix allows it.
+    """
+    allowed = () if options is None else options.allowed_prefixes
+    shards = range(manifest.num_shards)
+    urls = tuple(manifest.shard_url(i, allowed_prefixes=allowed) for i in shards)
     if any(compression_from_name(s.path) for s in manifest.shards):
         return ShardCatalog(urls=urls, counts=None, index_urls=None, manifest=manifest, compressed=True)
     return ShardCatalog(
         urls=urls,
         counts=np.array([s.num_samples for s in manifest.shards], dtype=np.int64),
-        index_urls=tuple(manifest.resolve(s.index) for s in manifest.shards),
+        index_urls=tuple(manifest.index_url(i, allowed_prefixes=allowed) for i in shards),
         manifest=manifest,
     )
 
@@ -117,14 +128,16 @@ def resolve_catalog(
             directory holding ``manifest.json`` (or a URL ending in ``/``); a
             brace pattern of shard paths/URLs; one shard path; or a list of
             shard paths/URLs.
-        options: How to read remote manifests.
+        options: How to read remote manifests, and the locations outside
+            the dataset a manifest may name (``allowed_prefixes``).
 
     Raises:
         UsageError: An empty shard list.
-        ManifestError: A manifest that is missing or invalid.
+        ManifestError: A manifest that is missing or invalid, or that names
+            a location outside the dataset.
     """
     if isinstance(source, Manifest):
-        return from_manifest(source)
+        return from_manifest(source, options=options)
     if isinstance(source, (list, tuple)):
         return _from_shard_urls([os.fspath(s) for s in source])
     text = os.fspath(source)  # type: ignore[arg-type]
@@ -133,12 +146,12 @@ def resolve_catalog(
     if is_local(text):
         path = local_path(text)
         if os.path.isdir(path) or path.endswith(".json"):
-            return from_manifest(load_manifest(path))
+            return from_manifest(load_manifest(path), options=options)
         if not os.path.exists(path):
             raise ManifestError(f"{path}: no such shard, manifest or dataset directory", path=path)
         return _from_shard_urls([text])
     if text.endswith("/"):
-        return from_manifest(remote_manifest(text + MANIFEST_NAME, options))
+        return from_manifest(remote_manifest(text + MANIFEST_NAME, options), options=options)
     if text.endswith(".json"):
-        return from_manifest(remote_manifest(text, options))
+        return from_manifest(remote_manifest(text, options), options=options)
     return _from_shard_urls([text])

@@ -190,7 +190,9 @@ class ShardDataset(IterableDataset):
             read; indexes written before checksums existed are read
             unchecked.
         source_options: Storage options; ``chunk_bytes`` (default 4 MiB) is
-            the size of one read request.
+            the size of one read request. A manifest's shards must lie inside
+            its folder or URL prefix; ``allowed_prefixes`` names the places
+            outside it the manifest may point to.
         read_ahead_bytes: Byte budget of each worker's read-ahead thread
             (a mixture shares it among its streams).
         samples_per_epoch: Samples of each epoch of a mixture; default the

@@ -44,10 +44,12 @@ from torch.utils.data import Dataset, default_collate
 from shardkit.errors import CorruptShardError, ManifestError, MemberTooLargeError, TruncatedShardError, UsageError
 from shardkit.format.compression import MAGIC_BYTES, compression_from_name, detect_compression, file_compression
 from shardkit.format.index import OffsetIndex, check_bounds, decode_offset_index, load_offset_index
+from shardkit.format.location import open_regular
 from shardkit.format.manifest import Manifest
 from shardkit.format.tar import SampleParser
 from shardkit.io.base import ByteSource, SourceOptions
 from shardkit.io.cache import CachedSource
+from shardkit.io.local import size_mismatch
 from shardkit.io.ranged import RangedObject, stream_range
 from shardkit.io.registry import open_source
 from shardkit.io.urls import is_local, local_path, redact_url
@@ -88,9 +90,18 @@ def _refuse_compressed(url: str, kind: str) -> UsageError:
 class _LocalShard:
     """A local shard file held open: each read is one ``pread``."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, *, expected_size: int | None = None):
         self.url = url
-        self.fd = os.open(local_path(url), os.O_RDONLY)
+        self.fd = -1
+        f, size = open_regular(local_path(url), what="shard")
+        if expected_size is not None and size != expected_size:
+            with f:
+                kind = detect_compression(f.read(MAGIC_BYTES))
+            if kind is not None:  # the more useful advice for a shard compressed after indexing
+                raise _refuse_compressed(url, kind)
+            raise size_mismatch(local_path(url), size, expected_size)
+        self._file = f  # owns the descriptor
+        self.fd = f.fileno()
         if hasattr(os, "posix_fadvise"):
             # Reads are small and scattered: the kernel's read-ahead would fetch bytes nobody asked for.
             os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_RANDOM)
@@ -104,7 +115,7 @@ class _LocalShard:
 
     def __del__(self) -> None:
         if getattr(self, "fd", -1) >= 0:
-            os.close(self.fd)
+            self._file.close()
             self.fd = -1
 
 
@@ -262,7 +273,8 @@ class IndexedDataset(Dataset):
             is copied whole into the cache in the background when first read;
             ``part_bytes`` (4 MiB) is the largest sample fetched with one
             request; ``max_concurrent_requests`` (8) is how many samples of a
-            DataLoader batch are read at once.
+            DataLoader batch are read at once. ``allowed_prefixes`` names the
+            places outside the dataset its manifest may point to.
         on_error: ``"raise"`` or ``"skip"`` (see above).
         max_open_shards: Shards whose index and open file or connection are
             kept per process; least recently used ones beyond it are dropped
@@ -383,13 +395,13 @@ class IndexedDataset(Dataset):
     def shard_url(self, shard: int) -> str:
         """The path or URL of shard number ``shard``."""
         if self._manifest is not None:
-            return self._manifest.resolve(self._manifest.shards[shard].path)
+            return self._manifest.shard_url(shard, allowed_prefixes=self._options.allowed_prefixes)
         assert self._urls is not None
         return self._urls[shard]
 
     def _index_url(self, shard: int) -> str:
         if self._manifest is not None:
-            return self._manifest.resolve(self._manifest.shards[shard].index)
+            return self._manifest.index_url(shard, allowed_prefixes=self._options.allowed_prefixes)
         assert self._index_urls is not None
         return self._index_urls[shard]
 
@@ -526,7 +538,7 @@ class IndexedDataset(Dataset):
             return handle
         url = self.shard_url(shard)
         if is_local(url):
-            handle = _LocalShard(url)
+            handle = _LocalShard(url, expected_size=None if self._manifest is None else self._manifest.shards[shard].num_bytes)
         else:
             entry = None if self._manifest is None else self._manifest.shards[shard]
             source = open_source(

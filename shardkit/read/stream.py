@@ -155,11 +155,15 @@ class PieceReader:
         )
         return index
 
-    def _open_shard(self, shard: int, url: str) -> ByteSource:
-        """Open a shard, telling the source its manifest size and checksum
-        (a shard cache verifies what it stores against them)."""
+    def _open_shard(self, shard: int, url: str, *, salvage: bool = False) -> ByteSource:
+        """Open a shard, telling the source its manifest size and checksum:
+        a file or object of another size is refused at open, and a shard
+        cache verifies what it stores against them. ``salvage`` (reading
+        back the good samples after a skipped fault) opens without the size
+        check, which would refuse the shard again: the samples read then are
+        checked one by one against the offset index instead."""
         manifest = self.catalog.manifest
-        if manifest is None:
+        if manifest is None or salvage:
             return open_source(url, options=self.options)
         entry = manifest.shards[shard]
         return open_source(url, options=self.options, expected_size=entry.num_bytes, expected_sha256=entry.sha256)
@@ -279,7 +283,7 @@ class PieceReader:
         if self.verify_checksums and self.catalog.index_urls is not None:
             self._use_index(job, self._load_index(shard))
         job.bounds = bounds
-        yield from self._read_ranges(job, [(lo, hi, hi == len(bounds) - 1) for lo, hi in runs])
+        yield from self._read_ranges(job, [(lo, hi, hi == len(bounds) - 1) for lo, hi in runs], salvage=False)
 
     # ------------------------------------------------------------ consumer
 
@@ -382,27 +386,32 @@ class PieceReader:
                 log.warning("cannot recover the rest of %s: %s", redact_url(job.url), index_exc)
         if job.bounds is None:
             return  # no index to resynchronize with
-        yield from self._read_ranges(job, salvage_ranges(job.bounds, exc, next_sample, job.piece.stop, job.whole))
+        ranges = salvage_ranges(job.bounds, exc, next_sample, job.piece.stop, job.whole)
+        yield from self._read_ranges(job, ranges, salvage=True)
 
-    def _read_ranges(self, job: _Job, ranges: list[tuple[int, int, bool]]) -> Iterator[Located]:
+    def _read_ranges(
+        self, job: _Job, ranges: list[tuple[int, int, bool]], *, salvage: bool
+    ) -> Iterator[Located]:
         """Samples of ``(lo, hi, whole)`` ranges of the job's shard, each one
         direct read; a fault in one is handled by the policy, and what can
         be saved of that range joins the ranges still to read (a loop, not
         recursion: every fault takes at least one sample, or the end-marker
-        check, out of what is left, so any number of faults ends)."""
-        pending = deque(ranges)
+        check, out of what is left, so any number of faults ends).
+        ``salvage``: the ranges follow a skipped fault (see :meth:`_open_shard`)."""
+        pending = deque((lo, hi, whole, salvage) for lo, hi, whole in ranges)
         while pending:
-            lo, hi, whole = pending.popleft()
+            lo, hi, whole, after_fault = pending.popleft()
             got = 0
             try:
-                for raw in self._read_range(job, lo, hi, whole=whole):
+                for raw in self._read_range(job, lo, hi, whole=whole, salvage=after_fault):
                     yield job.piece.shard, lo + got, raw
                     got += 1
             except FAULTS as exc:
                 self._fault(exc)
-                pending.extendleft(reversed(salvage_ranges(job.bounds, exc, lo + got, hi, whole)))
+                rest = salvage_ranges(job.bounds, exc, lo + got, hi, whole)
+                pending.extendleft(reversed([(a, b, w, True) for a, b, w in rest]))
 
-    def _read_range(self, job: _Job, lo: int, hi: int, *, whole: bool) -> Iterator[RawSample]:
+    def _read_range(self, job: _Job, lo: int, hi: int, *, whole: bool, salvage: bool) -> Iterator[RawSample]:
         """Samples ``[lo, hi)`` of the job's shard, read without read-ahead;
         ``whole``: the range ends the shard and takes its end marker."""
         assert job.bounds is not None
@@ -412,7 +421,7 @@ class PieceReader:
         sub.byte_stop = int(job.bounds[hi]) + (len(END_OF_ARCHIVE) if whole else 0)
         parser = self._parser(sub)
         received = got = 0
-        source = self._open_shard(sub.piece.shard, sub.url)
+        source = self._open_shard(sub.piece.shard, sub.url, salvage=salvage)
         for chunk in source.iter_range(sub.byte_start, sub.byte_stop, chunk_bytes=self.options.chunk_bytes):
             received += len(chunk)
             for raw in parser.feed(chunk):

@@ -3,7 +3,9 @@ one dataset under a memory cap, and print what came of it as one JSON line.
 
 Run as ``python -m tests.hostile.entry ENTRY TARGET [--on-error raise|skip]
 [--mem-mb N] [--options JSON]`` (options are the dataset's keyword
-arguments, plus ``fused``, see :data:`FUSED`). ENTRY is one of :data:`ENTRIES`. The address
+arguments, plus ``fused``, see :data:`FUSED`). ENTRY is one of :data:`ENTRIES`. In the
+options, ``source_options`` (a mapping) becomes a ``SourceOptions`` and
+``allow_prefix`` (a list) becomes ``verify --allow-prefix`` arguments. The address
 space is capped at what the interpreter holds after its imports plus
 ``--mem-mb``, so a read that allocates what a hostile header claims dies
 here (as a ``MemoryError`` the report names), not in the test runner.
@@ -66,6 +68,10 @@ def run(entry: str, target: str, *, on_error: str, options: dict) -> dict:
 
     options = _fused(options)
     report: dict = {"samples": [], "skipped": 0}
+    extra_argv = [arg for prefix in options.pop("allow_prefix", []) for arg in ("--allow-prefix", prefix)]
+    if "source_options" in options:  # JSON cannot carry the dataclass: build it here
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in options["source_options"].items()}
+        options["source_options"] = shardkit.SourceOptions(**fields)
     if entry in ("stream", "loader"):
         ds = shardkit.ShardDataset(target, mode="exact", shuffle=False, on_error=on_error, **options)
         if entry == "stream":
@@ -86,7 +92,7 @@ def run(entry: str, target: str, *, on_error: str, options: dict) -> dict:
                 report["samples"].append(_digest(sample))
         report["skipped"] = ds.num_skipped
     else:
-        argv = {"verify": ["verify", target, "-q"], "info": ["info", target, "--shards"]}.get(entry)
+        argv = {"verify": ["verify", target, "-q", *extra_argv], "info": ["info", target, "--shards"]}.get(entry)
         if entry == "write":
             argv = ["write", target, options.pop("dest"), "-q", "--workers", "1", "--on-error", on_error]
         out, err = io.StringIO(), io.StringIO()

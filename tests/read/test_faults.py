@@ -149,11 +149,17 @@ def test_shard_with_more_samples_than_its_index_is_reported(make_shards):
     manifest = make_shards([5])
     other = make_shards([6], name="longer")
     os.replace(other.resolve(other.shards[0].path), manifest.resolve(manifest.shards[0].path))
-    with pytest.raises(CorruptShardError, match="shard-000000.tar: member 's000_00005.bin' lies past byte 15360, where the offset index"):
+    # The file's size disagrees with the manifest: refused when opened, read whole or split.
+    wrong_size = r"shard-000000.tar: the shard has \d+ bytes but the manifest says 16384: it was rewritten"
+    with pytest.raises(CorruptShardError, match=wrong_size):
         list(ShardDataset(manifest, mode="exact"))
     ds = ShardDataset(manifest, mode="exact", shuffle=False)  # split: read through the index
-    with pytest.raises(CorruptShardError, match="holds more samples than its index lists"):
+    with pytest.raises(CorruptShardError, match=wrong_size):
         list(ds.iter_slot(World(rank=1, world_size=2), epoch=0))
+    # Listed without a manifest (sizes unknown), the index still catches the extra samples.
+    shards = [manifest.resolve(s.path) for s in manifest.shards]
+    with pytest.raises(CorruptShardError, match="holds more samples than its index and manifest list"):
+        list(ShardDataset(shards, mode="exact", shuffle=False).iter_slot(World(rank=1, world_size=2), epoch=0))
 
 
 def test_a_rewritten_shard_with_extra_samples_never_yields_them_when_skipping(make_shards):

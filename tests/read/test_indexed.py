@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 import shardkit
-from shardkit.errors import CorruptShardError, ManifestError, UsageError
+from shardkit.errors import CorruptShardError, ManifestError, TruncatedShardError, UsageError
 from shardkit.format.manifest import Manifest, ShardEntry
 from shardkit.read.indexed import IndexedDataset, compression_of
 
@@ -136,12 +136,21 @@ def test_skip_returns_none_counts_it_and_collate_leaves_it_out(dataset):
     assert ds.num_skipped == 2  # the worker's skip is summed in
 
 
-def test_truncated_shard_is_a_corrupt_shard_error(dataset):
+def test_truncated_shard_is_refused_at_open_against_the_manifest_size(dataset):
     entry = dataset.shards[3]
     path = dataset.resolve(entry.path)
     bounds = np.load(dataset.resolve(entry.index))
     os.truncate(path, int(bounds[5]) + 100)
-    ds = IndexedDataset(dataset)
+    with pytest.raises(TruncatedShardError, match=rf"{path}: truncated: the shard has {int(bounds[5]) + 100} bytes but the manifest says"):
+        IndexedDataset(dataset)[7 + 5 + 4]
+
+
+def test_truncated_shard_without_manifest_is_a_corrupt_shard_error_at_the_cut(dataset):
+    entry = dataset.shards[3]
+    path = dataset.resolve(entry.path)
+    bounds = np.load(dataset.resolve(entry.index))
+    os.truncate(path, int(bounds[5]) + 100)
+    ds = IndexedDataset([dataset.resolve(s.path) for s in dataset.shards])  # .idx sidecars, no sizes
     assert ds[7 + 5 + 4]["__index__"] == 16
     with pytest.raises(CorruptShardError, match="sample 5 should occupy bytes"):
         ds[7 + 5 + 5]
