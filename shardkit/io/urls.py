@@ -9,6 +9,8 @@ every error message is redacted too; they are re-exported here.
 
 from __future__ import annotations
 
+import urllib.parse
+
 from shardkit.errors import redact_text, redact_url
 
 
