@@ -60,6 +60,8 @@ def redact_url(url: str) -> str:
     if "://" not in url:
         return url
     scheme, _, rest = url.partition("://")
+    if not rest:  # a scheme named in prose ("URLs (s3://, ...)"): nothing to hide
+        return url
     rest = re.split(r"[?#]", rest, maxsplit=1)[0]
     try:
         parts = urllib.parse.urlsplit(url)

@@ -124,8 +124,17 @@ def main() -> None:
         report["outcome"] = "error" if isinstance(exc, ShardkitError) else "foreign"
         report["error_type"] = type(exc).__name__
         report["message"] = str(exc)
-    report["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    report["peak_rss_mb"] = _peak_rss_mb()
     sys.stdout.write("\n" + json.dumps(report) + "\n")
+
+
+def _peak_rss_mb() -> float:
+    """The peak resident set of this process (VmHWM) or of any DataLoader
+    worker it forked. Not ``ru_maxrss`` of this process: Linux carries the
+    parent's high-water mark over fork + exec, so it would report pytest's."""
+    with open("/proc/self/status") as f:
+        own_kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    return max(own_kb, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
 
 
 if __name__ == "__main__":

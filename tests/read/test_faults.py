@@ -158,7 +158,7 @@ def test_shard_with_more_samples_than_its_index_is_reported(make_shards):
         list(ds.iter_slot(World(rank=1, world_size=2), epoch=0))
     # Listed without a manifest (sizes unknown), the index still catches the extra samples.
     shards = [manifest.resolve(s.path) for s in manifest.shards]
-    with pytest.raises(CorruptShardError, match="holds more samples than its index and manifest list"):
+    with pytest.raises(CorruptShardError, match="holds more samples than its index lists"):
         list(ShardDataset(shards, mode="exact", shuffle=False).iter_slot(World(rank=1, world_size=2), epoch=0))
 
 

@@ -33,8 +33,8 @@ def _linked_dataset(dest: str, num_shards: int, written: WrittenShard) -> Manife
     os.makedirs(dest)
     entries = []
     for n in range(num_shards):
-        os.symlink(written.path, os.path.join(dest, f"s{n:04d}.tar"))
-        os.symlink(written.index_path, os.path.join(dest, f"s{n:04d}.idx"))
+        os.link(written.path, os.path.join(dest, f"s{n:04d}.tar"))
+        os.link(written.index_path, os.path.join(dest, f"s{n:04d}.idx"))
         entries.append(ShardEntry(f"s{n:04d}.tar", PER_SHARD, written.num_bytes, written.sha256, f"s{n:04d}.idx"))
     return Manifest(shards=tuple(entries), location=dest)
 
