@@ -59,6 +59,25 @@ class ShardCatalog:
         return len(self.urls)
 
     @property
+    def has_indexes(self) -> bool:
+        """Whether every shard has an offset index (see :meth:`index_url`)."""
+        return self.index_urls is not None
+
+    def url(self, shard: int) -> str:
+        """The path or URL of shard number ``shard``."""
+        return self.urls[shard]
+
+    def index_url(self, shard: int) -> str:
+        """The path or URL of shard number ``shard``'s offset index.
+
+        Raises:
+            UsageError: The shards have no indexes (see :attr:`has_indexes`).
+        """
+        if self.index_urls is None:
+            raise UsageError(f"shard {shard} ({self.url(shard)}) has no offset index")
+        return self.index_urls[shard]
+
+    @property
     def num_samples(self) -> int | None:
         return None if self.counts is None else int(self.counts.sum())
 

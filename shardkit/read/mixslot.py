@@ -221,9 +221,9 @@ class MixSlotReader:
             ]
         labels = _labels(slot_epoch_counts(levels, world, self.options), count)
         merged = _merged(labels, streams)
-        urls = [c.urls for c in self.catalogs]
+        catalogs = self.catalogs
         samples = (
-            (n, _as_dict(located, self.names[label]), urls[label][located[0]])
+            (n, _as_dict(located, self.names[label]), catalogs[label].url(located[0]))
             for n, (located, label) in zip(itertools.count(count + 1), merged)
         )
         return finish_items(

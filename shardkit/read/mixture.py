@@ -207,7 +207,7 @@ def resolve_mixture(
     for stream in streams:
         opts = stream.source_options or source_options
         catalog = resolve_catalog(stream.source, options=opts)
-        if catalog.compressed or catalog.counts is None or catalog.index_urls is None:
+        if catalog.compressed or catalog.counts is None or not catalog.has_indexes:
             what = "compressed shards are read whole" if catalog.compressed else "it has no manifest"
             raise UsageError(
                 f"{stream.label}: mixing needs per-shard sample counts and offset indexes, and {what}: "

@@ -45,11 +45,11 @@ def located_nbytes(located: Located) -> int:
     return raw.end - raw.start
 
 
-def _as_dicts(located: Iterator[tuple[int, Located]], urls: Any) -> Iterator[tuple[int, Sample, str]]:
+def _as_dicts(located: Iterator[tuple[int, Located]], catalog: ShardCatalog) -> Iterator[tuple[int, Sample, str]]:
     for count, (shard, _, raw) in located:
         sample: Sample = {"__key__": raw.key}
         sample.update(raw.fields)
-        yield count, sample, urls[shard]
+        yield count, sample, catalog.url(shard)
 
 
 def _shape(value: Any) -> tuple[int, ...] | None:
@@ -203,7 +203,7 @@ class SlotReader:
         else:
             restorer = SlotRestorer(self.plan, reader, epoch=epoch)
             raws = restored_raws(restorer, world, restorer.level_plan(base), count=count)
-        samples = _as_dicts(zip(itertools.count(count + 1), raws), self.catalog.urls)
+        samples = _as_dicts(zip(itertools.count(count + 1), raws), self.catalog)
         return finish_items(
             samples,
             on_error=self.on_error,

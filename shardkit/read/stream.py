@@ -140,8 +140,7 @@ class PieceReader:
 
     def _load_index(self, shard: int) -> OffsetIndex:
         """A shard's offset index, checked against the manifest before use."""
-        assert self.catalog.index_urls is not None
-        url = self.catalog.index_urls[shard]
+        url = self.catalog.index_url(shard)
         if is_local(url):
             index = load_offset_index(local_path(url))
         else:
@@ -171,7 +170,7 @@ class PieceReader:
     def _locate(self, job: _Job) -> None:
         """Fill in the byte range ``job`` reads: its samples' bytes through
         the offset index, or a whole shard up to the manifest's size."""
-        if self.catalog.index_urls is not None:
+        if self.catalog.has_indexes:
             index = self._load_index(job.piece.shard)
             self._use_index(job, index)
             job.whole = job.piece.stop == len(index.bounds) - 1
@@ -259,7 +258,7 @@ class PieceReader:
         the usual budget on top lets the next turn start while the parser
         still works on the end of the last, instead of the device idling
         until it is done."""
-        first = self.catalog.urls[0] if self.catalog.urls else None
+        first = self.catalog.url(0) if self.catalog.num_shards else None
         if first is None or not is_local(first):
             return self.read_ahead_bytes
         return self.read_ahead_bytes + reserved_room_bytes(local_path(first), options=self.options)
@@ -279,8 +278,8 @@ class PieceReader:
         For reading back a few scattered samples, e.g. the contents of a
         restored shuffle buffer. The fault policy applies as in :meth:`read`.
         """
-        job = _Job(Piece(shard, 0, len(bounds) - 1), self.catalog.urls[shard])
-        if self.verify_checksums and self.catalog.index_urls is not None:
+        job = _Job(Piece(shard, 0, len(bounds) - 1), self.catalog.url(shard))
+        if self.verify_checksums and self.catalog.has_indexes:
             self._use_index(job, self._load_index(shard))
         job.bounds = bounds
         yield from self._read_ranges(job, [(lo, hi, hi == len(bounds) - 1) for lo, hi in runs], salvage=False)
@@ -301,7 +300,7 @@ class PieceReader:
         exists, so its reads overlap the start of the other workers.
         Dropping the iterator, even unstarted, stops the reads.
         """
-        jobs = (_Job(piece, self.catalog.urls[piece.shard]) for piece in pieces)
+        jobs = (_Job(piece, self.catalog.url(piece.shard)) for piece in pieces)
         ahead: ReadAhead[_Job] = ReadAhead(
             jobs, lambda job: self._fetch(job, ahead), budget_bytes=self._read_ahead_budget()
         )
@@ -379,7 +378,7 @@ class PieceReader:
         """
         if job.compression is not None:
             return  # a compressed shard cannot be entered after the fault
-        if job.bounds is None and self.catalog.index_urls is not None:
+        if job.bounds is None and self.catalog.has_indexes:
             try:  # the index failed to load with the read: try once more
                 self._use_index(job, self._load_index(job.piece.shard))
             except FAULTS as index_exc:

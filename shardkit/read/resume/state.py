@@ -280,7 +280,7 @@ def require_index(catalog: ShardCatalog) -> np.ndarray:
         UsageError: Without them (no manifest and no ``.idx`` sidecars).
     """
     counts = catalog.counts
-    if counts is None or catalog.index_urls is None:
+    if counts is None or not catalog.has_indexes:
         raise UsageError(
             "checkpoint/resume needs per-shard sample counts and offset indexes: read a dataset with a "
             "manifest (or .idx sidecars)"
