@@ -14,7 +14,7 @@ as without a manifest) and the stream reads each from byte 0. A shard is
 known to be compressed by its name, and local shards listed with ``.idx``
 sidecars also by their first bytes; a compressed shard that passes for a
 plain one is still recognised by its magic bytes when read whole (see
-:mod:`.stream`).
+:mod:`.pieces`).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from shardkit.read.resume.state import (
 )
 from shardkit.read.slot import Sample, SlotReader
 from shardkit.read.split import Mode
-from shardkit.read.stream import ON_ERROR, OnError
+from shardkit.read.pieces import ON_ERROR, OnError
 from shardkit.world import World, detect_rank, detect_worker
 
 log = logging.getLogger(__name__)

@@ -56,7 +56,7 @@ from shardkit.io.urls import is_local, local_path, redact_url
 from shardkit.read.catalog import resolve_catalog
 from shardkit.read.counters import SharedCounters
 from shardkit.read.decode import Decoder, ImageMode, make_decoder
-from shardkit.read.stream import FAULTS, ON_ERROR, OnError
+from shardkit.read.pieces import FAULTS, ON_ERROR, OnError
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from shardkit.read.resume.restore import SlotRestorer
 from shardkit.read.resume.state import Level
 from shardkit.read.shuffle import INITIAL_FILL
 from shardkit.read.slot import Sample, finish_items, fresh_raws, restored_raws
-from shardkit.read.stream import Located, OnError, PieceReader
+from shardkit.read.pieces import Located, OnError, PieceReader
 from shardkit.world import World
 
 

@@ -1,7 +1,7 @@
 """What one (rank, worker) slot reads, from plan to delivered items.
 
 :class:`SlotReader` chains the stages of a slot's stream: the plan's pieces,
-read through read-ahead streams (:mod:`.stream`), mixed (``interleave``),
+read through read-ahead streams (:mod:`.pieces`), mixed (``interleave``),
 shuffled in the seeded buffer, then turned into sample dicts, decoded,
 mapped and batched. It may start from a resumed position (see
 :mod:`shardkit.read.resume`). It keeps nothing between iterations, so any
@@ -30,7 +30,7 @@ from shardkit.read.resume.restore import SlotRestorer
 from shardkit.read.resume.state import Level
 from shardkit.read.shuffle import ShuffleBuffer, round_robin
 from shardkit.read.split import skip_samples
-from shardkit.read.stream import Located, OnError, PieceReader
+from shardkit.read.pieces import Located, OnError, PieceReader
 from shardkit.world import World
 
 Sample = dict[str, Any]
@@ -141,7 +141,7 @@ class SlotReader:
         catalog: The shards.
         plan: Which pieces each slot reads.
         source_options: Storage options.
-        on_error: The fault policy (see :mod:`.stream`).
+        on_error: The fault policy (see :mod:`.pieces`).
         verify_checksums: Check samples against their index's checksums.
         read_ahead_bytes: Read-ahead budget of one slot (shared by its
             ``interleave`` streams).

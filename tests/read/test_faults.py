@@ -185,7 +185,7 @@ def test_a_worker_that_dies_is_reported_not_waited_for(make_shards):
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_samples_carry_their_shard_and_index_through_recovery(make_shards, fault):
-    from shardkit.read.stream import PieceReader
+    from shardkit.read.pieces import PieceReader
     from shardkit.world import World
 
     manifest, _ = _broken_dataset(make_shards, fault)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from shardkit.read.stream import _AlignedSource
+from shardkit.read.pieces import _AlignedSource
 
 
 class _Recorded:

@@ -24,7 +24,7 @@ from shardkit.read.resume.elastic import (
 from shardkit.read.resume.replay import Position, SlotReplay, replay_slot, resident_runs
 from shardkit.read.resume.state import Level
 from shardkit.read.split import Piece, part_span
-from shardkit.read.stream import Located, PieceReader
+from shardkit.read.pieces import Located, PieceReader
 from shardkit.world import World
 
 log = logging.getLogger(__name__)
