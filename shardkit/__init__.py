@@ -38,7 +38,7 @@ _LAZY = {
     "ReaderOptions": "shardkit.read.options",
     "ShardDataset": "shardkit.read.dataset",
     "ShardWindowSampler": "shardkit.read.sampler",
-    "Stream": "shardkit.read.mix",
+    "Stream": "shardkit.read.schedule",
     "World": "shardkit.world",
     "WriteOptions": "shardkit.write.parallel",
     "make_loader": "shardkit.read.loader",
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from shardkit.read.loader import make_loader
     from shardkit.read.options import ReaderOptions
     from shardkit.read.sampler import ShardWindowSampler
-    from shardkit.read.mix import Stream
+    from shardkit.read.schedule import Stream
     from shardkit.read.shuffle import shuffle_quality
     from shardkit.world import World
     from shardkit.write.parallel import WriteOptions, write_dataset

@@ -20,26 +20,18 @@ from torch.utils.data import IterableDataset
 from shardkit.errors import StateError, UsageError
 from shardkit.format.manifest import Manifest
 from shardkit.io.base import SourceOptions
-from shardkit.read.catalog import ShardCatalog, resolve_catalog
+from shardkit.read.catalog import ShardCatalog
 from shardkit.read.counters import SharedCounters
 from shardkit.read.decode import Decoder, ImageMode, make_decoder
-from shardkit.read.mix import Stream
-from shardkit.read.mixslot import MixSlotReader
-from shardkit.read.mixture import Mixture, is_mixture, mixture_fingerprint, resolve_mixture
+from shardkit.read.mixture import Mixture, resolve_sources
 from shardkit.read.options import DEFAULT_BUFFER_SIZE, ReaderOptions
+from shardkit.read.pieces import ON_ERROR, OnError
 from shardkit.read.plan import ReadPlan
 from shardkit.read.prefetch import DEFAULT_READ_AHEAD_BYTES
-from shardkit.read.resume.state import (
-    Level,
-    ReaderState,
-    check_compatible,
-    dataset_fingerprint,
-    rank_state,
-    start_for,
-)
-from shardkit.read.slot import Sample, SlotReader
+from shardkit.read.resume.state import Level, ReaderState, check_compatible, rank_state, start_for
+from shardkit.read.schedule import Stream
+from shardkit.read.slot import OutputOptions, Sample, SlotReader
 from shardkit.read.split import Mode
-from shardkit.read.pieces import ON_ERROR, OnError
 from shardkit.world import World, detect_rank, detect_worker
 
 log = logging.getLogger(__name__)
@@ -132,7 +124,7 @@ class ShardDataset(IterableDataset):
     Each sample carries ``__stream__`` (the stream's name, default its
     index). Every mode, checkpoints (the state records the streams) and the
     loader work as for one dataset; per-rank counts in ``"exact"`` mode
-    differ by at most the number of streams. See :mod:`shardkit.read.mix`
+    differ by at most the number of streams. See :mod:`shardkit.read.schedule`
     and :mod:`shardkit.read.mixture` (changing a mixture at a checkpoint)::
 
         ds = shardkit.ShardDataset(
@@ -243,59 +235,33 @@ class ShardDataset(IterableDataset):
             raise UsageError(f"on_error must be one of {ON_ERROR}, not {on_error!r}")
         if epoch < 0:
             raise UsageError(f"epoch must be >= 0, not {epoch}")
-        if batch_size is not None and batch_size < 1:
-            raise UsageError(f"batch_size must be >= 1 or None, not {batch_size}")
         if read_ahead_bytes <= 0:
             raise UsageError(f"read_ahead_bytes must be > 0, not {read_ahead_bytes}")
+        output = OutputOptions(
+            decoder=make_decoder(decode), map=map, batch_size=batch_size, collate=collate, partial_batches=partial_batches
+        )
         source_options = source_options or SourceOptions()
         self._options = options
         self._source_options = source_options
         self._world = detect_rank(rank=rank, world_size=world_size)
-        # How a slot reads and presents its samples, for one dataset or a mixture.
-        stages: dict[str, Any] = {
-            "on_error": on_error,
-            "verify_checksums": verify_checksums,
-            "read_ahead_bytes": read_ahead_bytes,
-            "decoder": make_decoder(decode),
-            "map": map,
-            "batch_size": batch_size,
-            "collate": collate,
-            "partial_batches": partial_batches,
-        }
-        self._mixture: Mixture | None = None
-        self._slots: SlotReader | MixSlotReader
-        if is_mixture(source):
-            if interleave != 1:
-                raise UsageError(
-                    "interleave applies to one dataset: a mixture already reads each stream side by side"
-                )
-            mixture = resolve_mixture(
-                source,  # type: ignore[arg-type]
-                samples_per_epoch=samples_per_epoch,
-                source_options=source_options,
-            )
-            self._mixture = mixture
-            self._catalog = None
-            self._plan = None
-            self._slots = _mix_slots(mixture, options, **stages)
-        else:
-            if samples_per_epoch is not None:
-                raise UsageError("samples_per_epoch applies to a mixture: give a list of shardkit.Stream")
-            catalog = resolve_catalog(source, options=source_options)  # type: ignore[arg-type]
-            if mode == "balanced" and catalog.compressed:
-                raise UsageError(
-                    "mode='balanced' needs per-shard sample counts, and compressed shards (.tar.gz, .tgz, "
-                    ".tar.zst) are read whole at shard granularity: use mode='exact' / 'infinite', or reshard "
-                    "them uncompressed with `shardkit write SRC DEST`"
-                )
-            if mode == "balanced" and catalog.counts is None:
-                raise UsageError(
-                    "mode='balanced' needs per-shard sample counts: read a dataset with a manifest "
-                    "(or .idx sidecars), or use mode='exact' / 'infinite' at shard granularity"
-                )
-            self._catalog = catalog
-            self._plan = ReadPlan(catalog.counts, catalog.num_shards, options)
-            self._slots = SlotReader(catalog=catalog, plan=self._plan, source_options=source_options, **stages)
+        mixture = resolve_sources(
+            source, samples_per_epoch=samples_per_epoch, source_options=source_options, interleave=interleave
+        )
+        if mode == "balanced":
+            _check_counts(mixture.catalogs[0])
+        self._mixture = mixture
+        self._slots = SlotReader(
+            catalogs=mixture.catalogs,
+            source_options=mixture.source_options,
+            seed_words=mixture.seed_words,
+            names=mixture.names,
+            schedule=mixture.schedule,
+            options=options,
+            on_error=on_error,
+            verify_checksums=verify_checksums,
+            read_ahead_bytes=read_ahead_bytes,
+            output=output,
+        )
         self._counters = SharedCounters(epoch)
         # Checkpoint bookkeeping: this process's progress, and a loaded state
         # that the next iteration of its epoch starts from.
@@ -324,25 +290,26 @@ class ShardDataset(IterableDataset):
         Raises:
             UsageError: The dataset is a mixture (see :attr:`mixture`).
         """
-        if self._catalog is None:
+        if self._mixture.streams:
             raise UsageError("a mixture has a catalog per stream: see dataset.mixture.catalogs")
-        return self._catalog
+        return self._mixture.catalogs[0]
 
     @property
     def plan(self) -> ReadPlan:
-        """Which pieces each slot reads in each epoch.
+        """Which pieces each slot reads in each epoch (made from the catalog
+        when asked: the dataset keeps nothing per shard).
 
         Raises:
             UsageError: The dataset is a mixture (each stream has a plan).
         """
-        if self._plan is None:
+        if self._mixture.streams:
             raise UsageError("a mixture has a plan per stream, made for each iteration")
-        return self._plan
+        return self._slots.plans(self.epoch)[0]
 
     @property
     def mixture(self) -> Mixture | None:
         """The streams of a mixture (catalogs, schedule, names); None for one dataset."""
-        return self._mixture
+        return self._mixture if self._mixture.streams else None
 
     @property
     def world(self) -> World:
@@ -352,7 +319,7 @@ class ShardDataset(IterableDataset):
     @property
     def batch_size(self) -> int | None:
         """Samples per batch made in the worker, or None for single samples."""
-        return self._slots.batch_size
+        return self._slots.output.batch_size
 
     @property
     def epoch(self) -> int:
@@ -367,9 +334,7 @@ class ShardDataset(IterableDataset):
     @property
     def num_samples(self) -> int | None:
         """Samples this rank reads in the current epoch, or None if unknown / endless."""
-        if isinstance(self._slots, MixSlotReader):
-            return self._slots.samples_per_rank(self._world, epoch=self.epoch)
-        return self._slots.plan.samples_per_rank(self._world)
+        return self._slots.samples_per_rank(self._world, epoch=self.epoch)
 
     def __len__(self) -> int:
         """Samples this rank reads per epoch (single samples, finite modes only)."""
@@ -452,29 +417,13 @@ class ShardDataset(IterableDataset):
     def _identity(self, epoch: int) -> tuple[str, dict[str, Any] | None]:
         """What a state of ``epoch`` names the data by: a fingerprint, and a
         mixture's configuration (the one that epoch is read under)."""
-        if self._mixture is None:
-            return dataset_fingerprint(self.catalog), None
         recorded = self._recorded
         record = recorded[1] if recorded is not None and recorded[0] == epoch else self._mixture.record()
-        return mixture_fingerprint(record), record
+        return self._mixture.fingerprint(record), record
 
     def _parse_state(self, state: Mapping[str, Any]) -> ReaderState:
         parsed = ReaderState.from_dict(state)
-        if self._mixture is None:
-            if parsed.mixture is not None:
-                raise StateError(
-                    "reader state is of a mixture of streams, and this dataset reads one source: "
-                    "create the dataset with the same list of shardkit.Stream"
-                )
-            fingerprint = dataset_fingerprint(self.catalog)
-        else:
-            if parsed.mixture is None:
-                raise StateError(
-                    "reader state is of one dataset, and this dataset is a mixture of streams: "
-                    "create the dataset with the source the state was saved from"
-                )
-            fingerprint = parsed.fingerprint  # the mixture is compared stream by stream on load
-        check_compatible(parsed, fingerprint=fingerprint, options=self._options)
+        check_compatible(parsed, fingerprint=self._mixture.state_fingerprint(parsed), options=self._options)
         return parsed
 
     def _rank_state(
@@ -539,11 +488,9 @@ class ShardDataset(IterableDataset):
             UsageError: The dataset has no sample counts and offset indexes.
         """
         parsed = self._parse_state(state)
-        if self._mixture is not None:
-            assert parsed.mixture is not None and isinstance(self._slots, MixSlotReader)
-            active = self._mixture.with_recorded(parsed.mixture, parsed.epoch)
-            self._recorded = None if active is self._mixture else (parsed.epoch, dict(parsed.mixture))
-            self._slots = dataclasses.replace(self._slots, schedule=active.schedule)
+        active = self._mixture.with_recorded(parsed.mixture, parsed.epoch)
+        self._recorded = None if active is self._mixture else (parsed.epoch, dict(parsed.mixture or {}))
+        self._slots = dataclasses.replace(self._slots, schedule=active.schedule)
         if parsed.levels and parsed.levels[-1].world_size != self._world.world_size:
             # Only a complete state can move to another world size; say so now, not in a worker.
             start_for(parsed, self._world.with_worker(0, 1))
@@ -553,28 +500,26 @@ class ShardDataset(IterableDataset):
 
     def __repr__(self) -> str:
         opts = self._options
-        if self._mixture is not None:
-            return (
-                f"ShardDataset(mixture of {len(self._mixture.streams)} streams, "
-                f"{self._mixture.samples_per_epoch(self.epoch)} samples per epoch, mode={opts.mode!r}, "
-                f"seed={opts.seed}, rank={self._world.rank}/{self._world.world_size})"
-            )
         return (
-            f"ShardDataset({self._catalog.num_shards} shards, {self._catalog.num_samples} samples, "
-            f"mode={opts.mode!r}, seed={opts.seed}, rank={self._world.rank}/{self._world.world_size})"
+            f"ShardDataset({self._mixture.describe(self.epoch)}, mode={opts.mode!r}, "
+            f"seed={opts.seed}, rank={self._world.rank}/{self._world.world_size})"
         )
 
 
-def _mix_slots(mixture: Mixture, options: ReaderOptions, **kwargs: Any) -> MixSlotReader:
-    return MixSlotReader(
-        catalogs=mixture.catalogs,
-        tags=mixture.tags,
-        names=mixture.names,
-        schedule=mixture.schedule,
-        options=options,
-        source_options=mixture.source_options,
-        **kwargs,
-    )
+def _check_counts(catalog: ShardCatalog) -> None:
+    """Refuse ``"balanced"`` mode without per-shard counts (a mixture's
+    streams always have them)."""
+    if catalog.compressed:
+        raise UsageError(
+            "mode='balanced' needs per-shard sample counts, and compressed shards (.tar.gz, .tgz, "
+            ".tar.zst) are read whole at shard granularity: use mode='exact' / 'infinite', or reshard "
+            "them uncompressed with `shardkit write SRC DEST`"
+        )
+    if catalog.counts is None:
+        raise UsageError(
+            "mode='balanced' needs per-shard sample counts: read a dataset with a manifest "
+            "(or .idx sidecars), or use mode='exact' / 'infinite' at shard granularity"
+        )
 
 
 def _recorded(stream: Iterator[tuple[int, Any]], progress: _Progress) -> Iterator[tuple[int, Any]]:

@@ -1,9 +1,14 @@
-"""A mixture as a dataset holds it: streams resolved, checked and recorded.
+"""What a dataset reads, resolved: one dataset, or a mixture of streams.
 
-:func:`resolve_mixture` turns the :class:`~shardkit.read.mix.Stream` s given
-to :class:`~shardkit.ShardDataset` into catalogs and a
-:class:`~shardkit.read.mix.MixSchedule`, refusing bad input with the
-stream's name. :class:`Mixture` records the configuration in reader states
+:func:`resolve_sources` turns the ``source`` given to
+:class:`~shardkit.ShardDataset` into a :class:`Mixture`: one dataset is a
+mixture of one source that takes the whole epoch
+(:class:`~shardkit.read.plan.WholeDataset`); a list of
+:class:`~shardkit.read.schedule.Stream` s gives catalogs and a
+:class:`~shardkit.read.schedule.MixSchedule`, refusing bad input with the
+stream's name. A mixture of streams records its configuration in reader
+states; one dataset read alone records none (``"mixture": null``), as states
+always had it. :class:`Mixture` records the configuration in reader states
 (``"mixture"``: each stream's name, dataset fingerprint, size, weight and
 ``samples``, and ``samples_per_epoch``) and, given a state saved under
 another configuration, finishes the state's epoch under the recorded one
@@ -33,8 +38,9 @@ from typing import Any
 from shardkit.errors import StateError, UsageError
 from shardkit.io.base import SourceOptions
 from shardkit.read.catalog import ShardCatalog, resolve_catalog
-from shardkit.read.mix import MixSchedule, Stream, stream_tag, weight_from_record
-from shardkit.read.resume.state import dataset_fingerprint
+from shardkit.read.plan import WholeDataset
+from shardkit.read.resume.state import ReaderState, dataset_fingerprint
+from shardkit.read.schedule import MixSchedule, Stream, stream_tag, weight_from_record
 
 log = logging.getLogger(__name__)
 
@@ -58,32 +64,48 @@ def is_mixture(source: Any) -> bool:
 
 @dataclass(frozen=True, eq=False)
 class Mixture:
-    """Streams with their catalogs and schedule.
+    """The sources a dataset reads, with their catalogs and schedule.
 
     Attributes:
-        streams: The streams, in the order shares and ties go by.
-        catalogs: Each stream's shards (with counts).
-        source_options: Each stream's storage options.
-        fingerprints: Each stream's dataset fingerprint.
+        streams: The streams, in the order shares and ties go by; empty for
+            one dataset read alone.
+        catalogs: Each source's shards (with counts).
+        source_options: Each source's storage options.
+        fingerprints: Each stream's dataset fingerprint (empty for one
+            dataset, whose fingerprint is taken when a state needs it: a
+            dataset without counts has none).
         schedule: Shares per epoch.
-        names: What ``__stream__`` holds for each stream.
+        names: What ``__stream__`` holds for each stream; None for one dataset.
     """
 
     streams: tuple[Stream, ...]
     catalogs: tuple[ShardCatalog, ...]
     source_options: tuple[SourceOptions, ...]
     fingerprints: tuple[str, ...]
-    schedule: MixSchedule
-    names: tuple[Any, ...]
+    schedule: MixSchedule | WholeDataset
+    names: tuple[Any, ...] | None
+
+    @classmethod
+    def alone(cls, catalog: ShardCatalog, source_options: SourceOptions) -> Mixture:
+        """One dataset read alone: one source taking every epoch whole."""
+        return cls((), (catalog,), (source_options,), (), WholeDataset(), None)
 
     @property
-    def tags(self) -> tuple[int, ...]:
-        return tuple(stream_tag(f) for f in self.fingerprints)
+    def seed_words(self) -> tuple[tuple[int, ...], ...]:
+        """Each source's extra shuffle seed words: a stream's seed word
+        (from its fingerprint, so it does not depend on the list order);
+        none for one dataset."""
+        if not self.streams:
+            return ((),)
+        return tuple((stream_tag(f),) for f in self.fingerprints)
 
-    def record(self) -> dict[str, Any]:
-        """The configuration as JSON data (what a state holds)."""
+    def record(self) -> dict[str, Any] | None:
+        """The configuration as JSON data (what a state holds); None for one dataset."""
+        schedule = self.schedule
+        if not isinstance(schedule, MixSchedule):
+            return None
         return {
-            KEY_SAMPLES_PER_EPOCH: self.schedule.samples_per_epoch,
+            KEY_SAMPLES_PER_EPOCH: schedule.samples_per_epoch,
             KEY_STREAMS: [
                 {
                     "name": s.name,
@@ -92,15 +114,49 @@ class Mixture:
                     "weight": s.weight_record(),
                     "samples": s.samples,
                 }
-                for s, f, size in zip(self.streams, self.fingerprints, self.schedule.sizes)
+                for s, f, size in zip(self.streams, self.fingerprints, schedule.sizes)
             ],
         }
 
+    def fingerprint(self, record: Mapping[str, Any] | None) -> str:
+        """What a state names the data by: the dataset's fingerprint, or a
+        mixture's configuration's (``record``, the one its epoch is read under).
+
+        Raises:
+            UsageError: One dataset without sample counts and offset indexes.
+        """
+        return dataset_fingerprint(self.catalogs[0]) if record is None else mixture_fingerprint(record)
+
+    def state_fingerprint(self, state: ReaderState) -> str:
+        """The fingerprint ``state`` must carry to be of these sources (a
+        mixture's streams are compared one by one on load).
+
+        Raises:
+            StateError: A mixture's state for one dataset, or the reverse.
+        """
+        if state.mixture is None and self.streams:
+            raise StateError(
+                "reader state is of one dataset, and this dataset is a mixture of streams: "
+                "create the dataset with the source the state was saved from"
+            )
+        if state.mixture is not None and not self.streams:
+            raise StateError(
+                "reader state is of a mixture of streams, and this dataset reads one source: "
+                "create the dataset with the same list of shardkit.Stream"
+            )
+        return state.fingerprint if self.streams else self.fingerprint(None)
+
+    def describe(self, epoch: int) -> str:
+        """What ``repr`` of the dataset says of its data."""
+        if not self.streams:
+            catalog = self.catalogs[0]
+            return f"{catalog.num_shards} shards, {catalog.num_samples} samples"
+        return f"mixture of {len(self.streams)} streams, {self.samples_per_epoch(epoch)} samples per epoch"
 
     def samples_per_epoch(self, epoch: int) -> int:
         return sum(self.schedule.shares(epoch))
 
-    def with_recorded(self, record: Mapping[str, Any], epoch: int) -> Mixture:
+    def with_recorded(self, record: Mapping[str, Any] | None, epoch: int) -> Mixture:
         """This mixture, taking ``epoch``'s shares from a state's recorded
         configuration (see the module docstring); itself when they agree.
 
@@ -108,8 +164,9 @@ class Mixture:
             StateError: A malformed record, or a recorded stream this
                 mixture lacks (named).
         """
-        if dict(record) == self.record():
+        if not self.streams or dict(record) == self.record():  # type: ignore[arg-type]
             return self
+        assert record is not None  # a state of one dataset does not load into a mixture
         streams_data = record.get(KEY_STREAMS)
         if not isinstance(streams_data, list) or not streams_data:
             raise StateError("reader state: its 'mixture' has no 'streams' list")
@@ -152,6 +209,7 @@ class Mixture:
             epoch,
             epoch + 1,
         )
+        assert isinstance(self.schedule, MixSchedule)
         schedule = MixSchedule(
             self.schedule.streams,
             self.schedule.sizes,
@@ -195,7 +253,7 @@ def resolve_mixture(
         UsageError: A stream without sample counts (no manifest), with
             compressed shards or no samples; the same dataset twice; names
             given to some streams only, or twice; bad weights or counts
-            (see :class:`~shardkit.read.mix.MixSchedule`).
+            (see :class:`~shardkit.read.schedule.MixSchedule`).
         ManifestError: A stream's manifest is missing or invalid.
     """
     if not streams:
@@ -228,3 +286,27 @@ def resolve_mixture(
     sizes = tuple(int(c.counts.sum()) for c in catalogs)  # type: ignore[union-attr]
     schedule = MixSchedule(tuple(streams), sizes, samples_per_epoch=samples_per_epoch)
     return Mixture(tuple(streams), tuple(catalogs), tuple(options), tuple(fingerprints), schedule, names)
+
+
+def resolve_sources(
+    source: Any,
+    *,
+    samples_per_epoch: int | None,
+    source_options: SourceOptions,
+    interleave: int,
+) -> Mixture:
+    """What ``ShardDataset(source, ...)`` reads: one dataset (a path, URL,
+    pattern, list of shards or Manifest) or a list of streams to mix.
+
+    Raises:
+        UsageError: ``samples_per_epoch`` for one dataset, ``interleave`` for
+            a mixture, or what :func:`resolve_mixture` refuses.
+        ManifestError: A manifest is missing or invalid.
+    """
+    if not is_mixture(source):
+        if samples_per_epoch is not None:
+            raise UsageError("samples_per_epoch applies to a mixture: give a list of shardkit.Stream")
+        return Mixture.alone(resolve_catalog(source, options=source_options), source_options)
+    if interleave != 1:
+        raise UsageError("interleave applies to one dataset: a mixture already reads each stream side by side")
+    return resolve_mixture(source, samples_per_epoch=samples_per_epoch, source_options=source_options)

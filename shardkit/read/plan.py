@@ -8,8 +8,9 @@ position: the dataset reads what it says, and the resume code replays it.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -19,7 +20,7 @@ from shardkit.errors import UsageError
 from shardkit.read.options import ReaderOptions
 from shardkit.read.shuffle import INITIAL_FILL, ShuffleBuffer
 from shardkit.read.split import (
-    SAMPLE_SHUFFLE_STREAM,
+    SAMPLE_SHUFFLE_DOMAIN,
     Piece,
     assign_shards,
     epoch_order,
@@ -71,6 +72,51 @@ class DatasetLayout:
 
 
 @dataclass(frozen=True, eq=False)
+class WholeDataset:
+    """The schedule of one dataset read alone: the whole dataset every epoch.
+
+    The counterpart of :class:`~shardkit.read.schedule.MixSchedule` for a
+    reader of one source (see :class:`~shardkit.read.slot.SlotReader`).
+    """
+
+    stable_from: int = 0
+
+    def shares(self, epoch: int) -> tuple[int, ...]:
+        """The source's part of the epoch, as a weight: all of it."""
+        return (1,)
+
+    def layout(
+        self, index: int, counts: np.ndarray | None, *, seed: int, words: tuple[int, ...], shuffle: bool
+    ) -> EpochLayout | None:
+        """The dataset's epochs: its shards in each epoch's order (None
+        without counts: whole shards are dealt to slots)."""
+        return None if counts is None else DatasetLayout(counts, seed, shuffle)
+
+
+def check_infinite(plans: Sequence[ReadPlan], world: World, *, epoch: int) -> None:
+    """Refuse ``"infinite"`` mode when the sources' epochs hold fewer samples
+    than ``world``'s slots have read parts (a part with nothing to read would
+    never end), at ``epoch`` and once the shares are stable.
+
+    Raises:
+        UsageError: Too few samples, with the numbers.
+    """
+    layouts = [p.layout for p in plans]
+    if not plans or plans[0].options.mode != "infinite" or any(layout is None for layout in layouts):
+        return
+    parts = world.num_slots * plans[0].options.interleave
+    stable = max(layout.stable_from for layout in layouts)  # type: ignore[union-attr]
+    for e in sorted({epoch, max(epoch, stable)}):
+        total = sum(layout.length(e) for layout in layouts)  # type: ignore[union-attr]
+        if total < parts:
+            raise UsageError(
+                f"mode='infinite' needs at least one sample per slot and read part: {total} samples in epoch {e} "
+                f"for {world.world_size} ranks x {world.num_workers} workers x interleave "
+                f"{plans[0].options.interleave}"
+            )
+
+
+@dataclass(frozen=True, eq=False)
 class ReadPlan:
     """Which pieces each slot reads in which order, per epoch.
 
@@ -80,11 +126,11 @@ class ReadPlan:
             slots instead of sample ranges).
         num_shards: Shards in the dataset.
         options: The reader options.
-        layout: How an epoch's sequence maps to shards; default the whole
-            dataset each epoch (:class:`DatasetLayout`). A stream of a
-            mixture has its own (:class:`~shardkit.read.mix.WalkLayout`).
-        seed_tag: Extra words of the shuffle buffer's seed (a mixture's
-            streams each have their own); empty for one dataset.
+        layout: How an epoch's sequence maps to shards (from the reader's
+            schedule: :class:`WholeDataset` or
+            :class:`~shardkit.read.schedule.MixSchedule`); None without counts.
+        seed_tag: Extra words of the shuffle buffer's seed: a mixture's
+            stream's seed word; none for one dataset read alone.
         initial_fill: Samples the shuffle buffer holds before its first
             output (a mixture's streams share the default between them).
     """
@@ -101,6 +147,33 @@ class ReadPlan:
             layout = DatasetLayout(self.counts, self.options.seed, self.options.shuffle)
             object.__setattr__(self, "layout", layout)
 
+    @classmethod
+    def of_source(
+        cls,
+        counts: np.ndarray | None,
+        num_shards: int,
+        options: ReaderOptions,
+        *,
+        layout: EpochLayout | None,
+        seed_tag: tuple[int, ...],
+        shares: tuple[int, ...],
+        index: int,
+    ) -> ReadPlan:
+        """The plan of source ``index`` of a reader whose sources give
+        ``shares`` of the epoch (one source: all of it). The reader's shuffle
+        buffer and its initial fill are cut in proportion: the sources share
+        one buffer's worth, so the first batch comes as soon as with one
+        dataset."""
+        total = max(sum(shares), 1)
+        fraction = shares[index] / total
+        size = options.buffer_size
+        if size > 1:
+            size = max(2, int(size * fraction))
+        nbytes = None if options.buffer_bytes is None else max(1, int(options.buffer_bytes * fraction))
+        own = dataclasses.replace(options, buffer_size=size, buffer_bytes=nbytes)
+        initial = max(1, round(INITIAL_FILL * shares[index] / total))
+        return cls(counts, num_shards, own, layout=layout, seed_tag=seed_tag, initial_fill=initial)
+
     @property
     def num_samples(self) -> int | None:
         """Samples of one epoch, or None when the counts are unknown."""
@@ -115,25 +188,20 @@ class ReadPlan:
         return samples_per_rank(total, rank=world.rank, world_size=world.world_size, mode=opts.mode, pad=opts.pad)
 
     def pieces(self, world: World, *, epoch: int, part: int = 0) -> Iterator[Piece]:
-        """The pieces read stream ``part`` of ``world``'s slot reads from
+        """The pieces read part ``part`` of ``world``'s slot reads from
         ``epoch`` on: one epoch, or every epoch after it in ``"infinite"``
-        mode (endless). A slot has ``options.interleave`` read streams.
+        mode (endless). A slot has ``options.interleave`` read parts.
+        (:func:`check_infinite` checks that each part has samples.)
 
         Raises:
-            UsageError: ``"infinite"`` mode with fewer samples (or, without
-                counts, shards) than read streams over all slots.
+            UsageError: ``"infinite"`` mode without counts and with fewer
+                shards than read parts over all slots.
         """
         opts = self.options
-        streams = world.num_slots * opts.interleave
+        parts = world.num_slots * opts.interleave
         epochs = itertools.count(epoch) if opts.mode == "infinite" else (epoch,)
         layout = self.layout
         if layout is not None:
-            total = layout.length(epoch)
-            if opts.mode == "infinite" and not self.seed_tag and total < streams:
-                raise UsageError(
-                    f"mode='infinite' needs at least one sample per slot and stream: {total} samples for "
-                    f"{world.world_size} ranks x {world.num_workers} workers x interleave {opts.interleave}"
-                )
             for e in epochs:
                 lo, hi = part_span(
                     layout.length(e), world, mode=opts.mode, pad=opts.pad, part=part, num_parts=opts.interleave
@@ -142,9 +210,9 @@ class ReadPlan:
                     return  # every later epoch is as empty for this stream
                 yield from layout.pieces(e, lo, hi)
             return
-        if opts.mode == "infinite" and self.num_shards < streams:
+        if opts.mode == "infinite" and self.num_shards < parts:
             raise UsageError(
-                f"mode='infinite' without sample counts needs a shard per slot and stream: "
+                f"mode='infinite' without sample counts needs a shard per slot and read part: "
                 f"{self.num_shards} shards for {world.world_size} ranks x {world.num_workers} workers "
                 f"x interleave {opts.interleave}"
             )
@@ -165,7 +233,7 @@ class ReadPlan:
         opts = self.options
         if not opts.shuffles_samples:
             return None
-        seeds = seed_sequence(opts.seed, epoch, SAMPLE_SHUFFLE_STREAM, world.rank, world.worker, *self.seed_tag)
+        seeds = seed_sequence(opts.seed, epoch, SAMPLE_SHUFFLE_DOMAIN, world.rank, world.worker, *self.seed_tag)
         return ShuffleBuffer(
             size=opts.buffer_size,
             rng=np.random.Generator(np.random.PCG64(seeds)),

@@ -34,7 +34,7 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from shardkit.errors import UsageError
-from shardkit.read.split import seed_sequence, shard_permutation
+from shardkit.read.split import WINDOW_SHUFFLE_DOMAIN, seed_sequence, shard_permutation
 from shardkit.world import detect_rank
 
 __all__ = [
@@ -45,9 +45,6 @@ __all__ = [
     "window_indices",
 ]
 
-#: Domain tag of the per-window sample shuffle (the shard order uses
-#: :data:`shardkit.read.split.SHARD_ORDER_STREAM`).
-WINDOW_SHUFFLE_STREAM = 2
 
 
 def _starts(counts: np.ndarray) -> np.ndarray:
@@ -96,7 +93,7 @@ def window_indices(
     shards = order[window * window_shards : (window + 1) * window_shards]
     ranges = [np.arange(starts[s], starts[s + 1], dtype=np.int64) for s in shards]
     members = np.concatenate(ranges) if ranges else np.empty(0, dtype=np.int64)
-    rng = np.random.Generator(np.random.PCG64(seed_sequence(seed, epoch, WINDOW_SHUFFLE_STREAM, window)))
+    rng = np.random.Generator(np.random.PCG64(seed_sequence(seed, epoch, WINDOW_SHUFFLE_DOMAIN, window)))
     return rng.permutation(members)
 
 

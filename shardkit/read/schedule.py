@@ -53,10 +53,7 @@ from shardkit.errors import UsageError
 from shardkit.format.manifest import Manifest
 from shardkit.io.base import SourceOptions
 from shardkit.io.urls import redact_url
-from shardkit.read.split import Piece, seed_sequence
-
-#: Domain tag of the walk's per-pass shard order (see :mod:`.split`).
-WALK_ORDER_STREAM = 2
+from shardkit.read.split import WALK_ORDER_DOMAIN, Piece, seed_sequence
 
 #: Labels computed at once by :func:`schedule_labels`.
 _LABEL_BLOCK = 4096
@@ -276,6 +273,13 @@ class MixSchedule:
                 out[i] = part
         return out
 
+    def layout(
+        self, index: int, counts: np.ndarray | None, *, seed: int, words: tuple[int, ...], shuffle: bool
+    ) -> WalkLayout:
+        """Stream ``index``'s epochs: windows of its walk (``words``: its seed word)."""
+        assert counts is not None, "a mixture's streams have sample counts"
+        return WalkLayout(counts, self, index, seed, words[0], shuffle)
+
     def offset(self, stream: int, epoch: int) -> int:
         """Where ``epoch`` starts in ``stream``'s walk: the samples the
         stream gave in all earlier epochs."""
@@ -395,7 +399,7 @@ class WalkLayout:
         return self.schedule.shares(epoch)[self.index]
 
     def _rng(self, number: int) -> np.random.Generator:
-        return np.random.Generator(np.random.PCG64(seed_sequence(self.seed, number, WALK_ORDER_STREAM, self.tag)))
+        return np.random.Generator(np.random.PCG64(seed_sequence(self.seed, number, WALK_ORDER_DOMAIN, self.tag)))
 
     def first_order(self) -> np.ndarray:
         """Shard order of the walk's first pass."""

@@ -1,9 +1,11 @@
 """What one (rank, worker) slot reads, from plan to delivered items.
 
-:class:`SlotReader` chains the stages of a slot's stream: the plan's pieces,
-read through read-ahead streams (:mod:`.pieces`), mixed (``interleave``),
-shuffled in the seeded buffer, then turned into sample dicts, decoded,
-mapped and batched. It may start from a resumed position (see
+:class:`SlotReader` chains the stages of a slot's stream, for one dataset
+and for a mixture alike (one dataset is a mixture of one source): each
+source's plan, its pieces read through read-ahead (:mod:`.pieces`) in
+``interleave`` parts mixed sample by sample, shuffled in the source's seeded
+buffer; the sources interleaved by the mixture's schedule; then sample
+dicts, decoded, mapped and batched (:class:`OutputOptions`). It may start from a resumed position (see
 :mod:`shardkit.read.resume`). It keeps nothing between iterations, so any
 process holding one (the dataset, the loader's workers) reads any slot.
 """
@@ -14,20 +16,22 @@ import itertools
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from shardkit.errors import MemberTooLargeError, UsageError
+from shardkit.errors import MemberTooLargeError, StateError, UsageError
 from shardkit.io.base import SourceOptions
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.decode import Decoder
-from shardkit.read.plan import ReadPlan
-from shardkit.read.resume.elastic import LevelPlan
-from shardkit.read.resume.restore import SlotRestorer
+from shardkit.read.options import ReaderOptions
+from shardkit.read.plan import EpochLayout, ReadPlan, check_infinite
+from shardkit.read.resume.elastic import LevelPlan, part_spans
+from shardkit.read.resume.restore import SlotRestorer, level_plans
 from shardkit.read.resume.state import Level
+from shardkit.read.schedule import schedule_labels, split_count
 from shardkit.read.shuffle import ShuffleBuffer, round_robin
 from shardkit.read.split import skip_samples
 from shardkit.read.pieces import Located, OnError, PieceReader
@@ -45,11 +49,17 @@ def located_nbytes(located: Located) -> int:
     return raw.end - raw.start
 
 
-def _as_dicts(located: Iterator[tuple[int, Located]], catalog: ShardCatalog) -> Iterator[tuple[int, Sample, str]]:
-    for count, (shard, _, raw) in located:
+def _as_dicts(
+    located: Iterator[tuple[int, tuple[Located, int]]], catalogs: tuple[ShardCatalog, ...], names: tuple[Any, ...] | None
+) -> Iterator[tuple[int, Sample, str]]:
+    """Sample dicts (with ``__stream__`` when the sources are named), each
+    with its shard's URL for errors."""
+    for count, ((shard, _, raw), source) in located:
         sample: Sample = {"__key__": raw.key}
+        if names is not None:
+            sample["__stream__"] = names[source]
         sample.update(raw.fields)
-        yield count, sample, catalog.url(shard)
+        yield count, sample, catalogs[source].url(shard)
 
 
 def _shape(value: Any) -> tuple[int, ...] | None:
@@ -133,37 +143,127 @@ def collate_samples(samples: list[Any], *, collate: Callable[[list[Any]], Any] =
         ) from exc
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
-class SlotReader:
-    """Builds the item stream of any slot of one dataset.
+@dataclass(frozen=True, kw_only=True)
+class OutputOptions:
+    """How a slot presents its samples: the output settings of
+    :class:`~shardkit.ShardDataset` (which documents each), in one place.
 
     Attributes:
-        catalog: The shards.
-        plan: Which pieces each slot reads.
-        source_options: Storage options.
-        on_error: The fault policy (see :mod:`.pieces`).
-        verify_checksums: Check samples against their index's checksums.
-        read_ahead_bytes: Read-ahead budget of one slot (shared by its
-            ``interleave`` streams).
         decoder: Decodes each sample dict, or None for raw bytes.
         map: Applied to each (decoded) sample, or None.
         batch_size: Samples per batch, or None for single samples.
         collate: Turns a list of samples into a batch (None: torch's
             ``default_collate``).
         partial_batches: Yield the last, smaller batch.
+
+    Raises:
+        UsageError: ``batch_size`` below 1.
     """
 
-    catalog: ShardCatalog
-    plan: ReadPlan
-    source_options: SourceOptions
-    on_error: OnError
-    read_ahead_bytes: int
-    verify_checksums: bool = False
     decoder: Decoder | None = None
     map: Callable[[Sample], Any] | None = None
     batch_size: int | None = None
     collate: Callable[[list[Any]], Any] | None = None
     partial_batches: bool = True
+
+    def __post_init__(self) -> None:
+        if self.batch_size is not None and self.batch_size < 1:
+            raise UsageError(f"batch_size must be >= 1 or None, not {self.batch_size}")
+
+
+class SourceSchedule(Protocol):
+    """How a reader's sources share each epoch: :class:`~shardkit.read.plan.WholeDataset`
+    for one dataset, :class:`~shardkit.read.schedule.MixSchedule` for a mixture."""
+
+    @property
+    def stable_from(self) -> int: ...
+
+    def shares(self, epoch: int) -> tuple[int, ...]: ...
+
+    def layout(
+        self, index: int, counts: np.ndarray | None, *, seed: int, words: tuple[int, ...], shuffle: bool
+    ) -> EpochLayout | None: ...
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class SlotReader:
+    """Builds the item stream of any slot of a reader of one or more sources.
+
+    One dataset is a mixture of one source that takes the whole epoch: its
+    plan reads every shard each epoch, its items carry no ``__stream__``.
+    A mixture's sources (its streams) each take their share of the epoch,
+    are read through their own read-ahead and shuffle buffer (the budget and
+    the buffer are shared in proportion), and are interleaved by the
+    stratified schedule (:func:`~shardkit.read.schedule.schedule_labels`).
+
+    Attributes:
+        catalogs: Each source's shards.
+        source_options: Each source's storage options.
+        seed_words: Each source's extra shuffle seed words (none for one
+            dataset read alone; a stream's seed word in a mixture).
+        names: What ``__stream__`` holds for each source's samples, or None
+            for no ``__stream__`` field (one dataset).
+        schedule: How the sources share each epoch.
+        options: The reader options.
+        on_error: The fault policy (see :mod:`.pieces`).
+        verify_checksums: Check samples against their index's checksums.
+        read_ahead_bytes: Read-ahead budget of one slot, shared by its
+            sources and their ``interleave`` read parts.
+        output: How samples are presented (decode, map, batch).
+    """
+
+    catalogs: tuple[ShardCatalog, ...]
+    source_options: tuple[SourceOptions, ...]
+    seed_words: tuple[tuple[int, ...], ...]
+    names: tuple[Any, ...] | None
+    schedule: SourceSchedule
+    options: ReaderOptions
+    on_error: OnError
+    read_ahead_bytes: int
+    verify_checksums: bool = False
+    output: OutputOptions = OutputOptions()
+
+    def plans(self, epoch: int) -> list[ReadPlan]:
+        """Each source's plan for an iteration that starts at ``epoch``
+        (derived from the catalogs each time: nothing per shard is kept)."""
+        shares = self.schedule.shares(epoch)
+        opts = self.options
+        out = []
+        for i, catalog in enumerate(self.catalogs):
+            counts = catalog.counts
+            words = self.seed_words[i]
+            layout = self.schedule.layout(i, counts, seed=opts.seed, words=words, shuffle=opts.shuffle)
+            out.append(
+                ReadPlan.of_source(
+                    counts, catalog.num_shards, opts, layout=layout, seed_tag=words, shares=shares, index=i
+                )
+            )
+        return out
+
+    def samples_per_rank(self, world: World, *, epoch: int) -> int | None:
+        """Samples ``world``'s rank reads in ``epoch``; None if unknown or endless."""
+        counts = [p.samples_per_rank(world, epoch=epoch) for p in self.plans(epoch)]
+        return None if any(c is None for c in counts) else sum(c or 0 for c in counts)
+
+    def _readers(self, on_skip: Callable[[Exception], None], shares: tuple[int, ...]) -> list[PieceReader]:
+        total = max(sum(shares), 1)
+        n = len(self.catalogs)
+        out = []
+        for i, catalog in enumerate(self.catalogs):
+            # Half the budget evenly, half by share (a small source still
+            # reads ahead), then split among the source's read parts.
+            budget = int(self.read_ahead_bytes * (0.5 / n + 0.5 * shares[i] / total)) // self.options.interleave
+            out.append(
+                PieceReader(
+                    catalog,
+                    on_error=self.on_error,
+                    verify_checksums=self.verify_checksums,
+                    on_skip=on_skip,
+                    options=self.source_options[i],
+                    read_ahead_bytes=max(budget, 1),
+                )
+            )
+        return out
 
     def items(
         self,
@@ -187,33 +287,82 @@ class SlotReader:
             count: Samples the slot had delivered at its level (a restored
                 state); they are skipped by replaying positions.
             on_skip: Called with each fault skipped under ``on_error="skip"``.
+
+        Raises:
+            UsageError: ``"infinite"`` mode with too few samples for the slots.
+            StateError: A restored count the plan cannot hold.
         """
-        opts = self.plan.options
-        reader = PieceReader(
-            self.catalog,
-            on_error=self.on_error,
-            verify_checksums=self.verify_checksums,
-            on_skip=on_skip,
-            options=self.source_options,
-            read_ahead_bytes=max(self.read_ahead_bytes // opts.interleave, 1),
-        )
-        raws: Iterator[Located]
+        plans = self.plans(epoch)
+        check_infinite(plans, world, epoch=epoch)
+        readers = self._readers(on_skip, self.schedule.shares(epoch))
+        endless = self.options.mode == "infinite"
+        levels: list[LevelPlan] | None = None
+        raws: list[Iterator[Located]]
         if not base and count == 0:
-            raws = fresh_raws(self.plan, reader, world, epoch=epoch)
+            raws = [fresh_raws(plan, reader, world, epoch=epoch) for plan, reader in zip(plans, readers)]
         else:
-            restorer = SlotRestorer(self.plan, reader, epoch=epoch)
-            raws = restored_raws(restorer, world, restorer.level_plan(base), count=count)
-        samples = _as_dicts(zip(itertools.count(count + 1), raws), self.catalog)
-        return finish_items(
-            samples,
-            on_error=self.on_error,
-            on_skip=on_skip,
-            decoder=self.decoder,
-            map=self.map,
-            batch_size=self.batch_size,
-            collate=self.collate,
-            partial_batches=self.partial_batches,
-        )
+            restorers = [SlotRestorer(p, r, epoch=epoch) for p, r in zip(plans, readers)]
+            levels = level_plans(restorers, base, epoch=epoch, split=self._split)
+            own = self._split(levels, world, count)
+            if own is None:
+                raise StateError(
+                    f"reader state says rank {world.rank} worker {world.worker} delivered {count} samples, more "
+                    f"than its share of epoch {epoch}: the state does not belong to this dataset and topology"
+                )
+            raws = [restored_raws(r, world, level, count=n) for r, level, n in zip(restorers, levels, own)]
+        if len(raws) == 1:  # one source gives every sample: no schedule to follow
+            merged: Iterator[tuple[Located, int]] = ((located, 0) for located in raws[0])
+        else:
+            if levels is None:
+                levels = [LevelPlan.start(p.layout, epoch=epoch, endless=endless) for p in plans]  # type: ignore[arg-type]
+            labels = _labels(slot_epoch_counts(levels, world, self.options), count)
+            merged = _merged(labels, raws)
+        samples = _as_dicts(zip(itertools.count(count + 1), merged), self.catalogs, self.names)
+        return finish_items(samples, on_error=self.on_error, on_skip=on_skip, output=self.output)
+
+    def _split(self, plans: list[LevelPlan], world: World, count: int) -> list[int] | None:
+        """How many of the first ``count`` samples ``world``'s slot
+        delivered came from each source (None: more than its share). One
+        source gave them all (its replay checks the count)."""
+        if len(plans) == 1:
+            return [count]
+        return split_count(slot_epoch_counts(plans, world, self.options), count)
+
+
+def slot_epoch_counts(plans: list[LevelPlan], world: World, options: ReaderOptions) -> Iterator[list[int]]:
+    """Per epoch of the level (in order), how many samples each source gives
+    ``world``'s slot; ends when every source's part has ended."""
+    spans = [part_spans(p, world, mode=options.mode, pad=options.pad, part=0, num_parts=1) for p in plans]
+    while True:
+        counts = []
+        alive = False
+        for it in spans:
+            span = next(it, None)
+            if span is not None:
+                alive = True
+                counts.append(span[2] - span[1])
+            else:
+                counts.append(0)
+        if not alive:
+            return
+        yield counts
+
+
+def _labels(epochs: Iterator[list[int]], skip: int) -> Iterator[int]:
+    for counts in epochs:
+        total = sum(counts)
+        if skip >= total:
+            skip -= total
+            continue
+        yield from schedule_labels(counts, start=skip)
+        skip = 0
+
+
+def _merged(labels: Iterator[int], sources: list[Iterator[Located]]) -> Iterator[tuple[Located, int]]:
+    for label in labels:
+        item = next(sources[label], None)
+        if item is not None:  # None: the source ended early (faults skipped); the others go on
+            yield item, label
 
 
 def fresh_raws(plan: ReadPlan, reader: PieceReader, world: World, *, epoch: int) -> Iterator[Located]:
@@ -248,22 +397,19 @@ def finish_items(
     *,
     on_error: OnError,
     on_skip: Callable[[Exception], None],
-    decoder: Decoder | None,
-    map: Callable[[Sample], Any] | None,  # noqa: A002 - the reader's name for it
-    batch_size: int | None,
-    collate: Callable[[list[Any]], Any] | None,
-    partial_batches: bool,
+    output: OutputOptions,
 ) -> Iterator[tuple[int, Any]]:
     """The last stages of a slot's stream: decode, map, batch. Items keep
     the slot's delivered count (a batch, its last sample's). ``samples``
     come with their shard's URL, for errors."""
     out: Iterator[tuple[int, Any]]
-    if decoder is None and map is None:
+    if output.decoder is None and output.map is None:
         out = ((n, s) for n, s, _ in samples)
     else:
-        out = _decoded(samples, decoder, map, on_error, on_skip)
-    if batch_size is not None:
-        out = _batches(out, batch_size, default_collate if collate is None else collate, partial_batches)
+        out = _decoded(samples, output.decoder, output.map, on_error, on_skip)
+    if output.batch_size is not None:
+        collate = default_collate if output.collate is None else output.collate
+        out = _batches(out, output.batch_size, collate, output.partial_batches)
     return out
 
 

@@ -30,9 +30,26 @@ from shardkit.world import World
 Mode = Literal["exact", "balanced", "infinite"]
 MODES: tuple[str, ...] = ("exact", "balanced", "infinite")
 
-# Domain tags keep the random streams drawn from one (seed, epoch) apart.
-SHARD_ORDER_STREAM = 0
-SAMPLE_SHUFFLE_STREAM = 1
+# Seed domains: the word after (seed, epoch) that keeps the random number
+# generators drawn from one seed apart. Every domain lives here.
+#: The epoch's shard order (:func:`shard_permutation`); words (seed, epoch, 0).
+SHARD_ORDER_DOMAIN = 0
+#: A slot's shuffle buffer (:meth:`~shardkit.read.plan.ReadPlan.shuffle_buffer`);
+#: words (seed, epoch, 1, rank, worker, *stream seed word).
+SAMPLE_SHUFFLE_DOMAIN = 1
+#: A mixture stream's walk order (:class:`~shardkit.read.schedule.WalkLayout`);
+#: words (seed, pass, 2, stream seed word).
+WALK_ORDER_DOMAIN = 2
+#: :class:`~shardkit.ShardWindowSampler`'s shuffle within a window; words
+#: (seed, epoch, 2, window). It shares the value 2 with the walk because both
+#: orders shipped before the domains had one home, and users' runs depend on
+#: them; changing either would change the samples those runs see. The two
+#: generators serve different readers (a mixture of ``ShardDataset`` and the
+#: sampler of ``IndexedDataset``), and no reader draws from both, so equal
+#: words (a stream seed word equal to a window number) would make two
+#: unrelated orders alike, never repeat or drop a sample. New domains take 3
+#: and up.
+WINDOW_SHUFFLE_DOMAIN = 2
 
 
 def seed_sequence(seed: int, epoch: int, *more: int) -> np.random.SeedSequence:
@@ -51,7 +68,7 @@ def shard_permutation(num_shards: int, *, seed: int, epoch: int) -> np.ndarray:
 
     A pure function of ``(seed, epoch)``: identical on every rank and run.
     """
-    rng = np.random.Generator(np.random.PCG64(seed_sequence(seed, epoch, SHARD_ORDER_STREAM)))
+    rng = np.random.Generator(np.random.PCG64(seed_sequence(seed, epoch, SHARD_ORDER_DOMAIN)))
     return rng.permutation(num_shards).astype(np.int64)
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from shardkit import ShardDataset, World
 from shardkit.read.shuffle import ShuffleBuffer
-from shardkit.read.split import SAMPLE_SHUFFLE_STREAM, epoch_order, even_cut, seed_sequence, slot_span
+from shardkit.read.split import SAMPLE_SHUFFLE_DOMAIN, epoch_order, even_cut, seed_sequence, slot_span
 
 Tagged = tuple[int, str]  # (epoch, key)
 Slot = tuple[int, int]  # (rank, worker)
@@ -65,7 +65,7 @@ class Model:
         merged = itertools.chain.from_iterable(zip(*parts))
         if self.buffer_size <= 1:
             return merged
-        seeds = seed_sequence(self.seed, self.start, SAMPLE_SHUFFLE_STREAM, world.rank, world.worker)
+        seeds = seed_sequence(self.seed, self.start, SAMPLE_SHUFFLE_DOMAIN, world.rank, world.worker)
         buffer: ShuffleBuffer[Tagged] = ShuffleBuffer(
             size=self.buffer_size, rng=np.random.Generator(np.random.PCG64(seeds))
         )

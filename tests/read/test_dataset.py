@@ -217,7 +217,7 @@ def test_invalid_options_are_refused(make_shards, tmp_path):
         ShardDataset(manifest, rank=3, world_size=2)
     with pytest.raises(ManifestError, match="no such shard, manifest or dataset directory"):
         ShardDataset(str(tmp_path / "nothing"))
-    with pytest.raises(UsageError, match="infinite' needs at least one sample per slot and stream"):
+    with pytest.raises(UsageError, match="infinite' needs at least one sample per slot and read part"):
         next(iter(ShardDataset(manifest, mode="infinite", rank=0, world_size=4)))
 
 

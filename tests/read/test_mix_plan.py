@@ -11,7 +11,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from shardkit.errors import UsageError
-from shardkit.read.mix import (
+from shardkit.read.schedule import (
     MixSchedule,
     Stream,
     WalkLayout,
@@ -20,7 +20,7 @@ from shardkit.read.mix import (
     schedule_prefix,
     split_count,
 )
-from shardkit.read.mixslot import slot_epoch_counts
+from shardkit.read.slot import slot_epoch_counts
 from shardkit.read.options import ReaderOptions
 from shardkit.read.plan import ReadPlan
 from shardkit.read.resume.elastic import LevelPlan

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from shardkit import ShardDataset
 from shardkit.errors import UsageError
 from shardkit.read.options import ReaderOptions
-from shardkit.read.plan import ReadPlan
+from shardkit.read.plan import ReadPlan, check_infinite
 from shardkit.world import World
 
 
@@ -80,7 +80,8 @@ def test_shuffle_buffer_is_seeded_by_slot_and_epoch_and_absent_without_shuffling
     assert no_buffer.shuffle_buffer(World(), epoch=0, nbytes=lambda item: 1) is None
 
 
-def test_infinite_plan_needs_a_sample_per_stream():
+def test_infinite_plan_needs_a_sample_per_read_part():
     plan = ReadPlan(np.array([2, 1]), 2, ReaderOptions(mode="infinite", interleave=2))
-    with pytest.raises(UsageError, match="at least one sample per slot and stream"):
-        next(plan.pieces(World(rank=0, world_size=2), epoch=0))
+    with pytest.raises(UsageError, match="at least one sample per slot and read part: 3 samples"):
+        check_infinite([plan], World(rank=0, world_size=2), epoch=0)
+    check_infinite([plan], World(rank=0, world_size=1), epoch=0)  # 3 samples for 2 parts

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -102,24 +102,6 @@ class SlotRestorer:
         buffer = self.plan.shuffle_buffer(world, epoch=self.epoch, nbytes=_position_nbytes)
         return replay_slot(count=count, parts=parts, sizes=self.sizes, buffer=buffer)
 
-    def level_plan(self, base: tuple[Level, ...]) -> LevelPlan:
-        """The plan the level after ``base`` splits: the iteration's epochs,
-        less what each base level's slots delivered (see
-        :func:`~shardkit.read.resume.elastic.remainder`)."""
-        opts = self.plan.options
-        assert self.plan.layout is not None
-        plan = LevelPlan.start(self.plan.layout, epoch=self.epoch, endless=opts.mode == "infinite")
-        for level in base:
-            replays = {}
-            for rank in range(level.world_size):
-                for worker in range(level.num_workers):
-                    slot = World(rank=rank, world_size=level.world_size, worker=worker, num_workers=level.num_workers)
-                    count = level.count(rank, worker)
-                    assert count is not None  # levels before the last are complete
-                    replays[rank, worker] = self.replay(slot, plan=plan, count=count)
-            plan = remainder(plan, level, replays, mode=opts.mode, pad=opts.pad, num_parts=opts.interleave)
-        return plan
-
     def read_resident(self, replay: SlotReplay) -> list[Located]:
         """Read the samples a restored buffer holds, in buffer order, through
         the offset index (a few direct range reads per shard)."""
@@ -137,3 +119,65 @@ class SlotRestorer:
         if len(out) < len(replay.resident):
             log.warning("%d buffered samples could not be read back", len(replay.resident) - len(out))
         return out
+
+
+#: How a slot's delivered count splits over the sources: (each source's
+#: plan at the level, the slot, its count) -> each source's count, or None
+#: when the count exceeds the slot's share.
+CountSplit = Callable[[list[LevelPlan], World, int], "list[int] | None"]
+
+
+def level_plans(
+    restorers: list[SlotRestorer], base: tuple[Level, ...], *, epoch: int, split: CountSplit
+) -> list[LevelPlan]:
+    """Each source's plan at the level after ``base``: the iteration's
+    epochs, less what each base level's slots delivered of it (see
+    :func:`~shardkit.read.resume.elastic.remainder`), each slot's count
+    split over the sources by ``split``.
+
+    Raises:
+        StateError: A slot's count exceeds its share.
+    """
+    opts = restorers[0].plan.options
+    endless = opts.mode == "infinite"
+    plans = [LevelPlan.start(r.plan.layout, epoch=epoch, endless=endless) for r in restorers]  # type: ignore[arg-type]
+    for level in base:
+        replays: list[dict[tuple[int, int], SlotReplay]] = [{} for _ in restorers]
+        for rank in range(level.world_size):
+            for worker in range(level.num_workers):
+                slot = World(rank=rank, world_size=level.world_size, worker=worker, num_workers=level.num_workers)
+                count = level.count(rank, worker)
+                assert count is not None  # levels before the last are complete
+                own = split(plans, slot, count)
+                if own is None:
+                    raise StateError(
+                        f"reader state says rank {rank} worker {worker} delivered {count} samples, more than "
+                        "its share: the state does not belong to this dataset"
+                    )
+                for i, restorer in enumerate(restorers):
+                    replays[i][rank, worker] = restorer.replay(slot, plan=plans[i], count=own[i])
+        plans = _aligned(
+            [
+                remainder(p, level, r, mode=opts.mode, pad=opts.pad, num_parts=opts.interleave)
+                for p, r in zip(plans, replays)
+            ]
+        )
+    return plans
+
+
+def _aligned(plans: list[LevelPlan]) -> list[LevelPlan]:
+    """Endless plans that dropped different finished epochs, padded back to
+    a common first epoch with empty sequences (a mixture's schedule goes
+    epoch by epoch over all its streams)."""
+    first = min(p.epoch for p in plans)
+    out = []
+    for p in plans:
+        if p.epoch > first:
+            empty = tuple(_empty() for _ in range(p.epoch - first))
+            p = LevelPlan(first, empty + p.carried, p.layout, p.endless)
+        out.append(p)
+    return out
+
+
+def _empty() -> EpochSequence:
+    return EpochSequence(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
