@@ -3,7 +3,7 @@
 Used at two levels:
 
 * whole shards (``shard.tar.gz``, ``shard.tgz``, ``shard.tar.zst``), which
-  the reader streams through a :class:`StreamDecompressor` and recognises by
+  the reader streams through a :class:`ChunkDecompressor` and recognises by
   their first bytes (:func:`detect_compression`), whatever their name;
 * members (``KEY.txt.gz``, ``KEY.npy.zst``, webdataset's convention), which
   the writer compresses reproducibly (:func:`compress`) and the decoder
@@ -186,7 +186,7 @@ def iter_decompressed(data: bytes, kind: Compression, *, max_bytes: int | None =
     pieces, so checking that a payload decompresses costs one piece)."""
     if kind not in COMPRESSIONS:
         raise ValueError(f"unknown compression {kind!r}; expected one of {COMPRESSIONS}")
-    stream = StreamDecompressor(kind, path="<bytes>")
+    stream = ChunkDecompressor(kind, path="<bytes>")
     total = 0
     try:
         for piece in stream.pieces(data):
@@ -206,7 +206,7 @@ def iter_decompressed(data: bytes, kind: Compression, *, max_bytes: int | None =
         raise ValueError(f"corrupt {kind} data: {exc.detail}") from None
 
 
-#: Most decompressed bytes one :meth:`StreamDecompressor.pieces` step
+#: Most decompressed bytes one :meth:`ChunkDecompressor.pieces` step
 #: returns, by default (a zstandard step may return one block more).
 PIECE_BYTES = 1 << 20
 
@@ -296,7 +296,7 @@ class _ZstdBlocks:
             self._ends = True
 
 
-class StreamDecompressor:
+class ChunkDecompressor:
     """Push decompressor for a gzip or zstandard stream, with bounded output.
 
     Feed compressed chunks in order with :meth:`pieces`, which yields the

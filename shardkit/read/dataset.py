@@ -2,7 +2,7 @@
 
 It composes the pieces of :mod:`shardkit.read`: the catalog of shards
 (:mod:`.catalog`), the reader options (:mod:`.options`) and the plan they
-give (:mod:`.plan`), and one slot's stream (:mod:`.slot`: reading with
+give (:mod:`.plan`), and one slot's items (:mod:`.slot`: reading with
 read-ahead and the fault policy, the swap-buffer shuffle, decoding). It adds
 what is per process: the epoch, the skip counter, and checkpoint bookkeeping.
 """
@@ -146,12 +146,12 @@ class ShardDataset(IterableDataset):
         buffer_bytes: Optional byte cap on the shuffle buffer (per worker),
             counting samples at their stored size (tar headers included).
         pad: In ``"balanced"`` mode, pad by repetition instead of dropping.
-        interleave: Streams each worker reads at once: its share of the epoch
+        interleave: Read parts each worker reads at once: its share of the epoch
             is cut into this many contiguous parts (usually in different
             shards), read side by side and mixed sample by sample before the
             shuffle buffer. Improves shuffle quality at the same buffer size
             when shards are internally homogeneous (see the reader benchmark),
-            at the cost of this many read streams per worker (more seeking on
+            at the cost of this many read parts per worker (more seeking on
             disks); the read-ahead budget is shared between them.
         rank: This process's rank; default from ``torch.distributed`` when
             initialized, else ``RANK``, else 0. Create the dataset after
@@ -390,8 +390,8 @@ class ShardDataset(IterableDataset):
             if parsed.epoch != epoch:
                 raise StateError(f"reader state is of epoch {parsed.epoch}, not {epoch}")
             base, count = start_for(parsed, world)
-        stream = self._slots.items(world, epoch=epoch, base=base, count=count, on_skip=self._counters.count_skip)
-        return (item for _, item in stream)
+        items = self._slots.items(world, epoch=epoch, base=base, count=count, on_skip=self._counters.count_skip)
+        return (item for _, item in items)
 
     def _take_pending(self, epoch: int) -> ReaderState | None:
         """The loaded state if it is of ``epoch``, forgotten here: one
@@ -409,8 +409,8 @@ class ShardDataset(IterableDataset):
         through this too.)"""
         progress = self._progress
         progress.epoch, progress.base, progress.world, progress.count = epoch, base, world, count
-        stream = self._slots.items(world, epoch=epoch, base=base, count=count, on_skip=self._counters.count_skip)
-        return _recorded(stream, progress)
+        items = self._slots.items(world, epoch=epoch, base=base, count=count, on_skip=self._counters.count_skip)
+        return _recorded(items, progress)
 
     # ------------------------------------------------------------ checkpoint
 
@@ -522,7 +522,7 @@ def _check_counts(catalog: ShardCatalog) -> None:
         )
 
 
-def _recorded(stream: Iterator[tuple[int, Any]], progress: _Progress) -> Iterator[tuple[int, Any]]:
-    for count, item in stream:
+def _recorded(items: Iterator[tuple[int, Any]], progress: _Progress) -> Iterator[tuple[int, Any]]:
+    for count, item in items:
         progress.count = count
         yield count, item

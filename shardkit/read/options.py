@@ -42,7 +42,7 @@ class ReaderOptions:
         buffer_bytes: Optional cap on the bytes each worker's shuffle buffer
             holds, counting samples at their stored size; None for no cap.
         pad: In ``"balanced"`` mode, pad by repetition instead of dropping.
-        interleave: Read streams each worker mixes (>= 1).
+        interleave: Read parts each worker mixes (>= 1).
 
     Raises:
         UsageError: A value out of range, or ``pad`` outside ``"balanced"``.

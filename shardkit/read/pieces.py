@@ -56,7 +56,7 @@ from typing import Literal
 import numpy as np
 
 from shardkit.errors import CorruptShardError, ManifestError, TruncatedShardError
-from shardkit.format.compression import MAGIC_BYTES, Compression, StreamDecompressor, detect_compression
+from shardkit.format.compression import MAGIC_BYTES, Compression, ChunkDecompressor, detect_compression
 from shardkit.format.index import OffsetIndex, check_bounds, decode_offset_index, load_offset_index
 from shardkit.format.tar import END_OF_ARCHIVE, RawSample, SampleParser
 from shardkit.io.base import ByteSource, SourceOptions
@@ -245,7 +245,7 @@ class PieceReader:
         # well the data compresses, and is taken by the read-ahead queue (which
         # counts it at that size) before the next is inflated: memory stays
         # within the read-ahead budget, not the shard's uncompressed size.
-        stream = StreamDecompressor(kind, path=job.url, max_output_bytes=DECOMPRESS_SLICE_BYTES)
+        stream = ChunkDecompressor(kind, path=job.url, max_output_bytes=DECOMPRESS_SLICE_BYTES)
         for chunk in chain(head, chunks):
             job.raw_bytes += len(chunk)
             yield from stream.pieces(chunk)

@@ -132,7 +132,7 @@ class ReadPlan:
         seed_tag: Extra words of the shuffle buffer's seed: a mixture's
             stream's seed word; none for one dataset read alone.
         initial_fill: Samples the shuffle buffer holds before its first
-            output (a mixture's streams share the default between them).
+            output (a reader's sources share the default between them).
     """
 
     counts: np.ndarray | None
@@ -207,7 +207,7 @@ class ReadPlan:
                     layout.length(e), world, mode=opts.mode, pad=opts.pad, part=part, num_parts=opts.interleave
                 )
                 if hi == lo and opts.mode == "infinite" and e >= layout.stable_from:
-                    return  # every later epoch is as empty for this stream
+                    return  # every later epoch is as empty for this part
                 yield from layout.pieces(e, lo, hi)
             return
         if opts.mode == "infinite" and self.num_shards < parts:

@@ -14,12 +14,12 @@ default, or ``size`` if smaller) and then grows by one sample per sample
 emitted (it admits two for each one it lets out) until it holds ``size``.
 A worker with a 10,000-sample buffer thus yields after reading 100 samples
 instead of 10,000; the price is a narrower mix over the first
-``2 * (size - initial)`` samples of the stream.
+``2 * (size - initial)`` samples of the input.
 
-:func:`round_robin` mixes several read streams of one worker before its
+:func:`round_robin` mixes several read parts of one worker before its
 buffer (the reader's ``interleave``).
 
-Two measures say how well a stream is mixed (:func:`mean_displacement`,
+Two measures say how well a sequence is mixed (:func:`mean_displacement`,
 :func:`shuffle_quality`); the reader benchmark reports them for shardkit and
 for webdataset's buffer at the same size.
 """
@@ -284,33 +284,33 @@ class ShuffleBuffer(Generic[T]):
         return buf, taken
 
 
-def round_robin(streams: list[Iterator[T]], *, first: int = 0) -> Iterator[T]:
-    """One item from each stream in turn until all are done.
+def round_robin(sources: list[Iterator[T]], *, first: int = 0) -> Iterator[T]:
+    """One item from each source in turn until all are done.
 
     Args:
-        streams: The streams; each is closed (if it can be) when this ends.
-        first: The stream the first round starts with (to continue an
+        sources: The sources; each is closed (if it can be) when this ends.
+        first: The source the first round starts with (to continue an
             interrupted interleave).
     """
-    active = list(streams)
-    turn = list(streams[first:])
+    active = list(sources)
+    turn = list(sources[first:])
     try:
         while active:
-            for stream in turn:
+            for source in turn:
                 try:
-                    yield next(stream)
+                    yield next(source)
                 except StopIteration:
-                    active.remove(stream)
+                    active.remove(source)
             turn = list(active)
     finally:
-        for stream in streams:
-            close = getattr(stream, "close", None)
+        for source in sources:
+            close = getattr(source, "close", None)
             if close is not None:
                 close()  # stop read-ahead threads
 
 
 def mean_displacement(positions: Sequence[int] | np.ndarray) -> float:
-    """Mean ``|output index - input index|`` over a shuffled stream.
+    """Mean ``|output index - input index|`` over a shuffled sequence.
 
     Args:
         positions: For each output item, its index in the unshuffled input.
@@ -337,19 +337,19 @@ def _batch_divergence(codes: np.ndarray, num_labels: int, batch_size: int) -> fl
 def shuffle_quality(labels: Sequence[object] | np.ndarray, *, batch_size: int, seed: int = 0) -> float:
     """How far batches' label mix is from that of i.i.d. batches.
 
-    Cuts the stream into batches of ``batch_size`` and takes the mean total
+    Cuts the sequence into batches of ``batch_size`` and takes the mean total
     variation distance between each batch's label histogram and the label
-    histogram of the whole stream, divided by the same figure for a uniform
+    histogram of the whole sequence, divided by the same figure for a uniform
     random permutation of the same labels (drawn with ``seed``).
 
     Args:
-        labels: The label (class) of each item, in stream order.
+        labels: The label (class) of each item, in sequence order.
         batch_size: Items per batch.
         seed: Seed of the reference permutation.
 
     Returns:
-        About 1.0 for a stream as mixed as an i.i.d. one; larger is worse (a
-        class-sorted stream gives a large value).
+        About 1.0 for a sequence as mixed as an i.i.d. one; larger is worse (a
+        class-sorted sequence gives a large value).
 
     Raises:
         UsageError: Fewer than one batch of labels.

@@ -1,6 +1,6 @@
 """What one (rank, worker) slot reads, from plan to delivered items.
 
-:class:`SlotReader` chains the stages of a slot's stream, for one dataset
+:class:`SlotReader` chains the stages of a slot's items, for one dataset
 and for a mixture alike (one dataset is a mixture of one source): each
 source's plan, its pieces read through read-ahead (:mod:`.pieces`) in
 ``interleave`` parts mixed sample by sample, shuffled in the source's seeded
@@ -187,7 +187,7 @@ class SourceSchedule(Protocol):
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class SlotReader:
-    """Builds the item stream of any slot of a reader of one or more sources.
+    """Builds the items of any slot of a reader of one or more sources.
 
     One dataset is a mixture of one source that takes the whole epoch: its
     plan reads every shard each epoch, its items carry no ``__stream__``.
@@ -366,17 +366,17 @@ def _merged(labels: Iterator[int], sources: list[Iterator[Located]]) -> Iterator
 
 
 def fresh_raws(plan: ReadPlan, reader: PieceReader, world: World, *, epoch: int) -> Iterator[Located]:
-    """A slot's raw samples from the start of ``epoch``: its read streams,
+    """A slot's raw samples from the start of ``epoch``: its read parts,
     mixed (``interleave``), through its seeded shuffle buffer."""
-    streams = [reader.read(plan.pieces(world, epoch=epoch, part=p)) for p in range(plan.options.interleave)]
-    raws: Iterator[Located] = streams[0] if len(streams) == 1 else round_robin(streams)
+    parts = [reader.read(plan.pieces(world, epoch=epoch, part=p)) for p in range(plan.options.interleave)]
+    raws: Iterator[Located] = parts[0] if len(parts) == 1 else round_robin(parts)
     buffer = plan.shuffle_buffer(world, epoch=epoch, nbytes=located_nbytes)
     return raws if buffer is None else buffer.shuffle(raws)
 
 
 def restored_raws(restorer: SlotRestorer, world: World, level: LevelPlan, *, count: int) -> Iterator[Located]:
     """A slot's raw samples after the first ``count`` it delivered at
-    ``level``: the replay gives where each read stream was and what the
+    ``level``: the replay gives where each read part was and what the
     buffer held (read again through the index), then reading goes on."""
     opts = restorer.plan.options
     parts = range(opts.interleave)
@@ -387,8 +387,8 @@ def restored_raws(restorer: SlotRestorer, world: World, level: LevelPlan, *, cou
     if replay.buffer is not None:
         buffer = replay.buffer.follow(nbytes=located_nbytes if opts.buffer_bytes is not None else None)
         resident = restorer.read_resident(replay)
-    streams = [restorer.reader.read(p) for p in pieces]
-    raws: Iterator[Located] = streams[0] if len(streams) == 1 else round_robin(streams, first=replay.next_part)
+    read = [restorer.reader.read(p) for p in pieces]
+    raws: Iterator[Located] = read[0] if len(read) == 1 else round_robin(read, first=replay.next_part)
     return raws if buffer is None else buffer.shuffle(raws, resident=resident, held=replay.held)
 
 
@@ -399,7 +399,7 @@ def finish_items(
     on_skip: Callable[[Exception], None],
     output: OutputOptions,
 ) -> Iterator[tuple[int, Any]]:
-    """The last stages of a slot's stream: decode, map, batch. Items keep
+    """The last stages of a slot's items: decode, map, batch. Items keep
     the slot's delivered count (a batch, its last sample's). ``samples``
     come with their shard's URL, for errors."""
     out: Iterator[tuple[int, Any]]

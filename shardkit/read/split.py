@@ -118,7 +118,7 @@ def slot_span(num_samples: int, world: World, *, mode: Mode, pad: bool = False) 
 def part_span(
     length: int, world: World, *, mode: Mode, pad: bool = False, part: int = 0, num_parts: int = 1
 ) -> tuple[int, int]:
-    """Positions ``[start, stop)`` that read stream ``part`` of ``num_parts``
+    """Positions ``[start, stop)`` that read part ``part`` of ``num_parts``
     of one slot covers: the slot's span cut into near-equal contiguous parts."""
     start, stop = slot_span(length, world, mode=mode, pad=pad)
     lo, hi = even_cut(stop - start, num_parts, part)

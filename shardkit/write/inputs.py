@@ -46,7 +46,7 @@ from shardkit.format.codecs import encode_value
 from shardkit.format.compression import (
     SHARD_SUFFIXES,
     Compression,
-    StreamDecompressor,
+    ChunkDecompressor,
     file_compression,
 )
 from shardkit.format.manifest import MANIFEST_NAME, SkippedInput
@@ -417,7 +417,7 @@ def _copied(chunks: Iterator[bytes], out: BinaryIO) -> Iterator[bytes]:
 def _decompressed(chunks: Iterator[bytes], kind: Compression, path: str) -> Iterator[bytes]:
     """Decompress a compressed shard's chunks; a truncated or corrupt one is
     a :class:`~shardkit.errors.CorruptShardError` naming the compressed offset."""
-    stream = StreamDecompressor(kind, path=path)
+    stream = ChunkDecompressor(kind, path=path)
     for chunk in chunks:
         yield from stream.pieces(chunk)  # bounded pieces, whatever the ratio
     stream.finish()

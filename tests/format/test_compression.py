@@ -11,7 +11,7 @@ import pytest
 from shardkit import CorruptShardError
 from shardkit.format.compression import (
     COMPRESSIONS,
-    StreamDecompressor,
+    ChunkDecompressor,
     compress,
     compressed_extension,
     compression_from_name,
@@ -67,7 +67,7 @@ def test_member_suffixes_and_what_gets_compressed():
 @pytest.mark.parametrize("kind", COMPRESSIONS)
 def test_stream_follows_concatenated_frames_fed_in_small_pieces(kind):
     data = compress(PAYLOAD, kind) + compress(b"second frame", kind)
-    stream = StreamDecompressor(kind, path="s.tar")
+    stream = ChunkDecompressor(kind, path="s.tar")
     out = b"".join(stream.feed(data[i : i + 333]) for i in range(0, len(data), 333))
     stream.finish()
     assert out == PAYLOAD + b"second frame"
@@ -76,7 +76,7 @@ def test_stream_follows_concatenated_frames_fed_in_small_pieces(kind):
 @pytest.mark.parametrize("kind", COMPRESSIONS)
 def test_truncated_stream_names_the_compressed_offset(kind):
     data = compress(PAYLOAD, kind)
-    stream = StreamDecompressor(kind, path="s.tar.x")
+    stream = ChunkDecompressor(kind, path="s.tar.x")
     stream.feed(data[:-10])
     with pytest.raises(CorruptShardError, match=f"s.tar.x: {kind}-compressed shard is truncated") as info:
         stream.finish()
@@ -87,7 +87,7 @@ def test_truncated_stream_names_the_compressed_offset(kind):
 def test_corrupt_gzip_stream_is_a_corrupt_shard_error():
     data = bytearray(compress(PAYLOAD, "gzip"))
     data[40:60] = bytes(range(100, 120))
-    stream = StreamDecompressor("gzip", path="s.tgz")
+    stream = ChunkDecompressor("gzip", path="s.tgz")
     with pytest.raises(CorruptShardError, match=r"s.tgz: gzip-compressed shard is corrupt .* compressed bytes 0\.\."):
         stream.feed(bytes(data))
         stream.finish()
@@ -98,7 +98,7 @@ def test_gzip_cli_output_with_trailing_zero_padding_is_accepted(tmp_path):
     path = tmp_path / "a"
     path.write_bytes(PAYLOAD)
     data = subprocess.run(["gzip", "-c", str(path)], capture_output=True, check=True).stdout
-    stream = StreamDecompressor("gzip", path="a.gz")
+    stream = ChunkDecompressor("gzip", path="a.gz")
     out = stream.feed(data + bytes(100))
     stream.finish()
     assert out == PAYLOAD
@@ -107,7 +107,7 @@ def test_gzip_cli_output_with_trailing_zero_padding_is_accepted(tmp_path):
 @pytest.mark.parametrize("kind", COMPRESSIONS)
 def test_stream_output_is_bounded_per_piece_whatever_the_ratio(kind):
     data = compress(bytes(64 << 20), kind)  # ~1000:1 (gzip) to ~30000:1 (zstd)
-    stream = StreamDecompressor(kind, path="zeros.tar", max_output_bytes=1 << 20)
+    stream = ChunkDecompressor(kind, path="zeros.tar", max_output_bytes=1 << 20)
     sizes = [len(piece) for piece in stream.pieces(data)]
     stream.finish()
     assert sum(sizes) == 64 << 20
@@ -132,4 +132,4 @@ def test_zstd_block_claiming_more_than_a_block_is_corrupt():
     header = 5 + (1 - single) + (0, 1, 2, 4)[d & 3] + (single, 2, 4, 8)[d >> 6]
     data[header : header + 3] = ((200_000 << 3) | (2 << 1)).to_bytes(3, "little")
     with pytest.raises(CorruptShardError, match="claims 200000 bytes"):
-        StreamDecompressor("zstd", path="s.tar.zst").feed(bytes(data))
+        ChunkDecompressor("zstd", path="s.tar.zst").feed(bytes(data))

@@ -135,12 +135,12 @@ class LevelPlan:
         return EpochSequence.whole(self.layout.length(self.epoch + k))
 
 
-#: One epoch of a read stream: (k, lo, hi), indices [lo, hi) of plan.sequence(k).
+#: One epoch of a read part: (k, lo, hi), indices [lo, hi) of plan.sequence(k).
 Span = tuple[int, int, int]
 
 
 def part_spans(plan: LevelPlan, world: World, *, mode: Mode, pad: bool, part: int, num_parts: int) -> Iterator[Span]:
-    """The epochs one read stream of ``world``'s slot reads at a level, in
+    """The epochs one read part of ``world``'s slot reads at a level, in
     order: per epoch ``(k, lo, hi)``, the indices of ``plan.sequence(k)`` it
     covers. Ends after the carried epochs unless the plan is endless; an
     endless stream with nothing to read in a whole epoch of the layout's
@@ -153,7 +153,7 @@ def part_spans(plan: LevelPlan, world: World, *, mode: Mode, pad: bool, part: in
 
 
 def consumed_spans(spans: Iterable[Span], consumed: int) -> list[Span]:
-    """Where the first ``consumed`` samples of a read stream came from: per
+    """Where the first ``consumed`` samples of a read part came from: per
     epoch ``(k, lo, stop)``, the read indices ``[lo, stop)``; the last entry
     is the one the stream had reached (empty epochs on the way included).
 
@@ -169,12 +169,12 @@ def consumed_spans(spans: Iterable[Span], consumed: int) -> list[Span]:
         out.append((k, lo, lo + take))
         left -= take
     if left:
-        raise StateError(f"reader state: a read stream delivered {consumed} samples, more than its plan holds")
+        raise StateError(f"reader state: a read part delivered {consumed} samples, more than its plan holds")
     return out
 
 
 def item_indices(taken: list[Span], items: Iterable[int]) -> Iterator[tuple[int, int]]:
-    """Epoch ``k`` and sequence index of each item number of a read stream
+    """Epoch ``k`` and sequence index of each item number of a read part
     whose first items came from ``taken`` (see :func:`consumed_spans`)."""
     firsts = list(itertools.accumulate((stop - lo for _, lo, stop in taken), initial=0))
     for item in items:
@@ -202,7 +202,7 @@ def remainder(
         replays: Each slot's replay, keyed by (rank, worker).
         mode: The reader mode.
         pad: Balanced padding.
-        num_parts: Read streams per slot (``interleave``).
+        num_parts: Read parts per slot (``interleave``).
 
     Returns:
         Per epoch of ``plan`` that some slot read into (and every carried

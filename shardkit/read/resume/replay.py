@@ -4,7 +4,7 @@ A slot's stream is a pure function of the plan and its seeded shuffle
 buffer, so running the plan and the buffer over sample *positions* (shard,
 sample number and stored size, which the offset index gives without reading
 data) until ``count`` samples have come out of the buffer tells how far each
-read stream got and which samples the buffer holds, and leaves the buffer's
+read part got and which samples the buffer holds, and leaves the buffer's
 generator where the run had it. Only the buffered samples are read again.
 """
 
@@ -33,7 +33,7 @@ class SlotReplay:
     """A slot's state after its first ``count`` delivered samples.
 
     Attributes:
-        consumed: Samples each read stream (part) had handed to the buffer.
+        consumed: Samples each read part (part) had handed to the buffer.
         next_part: The part the interleave takes from next.
         resident: The buffer's positions in buffer order.
         held: Bytes the residents hold (with a byte cap).
@@ -63,7 +63,7 @@ def _positions(part: int, pieces: Iterator[Piece], sizes: SizesFn) -> Iterator[P
 def _replay_indices(
     count: int, pieces: Iterator[Piece], length: int | None, sizes: SizesFn, buffer: ShuffleBuffer[Any]
 ) -> SlotReplay:
-    """:func:`replay_slot` for one read stream and a count-only buffer:
+    """:func:`replay_slot` for one read part and a count-only buffer:
     the buffer runs over item numbers (vectorized), and only the residents
     are mapped to positions."""
     resident_items, taken = buffer.advance_indices(length=length, num_out=count)
@@ -103,7 +103,7 @@ def replay_slot(
 
     Args:
         count: Delivered samples to replay.
-        parts: Per read stream: its pieces, and how many samples it holds
+        parts: Per read part: its pieces, and how many samples it holds
             (None for an endless stream, ``"infinite"``).
         sizes: Stored size of each sample of a shard.
         buffer: A fresh shuffle buffer seeded as the slot's (None without
@@ -121,16 +121,16 @@ def replay_slot(
             last[0] = item[0]
             yield item
 
-    streams = [_positions(p, pieces, sizes) for p, (pieces, _) in enumerate(parts)]
-    # One read stream needs no per-item counting: what was taken is its count.
-    source = streams[0] if len(streams) == 1 else counted(round_robin(streams))
+    positions = [_positions(p, pieces, sizes) for p, (pieces, _) in enumerate(parts)]
+    # One read part needs no per-item counting: what was taken is its count.
+    source = positions[0] if len(positions) == 1 else counted(round_robin(positions))
     resident: list[Position] = []
     held = 0
     if buffer is None:
         taken = sum(1 for _ in zip(range(count), source))
     else:
         resident, held, taken = buffer.advance(source, count)
-    if len(streams) == 1:
+    if len(positions) == 1:
         consumed[0] = taken
         last[0] = 0 if taken else -1
     return SlotReplay(consumed=consumed, next_part=last[0] + 1, resident=resident, held=held, buffer=buffer)

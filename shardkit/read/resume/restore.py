@@ -59,7 +59,7 @@ class SlotRestorer:
         return found
 
     def part_pieces(self, world: World, plan: LevelPlan, part: int) -> Iterator[Piece]:
-        """The pieces one read stream of ``world``'s slot reads at a level
+        """The pieces one read part of ``world``'s slot reads at a level
         (endless in ``"infinite"`` mode)."""
         if plan.fresh:
             return self.plan.pieces(world, epoch=plan.epoch, part=part)
