@@ -413,12 +413,18 @@ class WalkLayout:
             return np.arange(length, dtype=np.int64)
         return self._rng(number).permutation(length).astype(np.int64)
 
-    def pass_pieces(self, number: int) -> list[Piece]:
-        """Pass ``number`` of the walk, as pieces in order."""
+    def pass_arrays(self, number: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Pass ``number`` of the walk as arrays of pieces in order:
+        shards, first samples, stops (no Python object per shard)."""
         passes = self._passes.get("chain")
         if passes is None:
             passes = self._passes["chain"] = _Passes(self)
-        shards, starts, stops = passes.get(number)
+        return passes.get(number)
+
+    def pass_pieces(self, number: int) -> list[Piece]:
+        """Pass ``number`` of the walk, as pieces in order (for tests and
+        inspection; the reader cuts :meth:`pass_arrays`)."""
+        shards, starts, stops = self.pass_arrays(number)
         return [Piece(int(a), int(b), int(c)) for a, b, c in zip(shards, starts, stops)]
 
     def pieces(self, epoch: int, start: int, stop: int) -> Iterator[Piece]:
@@ -437,23 +443,23 @@ class WalkLayout:
             while walk < end:
                 number, first = divmod(walk, size)
                 step = min(size - first, end - walk)
-                yield from _cut(self.pass_pieces(number), first, first + step)
+                yield from _cut(self.pass_arrays(number), first, first + step)
                 walk += step
             pos += take
 
 
-def _cut(pieces: list[Piece], lo: int, hi: int) -> Iterator[Piece]:
-    """Positions ``[lo, hi)`` of a list of pieces, as pieces."""
-    at = 0
-    for piece in pieces:
-        n = piece.stop - piece.start
-        if at + n > lo and at < hi:
-            a = max(lo - at, 0)
-            b = min(hi - at, n)
-            yield Piece(piece.shard, piece.start + a, piece.start + b)
-        at += n
-        if at >= hi:
-            return
+def _cut(arrays: tuple[np.ndarray, np.ndarray, np.ndarray], lo: int, hi: int) -> Iterator[Piece]:
+    """Positions ``[lo, hi)`` of a pass's pieces (as arrays), as pieces."""
+    shards, starts, stops = arrays
+    ends = np.cumsum(stops - starts)
+    i = int(np.searchsorted(ends, lo, side="right"))  # the piece holding position lo
+    while i < len(shards) and lo < hi:
+        begin = int(ends[i]) - int(stops[i] - starts[i])
+        a = lo - begin
+        b = min(hi, int(ends[i])) - begin
+        yield Piece(int(shards[i]), int(starts[i]) + a, int(starts[i]) + b)
+        lo = begin + b
+        i += 1
 
 
 def stream_tag(fingerprint: str) -> int:
