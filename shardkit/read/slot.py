@@ -311,7 +311,7 @@ class SlotReader:
                 )
             raws = [restored_raws(r, world, level, count=n) for r, level, n in zip(restorers, levels, own)]
         if len(raws) == 1:  # one source gives every sample: no schedule to follow
-            merged: Iterator[tuple[Located, int]] = ((located, 0) for located in raws[0])
+            merged: Iterator[tuple[Located, int]] = zip(raws[0], itertools.repeat(0))
         else:
             if levels is None:
                 levels = [LevelPlan.start(p.layout, epoch=epoch, endless=endless) for p in plans]  # type: ignore[arg-type]
