@@ -2,7 +2,7 @@
 
 A *mixture* reads several datasets (:class:`Stream` s) as one epoch of
 ``samples_per_epoch`` samples. Everything here is pure arithmetic over
-sample counts; :mod:`.mixslot` reads what it says.
+sample counts; :mod:`.slot` reads what it says.
 
 **Shares.** Each epoch, stream *i* gives exactly ``shares(epoch)[i]``
 samples: a stream with ``samples`` gives that many; the rest of
