@@ -88,37 +88,34 @@ def classify_fs_error(exc: BaseException, url: str, offset: int | None) -> BaseE
 
 
 class _FsResponse:
-    """Bytes ``[start, end)`` fetched with one ``cat_file`` call on first read.
+    """Bytes ``[start, end)`` fetched with one ``cat_file`` call when opened.
 
     ``cat_file`` is the one ranged read every fsspec filesystem has, it is
     safe to call from several threads, and the async filesystems implement
     it natively; a range is at most ``part_bytes`` long, so holding it whole
-    is within the read-ahead budget.
+    is within the read-ahead budget. An answer shorter than the range means
+    the object ends there, which ``total`` then states (so a range past the
+    end is an error at once, not a dropped connection retried).
     """
 
     def __init__(self, fetcher: FsspecFetcher, start: int, end: int | None):
-        self._fetcher = fetcher
+        try:
+            data = fetcher.fs.cat_file(fetcher.path, start=start, end=end)
+        except Exception as exc:
+            raise classify_fs_error(exc, fetcher.url, start) from exc
+        self._data = memoryview(data)
         self.start = start
-        self.end = end
-        self._data: memoryview | None = None
+        self.end = start + len(data) if end is None else end
+        self.total = start + len(data) if end is None or len(data) < end - start else None
         self._pos = 0
 
     def read(self, amt: int) -> bytes:
-        if self._data is None:
-            fetcher = self._fetcher
-            try:
-                data = fetcher.fs.cat_file(fetcher.path, start=self.start, end=self.end)
-            except Exception as exc:
-                raise classify_fs_error(exc, fetcher.url, self.start) from exc
-            self._data = memoryview(data)
-            if self.end is None:
-                self.end = self.start + len(data)
         out = bytes(self._data[self._pos : self._pos + amt])
         self._pos += len(out)
         return out
 
     def close(self) -> None:
-        self._data = None
+        self._data = memoryview(b"")
 
 
 class FsspecFetcher:
