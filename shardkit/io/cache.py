@@ -41,6 +41,7 @@ import filelock
 
 from shardkit.errors import CorruptShardError, UsageError
 from shardkit.io.base import ByteSource, SourceOptions, check_range, read_capped, short_read, too_large
+from shardkit.io.local import pread_up_to
 from shardkit.io.urls import redact_url
 from shardkit.io.atomic import fsync_dir
 
@@ -63,14 +64,6 @@ class CachedFile:
         self.path = path
         self.fd = fd
         self.size = os.fstat(fd).st_size
-
-    def read_at(self, offset: int, size: int) -> bytes:
-        """Exactly bytes ``[offset, offset + size)`` of the entry (see :meth:`ByteSource.read_at`)."""
-        check_range(self.path, offset, size, None)
-        data = os.pread(self.fd, size, offset) if size else b""
-        if len(data) != size:
-            raise short_read(self.path, offset, size, self.size)
-        return data
 
     def iter_range(self, start: int, end: int | None, *, chunk_bytes: int) -> Iterator[bytes]:
         end = self.size if end is None else min(end, self.size)
@@ -375,9 +368,11 @@ class CachedSource:
             _background_fills().start(self)
             return self.remote.read_at(offset, size)
         try:
-            data = hit.read_at(offset, size)
+            data = pread_up_to(hit.fd, offset, size)
         finally:
             hit.close()
+        if len(data) != size:  # an entry is complete: it is the object, and the object is shorter
+            raise short_read(self.url, offset, size, hit.size)
         return data
 
     def close(self) -> None:

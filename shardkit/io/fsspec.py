@@ -88,28 +88,45 @@ def classify_fs_error(exc: BaseException, url: str, offset: int | None) -> BaseE
 
 
 class _FsResponse:
-    """Bytes ``[start, end)`` fetched with one ``cat_file`` call when opened.
+    """Bytes ``[start, end)`` of an object, fetched with ``cat_file``.
 
     ``cat_file`` is the one ranged read every fsspec filesystem has, it is
     safe to call from several threads, and the async filesystems implement
-    it natively; a range is at most ``part_bytes`` long, so holding it whole
-    is within the read-ahead budget. An answer shorter than the range means
-    the object ends there, which ``total`` then states (so a range past the
-    end is an error at once, not a dropped connection retried).
+    it natively. A range with an end (at most ``part_bytes`` long when read
+    by :mod:`shardkit.io.ranged`, so within the read-ahead budget) is one
+    call, made when the range is opened. A range to the end of the object
+    is fetched in parts of ``part_bytes``, the next one when the previous is
+    consumed, so a reader that stops early (a size cap) never fetches the
+    rest. An answer shorter than asked means the object ends there, which
+    ``total`` then states (so a range past the end is an error at once, not
+    a dropped connection retried).
     """
 
     def __init__(self, fetcher: FsspecFetcher, start: int, end: int | None):
-        try:
-            data = fetcher.fs.cat_file(fetcher.path, start=start, end=end)
-        except Exception as exc:
-            raise classify_fs_error(exc, fetcher.url, start) from exc
-        self._data = memoryview(data)
+        self._fetcher = fetcher
         self.start = start
-        self.end = start + len(data) if end is None else end
-        self.total = start + len(data) if end is None or len(data) < end - start else None
+        self.end = end
+        self.total: int | None = None
+        self._next = start  # the first byte not fetched yet
+        self._data = memoryview(b"")
         self._pos = 0
+        self._fetch()
+
+    def _fetch(self) -> None:
+        fetcher = self._fetcher
+        stop = self.end if self.end is not None else self._next + fetcher.options.part_bytes
+        try:
+            data = fetcher.fs.cat_file(fetcher.path, start=self._next, end=stop)
+        except Exception as exc:
+            raise classify_fs_error(exc, fetcher.url, self._next) from exc
+        if len(data) < stop - self._next:
+            self.total = self._next + len(data)
+        self._next += len(data)
+        self._data, self._pos = memoryview(data), 0
 
     def read(self, amt: int) -> bytes:
+        if self._pos == len(self._data) and self.end is None and self.total is None:
+            self._fetch()
         out = bytes(self._data[self._pos : self._pos + amt])
         self._pos += len(out)
         return out

@@ -44,7 +44,6 @@ class LocalFile:
 
     def _init_held(self) -> None:
         self._held: BinaryIO | None = None  # the descriptor read_at shares
-        self._size = 0
         self._readers = 0  # read_at calls using it now
         self._close_when_idle = False
         self._held_lock = threading.Lock()
@@ -84,30 +83,25 @@ class LocalFile:
 
     def read_at(self, offset: int, size: int) -> bytes:
         check_range(self.url, offset, size, self.expected_size)
-        fd, file_size = self._hold()
+        fd = self._hold()
         try:
-            data = os.pread(fd, size, offset) if offset < file_size else b""
-            while len(data) < size and offset + len(data) < file_size:  # a regular file reads short only at its end
-                more = os.pread(fd, size - len(data), offset + len(data))
-                if not more:
-                    break
-                data += more
+            data = pread_up_to(fd, offset, size)
         finally:
             self._let_go()
         if len(data) != size:
             raise short_read(self.url, offset, size, offset + len(data))
         return data
 
-    def _hold(self) -> tuple[int, int]:
+    def _hold(self) -> int:
         with self._held_lock:
             if self._held is None:
-                f, self._size = self._open(0)
+                f, _ = self._open(0)
                 if hasattr(os, "posix_fadvise"):
                     # Random reads are small and scattered: read-ahead would fetch bytes nobody asked for.
                     os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
                 self._held = f
             self._readers += 1
-            return self._held.fileno(), self._size
+            return self._held.fileno()
 
     def _let_go(self) -> None:
         with self._held_lock:
@@ -137,13 +131,26 @@ class LocalFile:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        for name in ("_held", "_size", "_readers", "_close_when_idle", "_held_lock"):
+        for name in ("_held", "_readers", "_close_when_idle", "_held_lock"):
             del state[name]
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._init_held()
+
+
+def pread_up_to(fd: int, offset: int, size: int) -> bytes:
+    """Bytes ``[offset, offset + size)`` of an open regular file, fewer only
+    where the file ends (one ``pread`` unless the range passes the ~2 GiB
+    a single call returns)."""
+    data = os.pread(fd, size, offset) if size else b""
+    while 0 < len(data) < size:
+        more = os.pread(fd, size - len(data), offset + len(data))
+        if not more:
+            break
+        data += more
+    return data
 
 
 def size_mismatch(where: str, size: int, expected: int) -> CorruptShardError:

@@ -364,7 +364,8 @@ class RangedObject:
         self.fetcher: RangeFetcher = fetcher if expected_size is None else SizeCheckedFetcher(fetcher, expected_size)
         self.url = fetcher.url
         self.options = options
-        self._size = expected_size
+        self.expected_size = expected_size
+        self._size = expected_size  # or as the store said, once asked
 
     def size(self) -> int | None:
         """The object size in bytes (asked of the store once, then remembered)."""
@@ -414,10 +415,12 @@ class RangedObject:
             TruncatedShardError: The object ends inside the range.
             RemoteError: See :func:`stream_range`.
         """
-        check_range(self.url, offset, size, self._size)
+        check_range(self.url, offset, size, self.expected_size)
+        end = offset + size
+        if self._size is not None and end > self._size:  # the store said so already: no request
+            raise short_read(self.url, offset, size, self._size)
         if size == 0:
             return b""
-        end = offset + size
         try:
             if size <= self.options.part_bytes:
                 chunks = stream_range(self.fetcher, offset, end, options=self.options, chunk_bytes=size)

@@ -206,9 +206,32 @@ def test_open_shards_are_bounded(make_shards):
     assert ds[0]["__index__"] == 0
 
 
+def _open_shard_files() -> list[str]:
+    paths = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            paths.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            continue  # closed meanwhile
+    return [p for p in paths if p.endswith(".tar")]
+
+
+def test_shards_dropped_from_the_open_table_are_closed(make_shards):
+    manifest = make_shards((2,) * 10, name="fds")
+    ds = IndexedDataset(manifest, max_open_shards=3)
+    before = len(_open_shard_files())
+    for i in range(len(ds)):
+        ds[i]
+    assert len(_open_shard_files()) - before == 3
+    ds.close()
+    assert len(_open_shard_files()) == before
+
+
 def test_pickles_without_open_files(dataset):
     ds = IndexedDataset(dataset, decode="pil")
     ds[0]
+    state = ds.__getstate__()
+    assert "_counts" not in state and "_starts" not in state, "arrays are derived from the catalog, not pickled"
     copy = pickle.loads(pickle.dumps(ds))
     assert len(copy._sources) == 0
     assert copy[5] == ds[5]
