@@ -1,8 +1,8 @@
 """The storage floor's contracts: :class:`ByteSource`, :class:`Destination`, :class:`SourceOptions`.
 
 Readers and writers talk to storage only through these: a source reads a
-byte range of one stored object as a stream of large chunks, or a small
-object whole; a destination publishes whole files into a dataset folder.
+byte range of one stored object as a stream of large chunks, a small object
+whole (with a size cap), or exactly one range at random; a destination publishes whole files into a dataset folder.
 :func:`shardkit.io.registry.open_source` and
 :func:`~shardkit.io.registry.open_destination` pick the backend from the URL:
 

@@ -290,20 +290,23 @@ def iter_parallel_range(
 
 
 class SizeCheckedFetcher:
-    """A fetcher whose every answer must come from an object of ``expected_size`` bytes.
+    """A fetcher whose every answer must come from an object of ``expected_size``
+    bytes, or of at most ``max_bytes``.
 
     Each answer's stated object size (``total``, where the backend gives
     one) is compared with the manifest's, and a range the store refuses as
     past the end (416) of an object the manifest says is longer means the
     object was cut short. Either is a
     :class:`~shardkit.errors.CorruptShardError` naming the object, before
-    any of its bytes are used.
+    any of its bytes are used; so is a stated size past ``max_bytes`` (see
+    :meth:`RangedObject.read_all`).
     """
 
-    def __init__(self, fetcher: RangeFetcher, expected_size: int):
+    def __init__(self, fetcher: RangeFetcher, expected_size: int | None = None, *, max_bytes: int | None = None):
         self.fetcher = fetcher
         self.url = fetcher.url
         self.expected_size = expected_size
+        self.max_bytes = max_bytes
 
     def size(self) -> int | None:
         return self.fetcher.size()
@@ -312,7 +315,7 @@ class SizeCheckedFetcher:
         try:
             response = self.fetcher.open_range(start, end)
         except RemoteError as exc:
-            if exc.status == 416 and start < self.expected_size:
+            if exc.status == 416 and self.expected_size is not None and start < self.expected_size:
                 raise TruncatedShardError(
                     f"{self.url}: the object ends before byte {start}, but the manifest says it has "
                     f"{self.expected_size} bytes: it was cut short or replaced. Run `shardkit verify` on the "
@@ -322,28 +325,10 @@ class SizeCheckedFetcher:
                 ) from None
             raise
         total = getattr(response, "total", None)
-        if total is not None and total != self.expected_size:
+        if total is not None and self.expected_size is not None and total != self.expected_size:
             response.close()
             raise size_mismatch(self.url, total, self.expected_size)
-        return response
-
-
-class _CappedFetcher:
-    """A fetcher refusing, before any byte of it is read, an answer whose
-    stated object size passes ``max_bytes`` (see :meth:`RangedObject.read_all`)."""
-
-    def __init__(self, fetcher: RangeFetcher, max_bytes: int):
-        self.fetcher = fetcher
-        self.url = fetcher.url
-        self.max_bytes = max_bytes
-
-    def size(self) -> int | None:
-        return self.fetcher.size()
-
-    def open_range(self, start: int, end: int | None) -> RangeResponse:
-        response = self.fetcher.open_range(start, end)
-        total = getattr(response, "total", None)
-        if total is not None and total > self.max_bytes:
+        if total is not None and self.max_bytes is not None and total > self.max_bytes:
             response.close()
             raise too_large(self.url, self.max_bytes)
         return response
@@ -400,7 +385,7 @@ class RangedObject:
             raise too_large(self.url, max_bytes)
         if self._size is not None and self._size > self.options.part_bytes:
             return b"".join(self.iter_range(0, None, chunk_bytes=self.options.chunk_bytes))
-        fetcher = self.fetcher if max_bytes is None else _CappedFetcher(self.fetcher, max_bytes)
+        fetcher = self.fetcher if max_bytes is None else SizeCheckedFetcher(self.fetcher, max_bytes=max_bytes)
         chunk_bytes = self.options.chunk_bytes if max_bytes is None else min(self.options.chunk_bytes, max_bytes + 1)
         chunks = stream_range(fetcher, 0, None, options=self.options, chunk_bytes=chunk_bytes)
         return read_capped(self.url, chunks, max_bytes)
