@@ -150,7 +150,9 @@ class IndexedDataset(Dataset):
 
     Faults: under ``on_error="raise"`` a damaged sample raises
     :class:`~shardkit.CorruptShardError` naming the shard and the byte
-    offset. Under ``"skip"`` the fault is logged and counted in
+    offset, a shard cut short names the byte range it lacks, and a damaged
+    offset index names the ``.idx`` file (the error every reader raises for
+    it, see :func:`~shardkit.io.index.fetch_offset_index`). Under ``"skip"`` the fault is logged and counted in
     :attr:`num_skipped` (summed over DataLoader workers) and ``ds[i]``
     returns None; batch with ``collate_fn=IndexedDataset.collate``, which
     leaves the Nones out (a batch may thus be smaller).
