@@ -23,10 +23,11 @@ import numpy as np
 
 from shardkit.errors import CorruptShardError, ManifestError, MemberTooLargeError, VerifyError
 from shardkit.format.compression import DEFAULT_MAX_MEMBER_BYTES, iter_decompressed, member_compression
-from shardkit.format.index import OffsetIndex, check_bounds, decode_offset_index, load_offset_index
+from shardkit.format.index import OffsetIndex
 from shardkit.format.manifest import Manifest, ShardEntry
 from shardkit.format.tar import RawSample, SampleParser, sample_checksum
 from shardkit.io.base import SourceOptions
+from shardkit.io.index import fetch_offset_index
 from shardkit.io.local import HASH_CHUNK_BYTES
 from shardkit.io.manifest import fetch_manifest
 from shardkit.io.registry import open_source
@@ -69,11 +70,9 @@ def _check_members(path: str, samples: list[RawSample], max_member_bytes: int | 
 
 def _load_index(path: str, index_path: str, entry: ShardEntry, options: SourceOptions | None) -> OffsetIndex:
     try:
-        if is_local(index_path):
-            index = load_offset_index(local_path(index_path))
-        else:
-            index = decode_offset_index(open_source(index_path, options=options).read_all(), path=index_path)
-        check_bounds(index.bounds, path=index_path, num_samples=entry.num_samples, shard_bytes=entry.num_bytes)
+        index = fetch_offset_index(
+            index_path, num_samples=entry.num_samples, shard_bytes=entry.num_bytes, options=options
+        )
     except (ManifestError, CorruptShardError, OSError) as exc:
         raise VerifyError(f"{path}: offset index unusable: {exc}", path=path) from exc
     return index

@@ -18,6 +18,11 @@ Arrays are loaded with ``mmap_mode="r"`` so DataLoader workers share the
 page cache instead of each holding a copy. An index is checked once, when it
 is loaded, in vectorised code (:func:`check_bounds`): boundaries start at 0,
 rise by whole 512-byte blocks, and stay inside the shard.
+
+Readers load indexes through one function, :func:`shardkit.io.index.fetch_offset_index`
+(local or remote, a size cap from the sample count, these checks), and every
+fault of an index is one error, :class:`~shardkit.errors.CorruptShardError`
+naming the ``.idx`` file (:func:`corrupt_index`).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardkit.errors import CorruptShardError, ManifestError
+from shardkit.errors import CorruptShardError
 from shardkit.format.location import open_regular
 
 INDEX_SUFFIX = ".idx"
@@ -46,6 +51,24 @@ class OffsetIndex:
 
     bounds: np.ndarray
     checksums: np.ndarray | None = None
+
+
+#: What to do about a damaged offset index, at the end of every message about one.
+INDEX_ADVICE = "Run `shardkit verify` on the dataset and rewrite the shards it names with `shardkit write`."
+
+
+def corrupt_index(path: str, why: str, *, at: int | None = None) -> CorruptShardError:
+    """The one error for a damaged offset index: names the file, what is
+    wrong (and the first bad entry, ``at``) and what to do."""
+    where = f" (entry {at})" if at is not None else ""
+    return CorruptShardError(f"{path}: offset index is corrupt: {why}{where}. {INDEX_ADVICE}", path=path)
+
+
+def max_index_bytes(num_samples: int) -> int:
+    """Most bytes a well-formed index of ``num_samples`` samples takes: two
+    ``.npy`` headers, ``num_samples + 1`` boundaries and ``num_samples``
+    checksums. A reader refuses a longer one before reading it whole."""
+    return 2 * _MAX_HEADER_BYTES + INDEX_DTYPE.itemsize * (num_samples + 1) + CHECKSUM_DTYPE.itemsize * num_samples
 
 
 def index_path_for(shard_path: str) -> str:
@@ -74,18 +97,25 @@ def load_index(path: str) -> np.ndarray:
     """Memory-map a local index file's boundaries.
 
     Raises:
-        ManifestError: The file is missing, not a regular file (a FIFO, a
-            device...), or not a valid index.
+        CorruptShardError: The file is missing or not a valid index.
+        ManifestError: The path is not a regular file (a FIFO, a device...).
     """
     return load_offset_index(path).bounds
 
 
 def decode_offset_index(data: bytes, *, path: str = "<index>") -> OffsetIndex:
-    """Parse index bytes into boundaries and, when present, checksums."""
+    """Parse index bytes into boundaries and, when present, checksums.
+
+    Only the file's form is checked here; :func:`check_offset_index` checks
+    the boundaries against the shard.
+
+    Raises:
+        CorruptShardError: ``data`` is not a valid index (naming ``path``).
+    """
     count, offset = _read_npy_header(data, path, INDEX_DTYPE)
     end = offset + count * INDEX_DTYPE.itemsize
     if len(data) < end:
-        raise ManifestError(f"{path}: not a shardkit offset index (data shorter than its header says)", path=path)
+        raise corrupt_index(path, "data shorter than its header says (truncated?)")
     bounds = _checked(np.frombuffer(data, dtype=INDEX_DTYPE, count=count, offset=offset), path)
     checksums = None
     if len(data) > end:
@@ -96,25 +126,29 @@ def decode_offset_index(data: bytes, *, path: str = "<index>") -> OffsetIndex:
     return OffsetIndex(bounds, checksums)
 
 
-def load_offset_index(path: str) -> OffsetIndex:
+def load_offset_index(path: str, *, max_bytes: int | None = None) -> OffsetIndex:
     """Memory-map a local index file: boundaries and, when present, checksums.
 
+    Args:
+        path: The ``.idx`` file.
+        max_bytes: Refuse a file longer than this (see :func:`max_index_bytes`).
+
     Raises:
-        ManifestError: The file is missing, is not a regular file, or is not
-            a valid index.
+        CorruptShardError: The file is missing, too long, or not a valid index.
+        ManifestError: The path is not a regular file (a FIFO, a device...).
     """
     try:
         f, size = open_regular(path, what="offset index")
     except FileNotFoundError:
-        raise ManifestError(
-            f"{path}: offset index missing; rewrite the dataset or run `shardkit verify`", path=path
-        ) from None
+        raise corrupt_index(path, "the file is missing") from None
     with f:  # mapped through the file checked above, not by opening the path again
+        if max_bytes is not None and size > max_bytes:
+            raise too_long(path, max_bytes)
         head = f.read(_MAX_HEADER_BYTES)
         count, offset = _read_npy_header(head, path, INDEX_DTYPE)
         end = offset + count * INDEX_DTYPE.itemsize
         if size < end:
-            raise ManifestError(f"{path}: not a shardkit offset index (file shorter than its header says)", path=path)
+            raise corrupt_index(path, "file shorter than its header says (truncated?)")
         bounds = _checked(np.memmap(f, dtype=INDEX_DTYPE, mode="r", offset=offset, shape=(count,)), path)
         checksums = None
         if size > end:
@@ -124,6 +158,11 @@ def load_offset_index(path: str) -> OffsetIndex:
                 raise _bad_checksums(path, n, count - 1)
             checksums = np.memmap(f, dtype=CHECKSUM_DTYPE, mode="r", offset=end + at, shape=(n,)) if n else None
     return OffsetIndex(bounds, checksums)
+
+
+def too_long(path: str, max_bytes: int) -> CorruptShardError:
+    """The error for an index file longer than any index of its shard's sample count."""
+    return corrupt_index(path, f"it holds more than {max_bytes} bytes, more than an index of its shard's samples takes")
 
 
 def check_bounds(
@@ -139,32 +178,23 @@ def check_bounds(
     Raises:
         CorruptShardError: Naming the index file and the first bad entry.
     """
-
-    def bad(why: str, at: int | None = None) -> CorruptShardError:
-        where = f" (entry {at})" if at is not None else ""
-        return CorruptShardError(
-            f"{path}: offset index is corrupt: {why}{where}. Rewrite the dataset or rebuild its index.",
-            path=path,
-        )
-
     if num_samples is not None and len(bounds) - 1 != num_samples:
-        raise bad(f"it lists {len(bounds) - 1} samples but the manifest says {num_samples}")
+        raise corrupt_index(path, f"it lists {len(bounds) - 1} samples but the manifest says {num_samples}")
     if len(bounds) > 1:
         steps = np.diff(bounds.astype(np.int64, copy=False))
         if bounds[-1] >= 1 << 62 or not (steps > 0).all():
-            raise bad("boundaries do not rise", int(np.argmin(steps > 0)) + 1 if len(steps) else None)
+            raise corrupt_index(path, "boundaries do not rise", at=int(np.argmin(steps > 0)) + 1 if len(steps) else None)
         if (bounds % _BLOCK).any():
-            raise bad("a boundary is not on a 512-byte tar block", int(np.argmax(bounds % _BLOCK != 0)))
+            raise corrupt_index(path, "a boundary is not on a 512-byte tar block", at=int(np.argmax(bounds % _BLOCK != 0)))
     if shard_bytes is not None and int(bounds[-1]) + _END_MARKER_BYTES > shard_bytes:
-        raise bad(f"its last boundary, byte {int(bounds[-1])}, leaves no end marker in a shard of {shard_bytes} bytes")
+        raise corrupt_index(
+            path, f"its last boundary, byte {int(bounds[-1])}, leaves no end marker in a shard of {shard_bytes} bytes"
+        )
     return bounds
 
 
-def _bad_checksums(path: str, found: int, want: int) -> ManifestError:
-    return ManifestError(
-        f"{path}: not a shardkit offset index (its checksum array holds {found} entries for {want} samples)",
-        path=path,
-    )
+def _bad_checksums(path: str, found: int, want: int) -> CorruptShardError:
+    return corrupt_index(path, f"its checksum array holds {found} entries for {want} samples")
 
 
 #: The ``.npy`` prelude: magic, version, header length.
@@ -185,8 +215,8 @@ def _read_npy_header(data: bytes, path: str, want: np.dtype) -> tuple[int, int]:
     every DataLoader worker forked afterwards).
     """
 
-    def bad(why: str) -> ManifestError:
-        return ManifestError(f"{path}: not a shardkit offset index ({why})", path=path)
+    def bad(why: str) -> CorruptShardError:
+        return corrupt_index(path, f"not a shardkit offset index ({why})")
 
     if data[:6] != _NPY_MAGIC or len(data) < 10:
         raise bad("no .npy magic")
@@ -197,7 +227,7 @@ def _read_npy_header(data: bytes, path: str, want: np.dtype) -> tuple[int, int]:
     else:
         raise bad(f".npy version {data[6]} is unknown")
     header = data[start : start + length]
-    if len(header) < length:
+    if len(header) < length or start + length > _MAX_HEADER_BYTES:
         raise bad("header cut short")
     descr, shape = _DESCR.search(header), _SHAPE.search(header)
     if descr is None or shape is None:
@@ -216,7 +246,5 @@ def _read_npy_header(data: bytes, path: str, want: np.dtype) -> tuple[int, int]:
 
 def _checked(array: np.ndarray, path: str) -> np.ndarray:
     if array.dtype != INDEX_DTYPE or array.ndim != 1 or len(array) < 1 or array[0] != 0:
-        raise ManifestError(
-            f"{path}: not a shardkit offset index (want a 1-D uint64 array starting at 0)", path=path
-        )
+        raise corrupt_index(path, "not a shardkit offset index (want a 1-D uint64 array starting at 0)")
     return array

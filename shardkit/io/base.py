@@ -1,8 +1,8 @@
 """The storage floor's contracts: :class:`ByteSource`, :class:`Destination`, :class:`SourceOptions`.
 
 Readers and writers talk to storage only through these: a source reads a
-byte range of one stored object as a stream of large chunks, or a small
-object whole; a destination publishes whole files into a dataset folder.
+byte range of one stored object as a stream of large chunks, a small object
+whole (with a size cap), or exactly one range at random; a destination publishes whole files into a dataset folder.
 :func:`shardkit.io.registry.open_source` and
 :func:`~shardkit.io.registry.open_destination` pick the backend from the URL:
 
@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from shardkit.errors import UsageError
+from shardkit.errors import CorruptShardError, TruncatedShardError, UsageError
 from shardkit.format.location import normalise_prefix
 
 #: Default size of one chunk handed to the parser: large sequential reads are
@@ -182,7 +182,18 @@ class SourceOptions:
 
 
 class ByteSource(Protocol):
-    """Read access to one stored object (a shard, an index, a manifest)."""
+    """Read access to one stored object (a shard, an index, a manifest).
+
+    Three ways to read: a range as a stream of large chunks
+    (:meth:`iter_range`, for streaming whole shards), a small object whole
+    (:meth:`read_all`, with a size cap for objects whose greatest size is
+    known), and exactly one range (:meth:`read_at`, for random access: one
+    ``pread`` of a local file, one ranged request of a remote object when the
+    range is at most ``part_bytes``). A remote source retries and resumes as
+    :mod:`shardkit.io.ranged` does for all three, and checks every answer
+    against the manifest's size when it was given one. A source may hold a
+    file open between reads: :meth:`close` lets go of it.
+    """
 
     url: str
 
@@ -191,9 +202,99 @@ class ByteSource(Protocol):
         ``chunk_bytes``; ``end=None`` reads to the end of the object."""
         ...
 
-    def read_all(self) -> bytes:
-        """Return the whole object (for small objects: manifests, indexes)."""
+    def read_all(self, *, max_bytes: int | None = None) -> bytes:
+        """Return the whole object (for small objects: manifests, indexes).
+
+        Args:
+            max_bytes: The most bytes the object may hold, or None. A longer
+                object is refused as soon as that is known: from the size
+                the file or the store states, before any byte is read, else
+                after ``max_bytes`` and at most a chunk more have arrived
+                (it is never read whole).
+
+        Raises:
+            CorruptShardError: The object holds more than ``max_bytes``
+                (see :func:`too_large`).
+        """
         ...
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        """Return exactly the bytes ``[offset, offset + size)``, never fewer.
+
+        Raises:
+            UsageError: A negative offset or size, or a range ending past
+                the object's known size (the manifest's).
+            TruncatedShardError: The object ends before the range does
+                (naming the URL, the range and where the object ends).
+        """
+        ...
+
+    def close(self) -> None:
+        """Let go of what the source holds open between reads (a file
+        descriptor); once reads in progress end. A later read opens it again."""
+        ...
+
+
+def check_range(url: str, offset: int, size: int, known_size: int | None) -> None:
+    """Refuse a :meth:`ByteSource.read_at` range that cannot be read.
+
+    Raises:
+        UsageError: ``offset`` or ``size`` is negative, or the range ends
+            past ``known_size``.
+    """
+    if offset < 0 or size < 0:
+        raise UsageError(f"{url}: cannot read {size} bytes at offset {offset}: both must be >= 0")
+    if known_size is not None and offset + size > known_size:
+        raise UsageError(
+            f"{url}: bytes [{offset}, {offset + size}) lie outside the object, which has {known_size} bytes"
+        )
+
+
+def short_read(url: str, offset: int, size: int, ends_at: int | None) -> TruncatedShardError:
+    """The error for a range the object ends inside of: names the URL, the
+    range and where the object ends (``ends_at``, when known)."""
+    if ends_at is None:
+        where = f"before byte {offset}"
+    else:
+        where = f"at byte {ends_at}" if ends_at != offset else f"at or before byte {offset}"
+    return TruncatedShardError(
+        f"{url}: bytes [{offset}, {offset + size}) asked for, but the object ends {where}: it was cut short or "
+        "replaced, or its index is wrong. Run `shardkit verify` on the dataset or rewrite this shard.",
+        path=url,
+        offset=offset if ends_at is None else ends_at,
+    )
+
+
+def too_large(url: str, max_bytes: int) -> CorruptShardError:
+    """The error for an object longer than the ``max_bytes`` it may hold
+    (see :meth:`ByteSource.read_all`)."""
+    return CorruptShardError(
+        f"{url}: the object holds more than {max_bytes} bytes, the most it may; refused without reading it whole",
+        path=url,
+        offset=max_bytes,
+    )
+
+
+def read_capped(url: str, chunks: Iterator[bytes], max_bytes: int | None) -> bytes:
+    """Join ``chunks``, refusing (and closing the stream) once more than
+    ``max_bytes`` have arrived.
+
+    Raises:
+        CorruptShardError: More than ``max_bytes`` (see :func:`too_large`).
+    """
+    out: list[bytes] = []
+    held = 0
+    try:
+        for chunk in chunks:
+            out.append(chunk)
+            held += len(chunk)
+            if max_bytes is not None and held > max_bytes:
+                raise too_large(url, max_bytes)
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+    return out[0] if len(out) == 1 else b"".join(out)
 
 
 class Destination(Protocol):
@@ -240,4 +341,8 @@ __all__ = [
     "Destination",
     "DeviceLockMode",
     "SourceOptions",
+    "check_range",
+    "read_capped",
+    "short_read",
+    "too_large",
 ]

@@ -34,12 +34,14 @@ import fcntl
 import hashlib
 import logging
 import os
+import threading
 from collections.abc import Iterator
 
 import filelock
 
 from shardkit.errors import CorruptShardError, UsageError
-from shardkit.io.base import ByteSource, SourceOptions
+from shardkit.io.base import ByteSource, SourceOptions, check_range, read_capped, short_read, too_large
+from shardkit.io.local import pread_up_to
 from shardkit.io.urls import redact_url
 from shardkit.io.atomic import fsync_dir
 
@@ -258,6 +260,11 @@ class CachedSource:
     an uncached object go straight to the remote source. Cached objects are
     read from local disk.
 
+    A random read (:meth:`read_at`) of an uncached object is one ranged
+    request, and starts fetching the whole object into the cache in a
+    background thread (at most :data:`MAX_BACKGROUND_FILLS` per process), so
+    that later reads of it are ``pread`` s of the cached file.
+
     Args:
         url: The full URL (part of the cache key).
         remote: The uncached source.
@@ -338,5 +345,95 @@ class CachedSource:
             writer.abort()
             return None
 
-    def read_all(self) -> bytes:
-        return b"".join(self.iter_range(0, None, chunk_bytes=self.options.chunk_bytes))
+    def read_all(self, *, max_bytes: int | None = None) -> bytes:
+        if max_bytes is None:
+            return b"".join(self.iter_range(0, None, chunk_bytes=self.options.chunk_bytes))
+        hit = self.cache.open(self.key)
+        if hit is None:  # an object with a size cap is small: fetched, not cached
+            return self.remote.read_all(max_bytes=max_bytes)
+        try:
+            if hit.size > max_bytes:
+                raise too_large(self.url, max_bytes)
+            return read_capped(self.url, hit.iter_range(0, None, chunk_bytes=self.options.chunk_bytes), max_bytes)
+        finally:
+            hit.close()
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        """Bytes ``[offset, offset + size)``: from the cached copy when there is
+        one; else with a ranged request, while the whole object is fetched
+        into the cache in the background."""
+        check_range(self.url, offset, size, self.expected_size)
+        hit = self.cache.open(self.key)
+        if hit is None:
+            _background_fills().start(self)
+            return self.remote.read_at(offset, size)
+        try:
+            data = pread_up_to(hit.fd, offset, size)
+        finally:
+            hit.close()
+        if len(data) != size:  # an entry is complete: it is the object, and the object is shorter
+            raise short_read(self.url, offset, size, hit.size)
+        return data
+
+    def close(self) -> None:
+        self.remote.close()
+
+
+#: Whole-object downloads one process runs in the background at once.
+MAX_BACKGROUND_FILLS = 2
+
+
+class _BackgroundFills:
+    """Whole-object downloads into the cache, in background threads.
+
+    At most ``limit`` run at a time per process; an object another process
+    is fetching is left to it, and one that failed is tried again on a later
+    read (its samples are read with ranged requests meanwhile).
+    """
+
+    def __init__(self, *, limit: int):
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._started: set[str] = set()
+        self._active = 0
+
+    def start(self, source: CachedSource) -> None:
+        with self._lock:
+            if source.key in self._started or self._active >= self.limit:
+                return
+            self._started.add(source.key)
+            self._active += 1
+        threading.Thread(target=self._fill, args=(source,), name="shardkit-cache-fill", daemon=True).start()
+
+    def _fill(self, source: CachedSource) -> None:
+        try:
+            writer = source.cache.begin(source.key, size=source.expected_size)
+            if writer is None:
+                return  # cached already, or another process is fetching it
+            try:
+                for chunk in source.remote.iter_range(0, None, chunk_bytes=source.options.chunk_bytes):
+                    writer.write(chunk)
+            except BaseException:
+                writer.abort()
+                raise
+            writer.commit(url=source._full_url, expected_size=source.expected_size, expected_sha256=source.expected_sha256)
+        except Exception as exc:
+            logger.warning("could not cache %s: %s", source.url, exc)
+            with self._lock:
+                self._started.discard(source.key)  # try again on a later read
+        finally:
+            with self._lock:
+                self._active -= 1
+
+
+_fills: dict[int, _BackgroundFills] = {}
+_fills_lock = threading.Lock()
+
+
+def _background_fills() -> _BackgroundFills:
+    """This process's fills (a forked child starts its own: the parent's threads are not in it)."""
+    with _fills_lock:
+        fills = _fills.get(os.getpid())
+        if fills is None:
+            fills = _fills[os.getpid()] = _BackgroundFills(limit=MAX_BACKGROUND_FILLS)
+        return fills

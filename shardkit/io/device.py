@@ -354,14 +354,21 @@ class DeviceLockedSource:
             if close is not None:
                 close()
 
-    def read_all(self) -> bytes:
+    def read_all(self, *, max_bytes: int | None = None) -> bytes:
         """Return the whole object, read in one hold of the lock."""
         locked = self.lock.acquire()
         try:
-            return self.source.read_all()
+            return self.source.read_all(max_bytes=max_bytes)
         finally:
             if locked:
                 self.lock.release()
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        """One random read, without taking a turn (it moves the head once, as a turn's first read does)."""
+        return self.source.read_at(offset, size)
+
+    def close(self) -> None:
+        self.source.close()
 
     def _buffered_lease(self, chunks: Iterator[bytes]) -> tuple[list[bytes], bool]:
         """One lease read into memory: its chunks, and whether ``chunks``

@@ -88,37 +88,51 @@ def classify_fs_error(exc: BaseException, url: str, offset: int | None) -> BaseE
 
 
 class _FsResponse:
-    """Bytes ``[start, end)`` fetched with one ``cat_file`` call on first read.
+    """Bytes ``[start, end)`` of an object, fetched with ``cat_file``.
 
     ``cat_file`` is the one ranged read every fsspec filesystem has, it is
     safe to call from several threads, and the async filesystems implement
-    it natively; a range is at most ``part_bytes`` long, so holding it whole
-    is within the read-ahead budget.
+    it natively. A range with an end (at most ``part_bytes`` long when read
+    by :mod:`shardkit.io.ranged`, so within the read-ahead budget) is one
+    call, made when the range is opened. A range to the end of the object
+    is fetched in parts of ``part_bytes``, the next one when the previous is
+    consumed, so a reader that stops early (a size cap) never fetches the
+    rest. An answer shorter than asked means the object ends there, which
+    ``total`` then states (so a range past the end is an error at once, not
+    a dropped connection retried).
     """
 
     def __init__(self, fetcher: FsspecFetcher, start: int, end: int | None):
         self._fetcher = fetcher
         self.start = start
         self.end = end
-        self._data: memoryview | None = None
+        self.total: int | None = None
+        self._next = start  # the first byte not fetched yet
+        self._data = memoryview(b"")
         self._pos = 0
+        self._fetch()
+
+    def _fetch(self) -> None:
+        fetcher = self._fetcher
+        stop = self.end if self.end is not None else self._next + fetcher.options.part_bytes
+        try:
+            data = fetcher.fs.cat_file(fetcher.path, start=self._next, end=stop)
+        except Exception as exc:
+            raise classify_fs_error(exc, fetcher.url, self._next) from exc
+        if len(data) < stop - self._next:
+            self.total = self._next + len(data)
+        self._next += len(data)
+        self._data, self._pos = memoryview(data), 0
 
     def read(self, amt: int) -> bytes:
-        if self._data is None:
-            fetcher = self._fetcher
-            try:
-                data = fetcher.fs.cat_file(fetcher.path, start=self.start, end=self.end)
-            except Exception as exc:
-                raise classify_fs_error(exc, fetcher.url, self.start) from exc
-            self._data = memoryview(data)
-            if self.end is None:
-                self.end = self.start + len(data)
+        if self._pos == len(self._data) and self.end is None and self.total is None:
+            self._fetch()
         out = bytes(self._data[self._pos : self._pos + amt])
         self._pos += len(out)
         return out
 
     def close(self) -> None:
-        self._data = None
+        self._data = memoryview(b"")
 
 
 class FsspecFetcher:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Iterator
 from typing import BinaryIO
 
 from shardkit.errors import CorruptShardError, TruncatedShardError
 from shardkit.format.location import open_regular
 from shardkit.io.atomic import atomic_copy_file, atomic_write_bytes
+from shardkit.io.base import check_range, short_read, too_large
 from shardkit.io.urls import local_path
 
 #: Read size when hashing a whole file.
@@ -23,6 +25,12 @@ class LocalFile:
     socket or directory is refused at once, never waited on) and, when the
     manifest's size is known, that the file has exactly that size.
 
+    Range reads (:meth:`iter_range`) open the file for each range, marked
+    for sequential reading. Random reads (:meth:`read_at`) share one file
+    descriptor, opened at the first and held until :meth:`close`, marked
+    ``POSIX_FADV_RANDOM`` so the kernel reads ahead no bytes nobody asked
+    for; each is one ``pread``, and threads may read at once.
+
     Args:
         url: A path or ``file://`` URL.
         expected_size: The size the manifest records, or None.
@@ -32,16 +40,24 @@ class LocalFile:
         self.url = url
         self.path = local_path(url)
         self.expected_size = expected_size
+        self._init_held()
 
-    def _open(self, buffering: int) -> BinaryIO:
+    def _init_held(self) -> None:
+        self._held: BinaryIO | None = None  # the descriptor read_at shares
+        self._readers = 0  # read_at calls using it now
+        self._close_when_idle = False
+        self._held_lock = threading.Lock()
+
+    def _open(self, buffering: int) -> tuple[BinaryIO, int]:
         f, size = open_regular(self.path, what="shard" if self.expected_size is not None else "file", buffering=buffering)
         if self.expected_size is not None and size != self.expected_size:
             f.close()
             raise size_mismatch(self.path, size, self.expected_size)
-        return f
+        return f, size
 
     def iter_range(self, start: int, end: int | None, *, chunk_bytes: int) -> Iterator[bytes]:
-        with self._open(0) as f:
+        f, _ = self._open(0)
+        with f:
             if hasattr(os, "posix_fadvise"):
                 os.posix_fadvise(f.fileno(), start, 0 if end is None else end - start, os.POSIX_FADV_SEQUENTIAL)
             f.seek(start)
@@ -55,9 +71,86 @@ class LocalFile:
                     remaining -= len(chunk)
                 yield chunk
 
-    def read_all(self) -> bytes:
-        with self._open(-1) as f:
-            return f.read()
+    def read_all(self, *, max_bytes: int | None = None) -> bytes:
+        f, size = self._open(-1)
+        with f:
+            if max_bytes is None:
+                return f.read()
+            data = f.read(max_bytes + 1) if size <= max_bytes else b""
+            if size > max_bytes or len(data) > max_bytes:  # the second: it grew since it was opened
+                raise too_large(self.url, max_bytes)
+            return data
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        check_range(self.url, offset, size, self.expected_size)
+        fd = self._hold()
+        try:
+            data = pread_up_to(fd, offset, size)
+        finally:
+            self._let_go()
+        if len(data) != size:
+            raise short_read(self.url, offset, size, offset + len(data))
+        return data
+
+    def _hold(self) -> int:
+        with self._held_lock:
+            if self._held is None:
+                f, _ = self._open(0)
+                if hasattr(os, "posix_fadvise"):
+                    # Random reads are small and scattered: read-ahead would fetch bytes nobody asked for.
+                    os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
+                self._held = f
+            self._readers += 1
+            return self._held.fileno()
+
+    def _let_go(self) -> None:
+        with self._held_lock:
+            self._readers -= 1
+            if self._close_when_idle and self._readers == 0:
+                self._close_held()
+
+    def _close_held(self) -> None:
+        # Called with the lock held and no read in progress, so a descriptor
+        # number is never closed (and reused by another file) under a pread.
+        if self._held is not None:
+            self._held.close()
+            self._held = None
+        self._close_when_idle = False
+
+    def close(self) -> None:
+        with self._held_lock:
+            if self._readers:
+                self._close_when_idle = True
+            else:
+                self._close_held()
+
+    def __del__(self) -> None:
+        held = getattr(self, "_held", None)
+        if held is not None:
+            held.close()
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        for name in ("_held", "_readers", "_close_when_idle", "_held_lock"):
+            del state[name]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._init_held()
+
+
+def pread_up_to(fd: int, offset: int, size: int) -> bytes:
+    """Bytes ``[offset, offset + size)`` of an open regular file, fewer only
+    where the file ends (one ``pread`` unless the range passes the ~2 GiB
+    a single call returns)."""
+    data = os.pread(fd, size, offset) if size else b""
+    while 0 < len(data) < size:
+        more = os.pread(fd, size - len(data), offset + len(data))
+        if not more:
+            break
+        data += more
+    return data
 
 
 def size_mismatch(where: str, size: int, expected: int) -> CorruptShardError:

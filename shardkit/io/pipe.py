@@ -13,6 +13,7 @@ import subprocess
 from collections.abc import Iterator
 
 from shardkit.errors import RemoteError, UsageError
+from shardkit.io.base import check_range, read_capped, short_read
 
 logger = logging.getLogger(__name__)
 
@@ -62,5 +63,18 @@ class PipeSource:
         if end is None and code != 0:
             raise RemoteError(f"pipe:{name}: command exited with status {code}", url=f"pipe:{name}", offset=pos)
 
-    def read_all(self) -> bytes:
-        return b"".join(self.iter_range(0, None, chunk_bytes=1 << 20))
+    def read_all(self, *, max_bytes: int | None = None) -> bytes:
+        chunk_bytes = 1 << 20 if max_bytes is None else min(1 << 20, max_bytes + 1)
+        return read_capped(self.url, self.iter_range(0, None, chunk_bytes=chunk_bytes), max_bytes)
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        """Bytes ``[offset, offset + size)`` of the output (the command runs
+        again, and the bytes before the range are discarded)."""
+        check_range(self.url, offset, size, None)
+        data = read_capped(self.url, self.iter_range(offset, offset + size, chunk_bytes=1 << 20), None)
+        if len(data) != size:
+            raise short_read(self.url, offset, size, offset + len(data))
+        return data
+
+    def close(self) -> None:
+        """Nothing is held between reads: each runs the command."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from shardkit.errors import RemoteError, TruncatedShardError
+from shardkit.io.base import check_range, read_capped, short_read, too_large
 from shardkit.io.local import size_mismatch
 from shardkit.io.retry import Backoff, TransientFault, call_with_retry, current_stop
 
@@ -113,6 +114,7 @@ def stream_range(
 
     Raises:
         RemoteError: A fault retrying cannot fix, or the retry deadline passed.
+        TruncatedShardError: An answer states that the object ends before ``end``.
     """
     if stop is None:
         stop = current_stop()
@@ -127,6 +129,11 @@ def stream_range(
         except TransientFault as exc:
             fault = exc
         else:
+            total = getattr(response, "total", None)
+            if end is not None and total is not None and total < end:
+                # The object ends inside the range: say so now, not after retrying a short answer.
+                response.close()
+                raise short_read(fetcher.url, start, end - start, total)
             # Pieces as they arrive, joined into chunks of chunk_bytes (one copy).
             pieces: list[bytes] = []
             have = 0
@@ -283,20 +290,23 @@ def iter_parallel_range(
 
 
 class SizeCheckedFetcher:
-    """A fetcher whose every answer must come from an object of ``expected_size`` bytes.
+    """A fetcher whose every answer must come from an object of ``expected_size``
+    bytes, or of at most ``max_bytes``.
 
     Each answer's stated object size (``total``, where the backend gives
     one) is compared with the manifest's, and a range the store refuses as
     past the end (416) of an object the manifest says is longer means the
     object was cut short. Either is a
     :class:`~shardkit.errors.CorruptShardError` naming the object, before
-    any of its bytes are used.
+    any of its bytes are used; so is a stated size past ``max_bytes`` (see
+    :meth:`RangedObject.read_all`).
     """
 
-    def __init__(self, fetcher: RangeFetcher, expected_size: int):
+    def __init__(self, fetcher: RangeFetcher, expected_size: int | None = None, *, max_bytes: int | None = None):
         self.fetcher = fetcher
         self.url = fetcher.url
         self.expected_size = expected_size
+        self.max_bytes = max_bytes
 
     def size(self) -> int | None:
         return self.fetcher.size()
@@ -305,7 +315,7 @@ class SizeCheckedFetcher:
         try:
             response = self.fetcher.open_range(start, end)
         except RemoteError as exc:
-            if exc.status == 416 and start < self.expected_size:
+            if exc.status == 416 and self.expected_size is not None and start < self.expected_size:
                 raise TruncatedShardError(
                     f"{self.url}: the object ends before byte {start}, but the manifest says it has "
                     f"{self.expected_size} bytes: it was cut short or replaced. Run `shardkit verify` on the "
@@ -315,9 +325,12 @@ class SizeCheckedFetcher:
                 ) from None
             raise
         total = getattr(response, "total", None)
-        if total is not None and total != self.expected_size:
+        if total is not None and self.expected_size is not None and total != self.expected_size:
             response.close()
             raise size_mismatch(self.url, total, self.expected_size)
+        if total is not None and self.max_bytes is not None and total > self.max_bytes:
+            response.close()
+            raise too_large(self.url, self.max_bytes)
         return response
 
 
@@ -336,7 +349,8 @@ class RangedObject:
         self.fetcher: RangeFetcher = fetcher if expected_size is None else SizeCheckedFetcher(fetcher, expected_size)
         self.url = fetcher.url
         self.options = options
-        self._size = expected_size
+        self.expected_size = expected_size
+        self._size = expected_size  # or as the store said, once asked
 
     def size(self) -> int | None:
         """The object size in bytes (asked of the store once, then remembered)."""
@@ -357,15 +371,66 @@ class RangedObject:
         elif start < end:
             yield from iter_parallel_range(self.fetcher, start, end, options=self.options, chunk_bytes=chunk_bytes)
 
-    def read_all(self) -> bytes:
-        """The whole object, in one request when nothing goes wrong.
+    def read_all(self, *, max_bytes: int | None = None) -> bytes:
+        """The whole object, in one request when nothing goes wrong and its
+        size is unknown or at most ``part_bytes``.
 
         Raises:
+            CorruptShardError: The object holds more than ``max_bytes``:
+                refused on its known or stated size before its bytes are
+                read, else once more than ``max_bytes`` have arrived.
             RemoteError: See :func:`stream_range`.
         """
+        if max_bytes is not None and self._size is not None and self._size > max_bytes:
+            raise too_large(self.url, max_bytes)
         if self._size is not None and self._size > self.options.part_bytes:
             return b"".join(self.iter_range(0, None, chunk_bytes=self.options.chunk_bytes))
-        return b"".join(stream_range(self.fetcher, 0, None, options=self.options, chunk_bytes=self.options.chunk_bytes))
+        fetcher = self.fetcher if max_bytes is None else SizeCheckedFetcher(self.fetcher, max_bytes=max_bytes)
+        chunk_bytes = self.options.chunk_bytes if max_bytes is None else min(self.options.chunk_bytes, max_bytes + 1)
+        chunks = stream_range(fetcher, 0, None, options=self.options, chunk_bytes=chunk_bytes)
+        return read_capped(self.url, chunks, max_bytes)
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        """Exactly bytes ``[offset, offset + size)``: one request for a range
+        of at most ``part_bytes``, else concurrent parts (see
+        :func:`iter_parallel_range`), resumed and retried as for a stream.
+
+        Raises:
+            UsageError: A negative range, or one past the manifest's size.
+            TruncatedShardError: The object ends inside the range.
+            RemoteError: See :func:`stream_range`.
+        """
+        check_range(self.url, offset, size, self.expected_size)
+        end = offset + size
+        if self._size is not None and end > self._size:  # the store said so already: no request
+            raise short_read(self.url, offset, size, self._size)
+        if size == 0:
+            return b""
+        try:
+            if size <= self.options.part_bytes:
+                chunks = stream_range(self.fetcher, offset, end, options=self.options, chunk_bytes=size)
+            else:
+                chunks = iter_parallel_range(
+                    self.fetcher, offset, end, options=self.options, chunk_bytes=self.options.chunk_bytes
+                )
+            data = read_capped(self.url, chunks, None)
+        except RemoteError as exc:
+            if exc.status == 416:  # the range starts past the end of the object
+                raise short_read(self.url, offset, size, None) from None
+            raise
+        if len(data) != size:
+            stop = current_stop()
+            if stop is not None and stop.is_set():  # the stream ended early because the reader was closed
+                raise RemoteError(
+                    f"{self.url}: reading bytes [{offset}, {end}) stopped: the reader was closed",
+                    url=self.url,
+                    offset=offset,
+                )
+            raise short_read(self.url, offset, size, offset + len(data))
+        return data
+
+    def close(self) -> None:
+        """Nothing to let go of: connections belong to the process's pool."""
 
 
 def fatal_status(url: str, status: int, reason: str, *, offset: int | None, hint: str | None = None) -> RemoteError:

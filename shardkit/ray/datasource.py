@@ -22,10 +22,10 @@ import pyarrow as pa
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
-from shardkit.format.index import check_bounds, decode_offset_index
 from shardkit.format.manifest import Manifest, ShardEntry
 from shardkit.format.tar import SampleParser
 from shardkit.io.base import SourceOptions
+from shardkit.io.index import fetch_offset_index
 from shardkit.io.manifest import fetch_manifest
 from shardkit.io.registry import open_source
 
@@ -39,7 +39,7 @@ class ShardRange:
 
     ``end`` is None for a whole shard (read to its end-of-archive marker).
     ``index_url`` is the shard's offset index, whose spans the samples are
-    checked against.
+    checked against; ``shard_samples`` is the shard's sample count it must list.
     """
 
     url: str
@@ -50,6 +50,7 @@ class ShardRange:
     last: int
     start: int
     end: int | None
+    shard_samples: int
 
 
 def split_counts(num_samples: int, parts: int) -> list[int]:
@@ -76,7 +77,9 @@ def plan_ranges(
         index_url = manifest.resolve(entry.index, allowed_prefixes=allowed, what="shard index")
         per_shard = min(wanted, max(1, entry.num_bytes // min_range_bytes)) if min_range_bytes > 0 else wanted
         if per_shard == 1 or entry.num_samples == 1:
-            ranges.append(ShardRange(url, index_url, entry.num_bytes, entry.sha256, 0, entry.num_samples, 0, None))
+            ranges.append(
+                ShardRange(url, index_url, entry.num_bytes, entry.sha256, 0, entry.num_samples, 0, None, entry.num_samples)
+            )
             continue
         bounds = _bounds(index_url, options, shard_bytes=entry.num_bytes, num_samples=entry.num_samples)
         first = 0
@@ -84,17 +87,17 @@ def plan_ranges(
             last = first + count
             ranges.append(
                 ShardRange(
-                    url, index_url, entry.num_bytes, entry.sha256, first, last, int(bounds[first]), int(bounds[last])
-                )
+                    url, index_url, entry.num_bytes, entry.sha256, first, last,
+                    int(bounds[first]), int(bounds[last]), entry.num_samples,
+                )  # fmt: skip
             )
             first = last
     return ranges
 
 
-def _bounds(index_url: str, options: SourceOptions, *, shard_bytes: int, num_samples: int | None = None) -> np.ndarray:
+def _bounds(index_url: str, options: SourceOptions, *, shard_bytes: int, num_samples: int) -> np.ndarray:
     """A shard's offset index boundaries, checked before use."""
-    bounds = decode_offset_index(open_source(index_url, options=options).read_all(), path=index_url).bounds
-    return check_bounds(bounds, path=index_url, num_samples=num_samples, shard_bytes=shard_bytes)
+    return fetch_offset_index(index_url, num_samples=num_samples, shard_bytes=shard_bytes, options=options).bounds
 
 
 def range_size(r: ShardRange) -> int:
@@ -107,7 +110,7 @@ def read_range(
 ) -> Iterator[pa.Table]:
     """Parse one range into Arrow tables of at most about ``target_block_bytes`` each."""
     source = open_source(r.url, options=options, expected_size=r.shard_bytes, expected_sha256=r.sha256)
-    bounds = _bounds(r.index_url, options, shard_bytes=r.shard_bytes)[r.first : r.last + 1]
+    bounds = _bounds(r.index_url, options, shard_bytes=r.shard_bytes, num_samples=r.shard_samples)[r.first : r.last + 1]
     parser = SampleParser(path=r.url, base_offset=r.start, bounds=bounds)
     rows: list = []
     held = 0

@@ -15,16 +15,23 @@ sample's byte range up in the shard's offset index (see
   cache in a background thread (as the streaming reader caches whole
   shards); once it is there, reads are ``pread`` s of the cached file.
 
+Each read is one :meth:`~shardkit.io.base.ByteSource.read_at` of the
+shard's source (see :mod:`shardkit.io.base`), which returns exactly the
+bytes asked for or raises, naming the shard and the range.
+
 The bytes are parsed with :class:`~shardkit.format.tar.SampleParser`, which
 checks tar structure, and must hold exactly one sample. The samples of a
 DataLoader batch (``__getitems__``) are read by a few threads at once, so a
 remote batch costs about one request's latency.
 
 What is kept per process, all bounded: the per-shard offset indexes
-(memory-mapped for local files, fetched once for remote ones) and open files
-or connections, each in a least-recently-used table of ``max_open_shards``
-entries. Opening a dataset reads only the manifest; for a manifest already
-in memory it costs two integer arrays of ``num_shards + 1`` entries.
+(memory-mapped for local files, fetched once for remote ones, see
+:func:`~shardkit.io.index.fetch_offset_index`) and open sources, each in a
+least-recently-used table of ``max_open_shards`` entries (a source dropped
+from it is closed once the reads in progress on it end). Opening a dataset
+reads only the manifest: the dataset holds the shard catalog (see
+:mod:`.catalog`) and one array of ``num_shards + 1`` cumulative counts
+derived from it, which is not pickled but derived again in each process.
 """
 
 from __future__ import annotations
@@ -41,19 +48,17 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset, default_collate
 
-from shardkit.errors import CorruptShardError, ManifestError, MemberTooLargeError, TruncatedShardError, UsageError
+from shardkit.errors import CorruptShardError, MemberTooLargeError, ShardkitError, UsageError
 from shardkit.format.compression import MAGIC_BYTES, compression_from_name, detect_compression, file_compression
-from shardkit.format.index import OffsetIndex, check_bounds, decode_offset_index, load_offset_index
-from shardkit.format.location import open_regular
+from shardkit.format.index import OffsetIndex
 from shardkit.format.manifest import Manifest
 from shardkit.format.tar import SampleParser
 from shardkit.io.base import ByteSource, SourceOptions
-from shardkit.io.cache import CachedSource
-from shardkit.io.local import size_mismatch
-from shardkit.io.ranged import RangedObject, stream_range
-from shardkit.io.registry import open_source
+from shardkit.io.index import fetch_offset_index
+from shardkit.io.local import LocalFile
+from shardkit.io.registry import open_remote, open_source
 from shardkit.io.urls import is_local, local_path, redact_url
-from shardkit.read.catalog import resolve_catalog
+from shardkit.read.catalog import ShardCatalog, resolve_catalog
 from shardkit.read.counters import SharedCounters
 from shardkit.read.decode import Decoder, ImageMode, make_decoder
 from shardkit.read.pieces import FAULTS, ON_ERROR, OnError
@@ -66,6 +71,7 @@ Sample = dict[str, Any]
 
 #: Shards whose index and file (or connection) stay open per process.
 DEFAULT_MAX_OPEN_SHARDS = 64
+
 
 def compression_of(url: str, head: bytes | None = None) -> str | None:
     """The whole-shard compression of a shard, or None for a plain tar.
@@ -87,125 +93,10 @@ def _refuse_compressed(url: str, kind: str) -> UsageError:
     )
 
 
-class _LocalShard:
-    """A local shard file held open: each read is one ``pread``."""
-
-    def __init__(self, url: str, *, expected_size: int | None = None):
-        self.url = url
-        self.fd = -1
-        f, size = open_regular(local_path(url), what="shard")
-        if expected_size is not None and size != expected_size:
-            with f:
-                kind = detect_compression(f.read(MAGIC_BYTES))
-            if kind is not None:  # the more useful advice for a shard compressed after indexing
-                raise _refuse_compressed(url, kind)
-            raise size_mismatch(local_path(url), size, expected_size)
-        self._file = f  # owns the descriptor
-        self.fd = f.fileno()
-        if hasattr(os, "posix_fadvise"):
-            # Reads are small and scattered: the kernel's read-ahead would fetch bytes nobody asked for.
-            os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_RANDOM)
-
-    def read(self, start: int, end: int, *, chunk_bytes: int) -> bytes:
-        del chunk_bytes
-        return os.pread(self.fd, end - start, start)
-
-    def head(self, size: int) -> bytes:
-        return os.pread(self.fd, size, 0)
-
-    def __del__(self) -> None:
-        if getattr(self, "fd", -1) >= 0:
-            self._file.close()
-            self.fd = -1
-
-
-def _ranged(source: ByteSource, start: int, end: int, *, options: SourceOptions, chunk_bytes: int) -> bytes:
-    """Bytes ``[start, end)`` of a remote object; one request when the range
-    is at most ``part_bytes`` (a ranged object cuts a range over 1 MiB into
-    concurrent parts, which pays for large samples only)."""
-    if isinstance(source, RangedObject) and end - start <= options.part_bytes:
-        return b"".join(stream_range(source.fetcher, start, end, options=options, chunk_bytes=chunk_bytes))
-    return b"".join(source.iter_range(start, end, chunk_bytes=chunk_bytes))
-
-
-class _CacheFills:
-    """Whole-shard downloads into the shard cache, in background threads.
-
-    A sample of a shard that is not cached yet is read with a ranged request
-    at once, while the whole shard is fetched into the cache beside it (at
-    most ``limit`` at a time per process); later samples of the shard are
-    read from the cache. A shard another process is fetching is left to it.
-    """
-
-    def __init__(self, *, limit: int = 2):
-        self.limit = limit
-        self._lock = threading.Lock()
-        self._started: set[str] = set()
-        self._active = 0
-
-    def start(self, source: CachedSource) -> None:
-        with self._lock:
-            if source.key in self._started or self._active >= self.limit:
-                return
-            self._started.add(source.key)
-            self._active += 1
-        threading.Thread(target=self._fill, args=(source,), name="shardkit-cache-fill", daemon=True).start()
-
-    def _fill(self, source: CachedSource) -> None:
-        try:
-            writer = source.cache.begin(source.key, size=source.expected_size)
-            if writer is None:
-                return  # cached already, or another process is fetching it
-            try:
-                for chunk in source.remote.iter_range(0, None, chunk_bytes=source.options.chunk_bytes):
-                    writer.write(chunk)
-            except BaseException:
-                writer.abort()
-                raise
-            writer.commit(url=source.url, expected_size=source.expected_size, expected_sha256=source.expected_sha256)
-        except Exception as exc:  # the samples are still read by ranged requests
-            log.warning("could not cache %s: %s", source.url, exc)
-            with self._lock:
-                self._started.discard(source.key)  # try again on a later read
-        finally:
-            with self._lock:
-                self._active -= 1
-
-
-class _RemoteShard:
-    """A remote shard opened through the storage layer (optionally cached)."""
-
-    def __init__(self, source: ByteSource, *, options: SourceOptions, fills: _CacheFills):
-        self.url = source.url
-        self.source = source
-        self.options = options
-        self.fills = fills
-
-    def read(self, start: int, end: int, *, chunk_bytes: int) -> bytes:
-        source = self.source
-        if isinstance(source, CachedSource):
-            hit = source.cache.open(source.key)
-            if hit is not None:
-                try:
-                    return b"".join(hit.iter_range(start, end, chunk_bytes=chunk_bytes))
-                finally:
-                    hit.close()
-            self.fills.start(source)
-            source = source.remote
-        return _ranged(source, start, end, options=self.options, chunk_bytes=chunk_bytes)
-
-    def head(self, size: int) -> bytes:
-        source = self.source.remote if isinstance(self.source, CachedSource) else self.source
-        return _ranged(source, 0, size, options=self.options, chunk_bytes=size)
-
-
 class _LRU(OrderedDict):
-    """A dict that keeps its ``limit`` most recently used entries.
-
-    Dropped entries are not closed here: a thread may still be reading one,
-    and an entry closes itself when the last reference goes (a closed and
-    reused file descriptor could otherwise be read as another shard).
-    """
+    """A dict that keeps its ``limit`` most recently used entries; the
+    caller closes the sources it drops (a source closes once the reads in
+    progress on it end, see :meth:`~shardkit.io.base.ByteSource.close`)."""
 
     def __init__(self, limit: int):
         super().__init__()
@@ -217,15 +108,23 @@ class _LRU(OrderedDict):
             self.move_to_end(key)
         return value
 
-    def put(self, key: int, value: Any) -> Any:
-        """Add ``value`` unless ``key`` is there already; returns the entry kept."""
+    def put(self, key: int, value: Any) -> tuple[Any, list[Any]]:
+        """Add ``value`` unless ``key`` is there already; returns the entry
+        kept, and the entries dropped (to close outside the caller's lock)."""
         if key in self:
             self.move_to_end(key)  # another thread opened it first
-            return self[key]
+            return self[key], [value]
         self[key] = value
+        dropped = []
         while len(self) > self.limit:
-            self.popitem(last=False)
-        return value
+            dropped.append(self.popitem(last=False)[1])
+        return value, dropped
+
+    def drop_all(self) -> list[Any]:
+        """Empty the table; returns what it held."""
+        values = list(self.values())
+        self.clear()
+        return values
 
 
 class IndexedDataset(Dataset):
@@ -251,7 +150,9 @@ class IndexedDataset(Dataset):
 
     Faults: under ``on_error="raise"`` a damaged sample raises
     :class:`~shardkit.CorruptShardError` naming the shard and the byte
-    offset. Under ``"skip"`` the fault is logged and counted in
+    offset, a shard cut short names the byte range it lacks, and a damaged
+    offset index names the ``.idx`` file (the error every reader raises for
+    it, see :func:`~shardkit.io.index.fetch_offset_index`). Under ``"skip"`` the fault is logged and counted in
     :attr:`num_skipped` (summed over DataLoader workers) and ``ds[i]``
     returns None; batch with ``collate_fn=IndexedDataset.collate``, which
     leaves the Nones out (a batch may thus be smaller).
@@ -307,51 +208,33 @@ class IndexedDataset(Dataset):
         if max_open_shards < 1:
             raise UsageError(f"max_open_shards must be >= 1, not {max_open_shards}")
         self._options = source_options or SourceOptions()
-        self._manifest: Manifest | None
-        self._urls: tuple[str, ...] | None = None
-        self._index_urls: tuple[str, ...] | None = None
-        if isinstance(source, Manifest):
-            # Shard URLs are resolved when a shard is first read, so a huge
-            # manifest costs only its counts here.
-            self._manifest = source
-            counts = np.fromiter((s.num_samples for s in source.shards), dtype=np.int64, count=len(source.shards))
-        else:
-            catalog = resolve_catalog(source, options=self._options)
-            self._manifest = catalog.manifest
-            if catalog.counts is None or catalog.index_urls is None:
-                for url in catalog.urls:
-                    kind = compression_of(url) or (_local_compression(url) if is_local(url) else None)
-                    if kind is not None:
-                        raise _refuse_compressed(url, kind)
-                raise UsageError(
-                    "IndexedDataset needs per-sample offsets: open a dataset with a manifest (a directory "
-                    "holding manifest.json, its URL, or a Manifest), or shards with .idx sidecars. "
-                    "Write the shards with `shardkit write` to get both."
-                )
-            if self._manifest is None:
-                self._urls, self._index_urls = catalog.urls, catalog.index_urls
-            counts = np.asarray(catalog.counts, dtype=np.int64)
-        self._counts = counts
-        self._starts = np.zeros(len(counts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=self._starts[1:])
+        self._catalog = resolve_catalog(source, options=self._options)
+        if self._catalog.counts is None or not self._catalog.has_indexes:
+            raise _no_offsets(self._catalog)
         self._decoder = make_decoder(decode)
         self._map = map
         self._on_error = on_error
         self._max_open_shards = max_open_shards
         self._verify_checksums = verify_checksums
         self._counters = SharedCounters()
+        self._derive_arrays()
         self._reset_handles()
+
+    def _derive_arrays(self) -> None:
+        # Derived from the catalog in each process, never pickled.
+        self._counts = self._catalog.counts
+        self._starts = _starts_of(self._catalog)
 
     # ------------------------------------------------------------ properties
 
     @property
     def manifest(self) -> Manifest | None:
         """The manifest the dataset was opened from, if any."""
-        return self._manifest
+        return self._catalog.manifest
 
     @property
     def num_shards(self) -> int:
-        return len(self._counts)
+        return self._catalog.num_shards
 
     @property
     def shard_counts(self) -> np.ndarray:
@@ -394,16 +277,15 @@ class IndexedDataset(Dataset):
 
     def shard_url(self, shard: int) -> str:
         """The path or URL of shard number ``shard``."""
-        if self._manifest is not None:
-            return self._manifest.shard_url(shard, allowed_prefixes=self._options.allowed_prefixes)
-        assert self._urls is not None
-        return self._urls[shard]
+        return self._catalog.url(shard)
 
-    def _index_url(self, shard: int) -> str:
-        if self._manifest is not None:
-            return self._manifest.index_url(shard, allowed_prefixes=self._options.allowed_prefixes)
-        assert self._index_urls is not None
-        return self._index_urls[shard]
+    def _shard_facts(self, shard: int) -> tuple[int | None, str | None]:
+        """The manifest's size and SHA-256 of a shard, when there is a manifest."""
+        manifest = self._catalog.manifest
+        if manifest is None:
+            return None, None
+        entry = manifest.shards[shard]
+        return entry.num_bytes, entry.sha256
 
     # ------------------------------------------------------------ reading
 
@@ -458,46 +340,41 @@ class IndexedDataset(Dataset):
         checksums = None
         if self._verify_checksums and index.checksums is not None:
             checksums = index.checksums[position : position + 1]
-        handle = self._shard(shard)
-        url = handle.url
-        data = handle.read(start, end, chunk_bytes=max(end - start, 1))
-        if len(data) != end - start:
-            self._check_compressed(handle)
-            raise TruncatedShardError(
-                f"{url}: sample {position} should occupy bytes [{start}, {end}) but the shard ends at byte "
-                f"{start + len(data)}. Run `shardkit verify` on the dataset or rewrite this shard.",
-                path=url,
-                offset=start + len(data),
-            )
-        # With the sample's span as its bounds, the parser returns exactly one
-        # sample filling it, or raises.
-        parser = SampleParser(path=url, base_offset=start, bounds=(start, end), checksums=checksums)
+        url = self.shard_url(shard)
         try:
+            data = self._source(shard).read_at(start, end - start)
+            # With the sample's span as its bounds, the parser returns exactly
+            # one sample filling it, or raises.
+            parser = SampleParser(path=url, base_offset=start, bounds=(start, end), checksums=checksums)
             samples = parser.feed(data)
             samples += parser.finish(expect_end_marker=False)
         except CorruptShardError:
-            self._check_compressed(handle)
+            self._check_compressed(url)
             raise
         return samples[0]
 
-    def _check_compressed(self, handle: _LocalShard | _RemoteShard) -> None:
-        """Raise the reshard advice when a shard that failed to parse is compressed."""
+    def _check_compressed(self, url: str) -> None:
+        """Raise the reshard advice when a shard that failed to read is
+        compressed (looked at without the manifest's size, which such a
+        shard fails)."""
+        probe = LocalFile(url) if is_local(url) else open_remote(url, options=self._options)
         try:
-            head = handle.head(MAGIC_BYTES)
-        except OSError:
+            head = probe.read_at(0, MAGIC_BYTES)
+        except (ShardkitError, OSError):
             return
-        kind = compression_of(handle.url, head)
+        finally:
+            probe.close()
+        kind = compression_of(url, head)
         if kind is not None:
-            raise _refuse_compressed(handle.url, kind)
+            raise _refuse_compressed(url, kind)
 
     # ------------------------------------------------------------ per-process handles
 
     def _reset_handles(self) -> None:
         self._pid = os.getpid()
         self._indexes = _LRU(self._max_open_shards)
-        self._handles = _LRU(self._max_open_shards)
-        self._fills = _CacheFills()
-        self._tables = threading.Lock()  # guards _indexes and _handles
+        self._sources = _LRU(self._max_open_shards)
+        self._tables = threading.Lock()  # guards _indexes and _sources
         self._pool: ThreadPoolExecutor | None = None
 
     def _check_process(self) -> None:
@@ -512,62 +389,75 @@ class IndexedDataset(Dataset):
             index = self._indexes.get_recent(shard)
         if index is not None:
             return index
-        url = self._index_url(shard)
         shard_url = self.shard_url(shard)
         kind = compression_of(shard_url)
         if kind is not None:
             raise _refuse_compressed(shard_url, kind)
-        if is_local(url):
-            index = load_offset_index(local_path(url))
-        else:
-            index = decode_offset_index(open_source(url, options=self._options).read_all(), path=redact_url(url))
-        entry = None if self._manifest is None else self._manifest.shards[shard]
-        check_bounds(
-            index.bounds,
-            path=redact_url(url),
+        index = fetch_offset_index(
+            self._catalog.index_url(shard),
             num_samples=int(self._counts[shard]),
-            shard_bytes=None if entry is None else entry.num_bytes,
+            shard_bytes=self._shard_facts(shard)[0],
+            options=self._options,
         )
         with self._tables:
-            return self._indexes.put(shard, index)
+            return self._indexes.put(shard, index)[0]
 
-    def _shard(self, shard: int) -> _LocalShard | _RemoteShard:
+    def _source(self, shard: int) -> ByteSource:
         with self._tables:
-            handle = self._handles.get_recent(shard)
-        if handle is not None:
-            return handle
-        url = self.shard_url(shard)
-        if is_local(url):
-            handle = _LocalShard(url, expected_size=None if self._manifest is None else self._manifest.shards[shard].num_bytes)
-        else:
-            entry = None if self._manifest is None else self._manifest.shards[shard]
-            source = open_source(
-                url,
-                options=self._options,
-                expected_size=None if entry is None else entry.num_bytes,
-                expected_sha256=None if entry is None else entry.sha256,
-            )
-            handle = _RemoteShard(source, options=self._options, fills=self._fills)
+            source = self._sources.get_recent(shard)
+        if source is not None:
+            return source
+        num_bytes, sha256 = self._shard_facts(shard)
+        source = open_source(self.shard_url(shard), options=self._options, expected_size=num_bytes, expected_sha256=sha256)
         with self._tables:
-            return self._handles.put(shard, handle)
+            source, dropped = self._sources.put(shard, source)
+        for old in dropped:
+            old.close()
+        return source
 
     def close(self) -> None:
         """Close open files and forget loaded indexes (reopened on the next read)."""
         with self._tables:
-            self._handles.clear()  # files close as the last reader lets go
+            sources = self._sources.drop_all()
             self._indexes.clear()
+        for source in sources:
+            source.close()  # each once the reads in progress on it end
 
     # ------------------------------------------------------------ pickling
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for name in ("_indexes", "_handles", "_pid", "_fills", "_tables", "_pool"):
+        for name in ("_indexes", "_sources", "_pid", "_tables", "_pool", "_counts", "_starts"):
             del state[name]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._derive_arrays()
         self._reset_handles()
+
+
+def _starts_of(catalog: ShardCatalog) -> np.ndarray:
+    """Cumulative sample counts, ``num_shards + 1`` entries: shard ``i``
+    holds samples ``[starts[i], starts[i + 1])``."""
+    starts = np.zeros(catalog.num_shards + 1, dtype=np.int64)
+    np.cumsum(catalog.counts, out=starts[1:])
+    return starts
+
+
+def _no_offsets(catalog: ShardCatalog) -> UsageError:
+    """Why a catalog cannot be read at random: a compressed shard (the
+    first, named), or no counts and indexes."""
+    for shard in range(catalog.num_shards):
+        url = catalog.url(shard)
+        kind = compression_of(url) or (_local_compression(url) if is_local(url) else None)
+        if kind is not None:
+            return _refuse_compressed(url, kind)
+    return UsageError(
+        "IndexedDataset needs per-sample offsets: open a dataset with a manifest (a directory "
+        "holding manifest.json, its URL, or a Manifest), or shards with .idx sidecars. "
+        "Write the shards with `shardkit write` to get both."
+    )
 
 
 def _local_compression(url: str) -> str | None:

@@ -57,10 +57,11 @@ import numpy as np
 
 from shardkit.errors import CorruptShardError, ManifestError, TruncatedShardError
 from shardkit.format.compression import MAGIC_BYTES, Compression, ChunkDecompressor, detect_compression
-from shardkit.format.index import OffsetIndex, check_bounds, decode_offset_index, load_offset_index
+from shardkit.format.index import OffsetIndex
 from shardkit.format.tar import END_OF_ARCHIVE, RawSample, SampleParser
 from shardkit.io.base import ByteSource, SourceOptions
 from shardkit.io.device import reserved_room_bytes, take_turns
+from shardkit.io.index import fetch_offset_index
 from shardkit.io.registry import open_source
 from shardkit.io.urls import is_local, local_path, redact_url
 from shardkit.read.catalog import ShardCatalog
@@ -140,19 +141,13 @@ class PieceReader:
 
     def _load_index(self, shard: int) -> OffsetIndex:
         """A shard's offset index, checked against the manifest before use."""
-        url = self.catalog.index_url(shard)
-        if is_local(url):
-            index = load_offset_index(local_path(url))
-        else:
-            index = decode_offset_index(open_source(url, options=self.options).read_all(), path=url)
         manifest = self.catalog.manifest
-        check_bounds(
-            index.bounds,
-            path=url,
+        return fetch_offset_index(
+            self.catalog.index_url(shard),
             num_samples=None if self.catalog.counts is None else int(self.catalog.counts[shard]),
             shard_bytes=None if manifest is None else manifest.shards[shard].num_bytes,
+            options=self.options,
         )
-        return index
 
     def _open_shard(self, shard: int, url: str, *, salvage: bool = False) -> ByteSource:
         """Open a shard, telling the source its manifest size and checksum:

@@ -7,7 +7,7 @@ import io
 import numpy as np
 import pytest
 
-from shardkit.errors import ManifestError
+from shardkit.errors import CorruptShardError
 from shardkit.format.index import decode_index, encode_index, load_index
 
 
@@ -43,15 +43,15 @@ def test_indexes_numpy_writes_load_back_mapped_and_decoded(tmp_path, version):
 def test_anything_else_is_refused_naming_the_file(tmp_path, data, why):
     path = tmp_path / "bad.idx"
     path.write_bytes(data)
-    with pytest.raises(ManifestError, match=why) as info:
+    with pytest.raises(CorruptShardError, match=why) as info:
         load_index(str(path))
     assert str(path) in str(info.value)
-    with pytest.raises(ManifestError, match=why):
+    with pytest.raises(CorruptShardError, match=why):
         decode_index(data, path="http://host/bad.idx")
 
 
 def test_missing_index_says_what_to_do(tmp_path):
-    with pytest.raises(ManifestError, match="offset index missing.*shardkit verify"):
+    with pytest.raises(CorruptShardError, match="offset index is corrupt: the file is missing.*shardkit verify"):
         load_index(str(tmp_path / "none.idx"))
 
 

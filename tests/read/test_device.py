@@ -45,7 +45,7 @@ class _Chunks:
         self.ranges.append((start, end))
         yield from self.chunks
 
-    def read_all(self) -> bytes:
+    def read_all(self, *, max_bytes: int | None = None) -> bytes:
         return b"".join(self.chunks)
 
 
@@ -192,6 +192,11 @@ def test_the_wrapper_reads_the_range_it_is_asked_for_and_read_all_takes_one_turn
 
     assert DeviceLockedSource(_Chunks(chunks()), lock).read_all() == b"whole"
     assert pulled_while_held == [True] and not held_elsewhere(lock)
+    path = tmp_path / "f"
+    path.write_bytes(b"0123456789")
+    random_reads = DeviceLockedSource(LocalFile(str(path)), lock)
+    assert random_reads.read_at(3, 4) == b"3456" and not held_elsewhere(lock)  # random reads take no turn
+    random_reads.close()
 
 
 def test_take_turns_wraps_a_source_only_where_its_device_takes_turns(tmp_path):

@@ -152,8 +152,13 @@ def test_truncated_shard_without_manifest_is_a_corrupt_shard_error_at_the_cut(da
     os.truncate(path, int(bounds[5]) + 100)
     ds = IndexedDataset([dataset.resolve(s.path) for s in dataset.shards])  # .idx sidecars, no sizes
     assert ds[7 + 5 + 4]["__index__"] == 16
-    with pytest.raises(CorruptShardError, match="sample 5 should occupy bytes"):
+    start, end = int(bounds[5]), int(bounds[6])
+    with pytest.raises(TruncatedShardError) as info:
         ds[7 + 5 + 5]
+    assert str(info.value).startswith(
+        f"{path}: bytes [{start}, {end}) asked for, but the object ends at byte {start + 100}: it was cut short"
+    )
+    assert "shardkit verify" in str(info.value) and info.value.offset == start + 100
 
 
 def test_index_disagreeing_with_manifest_is_refused(dataset):
@@ -196,16 +201,39 @@ def test_open_shards_are_bounded(make_shards):
     ds = IndexedDataset(manifest, max_open_shards=3)
     for i in range(len(ds)):
         ds[i]
-    assert len(ds._handles) == 3 and len(ds._indexes) == 3
+    assert len(ds._sources) == 3 and len(ds._indexes) == 3
     ds.close()
     assert ds[0]["__index__"] == 0
+
+
+def _open_shard_files() -> list[str]:
+    paths = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            paths.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            continue  # closed meanwhile
+    return [p for p in paths if p.endswith(".tar")]
+
+
+def test_shards_dropped_from_the_open_table_are_closed(make_shards):
+    manifest = make_shards((2,) * 10, name="fds")
+    ds = IndexedDataset(manifest, max_open_shards=3)
+    before = len(_open_shard_files())
+    for i in range(len(ds)):
+        ds[i]
+    assert len(_open_shard_files()) - before == 3
+    ds.close()
+    assert len(_open_shard_files()) == before
 
 
 def test_pickles_without_open_files(dataset):
     ds = IndexedDataset(dataset, decode="pil")
     ds[0]
+    state = ds.__getstate__()
+    assert "_counts" not in state and "_starts" not in state, "arrays are derived from the catalog, not pickled"
     copy = pickle.loads(pickle.dumps(ds))
-    assert len(copy._handles) == 0
+    assert len(copy._sources) == 0
     assert copy[5] == ds[5]
 
 
@@ -259,5 +287,5 @@ def test_batches_are_read_concurrently_and_in_order(make_shards):
     order = np.random.default_rng(2).permutation(len(ds)).tolist()
     batch = ds.__getitems__(order)
     assert [s["__index__"] for s in batch] == order
-    assert len(ds._handles) <= 4
+    assert len(ds._sources) <= 4
     assert batch == [ds[i] for i in order]

@@ -1,4 +1,5 @@
-"""One contract, every source: local, file://, http://, s3://, memory:// (fsspec), pipe:."""
+"""One contract, every source: local, file://, http:// (also through a shard cache), s3://,
+memory:// (fsspec), pipe:."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import os
 
 import pytest
 
-from shardkit.errors import RemoteError
+from shardkit.errors import CorruptShardError, RemoteError, TruncatedShardError, UsageError, redact_url
 from shardkit.io.base import SourceOptions
 from shardkit.io.registry import open_source
 
@@ -14,7 +15,7 @@ DATA = os.urandom(300_007)
 SMALL = SourceOptions(part_bytes=64 << 10, chunk_bytes=16 << 10, remote_read_ahead_bytes=256 << 10, retry_deadline_s=2.0)
 
 
-@pytest.fixture(params=["path", "file", "http", "s3", "memory", "pipe"])
+@pytest.fixture(params=["path", "file", "http", "cached", "s3", "memory", "pipe"])
 def stored(request, tmp_path):
     """``(url, options)`` of an object holding DATA, plus a URL that does not exist."""
     kind = request.param
@@ -27,9 +28,10 @@ def stored(request, tmp_path):
             return f"file://{path}", f"file://{tmp_path}/none.tar", SMALL
         opts = SourceOptions(**{**SMALL.__dict__, "allow_pipe": True})
         return f"pipe:cat {path}", None, opts
-    if kind == "http":
+    if kind in ("http", "cached"):
         server = request.getfixturevalue("http_server")
-        return server.add("/obj.tar", DATA), server.base_url + "/none.tar", SMALL
+        options = SMALL if kind == "http" else SourceOptions(**{**SMALL.__dict__, "cache_dir": str(tmp_path / "cache")})
+        return server.add("/obj.tar", DATA), server.base_url + "/none.tar", options
     if kind == "s3":
         client, bucket = request.getfixturevalue("s3_bucket")
         client.put_object(Bucket=bucket, Key="obj.tar", Body=DATA)
@@ -72,6 +74,61 @@ def test_missing_object_names_it(stored):
         assert isinstance(info.value, RemoteError) and info.value.status == 404
 
 
+#: (offset, size) ranges for read_at: one byte, the whole object, a middle, the
+#: last bytes, nothing, and ranges longer than part_bytes (read in concurrent parts).
+RANGES = [(0, 1), (0, len(DATA)), (12_345, 187_655), (len(DATA) - 7, 7), (5, 0), (100, 70_000)]
+
+
+def test_read_at_returns_the_bytes_of_a_plain_read_of_the_range(stored):
+    url, _, options = stored
+    source = open_source(url, options=options)
+    try:
+        for offset, size in RANGES:
+            got = source.read_at(offset, size)
+            assert got == collect(source, offset, offset + size, 10_000) == DATA[offset : offset + size]
+    finally:
+        source.close()
+    assert source.read_at(99, 2) == DATA[99:101], "a closed source opens again"
+    source.close()
+
+
+def test_read_at_past_the_end_is_an_error_naming_the_url_and_range(stored):
+    url, _, options = stored
+    source = open_source(url, options=options)
+    for offset, size in [(len(DATA) - 10, 20), (len(DATA), 1), (len(DATA) + 100, 5)]:
+        with pytest.raises(TruncatedShardError) as info:
+            source.read_at(offset, size)
+        message = str(info.value)
+        assert message.startswith(f"{redact_url(url)}: bytes [{offset}, {offset + size}) asked for, but the object ends")
+        assert "shardkit verify" in message
+    with pytest.raises(UsageError, match=r"cannot read 5 bytes at offset -1: both must be >= 0"):
+        source.read_at(-1, 5)
+    source.close()
+
+
+def test_read_at_outside_the_manifest_size_is_refused_before_any_request(stored, request):
+    url, _, options = stored
+    if url.startswith("pipe:"):
+        pytest.skip("pipe: sources have no manifest size")
+    source = open_source(url, options=options, expected_size=len(DATA))
+    server = request.getfixturevalue("http_server") if "127.0.0.1" in url and not url.startswith("s3") else None
+    asked = None if server is None else len(server.requests)
+    end = len(DATA) + 1
+    with pytest.raises(UsageError, match=rf"bytes \[{len(DATA) - 1}, {end}\) lie outside the object, which has {len(DATA)} bytes"):
+        source.read_at(len(DATA) - 1, 2)
+    assert server is None or len(server.requests) == asked
+    assert source.read_at(len(DATA) - 1, 1) == DATA[-1:]
+    source.close()
+
+
+def test_read_all_refuses_an_object_longer_than_max_bytes(stored):
+    url, _, options = stored
+    source = open_source(url, options=options)
+    with pytest.raises(CorruptShardError, match=rf"{redact_url(url)}: the object holds more than 1000 bytes"):
+        source.read_all(max_bytes=1000)
+    assert source.read_all(max_bytes=len(DATA)) == DATA
+
+
 def test_empty_object(http_server, s3_bucket, tmp_path):
     import fsspec
 
@@ -88,7 +145,9 @@ def test_empty_object(http_server, s3_bucket, tmp_path):
     for url in urls:
         source = open_source(url, options=SMALL)
         assert collect(source, 0, None, 1000) == b"", url
-        assert source.read_all() == b"", url
+        assert source.read_all() == b"" == source.read_all(max_bytes=0) == source.read_at(0, 0), url
+        with pytest.raises(TruncatedShardError, match=r"bytes \[0, 1\) asked for, but the object ends"):
+            source.read_at(0, 1)
     fsspec.filesystem("memory").rm("/contract-empty", recursive=True)
 
 

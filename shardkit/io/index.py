@@ -1,0 +1,75 @@
+"""Load a shard's offset index from wherever it is stored, checked: the one loader.
+
+Every reader (the streaming reader, :class:`~shardkit.IndexedDataset`,
+``shardkit verify``, the Ray datasource) loads indexes here, so an index
+fault is the same :class:`~shardkit.errors.CorruptShardError` whoever finds
+it, naming the ``.idx`` file, what is wrong and what to do (see
+:func:`shardkit.format.index.corrupt_index`).
+"""
+
+from __future__ import annotations
+
+from shardkit.errors import CorruptShardError
+from shardkit.format.index import (
+    OffsetIndex,
+    check_bounds,
+    decode_offset_index,
+    load_offset_index,
+    max_index_bytes,
+    too_long,
+)
+from shardkit.io.base import SourceOptions
+from shardkit.io.registry import open_source
+from shardkit.io.urls import is_local, local_path, redact_url
+
+
+def fetch_offset_index(
+    url: str,
+    *,
+    num_samples: int | None = None,
+    shard_bytes: int | None = None,
+    options: SourceOptions | None = None,
+) -> OffsetIndex:
+    """A shard's offset index, checked before anything trusts it.
+
+    A local index is memory-mapped (DataLoader workers share its pages); a
+    remote one is fetched in one request. With ``num_samples`` known, an
+    index longer than any index of that many samples
+    (:func:`~shardkit.format.index.max_index_bytes`) is refused before it is
+    read whole. The boundaries are then checked
+    (:func:`~shardkit.format.index.check_bounds`): they list
+    ``num_samples`` samples, start at 0, rise by whole tar blocks and, with
+    ``shard_bytes``, leave the end marker inside the shard.
+
+    Args:
+        url: The ``.idx`` path or URL.
+        num_samples: The shard's sample count from the manifest, or None.
+        shard_bytes: The shard's size in bytes from the manifest, or None.
+        options: How to read a remote index.
+
+    Returns:
+        Its boundaries and, when it stores them, per-sample checksums.
+
+    Raises:
+        CorruptShardError: The index is missing (locally), truncated, too
+            long, malformed, or disagrees with the manifest; naming the
+            file, what is wrong and what to do.
+        ManifestError: The local path is not a regular file.
+        RemoteError: A remote index could not be fetched.
+    """
+    path = redact_url(url)
+    max_bytes = None if num_samples is None else max_index_bytes(num_samples)
+    if is_local(url):
+        index = load_offset_index(local_path(url), max_bytes=max_bytes)
+    else:
+        try:
+            data = open_source(url, options=options).read_all(max_bytes=max_bytes)
+        except CorruptShardError:  # with no expected size, only a too-long object is
+            assert max_bytes is not None
+            raise too_long(path, max_bytes) from None
+        index = decode_offset_index(data, path=path)
+    check_bounds(index.bounds, path=path, num_samples=num_samples, shard_bytes=shard_bytes)
+    return index
+
+
+__all__ = ["fetch_offset_index"]
