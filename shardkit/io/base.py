@@ -25,6 +25,8 @@ in a local cache shared by processes (:mod:`shardkit.io.cache`).
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -71,7 +73,9 @@ class SourceOptions:
         backoff_max_s: Longest wait between attempts (10 s).
         max_concurrent_requests: Ranged requests in flight at once per open
             range (8). More requests get past per-connection bandwidth caps
-            (one S3 connection gives tens of MB/s).
+            (one S3 connection gives tens of MB/s). ``ShardDataset`` counts
+            them per rank: its DataLoader workers and the ranges each has
+            open share them, at least one each (see :meth:`shared_by`).
         part_bytes: Size of one ranged request (4 MiB).
         remote_read_ahead_bytes: Memory budget per open remote range for
             bytes fetched ahead of the consumer (64 MiB). Not the reader's
@@ -179,6 +183,19 @@ class SourceOptions:
                 f"{self.allowed_prefixes!r}; write allowed_prefixes=({self.allowed_prefixes!r},)"
             )
         object.__setattr__(self, "allowed_prefixes", tuple(normalise_prefix(p) for p in self.allowed_prefixes))
+
+    def shared_by(self, ranges: int) -> SourceOptions:
+        """These options for one of ``ranges`` ranges read at once, which share
+        ``max_concurrent_requests`` (each keeps at least one request).
+
+        A rank's reader gives each DataLoader worker, and each range a worker
+        has open, its share: 8 workers open 8 connections, as one worker
+        does, not 64 (a link that 8 saturate gains nothing from more, and
+        every connection costs a handshake and a slow start).
+        """
+        if ranges <= 1:
+            return self
+        return dataclasses.replace(self, max_concurrent_requests=max(1, -(-self.max_concurrent_requests // ranges)))
 
 
 class ByteSource(Protocol):

@@ -35,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 #: Size of one read call on a response; reads are joined up to ``chunk_bytes``.
 READ_CALL_BYTES = 256 << 10
+#: The first chunk a range yields; each next one doubles, up to ``chunk_bytes``.
+FIRST_CHUNK_BYTES = 64 << 10
 
 #: Smallest part a short range is cut into (see :func:`iter_parallel_range`).
 MIN_PART_BYTES = 1 << 20
@@ -120,6 +122,7 @@ def stream_range(
         stop = current_stop()
     backoff = make_backoff(fetcher.url, options, stop)
     pos = start
+    target = min(FIRST_CHUNK_BYTES, chunk_bytes)
     while end is None or pos < end:
         if stop is not None and stop.is_set():
             return
@@ -134,7 +137,10 @@ def stream_range(
                 # The object ends inside the range: say so now, not after retrying a short answer.
                 response.close()
                 raise short_read(fetcher.url, start, end - start, total)
-            # Pieces as they arrive, joined into chunks of chunk_bytes (one copy).
+            # Pieces as they arrive, joined into chunks (one copy). The first
+            # chunk of a range is small and each next one twice as large, up
+            # to chunk_bytes: the first sample is parsed after a round trip
+            # and 64 KiB, not after a whole 4 MiB chunk crossed the link.
             pieces: list[bytes] = []
             have = 0
             try:
@@ -146,7 +152,7 @@ def stream_range(
                     if stop is not None and stop.is_set():
                         return
                     # Never read past the next chunk boundary, so chunks are joined without slicing.
-                    want = min(READ_CALL_BYTES, chunk_bytes - have) + skip
+                    want = min(READ_CALL_BYTES, target - have) + skip
                     if resp_end is not None:
                         want = min(want, resp_end - pos - have + skip)
                     try:
@@ -166,17 +172,20 @@ def stream_range(
                             continue
                     pieces.append(data)
                     have += len(data)
-                    if have >= chunk_bytes:
+                    if have >= target:
                         joined = pieces[0] if len(pieces) == 1 else b"".join(pieces)
                         pieces.clear()
-                        for i in range(0, len(joined) - chunk_bytes + 1, chunk_bytes):
-                            out = joined[i : i + chunk_bytes]
-                            pos += len(out)
-                            have -= len(out)
+                        cut = 0
+                        while have >= target:
+                            out = joined[cut : cut + target] if cut or len(joined) != target else joined
+                            cut += target
+                            pos += target
+                            have -= target
                             backoff.progress()
                             yield out
+                            target = min(target * 2, chunk_bytes)
                         if have:
-                            pieces.append(joined[len(joined) - have :])
+                            pieces.append(joined[cut:])
             finally:
                 response.close()
             if have:
@@ -227,7 +236,7 @@ def iter_parallel_range(
     # parts (down to MIN_PART_BYTES), so small shards are fetched in parallel too.
     even_split = -(-(end - start) // options.max_concurrent_requests)
     part_bytes = max(min(options.part_bytes, max(MIN_PART_BYTES, even_split)), 1)
-    if end - start <= part_bytes or options.max_concurrent_requests <= 1 and options.remote_read_ahead_bytes <= part_bytes:
+    if end - start <= part_bytes or options.max_concurrent_requests <= 1:
         yield from stream_range(fetcher, start, end, options=options, chunk_bytes=chunk_bytes)
         return
     parts = [_Part(s, min(s + part_bytes, end)) for s in range(start, end, part_bytes)]

@@ -245,9 +245,14 @@ class SlotReader:
         counts = [p.samples_per_rank(world, epoch=epoch) for p in self.plans(epoch)]
         return None if any(c is None for c in counts) else sum(c or 0 for c in counts)
 
-    def _readers(self, on_skip: Callable[[Exception], None], shares: tuple[int, ...]) -> list[PieceReader]:
+    def _readers(
+        self, world: World, on_skip: Callable[[Exception], None], shares: tuple[int, ...]
+    ) -> list[PieceReader]:
         total = max(sum(shares), 1)
         n = len(self.catalogs)
+        # The rank's remote requests are shared by its workers and every
+        # range each has open (one per source and read part).
+        ranges = max(world.num_workers, 1) * n * self.options.interleave
         out = []
         for i, catalog in enumerate(self.catalogs):
             # Half the budget evenly, half by share (a small source still
@@ -259,7 +264,7 @@ class SlotReader:
                     on_error=self.on_error,
                     verify_checksums=self.verify_checksums,
                     on_skip=on_skip,
-                    options=self.source_options[i],
+                    options=self.source_options[i].shared_by(ranges),
                     read_ahead_bytes=max(budget, 1),
                 )
             )
@@ -294,7 +299,7 @@ class SlotReader:
         """
         plans = self.plans(epoch)
         check_infinite(plans, world, epoch=epoch)
-        readers = self._readers(on_skip, self.schedule.shares(epoch))
+        readers = self._readers(world, on_skip, self.schedule.shares(epoch))
         endless = self.options.mode == "infinite"
         levels: list[LevelPlan] | None = None
         raws: list[Iterator[Located]]
