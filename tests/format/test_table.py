@@ -151,3 +151,22 @@ def test_garbage_table_is_refused(tmp_path):
     path.write_bytes(b"\x93NUMPY\x01\x00\xff\xff" + b"{" * 100)
     with pytest.raises(ManifestError, match="damaged shard table"):
         open_table(str(path), naming=WRITER_NAMING)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"naming": {"shard": "../x-{:06d}.tar", "index": "x-{:06d}.idx"}}, "'naming' must be"),
+        ({"naming": {"shard": "a/{:06d}.tar", "index": "x-{:06d}.idx"}}, "'naming' must be"),
+        ({"naming": {"shard": "x-{:099999d}.tar", "index": "x-{:06d}.idx"}}, "'naming' must be"),
+        ({"table": {"path": "../shards-0123456789abcdef.table", "num_bytes": 1, "sha256": "0" * 64}}, "'table' path"),
+        ({"table": {"path": "shards-0123456789abcdef.table", "num_bytes": -1, "sha256": "0" * 64}}, "'table' num_bytes"),
+        ({"fingerprint": None}, "'fingerprint' must be 64 hex digits"),
+        ({"num_shards": "2"}, "'num_shards' must be"),
+    ],
+)
+def test_hostile_format2_fields_are_refused(make_shards, change, message):
+    manifest = make_shards([1, 1])
+    _edit_json(manifest.location, **change)
+    with pytest.raises(ManifestError, match=message):
+        load_manifest(manifest.location)
