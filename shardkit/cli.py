@@ -183,14 +183,17 @@ def _add_info(sub: argparse._SubParsersAction) -> None:
 
 def cmd_info(args: argparse.Namespace) -> int:
     """Print the summary of a dataset's manifest."""
+    from shardkit.format.manifest import FORMAT_VERSION
     from shardkit.io.manifest import fetch_manifest
 
     m = fetch_manifest(args.dataset)
     # Every field comes from a file someone else may have written: shown() escapes it.
-    counts = [s.num_samples for s in m.shards] or [0]
+    counts = m.table.counts if m.num_shards else [0]  # an array view of the shard table
     print(f"dataset:    {shown(m.location)}")
     print(f"source:     {shown(m.source.get('format'))} {shown(m.source.get('path', ''))}")
-    print(f"shards:     {m.num_shards} (samples per shard: min {min(counts)}, max {max(counts)})")
+    print(f"shards:     {m.num_shards} (samples per shard: min {int(min(counts))}, max {int(max(counts))})")
+    print(f"format:     {m.loaded_version}" + ("" if m.loaded_version == FORMAT_VERSION else
+          f" (run `shardkit upgrade {shown(args.dataset)}` to bring it to {FORMAT_VERSION})"))
     print(f"samples:    {m.num_samples}")
     print(f"bytes:      {m.num_bytes} ({_human_bytes(m.num_bytes)})")
     print(f"extensions: {', '.join(shown(e) for e in m.extensions)}")
@@ -204,8 +207,41 @@ def cmd_info(args: argparse.Namespace) -> int:
     for item in m.skipped:
         print(f"  {shown(item.path)}: {shown(item.reason)}")
     if args.shards:
-        for s in m.shards:
+        for number in range(m.num_shards):
+            s = m.table.entry(number)
             print(f"  {shown(s.path)}  {s.num_samples:>8} samples  {s.num_bytes:>12} bytes  {shown(s.sha256[:16])}")
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------ upgrade
+
+
+def _add_upgrade(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "upgrade", help="bring a dataset of an earlier shardkit to the current format", description=cmd_upgrade.__doc__
+    )
+    p.add_argument("dataset", help="dataset directory or s3:// (or other writable) URL")
+    _add_verbose(p)
+    p.set_defaults(func=cmd_upgrade)
+
+
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    """Rewrite a dataset's manifest in the current format (a shard table beside
+    a small manifest.json), in place: the shards are untouched, a crash leaves
+    the old or the new manifest, and a second run changes nothing."""
+    from shardkit.format.manifest import FORMAT_VERSION
+    from shardkit.write.publish import upgrade_dataset
+
+    report = upgrade_dataset(args.dataset)
+    where = shown(report.location)
+    if report.upgraded:
+        print(
+            f"upgraded {where} from format {report.from_version} to {FORMAT_VERSION}: {report.num_shards} shards, "
+            f"shard table {report.table_name} ({_human_bytes(report.table_bytes)}); shards untouched"
+        )
+    else:
+        removed = f"; removed {len(report.removed)} stray table(s) of an interrupted run" if report.removed else ""
+        print(f"{where} is already in format {FORMAT_VERSION}; nothing to do{removed}")
     return EXIT_OK
 
 
@@ -251,7 +287,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         bar = tqdm(total=manifest.num_bytes, unit="B", unit_scale=True, desc="verify", file=sys.stderr)
     samples = 0
     try:
-        for number, entry in enumerate(manifest.shards):
+        for number in range(manifest.num_shards):  # one entry at a time, from the shard table
+            entry = manifest.table.entry(number)
             try:
                 samples += verify_shard(manifest, entry, options=options, number=number, max_member_bytes=limit)
             except VerifyError as exc:
@@ -316,7 +353,7 @@ def configure_logging(*, verbose: bool, debug_wire: bool) -> None:
         )
 
 
-_COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_write, _add_info, _add_verify)
+_COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_write, _add_info, _add_verify, _add_upgrade)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -186,7 +186,8 @@ def verify_dataset(
     """
     manifest = fetch_manifest(path, options=options)
     samples = 0
-    for number, entry in enumerate(manifest.shards):
+    for number in range(manifest.num_shards):  # one entry at a time, from the shard table
+        entry = manifest.table.entry(number)
         samples += verify_shard(manifest, entry, options=options, number=number, max_member_bytes=max_member_bytes)
         if progress is not None:
             progress(entry)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
-from shardkit.io.atomic import atomic_write_bytes
+from shardkit.write.publish import publish_manifest
 from shardkit.write.destination import shard_name
 from shardkit.write.shard import ShardFile
 
@@ -51,7 +51,7 @@ def build_dataset(
         location=os.path.abspath(dest),
     )
     if with_manifest:
-        atomic_write_bytes(os.path.join(dest, MANIFEST_NAME), manifest.to_json().encode())
+        publish_manifest(dest, manifest)
     return manifest
 
 

@@ -55,7 +55,7 @@ def ensure_synthetic(root: str, num_samples: int) -> dict[str, str]:
     """Build (or reuse) the shardkit folder and SQLite file for N samples."""
     from shardkit import ShardWriter
     from shardkit.format.manifest import MANIFEST_NAME, Manifest, ShardEntry, load_manifest
-    from shardkit.io.atomic import atomic_write_bytes
+    from shardkit.write.publish import publish_manifest
 
     base = os.path.join(root, f"base-{PAYLOAD_BYTES}")
     if not os.path.exists(os.path.join(base, MANIFEST_NAME)):
@@ -81,7 +81,7 @@ def ensure_synthetic(root: str, num_samples: int) -> dict[str, str]:
                            num_bytes=base_entry.num_bytes, sha256=base_entry.sha256)
             )
         manifest = Manifest(shards=tuple(entries), extensions=("bin", "cls"), source={"format": "synthetic"})
-        atomic_write_bytes(os.path.join(folder, MANIFEST_NAME), manifest.to_json().encode())
+        publish_manifest(folder, manifest)  # the shard table, then manifest.json
 
     db = os.path.join(root, f"samples-{num_samples}.sqlite")
     if not os.path.exists(db):

@@ -1,11 +1,12 @@
 """The dataset manifest: ``manifest.json``, the contract between writer and reader.
 
-A manifest lists the shards in order with their sample counts, sizes and
-checksums, plus what a reader or a rerun needs to know about the dataset::
+``manifest.json`` is the dataset's small, human-readable entry point; the
+per-shard metadata lives in a shard table beside it (see
+:mod:`shardkit.format.table`)::
 
     {
       "format": "shardkit",
-      "format_version": 1,
+      "format_version": 2,
       "num_samples": 500, "num_bytes": 55308288, "num_shards": 4,
       "extensions": ["cls", "jpg"],
       "class_names": ["cat", "dog"],
@@ -13,18 +14,24 @@ checksums, plus what a reader or a rerun needs to know about the dataset::
       "options": {"max_samples": 128, "max_bytes": null, "shuffle": true, ...},
       "seed": 0,
       "skipped": [{"path": "data/train/cat/x.jpg", "reason": "..."}],
-      "shards": [
-        {"path": "shard-000000.tar", "index": "shard-000000.idx",
-         "num_samples": 128, "num_bytes": 14157824, "sha256": "..."},
-        ...
-      ]
+      "fingerprint": "<sha256 of the shards' paths, checksums and counts>",
+      "naming": {"shard": "shard-{:06d}.tar", "index": "shard-{:06d}.idx"},
+      "table": {"path": "shards-0123456789abcdef.table", "num_bytes": 640, "sha256": "..."}
     }
+
+``naming`` is present when every shard is named by its position as the
+writer names them; the table then stores no path strings.
+
+Format 1 (shardkit before the shard table) listed every shard in the JSON
+under ``"shards"``: ``{"path", "index", "num_samples", "num_bytes",
+"sha256"}`` each. It still loads (into the same in-memory table, after
+parsing the JSON, so as slowly as it always did) and logs once how to bring
+it to format 2: ``shardkit upgrade DEST``. ``fingerprint`` is computed as
+format 1 computed it, so reader states saved before an upgrade still resume.
 
 A dataset written with ``compress_members`` also has ``"member_compression":
 "gzip"`` (or ``"zstd"``): its text-like members are stored compressed, as
-``KEY.txt.gz`` (see :mod:`shardkit.format.compression`). The key is optional
-and absent otherwise, so older manifests load unchanged and the format
-version stays 1.
+``KEY.txt.gz`` (see :mod:`shardkit.format.compression`).
 
 Shard and index paths are relative to the manifest's folder (or URL prefix),
 the dataset's base location, and must stay inside it (see
@@ -32,18 +39,18 @@ the dataset's base location, and must stay inside it (see
 their own unless the reader allows the location). A manifest is data from
 wherever it was fetched, so loading one checks its size
 (:data:`MAX_MANIFEST_BYTES`), its nesting (:data:`MAX_MANIFEST_DEPTH`, before
-the JSON is parsed) and the type and range of every field.
-The JSON is written with sorted keys and no timestamps, so the same dataset
-gives the same manifest bytes.
+the JSON is parsed), the type and range of every field, and that the table
+agrees with it. The JSON is written with sorted keys and no timestamps, so
+the same dataset gives the same manifest and table bytes.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
+import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -51,12 +58,28 @@ import numpy as np
 
 from shardkit.errors import ManifestError
 from shardkit.format.location import open_regular, redact_url, resolve_inside
+from shardkit.format.table import (
+    TABLE_NAME,
+    Naming,
+    ShardEntry,
+    ShardTable,
+    ShardView,
+    build_table,
+    check_totals,
+    open_table,
+    table_from_entries,
+    table_name,
+)
+
+logger = logging.getLogger(__name__)
 
 FORMAT_NAME = "shardkit"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: Versions this shardkit reads (1: the shard list in the JSON).
+SUPPORTED_VERSIONS = (1, 2)
 MANIFEST_NAME = "manifest.json"
 
-#: Largest manifest accepted, in bytes (1 GiB: millions of shards).
+#: Largest manifest accepted, in bytes (1 GiB: millions of shards in format 1).
 MAX_MANIFEST_BYTES = 1 << 30
 #: Deepest nesting of JSON arrays and objects accepted in a manifest; a
 #: shardkit manifest needs 3, ``source`` and ``options`` may add a few.
@@ -65,24 +88,11 @@ MAX_MANIFEST_DEPTH = 64
 #: (2**62: every sum stays within a 64-bit integer).
 MAX_COUNT = 1 << 62
 
+#: Opens a format-2 manifest's table: (manifest location, table reference,
+#: naming, where for messages) -> table.
+TableOpener = Callable[[str, Mapping[str, Any], "Naming | None", str], ShardTable]
 
-@dataclass(frozen=True)
-class ShardEntry:
-    """One shard as recorded in the manifest.
-
-    Attributes:
-        path: Shard path relative to the manifest.
-        num_samples: Samples in the shard.
-        num_bytes: Size of the tar file in bytes.
-        sha256: Hex SHA-256 of the tar file.
-        index: Offset-index path relative to the manifest.
-    """
-
-    path: str
-    num_samples: int
-    num_bytes: int
-    sha256: str
-    index: str
+_warned_upgrade: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -98,7 +108,9 @@ class Manifest:
     """A written dataset: its shards in order and how it was made.
 
     Attributes:
-        shards: Shard entries in dataset order.
+        shards: Shard entries in dataset order: a read-only sequence over the
+            shard table, each :class:`ShardEntry` built when accessed. Given
+            a tuple of entries, the manifest builds its table from them.
         extensions: Field extensions present in the samples, sorted.
         class_names: Class names by label index (ImageFolder sources), or None.
         source: ``{"format": ..., "path": ...}`` of the input.
@@ -111,9 +123,13 @@ class Manifest:
             prefix); not serialized. Shard paths resolve inside it.
         origin: The manifest file or URL it was loaded from, for messages;
             not serialized.
+        stored_fingerprint: The fingerprint a format-2 manifest records
+            (None: computed from the table, see :attr:`fingerprint`).
+        loaded_version: The format version it was loaded from (the current
+            one for a manifest built in memory).
     """
 
-    shards: tuple[ShardEntry, ...]
+    shards: Sequence[ShardEntry]
     extensions: tuple[str, ...] = ()
     class_names: tuple[str, ...] | None = None
     source: Mapping[str, Any] = field(default_factory=dict)
@@ -123,26 +139,46 @@ class Manifest:
     location: str | None = field(default=None, compare=False)
     member_compression: str | None = None
     origin: str | None = field(default=None, compare=False)
+    stored_fingerprint: str | None = field(default=None, compare=False, repr=False)
+    loaded_version: int = field(default=FORMAT_VERSION, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.shards, ShardTable):
+            object.__setattr__(self, "shards", ShardView(self.shards))
+        elif not isinstance(self.shards, ShardView):
+            object.__setattr__(self, "shards", ShardView(table_from_entries(self.shards)))
+
+    @classmethod
+    def from_table(cls, table: ShardTable, **fields: Any) -> Manifest:
+        """A manifest over ``table``; ``fields`` as for the constructor."""
+        return cls(shards=ShardView(table), **fields)
+
+    @property
+    def table(self) -> ShardTable:
+        """The shard table (per-shard columns as arrays)."""
+        return self.shards.table  # type: ignore[attr-defined]
 
     @property
     def num_samples(self) -> int:
-        return sum(s.num_samples for s in self.shards)
+        return self.table.num_samples
 
     @property
     def num_bytes(self) -> int:
-        return sum(s.num_bytes for s in self.shards)
+        return self.table.total_bytes
 
     @property
     def num_shards(self) -> int:
-        return len(self.shards)
+        return self.table.num_shards
 
     @property
     def fingerprint(self) -> str:
-        """A hash of the shard checksums: identifies the dataset's content."""
-        digest = hashlib.sha256()
-        for shard in self.shards:
-            digest.update(f"{shard.path}\0{shard.sha256}\0{shard.num_samples}\n".encode())
-        return digest.hexdigest()
+        """A hash of the shards' paths, checksums and counts: identifies the
+        dataset's content (stored in format 2; computed, looping over the
+        shards, for a manifest built in memory or read from format 1)."""
+        if self.stored_fingerprint is None:
+            object.__setattr__(self, "stored_fingerprint", self.table.fingerprint())
+        assert self.stored_fingerprint is not None
+        return self.stored_fingerprint
 
     @property
     def base(self) -> str:
@@ -177,16 +213,26 @@ class Manifest:
         """
         return resolve_inside(self.base, relative, allowed_prefixes=allowed_prefixes, what=f"{self.name}: {what}")
 
+    # Confinement is checked on each access, with or without a naming
+    # pattern: a generated name has no '/' or '..', but a local shard under
+    # it may still be a symlink leading out of the dataset.
     def shard_url(self, shard: int, *, allowed_prefixes: Sequence[str] = ()) -> str:
         """The path or URL of shard number ``shard`` (see :meth:`resolve`)."""
-        return self.resolve(self.shards[shard].path, allowed_prefixes=allowed_prefixes, what=f"shard {shard} path")
+        return self.resolve(self.table.path(shard), allowed_prefixes=allowed_prefixes, what=f"shard {shard} path")
 
     def index_url(self, shard: int, *, allowed_prefixes: Sequence[str] = ()) -> str:
         """The path or URL of shard number ``shard``'s offset index (see :meth:`resolve`)."""
-        return self.resolve(self.shards[shard].index, allowed_prefixes=allowed_prefixes, what=f"shard {shard} index")
+        return self.resolve(self.table.index_path(shard), allowed_prefixes=allowed_prefixes, what=f"shard {shard} index")
+
+    def table_file(self) -> tuple[str, bytes]:
+        """The table's file name and bytes, as :meth:`to_json` names them."""
+        data = self.table.encode()
+        return table_name(self.table.file_sha256()), data
 
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+        """The format-2 JSON object (the table itself is :meth:`table_file`)."""
+        name, data = self.table_file()
+        out: dict[str, Any] = {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
             "num_samples": self.num_samples,
@@ -198,18 +244,40 @@ class Manifest:
             "options": dict(self.options),
             "seed": self.seed,
             "skipped": [asdict(s) for s in self.skipped],
-            "shards": [asdict(s) for s in self.shards],
+            "fingerprint": self.fingerprint,
+            "table": {"path": name, "num_bytes": len(data), "sha256": self.table.file_sha256()},
         }
+        if self.table.naming is not None:
+            out["naming"] = self.table.naming.to_dict()
         if self.member_compression is not None:
-            data["member_compression"] = self.member_compression
-        return data
+            out["member_compression"] = self.member_compression
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
+    def to_format1_json(self) -> str:
+        """The manifest as format 1 wrote it (every shard in the JSON): for
+        tests and tools that make datasets of earlier shardkits."""
+        data = {k: v for k, v in self.to_dict().items() if k not in ("table", "naming", "fingerprint")}
+        data["format_version"] = 1
+        data["shards"] = [asdict(s) for s in self.shards]
+        return json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+    def to_files(self) -> list[tuple[str, bytes]]:
+        """The files that hold this manifest, in the order to publish them:
+        the table first, ``manifest.json`` (the commit point) last."""
+        name, data = self.table_file()
+        return [(name, data), (MANIFEST_NAME, self.to_json().encode("utf-8"))]
+
     @classmethod
     def from_dict(
-        cls, data: Mapping[str, Any], *, location: str | None = None, origin: str | None = None
+        cls,
+        data: Mapping[str, Any],
+        *,
+        location: str | None = None,
+        origin: str | None = None,
+        open_table: TableOpener | None = None,
     ) -> Manifest:
         """Build a manifest from parsed JSON, checking format, field types, ranges and totals.
 
@@ -217,26 +285,42 @@ class Manifest:
             data: The parsed JSON object.
             location: The folder or URL prefix the manifest came from.
             origin: The manifest file or URL, for messages.
+            open_table: Opens a format-2 manifest's table (default: the
+                local file beside the manifest, see :func:`open_local_table`).
 
         Raises:
             ManifestError: Wrong format or version, missing or mistyped fields,
-                counts out of range, or totals that disagree with the shard list.
+                counts out of range, totals that disagree with the shard list
+                or table, or a table that is missing or damaged.
         """
         where = redact_url(origin) if origin else (location.rstrip("/") + "/" + MANIFEST_NAME if location else "<manifest>")
         if data.get("format") != FORMAT_NAME:
             raise ManifestError(f"{where}: not a shardkit manifest (format={_short(data.get('format'))})", path=location)
         version = data.get("format_version")
-        if version != FORMAT_VERSION:
+        if version not in SUPPORTED_VERSIONS or isinstance(version, bool):
             raise ManifestError(
                 f"{where}: manifest format_version {_short(version)} is not supported by this shardkit "
-                f"(supports {FORMAT_VERSION}); upgrade shardkit or rewrite the dataset",
+                f"(supports {', '.join(map(str, SUPPORTED_VERSIONS))}); upgrade shardkit or rewrite the dataset",
                 path=location,
             )
-        _check_fields(data, where, location)
+        _check_fields(data, where, location, version)
+        if version == 1:
+            table, fingerprint = _table_from_list(data["shards"], where, location)
+            if where not in _warned_upgrade:
+                _warned_upgrade.add(where)
+                dest = location if location is not None else "DEST"
+                logger.warning(
+                    "%s: dataset in manifest format 1 (opens slowly at many shards); run `shardkit upgrade %s` "
+                    "to bring it to format %d", where, redact_url(dest), FORMAT_VERSION,
+                )
+        else:
+            naming = _naming(data.get("naming"), where, location)
+            opener = open_table or open_local_table
+            table = opener(location if location is not None else os.getcwd(), data["table"], naming, where)
+            fingerprint = data["fingerprint"]
         try:
-            shards = tuple(ShardEntry(**s) for s in data["shards"])
-            manifest = cls(
-                shards=shards,
+            manifest = cls.from_table(
+                table,
                 extensions=tuple(data.get("extensions", ())),
                 class_names=None if data.get("class_names") is None else tuple(data["class_names"]),
                 source=dict(data.get("source", {})),
@@ -246,6 +330,8 @@ class Manifest:
                 location=location,
                 member_compression=data.get("member_compression"),
                 origin=origin,
+                stored_fingerprint=fingerprint,
+                loaded_version=version,
             )
         except (KeyError, TypeError) as exc:
             raise ManifestError(
@@ -254,16 +340,27 @@ class Manifest:
         for name in ("num_samples", "num_bytes"):
             if getattr(manifest, name) > MAX_COUNT:
                 raise ManifestError(f"{where}: the shards' {name} add up to more than 2**62; not a real dataset", path=location)
-        for name in ("num_samples", "num_bytes", "num_shards"):
-            if name in data and data[name] != getattr(manifest, name):
-                raise ManifestError(
-                    f"{where}: {name} is {_short(data[name])} but the shard list adds up to {getattr(manifest, name)}",
-                    path=location,
-                )
+        if version == 1:
+            for name in ("num_samples", "num_bytes", "num_shards"):
+                if name in data and data[name] != getattr(manifest, name):
+                    raise ManifestError(
+                        f"{where}: {name} is {_short(data[name])} but the shard list adds up to {getattr(manifest, name)}",
+                        path=location,
+                    )
+        else:
+            check_totals(table, num_shards=data["num_shards"], num_samples=data["num_samples"],
+                         num_bytes=data["num_bytes"], where=where)
         return manifest
 
     @classmethod
-    def from_json(cls, text: str | bytes, *, location: str | None = None, origin: str | None = None) -> Manifest:
+    def from_json(
+        cls,
+        text: str | bytes,
+        *,
+        location: str | None = None,
+        origin: str | None = None,
+        open_table: TableOpener | None = None,
+    ) -> Manifest:
         """Parse a manifest, refusing oversized or absurdly nested JSON before parsing it.
 
         Raises:
@@ -290,7 +387,69 @@ class Manifest:
             raise ManifestError(f"{where}: not valid JSON ({_short(exc, 200)})", path=location) from None
         if not isinstance(data, dict):
             raise ManifestError(f"{where}: not a JSON object", path=location)
-        return cls.from_dict(data, location=location, origin=origin)
+        return cls.from_dict(data, location=location, origin=origin, open_table=open_table)
+
+
+_ENTRY_KEYS = frozenset(("path", "index", "num_samples", "num_bytes", "sha256"))
+
+
+def _table_from_list(shards: list[dict[str, Any]], where: str, location: str | None) -> tuple[ShardTable, str]:
+    """A format-1 shard list as a table, and its fingerprint (from the JSON strings)."""
+    import hashlib
+
+    for i, entry in enumerate(shards):
+        if entry.keys() != _ENTRY_KEYS:
+            raise ManifestError(
+                f"{where}: malformed manifest (shard {i} has keys {sorted(entry)[:8]}, wants {sorted(_ENTRY_KEYS)}); "
+                "rewrite it with `shardkit write`",
+                path=location,
+            )
+    digest = hashlib.sha256()
+    for entry in shards:
+        digest.update(f"{entry['path']}\0{entry['sha256']}\0{entry['num_samples']}\n".encode("utf-8", "surrogatepass"))
+    n = len(shards)
+    try:
+        table = build_table(
+            np.fromiter((s["num_samples"] for s in shards), dtype=np.int64, count=n),
+            np.fromiter((s["num_bytes"] for s in shards), dtype=np.int64, count=n),
+            [s["sha256"].lower() for s in shards],
+            paths=[s["path"] for s in shards],
+            index_paths=[s["index"] for s in shards],
+        )
+    except ValueError as exc:
+        raise ManifestError(
+            f"{where}: a shard's sha256 must be 64 hex digits ({exc}); the manifest is damaged. "
+            "Rewrite it with `shardkit write`.",
+            path=location,
+        ) from None
+    return table, digest.hexdigest()
+
+
+def _naming(value: object, where: str, location: str | None) -> Naming | None:
+    if value is None:
+        return None
+    try:
+        if not isinstance(value, dict) or set(value) != {"shard", "index"}:
+            raise ValueError(value)
+        return Naming(shard=value["shard"], index=value["index"])
+    except ValueError:
+        raise ManifestError(
+            f"{where}: 'naming' must be {{'shard': 'NAME-{{:06d}}.tar', 'index': ...}} of plain file names, "
+            f"not {_short(value)}; the manifest is damaged. Rewrite it or rerun `shardkit upgrade`.",
+            path=location,
+        ) from None
+
+
+def table_location(location: str, ref: Mapping[str, Any]) -> str:
+    """The table file or URL a checked table reference names (beside the manifest)."""
+    return location.rstrip("/") + "/" + ref["path"] if "://" in location else os.path.join(location, ref["path"])
+
+
+def open_local_table(location: str, ref: Mapping[str, Any], naming: Naming | None, where: str) -> ShardTable:
+    """Open the table a local format-2 manifest names, checking its size and SHA-256."""
+    return open_table(
+        table_location(location, ref), naming=naming, expected_size=ref["num_bytes"], expected_sha256=ref["sha256"]
+    )
 
 
 def _short(value: object, limit: int = 60) -> str:
@@ -335,7 +494,7 @@ def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
 
 
-def _check_fields(data: Mapping[str, Any], where: str, location: str | None) -> None:
+def _check_fields(data: Mapping[str, Any], where: str, location: str | None, version: int) -> None:
     """Check the type and range of every field a reader relies on."""
 
     def bad(field_name: str, wanted: str, value: object) -> ManifestError:
@@ -345,18 +504,37 @@ def _check_fields(data: Mapping[str, Any], where: str, location: str | None) -> 
             path=location,
         )
 
-    shards = data.get("shards")
-    if not isinstance(shards, list):
-        raise bad("'shards'", "a list of shard entries", shards)
-    for i, entry in enumerate(shards):
-        if not isinstance(entry, dict):
-            raise bad(f"shard {i}", "an object", entry)
-        for key in ("path", "index", "sha256"):
-            if key in entry and not isinstance(entry[key], str):
-                raise bad(f"shard {i} {key}", "a string", entry[key])
-        for key in ("num_samples", "num_bytes"):
-            if key in entry and not _is_count(entry[key]):
-                raise bad(f"shard {i} {key}", "a whole number from 0 to 2**62", entry[key])
+    if version == 1:
+        shards = data.get("shards")
+        if not isinstance(shards, list):
+            raise bad("'shards'", "a list of shard entries", shards)
+        for i, entry in enumerate(shards):
+            if not isinstance(entry, dict):
+                raise bad(f"shard {i}", "an object", entry)
+            for key in ("path", "index", "sha256"):
+                if key in entry and not isinstance(entry[key], str):
+                    raise bad(f"shard {i} {key}", "a string", entry[key])
+            for key in ("num_samples", "num_bytes"):
+                if key in entry and not _is_count(entry[key]):
+                    raise bad(f"shard {i} {key}", "a whole number from 0 to 2**62", entry[key])
+    else:
+        for key in ("num_samples", "num_bytes", "num_shards"):
+            if not _is_count(data.get(key)):
+                raise bad(f"'{key}'", "a whole number from 0 to 2**62", data.get(key))
+        fingerprint = data.get("fingerprint")
+        if not isinstance(fingerprint, str) or not re.fullmatch(r"[0-9a-f]{64}", fingerprint):
+            raise bad("'fingerprint'", "64 hex digits", fingerprint)
+        ref = data.get("table")
+        if not isinstance(ref, dict) or set(ref) != {"path", "num_bytes", "sha256"}:
+            raise bad("'table'", "{'path': ..., 'num_bytes': ..., 'sha256': ...}", ref)
+        if not isinstance(ref["path"], str) or not TABLE_NAME.match(ref["path"]):
+            raise bad("'table' path", "a name like 'shards-0123456789abcdef.table'", ref["path"])
+        if not _is_count(ref["num_bytes"]):
+            raise bad("'table' num_bytes", "a whole number from 0 to 2**62", ref["num_bytes"])
+        if not isinstance(ref["sha256"], str) or not re.fullmatch(r"[0-9a-f]{64}", ref["sha256"]):
+            raise bad("'table' sha256", "64 hex digits", ref["sha256"])
+        if not ref["path"].startswith(table_name(ref["sha256"])[:23]):
+            raise bad("'table' path", "named by its sha256", ref["path"])
     for key in ("num_samples", "num_bytes", "num_shards"):
         if key in data and not _is_count(data[key]):
             raise bad(f"'{key}'", "a whole number from 0 to 2**62", data[key])
@@ -410,6 +588,8 @@ def load_manifest(path: str) -> Manifest:
 
 def shard_offsets(shards: Sequence[ShardEntry]) -> list[int]:
     """Cumulative sample counts: shard ``i`` holds samples ``[out[i], out[i+1])``."""
+    if isinstance(shards, ShardView):
+        return shards.table.starts.tolist()
     out = [0]
     for shard in shards:
         out.append(out[-1] + shard.num_samples)

@@ -1,22 +1,50 @@
-"""Load a dataset's manifest from wherever it is stored."""
+"""Load a dataset's manifest, and its shard table, from wherever they are stored.
+
+A remote format-2 dataset's table is fetched once per machine: downloaded
+(at most the size the manifest states), checked against the manifest's
+SHA-256, renamed into ``<cache>/tables/<sha256>.table`` and memory-mapped
+from there; every later process (DataLoader workers, other ranks, other
+jobs) maps the same cached file. The cache is the reader's ``cache_dir``, or
+a per-user folder under the system's temporary directory without one.
+"""
 
 from __future__ import annotations
 
-from shardkit.format.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, load_manifest
+import os
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+from shardkit.errors import ManifestError, RemoteError
+from shardkit.format.manifest import (
+    MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
+    Manifest,
+    TableOpener,
+    load_manifest,
+    table_location,
+)
+from shardkit.format.table import TABLE_ADVICE, Naming, ShardTable, open_table
+from shardkit.io.atomic import TMP_SUFFIX, commit
 from shardkit.io.base import SourceOptions
 from shardkit.io.ranged import RangedObject, stream_range
 from shardkit.io.registry import open_source
 from shardkit.io.urls import is_local, local_path, redact_url
 
+TABLE_CACHE_DIR = "tables"
+
+
+def _chunks(url: str, options: SourceOptions):  # type: ignore[no-untyped-def]
+    source = open_source(url, options=options)
+    if isinstance(source, RangedObject):  # one request, no size request first
+        return stream_range(source.fetcher, 0, None, options=options, chunk_bytes=options.chunk_bytes)
+    return source.iter_range(0, None, chunk_bytes=options.chunk_bytes)
+
 
 def _read_limited(url: str, options: SourceOptions, limit: int) -> bytes:
     """The object at ``url``, or its first ``limit + 1`` bytes when it is longer
     (read in one streamed request, never held whole past the limit)."""
-    source = open_source(url, options=options)
-    if isinstance(source, RangedObject):  # one request, no size request first
-        chunks = stream_range(source.fetcher, 0, None, options=options, chunk_bytes=options.chunk_bytes)
-    else:
-        chunks = source.iter_range(0, None, chunk_bytes=options.chunk_bytes)
+    chunks = _chunks(url, options)
     out: list[bytes] = []
     held = 0
     try:
@@ -32,15 +60,109 @@ def _read_limited(url: str, options: SourceOptions, limit: int) -> bytes:
     return b"".join(out)
 
 
+def table_cache_dir(options: SourceOptions) -> str:
+    """Where fetched shard tables are kept on this machine."""
+    root = options.cache_dir or os.path.join(tempfile.gettempdir(), f"shardkit-{os.getuid()}")
+    return os.path.join(root, TABLE_CACHE_DIR)
+
+
+def remote_table_opener(options: SourceOptions) -> TableOpener:
+    """Opens a remote manifest's table through the local table cache."""
+
+    def opener(location: str, ref: Mapping[str, Any], naming: Naming | None, where: str) -> ShardTable:
+        return fetch_table(table_location(location, ref), ref, naming, options)
+
+    return opener
+
+
+def fetch_table(url: str, ref: Mapping[str, Any], naming: Naming | None, options: SourceOptions) -> ShardTable:
+    """The table at ``url``, from the cache or downloaded into it.
+
+    Raises:
+        ManifestError: The download ended short, ran past the stated size or
+            has another SHA-256 (naming the URL); nothing is left in the cache.
+        RemoteError: The download failed after the usual retries.
+    """
+    folder = table_cache_dir(options)
+    cached = os.path.join(folder, f"{ref['sha256']}.table")
+    if not os.path.exists(cached):
+        _download(url, cached, ref, options)
+    # the cached copy was checked when it was stored; check it again (cheap)
+    # so that a damaged cache file is an error naming it
+    return open_table(cached, naming=naming, expected_size=ref["num_bytes"], expected_sha256=ref["sha256"])
+
+
+def _download(url: str, cached: str, ref: Mapping[str, Any], options: SourceOptions) -> None:
+    import hashlib
+
+    os.makedirs(os.path.dirname(cached), exist_ok=True)
+    expected = ref["num_bytes"]
+    name = redact_url(url)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(cached), prefix=os.path.basename(cached) + ".", suffix=TMP_SUFFIX)
+    digest = hashlib.sha256()
+    held = 0
+    try:
+        with os.fdopen(fd, "wb") as f:
+            chunks = _chunks(url, options)
+            try:
+                for chunk in chunks:
+                    held += len(chunk)
+                    if held > expected:
+                        raise ManifestError(
+                            f"{name}: shard table is longer than the {expected} bytes the manifest states; "
+                            f"{TABLE_ADVICE}",
+                            path=name,
+                        )
+                    digest.update(chunk)
+                    f.write(chunk)
+            except RemoteError as exc:
+                raise RemoteError(
+                    f"{name}: fetching the shard table failed: {exc}", url=name, status=exc.status, retryable=exc.retryable
+                ) from None
+            finally:
+                close = getattr(chunks, "close", None)
+                if close is not None:
+                    close()
+            if held != expected:
+                raise ManifestError(
+                    f"{name}: shard table download ended at {held} of {expected} bytes; rerun (a flaky network), "
+                    f"or {TABLE_ADVICE}",
+                    path=name,
+                )
+            if digest.hexdigest() != ref["sha256"]:
+                raise ManifestError(
+                    f"{name}: shard table SHA-256 is not the one the manifest states (damaged or replaced); "
+                    f"{TABLE_ADVICE}",
+                    path=name,
+                )
+            f.flush()
+            os.fsync(f.fileno())
+        commit(tmp, cached)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def remote_manifest(url: str, options: SourceOptions) -> Manifest:
-    """Load the manifest at ``url`` (a ``manifest.json`` URL).
+    """Load the manifest at ``url`` (a ``manifest.json`` URL), and its table.
 
     Raises:
         ManifestError: The manifest is larger than
-            :data:`~shardkit.format.manifest.MAX_MANIFEST_BYTES`, or invalid.
+            :data:`~shardkit.format.manifest.MAX_MANIFEST_BYTES`, or invalid,
+            or its table cannot be fetched whole.
     """
     text = _read_limited(url, options, MAX_MANIFEST_BYTES)
-    return Manifest.from_json(text, location=url.rsplit("/", 1)[0], origin=redact_url(url))
+    return Manifest.from_json(
+        text, location=url.rsplit("/", 1)[0], origin=redact_url(url), open_table=remote_table_opener(options)
+    )
+
+
+def manifest_url(location: str) -> str:
+    """The ``manifest.json`` URL of a remote dataset folder or manifest URL."""
+    return location if location.endswith(".json") else location.rstrip("/") + "/" + MANIFEST_NAME
 
 
 def fetch_manifest(location: str, *, options: SourceOptions | None = None) -> Manifest:
@@ -56,5 +178,4 @@ def fetch_manifest(location: str, *, options: SourceOptions | None = None) -> Ma
     """
     if is_local(location):
         return load_manifest(local_path(location))
-    url = location if location.endswith(".json") else location.rstrip("/") + "/" + MANIFEST_NAME
-    return remote_manifest(url, options or SourceOptions())
+    return remote_manifest(manifest_url(location), options or SourceOptions())

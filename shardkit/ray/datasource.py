@@ -68,13 +68,14 @@ def plan_ranges(
     A shard is cut into no more ranges than leave each about ``min_range_bytes``
     (a read task has a fixed cost; tiny ones cost more than they overlap).
     """
-    shards = [s for s in manifest.shards if s.num_samples > 0]
+    shards = np.flatnonzero(manifest.table.counts)  # by number, from the shard table
     wanted = max(1, math.ceil(parallelism / max(len(shards), 1))) if parallelism > len(shards) else 1
     ranges = []
     allowed = options.allowed_prefixes
-    for entry in shards:
-        url = manifest.resolve(entry.path, allowed_prefixes=allowed, what="shard path")
-        index_url = manifest.resolve(entry.index, allowed_prefixes=allowed, what="shard index")
+    for number in shards.tolist():
+        entry = manifest.table.entry(number)
+        url = manifest.shard_url(number, allowed_prefixes=allowed)
+        index_url = manifest.index_url(number, allowed_prefixes=allowed)
         per_shard = min(wanted, max(1, entry.num_bytes // min_range_bytes)) if min_range_bytes > 0 else wanted
         if per_shard == 1 or entry.num_samples == 1:
             ranges.append(

@@ -41,13 +41,13 @@ import numpy as np
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.format.codecs import encode_value
 from shardkit.format.index import index_path_for
-from shardkit.format.manifest import MANIFEST_NAME, Manifest, ShardEntry
+from shardkit.format.manifest import Manifest, ShardEntry
 from shardkit.format.tar import END_OF_ARCHIVE, encoded_sample_size
-from shardkit.io.atomic import atomic_write_bytes
 from shardkit.io.registry import open_destination
 from shardkit.write.destination import output_error, prepare_destination, shard_name
 from shardkit.write.engine_ray import PROBE_PREFIX, check_visible
 from shardkit.write.limits import ShardLimits
+from shardkit.write.publish import publish_manifest
 from shardkit.write.shard import ShardFile
 from shardkit.write.upload import refuse_existing_dataset
 
@@ -224,9 +224,5 @@ def write_dataset_shards(
         seed=None,
         location=destination.local_dir or destination.url,
     )
-    data = manifest.to_json().encode("utf-8")
-    if destination.local_dir is not None:
-        atomic_write_bytes(os.path.join(destination.local_dir, MANIFEST_NAME), data)
-    else:
-        destination.put_bytes(MANIFEST_NAME, data)
+    publish_manifest(destination, manifest)
     return manifest

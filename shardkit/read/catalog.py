@@ -19,53 +19,143 @@ plain one is still recognised by its magic bytes when read whole (see
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from shardkit.errors import ManifestError, UsageError
-from shardkit.format.compression import compression_from_name, file_compression
+from shardkit.format.compression import SHARD_SUFFIXES, compression_from_name, file_compression
 from shardkit.format.index import index_path_for, load_index
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, load_manifest
+from shardkit.format.table import ShardTable
 from shardkit.io.base import SourceOptions
 from shardkit.io.manifest import remote_manifest
 from shardkit.io.urls import is_local, local_path
 
+#: Resolved shard and index URLs kept per catalog (a reader touches a few
+#: shards at a time; resolving one again costs microseconds).
+URL_CACHE_SIZE = 4096
 
-@dataclass(frozen=True, eq=False)
+
 class ShardCatalog:
     """The shards a reader reads.
 
-    Attributes:
-        urls: Shard paths or URLs, in dataset order.
+    A catalog over a manifest holds the manifest (whose shard table is a
+    memory-mapped file, shared by every process on the machine) and computes
+    URLs on access; one over a list of shard paths holds the list.
+
+    Args:
+        urls: Shard paths or URLs, in dataset order (None over a manifest).
         counts: Samples per shard, or None when unknown (shard granularity).
         index_urls: Offset-index path or URL per shard, or None when the
             shards have no indexes.
         manifest: The manifest they came from, if any.
         compressed: Whether any shard is known to be compressed; such a
             catalog has no counts or index URLs, so shards are read whole.
+        allowed_prefixes: Locations outside the dataset that manifest entries
+            may point to (see :meth:`Manifest.resolve`).
+
+    Pickled, a catalog over a manifest is small: the manifest's small fields
+    and where its table file is; the receiver maps the table again.
     """
 
-    urls: tuple[str, ...]
-    counts: np.ndarray | None
-    index_urls: tuple[str, ...] | None
-    manifest: Manifest | None = None
-    compressed: bool = False
+    def __init__(
+        self,
+        urls: Sequence[str] | None = None,
+        counts: np.ndarray | None = None,
+        index_urls: Sequence[str] | None = None,
+        manifest: Manifest | None = None,
+        compressed: bool = False,
+        *,
+        allowed_prefixes: Sequence[str] = (),
+    ):
+        if urls is None and manifest is None:
+            raise UsageError("a ShardCatalog needs shard urls or a manifest")
+        self._urls = None if urls is None else tuple(urls)
+        self._counts = counts
+        self._index_urls = None if index_urls is None else tuple(index_urls)
+        self.manifest = manifest
+        self.compressed = compressed
+        self.allowed_prefixes = tuple(allowed_prefixes)
+        self._setup()
+
+    def _setup(self) -> None:
+        self._starts: np.ndarray | None = None
+        self._url = functools.lru_cache(maxsize=URL_CACHE_SIZE)(self._resolve_url)
+        self._index = functools.lru_cache(maxsize=URL_CACHE_SIZE)(self._resolve_index)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_url", "_index", "_starts")}
+        if self.manifest is not None and self._urls is None:
+            state["_counts"] = None  # a view of the table: derived again on arrival
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._setup()
+
+    @property
+    def _table(self) -> ShardTable | None:
+        return self.manifest.table if self.manifest is not None and self._urls is None else None
 
     @property
     def num_shards(self) -> int:
-        return len(self.urls)
+        table = self._table
+        if table is not None:
+            return table.num_shards
+        assert self._urls is not None
+        return len(self._urls)
+
+    @property
+    def counts(self) -> np.ndarray | None:
+        """Samples per shard (read-only; a view of the shard table over a
+        manifest), or None when unknown."""
+        table = self._table
+        if table is not None:
+            return None if self.compressed else table.counts
+        return self._counts
+
+    @property
+    def starts(self) -> np.ndarray | None:
+        """Cumulative counts (n + 1): shard ``i`` holds samples
+        ``[starts[i], starts[i + 1])``; None when counts are unknown."""
+        table = self._table
+        if table is not None:
+            return None if self.compressed else table.starts
+        if self._starts is None and self._counts is not None:
+            starts = np.zeros(len(self._counts) + 1, dtype=np.int64)
+            np.cumsum(self._counts, out=starts[1:])
+            starts.flags.writeable = False
+            self._starts = starts
+        return self._starts
 
     @property
     def has_indexes(self) -> bool:
         """Whether every shard has an offset index (see :meth:`index_url`)."""
-        return self.index_urls is not None
+        if self._table is not None:
+            return not self.compressed
+        return self._index_urls is not None
+
+    @property
+    def urls(self) -> Sequence[str]:
+        """Every shard's URL as a sequence (computed on access over a manifest)."""
+        return self._urls if self._urls is not None else _UrlView(self, self.url)
+
+    @property
+    def index_urls(self) -> Sequence[str] | None:
+        """Every shard's index URL as a sequence (computed on access over a
+        manifest), or None without indexes. Prefer :meth:`index_url`."""
+        if not self.has_indexes:
+            return None
+        return self._index_urls if self._index_urls is not None else _UrlView(self, self.index_url)
 
     def url(self, shard: int) -> str:
         """The path or URL of shard number ``shard``."""
-        return self.urls[shard]
+        return self._url(int(shard))
 
     def index_url(self, shard: int) -> str:
         """The path or URL of shard number ``shard``'s offset index.
@@ -73,13 +163,93 @@ class ShardCatalog:
         Raises:
             UsageError: The shards have no indexes (see :attr:`has_indexes`).
         """
-        if self.index_urls is None:
+        if not self.has_indexes:
             raise UsageError(f"shard {shard} ({self.url(shard)}) has no offset index")
-        return self.index_urls[shard]
+        return self._index(int(shard))
+
+    def _resolve_url(self, shard: int) -> str:
+        if self._urls is not None:
+            return self._urls[shard]
+        assert self.manifest is not None
+        return self.manifest.shard_url(shard, allowed_prefixes=self.allowed_prefixes)
+
+    def _resolve_index(self, shard: int) -> str:
+        if self._index_urls is not None:
+            return self._index_urls[shard]
+        assert self.manifest is not None
+        return self.manifest.index_url(shard, allowed_prefixes=self.allowed_prefixes)
+
+    def shard_of(self, sample: int) -> tuple[int, int]:
+        """The shard holding global sample ``sample`` and its offset there
+        (a binary search over :attr:`starts`; empty shards are skipped).
+
+        Raises:
+            UsageError: The counts are unknown.
+            IndexError: ``sample`` is out of range.
+        """
+        starts = self.starts
+        if starts is None:
+            raise UsageError("sample positions need per-shard counts: read a dataset with a manifest")
+        total = int(starts[-1])
+        if not 0 <= sample < total:
+            raise IndexError(f"sample {sample} out of range (the dataset has {total} samples)")
+        shard = int(np.searchsorted(starts, sample, side="right")) - 1
+        return shard, int(sample - starts[shard])
+
+    @property
+    def fingerprint(self) -> str:
+        """What identifies the dataset in a reader state: the manifest's
+        fingerprint, or for shards without a manifest a hash of their names
+        and sample counts.
+
+        Raises:
+            UsageError: Shards without a manifest and without counts.
+        """
+        if self.manifest is not None:
+            return self.manifest.fingerprint
+        counts = self.counts
+        if counts is None:
+            raise UsageError("a fingerprint needs per-shard sample counts: read a dataset with a manifest")
+        digest = hashlib.sha256()
+        for url, count in zip(self.urls, counts.tolist()):
+            digest.update(f"{url.rsplit('/', 1)[-1]}\0{int(count)}\n".encode())
+        return digest.hexdigest()
 
     @property
     def num_samples(self) -> int | None:
-        return None if self.counts is None else int(self.counts.sum())
+        starts = self.starts
+        return None if starts is None else int(starts[-1])
+
+
+class _UrlView(Sequence[str]):
+    """``catalog.urls`` over a manifest: each URL computed on access."""
+
+    def __init__(self, catalog: ShardCatalog, url: Any):
+        self._catalog = catalog
+        self._get = url
+
+    def __len__(self) -> int:
+        return self._catalog.num_shards
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return tuple(self._get(j) for j in range(*i.indices(len(self))))
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(i)
+        return self._get(i % n)
+
+
+def _table_is_compressed(table: ShardTable) -> bool:
+    """Whether any shard's name says it is compressed (see
+    :func:`compression_from_name`), without a Python string per shard when
+    no path could be one."""
+    if table.naming is not None:
+        return compression_from_name(table.naming.shard) is not None
+    blob = bytes(table._columns["path_bytes"]).lower()
+    if not any(suffix.encode() in blob for suffix in SHARD_SUFFIXES):
+        return False
+    return any(compression_from_name(table.path(i)) for i in range(table.num_shards))
 
 
 def _local_shard_is_compressed(path: str) -> bool:
@@ -99,18 +269,20 @@ def from_manifest(manifest: Manifest, *, options: SourceOptions | None = None) -
 
     Raises:
         ManifestError: An entry leaves the dataset and no prefix allows it.
+            Paths stored in the table are all checked here (as slowly as a
+            format-1 manifest); names made from the writer's naming pattern
+            cannot leave the dataset, so only the first is resolved here and
+            each on access (a local shard may still be a symlink out).
     """
-    allowed = () if options is None else options.allowed_prefixes
-    shards = range(manifest.num_shards)
-    urls = tuple(manifest.shard_url(i, allowed_prefixes=allowed) for i in shards)
-    if any(compression_from_name(s.path) for s in manifest.shards):
-        return ShardCatalog(urls=urls, counts=None, index_urls=None, manifest=manifest, compressed=True)
-    return ShardCatalog(
-        urls=urls,
-        counts=np.array([s.num_samples for s in manifest.shards], dtype=np.int64),
-        index_urls=tuple(manifest.index_url(i, allowed_prefixes=allowed) for i in shards),
-        manifest=manifest,
-    )
+    allowed = () if options is None else tuple(options.allowed_prefixes)
+    compressed = _table_is_compressed(manifest.table)
+    catalog = ShardCatalog(manifest=manifest, compressed=compressed, allowed_prefixes=allowed)
+    checked = range(manifest.num_shards) if manifest.table.naming is None else range(min(1, manifest.num_shards))
+    for shard in checked:  # a manifest naming a place outside the dataset fails here, not mid-epoch
+        catalog.url(shard)
+        if catalog.has_indexes:
+            catalog.index_url(shard)
+    return catalog
 
 
 def _from_shard_urls(urls: Sequence[str]) -> ShardCatalog:

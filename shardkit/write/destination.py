@@ -18,7 +18,9 @@ from shardkit.io.atomic import TMP_SUFFIX
 
 SHARD_PATTERN = "shard-{:06d}.tar"
 JOURNAL_DIR = ".shardkit-journal"
-_OURS = re.compile(r"^(shard-\d{6,}\.(tar|idx)(\.tmp)?|manifest\.json(\.tmp)?|\.shardkit-journal)$")
+_OURS = re.compile(
+    r"^(shard-\d{6,}\.(tar|idx)(\.tmp)?|manifest\.json(\.tmp)?|shards-[0-9a-f]{16}\.table(\.[^/]*)?|\.shardkit-journal)$"
+)
 
 
 def is_shardkit_name(name: str) -> bool:

@@ -22,6 +22,7 @@ import logging
 import multiprocessing
 import functools
 import os
+import re
 import threading
 import tempfile
 import time
@@ -33,7 +34,8 @@ from dataclasses import asdict, dataclass
 from shardkit.errors import InputFileError, ShardkitError, UsageError
 from shardkit.format.compression import COMPRESSIONS, Compression, compress, compressed_extension, should_compress
 from shardkit.format.index import index_path_for
-from shardkit.format.manifest import MANIFEST_NAME, Manifest, ShardEntry, SkippedInput
+from shardkit.format.manifest import MANIFEST_NAME, Manifest, ShardEntry, SkippedInput, load_manifest
+from shardkit.format.table import TABLE_NAME
 from shardkit.format.tar import SampleParser
 from shardkit.io.local import LocalFile, file_sha256
 from shardkit.io.registry import open_destination
@@ -48,6 +50,7 @@ from shardkit.write.destination import (
 from shardkit.write.inputs import InputSample, ScannedSource, scan_source
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
 from shardkit.write.plan import ShardTask, plan_shards
+from shardkit.write.publish import publish_manifest
 from shardkit.write.upload import write_to_remote
 from shardkit.write.shard import ShardFile
 
@@ -322,7 +325,7 @@ def _journal_record(dest: str, result: ShardResult) -> None:
     atomic_write_bytes(_journal_path(dest, result.entry.path), json.dumps(record, sort_keys=True).encode())
 
 
-def _reusable(dest: str, task: ShardTask, finished: dict[str, ShardEntry]) -> ShardResult | None:
+def _reusable(dest: str, task: ShardTask, finished: Callable[[str], ShardEntry | None]) -> ShardResult | None:
     """The result of a finished shard from an earlier run, if it is intact."""
     path = os.path.join(dest, task.name)
     if not os.path.isfile(path) or not os.path.isfile(index_path_for(path)):
@@ -336,7 +339,7 @@ def _reusable(dest: str, task: ShardTask, finished: dict[str, ShardEntry]) -> Sh
         entry = ShardEntry(**record["entry"])
         skipped = tuple(SkippedInput(**s) for s in record["skipped"])
     except (OSError, ValueError, KeyError, TypeError):
-        entry = finished.get(task.name)  # a completed run: trust its manifest entry
+        entry = finished(task.name)  # a completed run: trust its manifest entry
         if entry is None:
             return None
     if os.path.getsize(path) != entry.num_bytes or file_sha256(path) != entry.sha256:
@@ -344,16 +347,28 @@ def _reusable(dest: str, task: ShardTask, finished: dict[str, ShardEntry]) -> Sh
     return ShardResult(task.index, entry, task.fingerprint, skipped, reused=True)
 
 
-def _finished_entries(dest: str, source_info: dict, options: WriteOptions) -> dict[str, ShardEntry]:
-    """Shard entries of a complete earlier run with the same source and options."""
+def _finished_entries(dest: str, source_info: dict, options: WriteOptions) -> Callable[[str], ShardEntry | None]:
+    """Looks up shard entries (by name) of a complete earlier run with the same
+    source and options, in its manifest of format 1 or 2."""
     try:
-        with open(os.path.join(dest, MANIFEST_NAME), "rb") as f:
-            old = Manifest.from_json(f.read(), location=dest)
+        old = load_manifest(dest)
     except (OSError, ValueError):
-        return {}
+        return lambda name: None
     if dict(old.source) != source_info or dict(old.options) != options.recorded() or old.seed != (options.seed if options.shuffle else None):
-        return {}
-    return {s.path: s for s in old.shards}
+        return lambda name: None
+    table = old.table
+
+    def lookup(name: str) -> ShardEntry | None:
+        match = _SHARD_NUMBER.match(name)
+        if match is None or int(match.group(1)) >= table.num_shards:
+            return None
+        entry = table.entry(int(match.group(1)))
+        return entry if entry.path == name else None
+
+    return lookup
+
+
+_SHARD_NUMBER = re.compile(r"^shard-(\d{6,})\.tar$")
 
 
 def _remove_stale(dest: str, keep: set[str]) -> None:
@@ -362,6 +377,8 @@ def _remove_stale(dest: str, keep: set[str]) -> None:
         path = os.path.join(dest, name)
         stale_tmp = name.endswith(TMP_SUFFIX)
         stale_shard = name.startswith("shard-") and name.endswith((".tar", ".idx"))
+        if TABLE_NAME.match(name):
+            continue  # the manifest that names it may still be there; publishing removes stale tables
         stem = name[: -len(".idx")] + ".tar" if name.endswith(".idx") else name
         if stale_tmp or (stale_shard and stem not in keep):
             os.unlink(path)
@@ -505,7 +522,7 @@ def _write_scanned(
         )
         manifest_path = os.path.join(dest, MANIFEST_NAME)
         try:
-            atomic_write_bytes(manifest_path, manifest.to_json().encode("utf-8"))
+            publish_manifest(dest, manifest)
         except OSError as exc:
             raise output_error(exc, manifest_path) from exc
         _clear_journal(dest)

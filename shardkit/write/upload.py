@@ -23,6 +23,7 @@ from shardkit.errors import DestinationError, UsageError
 from shardkit.format.index import index_path_for
 from shardkit.format.manifest import MANIFEST_NAME
 from shardkit.io.base import Destination
+from shardkit.write.publish import publish_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ def write_to_remote(
             finally:
                 for future in pending:
                     future.cancel()
-        destination.put_bytes(MANIFEST_NAME, report.manifest.to_json().encode())
+        publish_manifest(destination, report.manifest)
         logger.info("dataset published at %s", destination.url)
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # after every upload thread has stopped

@@ -18,11 +18,11 @@ from typing import Any
 
 from shardkit.errors import UsageError
 from shardkit.format.codecs import encode_value
-from shardkit.format.manifest import MANIFEST_NAME, Manifest
+from shardkit.format.manifest import Manifest
 from shardkit.format.tar import encoded_sample_size, member_name_problem, split_key
-from shardkit.io.atomic import atomic_write_bytes
 from shardkit.write.destination import prepare_destination, shard_name
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
+from shardkit.write.publish import publish_manifest
 from shardkit.write.shard import ShardFile, WrittenShard
 
 
@@ -128,7 +128,7 @@ class ShardWriter:
             options={"max_samples": self.limits.max_samples, "max_bytes": self.limits.max_bytes},
             location=os.path.abspath(self.dest),
         )
-        atomic_write_bytes(os.path.join(self.dest, MANIFEST_NAME), self.manifest.to_json().encode("utf-8"))
+        publish_manifest(self.dest, self.manifest)
         return self.manifest
 
     def abort(self) -> None:

@@ -29,13 +29,14 @@ def test_load_from_directory_resolves_shards(make_shards):
     [
         ({"format_version": 99}, "format_version 99"),
         ({"format": "other"}, "not a shardkit manifest"),
-        ({"num_samples": 1234}, "num_samples is 1234"),
+        ({"num_samples": 1234}, "num_samples=4 but .* says 1234"),
     ],
 )
 def test_bad_manifest_is_refused_with_reason(make_shards, tmp_path, change, message):
-    data = json.loads(make_shards([2, 2]).to_json())
+    manifest = make_shards([2, 2])
+    data = json.loads(manifest.to_json())
     data.update(change)
-    path = tmp_path / "bad.json"
+    path = tmp_path / "ds" / "bad.json"  # beside its shard table
     path.write_text(json.dumps(data))
     with pytest.raises(ManifestError, match=message):
         load_manifest(str(path))

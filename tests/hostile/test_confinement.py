@@ -56,8 +56,8 @@ def datasets(tmp_path):
 def _point_shard_at(ds, canary, path: str, index: str) -> str:
     """Rewrite ``ds``'s manifest so its shard is the canary's, at ``path`` and ``index``."""
     file = os.path.join(ds.location, MANIFEST_NAME)
-    data = json.loads(open(file).read())
-    entry = dict(data["shards"][0], **{k: v for k, v in canary.to_dict()["shards"][0].items() if k not in ("path", "index")})
+    data = json.loads(ds.to_format1_json())
+    entry = dict(data["shards"][0], **{k: v for k, v in json.loads(canary.to_format1_json())["shards"][0].items() if k not in ("path", "index")})
     entry.update(path=path, index=index)
     data["shards"] = [entry]
     data.update(num_samples=entry["num_samples"], num_bytes=entry["num_bytes"])
@@ -182,7 +182,7 @@ def _write_manifest(ds, text: str | bytes) -> str:
 
 
 def _valid_manifest_with(ds, **changes) -> str:
-    data = ds.to_dict()
+    data = json.loads(ds.to_format1_json())
     data.update(changes)
     return json.dumps(data)
 
@@ -192,10 +192,10 @@ ABSURD = {
     "nested_in_a_field": lambda ds: _valid_manifest_with(ds).replace('"seed": null', '"seed": ' + "[" * 50_000 + "]" * 50_000),
     "shards_a_string": lambda ds: _valid_manifest_with(ds, shards="shard-000000.tar"),
     "shards_an_object": lambda ds: _valid_manifest_with(ds, shards={"path": "x"}),
-    "negative_count": lambda ds: _valid_manifest_with(ds, shards=[dict(ds.to_dict()["shards"][0], num_samples=-1)]),
-    "float_size": lambda ds: _valid_manifest_with(ds, shards=[dict(ds.to_dict()["shards"][0], num_bytes=1.5)]),
+    "negative_count": lambda ds: _valid_manifest_with(ds, shards=[dict(json.loads(ds.to_format1_json())["shards"][0], num_samples=-1)]),
+    "float_size": lambda ds: _valid_manifest_with(ds, shards=[dict(json.loads(ds.to_format1_json())["shards"][0], num_bytes=1.5)]),
     "huge_int": lambda ds: _valid_manifest_with(ds).replace('"num_bytes": ', '"num_bytes": ' + "9" * 5000 + ", \"x\": ", 1),
-    "big_int": lambda ds: _valid_manifest_with(ds, shards=[dict(ds.to_dict()["shards"][0], num_bytes=2**70)]),
+    "big_int": lambda ds: _valid_manifest_with(ds, shards=[dict(json.loads(ds.to_format1_json())["shards"][0], num_bytes=2**70)]),
 }
 
 

@@ -16,6 +16,7 @@ from shardkit.format.index import encode_index
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, ShardEntry
 from shardkit.format.tar import BLOCK_SIZE, END_OF_ARCHIVE, byte_sum, encode_sample
 
+from shardkit.write.publish import publish_manifest
 from tests.hostile.conftest import run_entry
 
 ENTRIES = ("stream", "loader", "indexed", "verify", "write")
@@ -51,8 +52,7 @@ def _dataset(root, body: list[bytes], *, bounds: list[int] | None = None) -> str
         num_bytes=len(data), sha256="0" * 64,
     )  # fmt: skip
     manifest = Manifest(shards=(entry,), extensions=("cls", "txt"), source={"format": "python"})
-    with open(os.path.join(root, MANIFEST_NAME), "w") as f:
-        f.write(manifest.to_json())
+    publish_manifest(str(root), manifest)
     return str(root)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from shardkit.format.manifest import load_manifest
 from shardkit.format.tar import SampleParser
 from tests.ray.conftest import tree_bytes
 
@@ -59,9 +60,9 @@ def test_read_then_write_keeps_every_byte(ray_cluster, dataset, tmp_path):
     assert {n: b for n, b in copy.items() if n != "manifest.json"} == {
         n: b for n, b in original.items() if n != "manifest.json"
     }
-    manifest = json.loads(copy["manifest.json"])
-    assert [s["sha256"] for s in manifest["shards"]] == [hashlib.sha256(copy[s["path"]]).hexdigest() for s in manifest["shards"]]
-    assert manifest["source"] == {"format": "ray.data"}
+    manifest = load_manifest(str(dest))
+    assert [s.sha256 for s in manifest.shards] == [hashlib.sha256(copy[s.path]).hexdigest() for s in manifest.shards]
+    assert manifest.source == {"format": "ray.data"}
 
 
 def test_read_then_write_with_other_limits_keeps_every_sample(ray_cluster, dataset, tmp_path):

@@ -11,6 +11,8 @@ from shardkit.errors import DestinationError, RemoteError
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
 from shardkit.io.base import SourceOptions
 from shardkit.io.registry import open_destination, open_source
+from shardkit.io.manifest import fetch_manifest
+from shardkit.write.publish import publish_manifest
 from shardkit.write.upload import refuse_existing_dataset
 
 
@@ -46,9 +48,8 @@ def test_upload_dataset_then_read_back(make_shards, s3_bucket, s3_options):
         dest.put_file(os.path.join(manifest.location, entry.path), entry.path)
         dest.put_file(os.path.join(manifest.location, entry.index), entry.index)
         assert not dest.exists(MANIFEST_NAME)  # nothing references the shards yet
-    dest.put_bytes(MANIFEST_NAME, manifest.to_json().encode())
-    text = open_source(f"s3://{bucket}/ds/{MANIFEST_NAME}", options=s3_options).read_all()
-    remote = Manifest.from_json(text, location=f"s3://{bucket}/ds")
+    publish_manifest(dest, manifest)
+    remote = fetch_manifest(f"s3://{bucket}/ds", options=s3_options)
     assert remote == manifest
     for entry in remote.shards:
         data = open_source(remote.resolve(entry.path), options=s3_options, expected_size=entry.num_bytes).read_all()
@@ -65,9 +66,11 @@ def test_upload_to_fsspec_memory(make_shards):
     dest = open_destination("memory://shardkit-test/ds")
     entry = manifest.shards[0]
     dest.put_file(os.path.join(manifest.location, entry.path), entry.path)
-    dest.put_bytes(MANIFEST_NAME, manifest.to_json().encode())
+    publish_manifest(dest, manifest)
     fs = fsspec.filesystem("memory")
-    assert sorted(p.rsplit("/", 1)[1] for p in fs.ls("/shardkit-test/ds", detail=False)) == [MANIFEST_NAME, entry.path]
+    assert sorted(p.rsplit("/", 1)[1] for p in fs.ls("/shardkit-test/ds", detail=False)) == sorted(
+        [MANIFEST_NAME, entry.path, manifest.table_file()[0]]
+    )
     data = open_source(f"memory://shardkit-test/ds/{entry.path}", options=SourceOptions(part_bytes=1000)).read_all()
     assert hashlib.sha256(data).hexdigest() == entry.sha256
     with pytest.raises(RemoteError, match="HTTP 404"):

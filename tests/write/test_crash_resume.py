@@ -85,3 +85,24 @@ def test_resume_and_overwrite_exclude_each_other(imagefolder, tmp_path, capsys, 
     root, _ = imagefolder
     assert main(["write", root, str(tmp_path / "o"), *flags]) == 2
     assert "not allowed with" in capsys.readouterr().err
+
+
+def test_resume_over_a_format1_manifest_reuses_its_shards_and_writes_format2(imagefolder, tmp_path, capsys):
+    from shardkit.format.manifest import MANIFEST_NAME, load_manifest
+
+    root, _ = imagefolder
+    dest = str(tmp_path / "out")
+    args = ["write", root, dest, "--max-samples", "5", "-q"]
+    assert main(args) == 0
+    original = {n: open(os.path.join(dest, n), "rb").read() for n in os.listdir(dest)}
+    manifest = load_manifest(dest)
+    for name in os.listdir(dest):
+        if name.endswith(".table"):
+            os.unlink(os.path.join(dest, name))
+    with open(os.path.join(dest, MANIFEST_NAME), "w") as f:
+        f.write(manifest.to_format1_json())
+    os.unlink(os.path.join(dest, "shard-000002.tar"))
+    assert main(args[:-1] + ["--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "1 written" in out and "4 reused" in out
+    assert {n: open(os.path.join(dest, n), "rb").read() for n in os.listdir(dest)} == original

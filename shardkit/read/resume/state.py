@@ -32,7 +32,6 @@ initial fill and grows to its size.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -288,26 +287,14 @@ def require_index(catalog: ShardCatalog) -> np.ndarray:
     return counts
 
 
-def catalog_fingerprint(urls: Iterable[str], counts: Iterable[int], manifest_fingerprint: str | None) -> str:
-    """What identifies a dataset in a state: the manifest's fingerprint, or
-    for shards without a manifest a hash of their names and sample counts."""
-    if manifest_fingerprint is not None:
-        return manifest_fingerprint
-    digest = hashlib.sha256()
-    for url, count in zip(urls, counts):
-        digest.update(f"{url.rsplit('/', 1)[-1]}\0{int(count)}\n".encode())
-    return digest.hexdigest()
-
-
 def dataset_fingerprint(catalog: ShardCatalog) -> str:
     """The fingerprint a state of ``catalog``'s dataset carries.
 
     Raises:
         UsageError: The catalog has no sample counts and offset indexes.
     """
-    counts = require_index(catalog)
-    manifest = catalog.manifest
-    return catalog_fingerprint(catalog.urls, counts.tolist(), None if manifest is None else manifest.fingerprint)
+    require_index(catalog)
+    return catalog.fingerprint
 
 
 def check_compatible(state: ReaderState, *, fingerprint: str, options: ReaderOptions) -> None:

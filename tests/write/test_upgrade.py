@@ -1,0 +1,94 @@
+"""``shardkit upgrade``: format 1 to the current format in place, atomically and idempotently."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from shardkit.cli import main
+from shardkit.errors import UsageError
+from shardkit.format.manifest import MANIFEST_NAME, load_manifest
+from shardkit.read.catalog import resolve_catalog
+from shardkit.io.base import SourceOptions
+from shardkit.write.publish import upgrade_dataset
+
+
+def _format1(manifest) -> dict[str, bytes]:
+    """Turn a written dataset into what shardkit wrote before the table; returns its files."""
+    with open(os.path.join(manifest.location, MANIFEST_NAME), "w") as f:
+        f.write(manifest.to_format1_json())
+    for name in os.listdir(manifest.location):
+        if name.endswith(".table"):
+            os.unlink(os.path.join(manifest.location, name))
+    return _files(manifest.location)
+
+
+def _files(folder: str) -> dict[str, bytes]:
+    return {n: open(os.path.join(folder, n), "rb").read() for n in sorted(os.listdir(folder))}
+
+
+def test_upgrade_rewrites_the_manifest_only_and_a_second_run_changes_nothing(make_shards, capsys):
+    manifest = make_shards([3, 0, 4])
+    before = _format1(manifest)
+    old_fingerprint = resolve_catalog(manifest.location, options=SourceOptions()).fingerprint
+
+    assert main(["upgrade", manifest.location]) == 0
+    out = capsys.readouterr().out
+    assert "from format 1 to 2: 3 shards" in out and "shards untouched" in out
+    after = _files(manifest.location)
+    assert {n: b for n, b in after.items() if n.startswith("shard-")} == {
+        n: b for n, b in before.items() if n.startswith("shard-")
+    }
+    assert json.loads(after[MANIFEST_NAME])["format_version"] == 2
+    upgraded = load_manifest(manifest.location)
+    assert upgraded.loaded_version == 2 and upgraded == manifest
+    # a reader state saved on format 1 carries the same fingerprint: it still resumes
+    assert resolve_catalog(manifest.location, options=SourceOptions()).fingerprint == old_fingerprint
+
+    assert main(["upgrade", manifest.location]) == 0
+    assert "already in format 2; nothing to do" in capsys.readouterr().out
+    assert _files(manifest.location) == after
+
+
+def test_upgrade_is_the_same_bytes_as_writing_format_2(make_shards):
+    manifest = make_shards([2, 2])
+    written = _files(manifest.location)
+    _format1(manifest)
+    report = upgrade_dataset(manifest.location)
+    assert report.upgraded and report.num_shards == 2 and report.table_bytes == len(written[report.table_name])
+    assert _files(manifest.location) == written
+
+
+def test_interrupted_upgrade_leaves_the_old_format_and_a_rerun_completes(make_shards):
+    manifest = make_shards([5, 1])
+    written = _files(manifest.location)
+    _format1(manifest)
+    # killed after writing the table, before replacing manifest.json
+    table = next(n for n in written if n.endswith(".table"))
+    with open(os.path.join(manifest.location, table), "wb") as f:
+        f.write(written[table])
+    with open(os.path.join(manifest.location, "shards-00000000deadbeef.table.tmp"), "wb") as f:
+        f.write(b"half")
+    still_old = load_manifest(manifest.location)
+    assert still_old.loaded_version == 1 and still_old == manifest
+    assert upgrade_dataset(manifest.location).upgraded
+    assert _files(manifest.location) == written  # the stray temporary is gone too
+
+
+def test_stray_table_beside_a_current_manifest_is_ignored_then_removed(make_shards):
+    manifest = make_shards([5, 1])
+    written = _files(manifest.location)
+    stray = os.path.join(manifest.location, "shards-0123456789abcdef.table")
+    with open(stray, "wb") as f:
+        f.write(b"left by a killed upgrade")
+    assert load_manifest(manifest.location) == manifest
+    report = upgrade_dataset(manifest.location)
+    assert not report.upgraded and report.removed == ("shards-0123456789abcdef.table",)
+    assert _files(manifest.location) == written
+
+
+def test_upgrade_refuses_http():
+    with pytest.raises(UsageError, match="read-only; upgrade the dataset where it is stored"):
+        upgrade_dataset("https://example.invalid/ds")
