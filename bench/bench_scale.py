@@ -30,8 +30,9 @@ with a timeout and an address-space cap (``RLIMIT_AS``), so a peer that fails,
 runs out of memory or hangs at a size is recorded with its error and the run
 goes on (a peer that fails at a size is not tried at larger ones):
 
-1. ``memory``: open time (constructing the dataset, modules imported
-   before); pickled size of the dataset object; the parent's memory after
+1. ``memory``: open time (constructing the dataset and taking its
+   ``len()``, modules imported before: LitData reads its ``index.json`` on
+   the first ``len()``; webdataset has no length); pickled size of the dataset object; the parent's memory after
    opening; then a DataLoader with 8 workers, read until each worker has
    delivered a batch (in-order loading), and each process's unique set size
    (USS: ``Private_Clean + Private_Dirty`` of ``/proc/PID/smaps_rollup``,
@@ -196,7 +197,10 @@ def run_cell(peer: str, path: str, num_shards: int, phase: str) -> dict[str, Any
     import_peer(peer)
     start = time.perf_counter()
     dataset = open_dataset(peer, path, num_shards)
-    result: dict[str, Any] = {"open_s": time.perf_counter() - start}
+    result: dict[str, Any] = {"construct_s": time.perf_counter() - start}
+    if peer != "webdataset":  # LitData reads its index.json on the first len()
+        result["len"] = len(dataset)
+    result["open_s"] = time.perf_counter() - start
     if phase == "first_batch":
         loader = make_loader(peer, dataset, FIRST_BATCH_WORKERS)
         start = time.perf_counter()
@@ -261,15 +265,16 @@ def run_child(spec: dict[str, Any], *, timeout_s: float, as_limit_gb: float, min
     )
     started = time.monotonic()
     killed = None
-    while proc.poll() is None:
-        time.sleep(0.25)
-        if time.monotonic() - started > timeout_s:
-            killed = f"timed out after {timeout_s:.0f} s"
-        elif mem_available_gb() < min_free_gb:
-            killed = f"stopped: the machine's available memory fell below {min_free_gb} GB"
-        if killed:
+    try:
+        while proc.poll() is None and killed is None:
+            time.sleep(0.25)
+            if time.monotonic() - started > timeout_s:
+                killed = f"timed out after {timeout_s:.0f} s"
+            elif mem_available_gb() < min_free_gb:
+                killed = f"stopped: the machine's available memory fell below {min_free_gb} GB"
+    finally:  # the child and its workers are a session of their own: end it with us
+        if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-            break
     stdout, stderr = proc.communicate()
     wall = time.monotonic() - started
     if killed:
@@ -442,7 +447,7 @@ def table(record: dict[str, Any]) -> str:
         f"{LAION_SAMPLES_PER_SHARD:,}-sample shard (LAION scale: {LAION_SAMPLES_PER_SHARD * TARGET_SHARDS:.1e} "
         f"samples at {TARGET_SHARDS:,} shards). {BASELINE_SHARDS} shards is the \"empty\" reference. "
         f"Each cell in fresh processes (timeout {record['timeout_s']:.0f} s, address space capped at "
-        f"{record['as_limit_gb']} GiB). Open: constructing the dataset, metadata page-cache-hot. Memory: USS "
+        f"{record['as_limit_gb']} GiB). Open: constructing the dataset and `len()` of it (LitData reads its index.json on the first `len()`; webdataset has none: construction only), metadata page-cache-hot. Memory: USS "
         f"(private pages) of the parent and of each of {MEMORY_WORKERS} DataLoader workers once each has "
         f"delivered a batch. First batch: `iter(loader)` to the first batch, {FIRST_BATCH_WORKERS} workers. "
         f"{record['machine']['cpus']} CPUs shared with other jobs (load average {record['load_before']:.1f} "
@@ -496,6 +501,13 @@ def table(record: dict[str, Any]) -> str:
             f"| {mark('extra_mb_per_process', '.0f')} | {mark('worker_growth_mb', '.0f')} ({lo:.0e}→{hi:.0e}) "
             f"| {mark('pickled_mb', '.3f')} | {mark('first_batch_s', '.2f')} |"
         )
+    mosaic = record["versions"].get("mosaicml-streaming") or ""
+    if mosaic.startswith("0.10."):
+        lines += [
+            "",
+            f"Mosaic is {mosaic}: mosaicml-streaming 0.11 and later require numpy < 2.2, and `make bench-scale` keeps "
+            f"the venv's numpy ({record['versions'].get('numpy')}), so pip picks the newest Mosaic that accepts it.",
+        ]
     if record["unavailable"]:
         lines += ["", "Not installed: " + "; ".join(f"{p}: {why}" for p, why in record["unavailable"].items())]
     return "\n".join(lines) + "\n"
@@ -552,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
         "--laion-peers", type=lambda s: parse_list(s, str), default=["shardkit", "mosaic"],
         help=f"peers also run at {LAION_SAMPLES_PER_SHARD:,} samples per shard (empty: none)",
     )  # fmt: skip
-    parser.add_argument("--timeout-s", type=float, default=None, help="per child process (default 600, quick 120)")
+    parser.add_argument("--timeout-s", type=float, default=None, help="per child process (default 300, quick 120)")
     parser.add_argument("--as-limit-gb", type=float, default=12.0, help="RLIMIT_AS of each child, GiB")
     parser.add_argument("--min-free-gb", type=float, default=2.5, help="stop a child below this much available memory")
     parser.add_argument("--prepare-only", action="store_true", help="make the synthetic datasets, measure nothing")
@@ -565,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown peers {unknown}; choose from {PEERS}")
     args.sizes = sorted(args.sizes or (QUICK_SIZES if args.quick else SIZES))
-    args.timeout_s = args.timeout_s or (120.0 if args.quick else 600.0)
+    args.timeout_s = args.timeout_s or (120.0 if args.quick else 300.0)
     if args.prepare_only:
         for peer, samples in row_sets(args):
             for num_shards in [BASELINE_SHARDS, *args.sizes]:
@@ -599,6 +611,7 @@ def main(argv: list[str] | None = None) -> int:
         record["targets"] = {label(p, s): target_check(record, p, s) for p, s in record["row_sets"]}
         save_record(args.out, record, table(record))
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so run_child ends the running cell
     measure(args, record, save)
     save()
     plot(record, plot_path(args.out))
