@@ -30,9 +30,9 @@ with a timeout and an address-space cap (``RLIMIT_AS``), so a peer that fails,
 runs out of memory or hangs at a size is recorded with its error and the run
 goes on (a peer that fails at a size is not tried at larger ones):
 
-1. ``memory``: open time (constructing the dataset and taking its
-   ``len()``, modules imported before: LitData reads its ``index.json`` on
-   the first ``len()``; webdataset has no length); pickled size of the dataset object; the parent's memory after
+1. ``memory``: open time (constructing the dataset, modules imported
+   before; for LitData also its ``len()``, where it reads ``index.json``);
+   pickled size of the dataset object; the parent's memory after
    opening; then a DataLoader with 8 workers, read until each worker has
    delivered a batch (in-order loading), and each process's unique set size
    (USS: ``Private_Clean + Private_Dirty`` of ``/proc/PID/smaps_rollup``,
@@ -198,7 +198,7 @@ def run_cell(peer: str, path: str, num_shards: int, phase: str) -> dict[str, Any
     start = time.perf_counter()
     dataset = open_dataset(peer, path, num_shards)
     result: dict[str, Any] = {"construct_s": time.perf_counter() - start}
-    if peer != "webdataset":  # LitData reads its index.json on the first len()
+    if peer == "litdata":  # reads its index.json on the first len(), not in the constructor
         result["len"] = len(dataset)
     result["open_s"] = time.perf_counter() - start
     if phase == "first_batch":
@@ -447,7 +447,7 @@ def table(record: dict[str, Any]) -> str:
         f"{LAION_SAMPLES_PER_SHARD:,}-sample shard (LAION scale: {LAION_SAMPLES_PER_SHARD * TARGET_SHARDS:.1e} "
         f"samples at {TARGET_SHARDS:,} shards). {BASELINE_SHARDS} shards is the \"empty\" reference. "
         f"Each cell in fresh processes (timeout {record['timeout_s']:.0f} s, address space capped at "
-        f"{record['as_limit_gb']} GiB). Open: constructing the dataset and `len()` of it (LitData reads its index.json on the first `len()`; webdataset has none: construction only), metadata page-cache-hot. Memory: USS "
+        f"{record['as_limit_gb']} GiB). Open: constructing the dataset; for LitData also its `len()`, since it reads index.json there (the others read their metadata in the constructor; webdataset expands the brace pattern); metadata page-cache-hot. Memory: USS "
         f"(private pages) of the parent and of each of {MEMORY_WORKERS} DataLoader workers once each has "
         f"delivered a batch. First batch: `iter(loader)` to the first batch, {FIRST_BATCH_WORKERS} workers. "
         f"{record['machine']['cpus']} CPUs shared with other jobs (load average {record['load_before']:.1f} "
@@ -532,10 +532,16 @@ def plot(record: dict[str, Any], path: str) -> None:
                 for c in record["cells"]
                 if c["peer"] == peer and c["samples_per_shard"] == samples and key in c
             ]
+            failed = [
+                c["num_shards"]
+                for c in record["cells"]
+                if c["peer"] == peer and c["samples_per_shard"] == samples and "error" in c
+            ]
+            name = label(peer, samples) + (f" (fails from {min(failed):,})" if failed else "")
             if points:
                 xs, ys = zip(*points)
                 style = "--" if samples != SAMPLES_PER_SHARD else "-"
-                ax.plot(xs, ys, style, marker="o", label=label(peer, samples))
+                ax.plot(xs, ys, style, marker="o", label=name)
         if target is not None:
             ax.axhline(target, color="grey", linestyle=":", label=f"target at {TARGET_SHARDS:.0e}")
         ax.set_xscale("log")
