@@ -421,6 +421,10 @@ def target_check(record: dict[str, Any], peer: str, samples: int) -> dict[str, A
         "first_batch_s": cell.get("first_batch_s"),
         "error": cell.get("error"),
     }
+    failed = [c for c in record["cells"] if (c["peer"], c["samples_per_shard"]) == (peer, samples)
+              and "error" in c and not c["error"].startswith("not run")]  # fmt: skip
+    if failed and failed[0]["num_shards"] <= at:
+        values["error"] = f"fails from {failed[0]['num_shards']:,} shards: {failed[0]['error']}"
     values["met"] = {
         key: (values[key] is not None and values[key] <= limit) for key, limit in TARGETS.items()
     }  # fmt: skip
@@ -447,7 +451,7 @@ def table(record: dict[str, Any]) -> str:
         f"{LAION_SAMPLES_PER_SHARD:,}-sample shard (LAION scale: {LAION_SAMPLES_PER_SHARD * TARGET_SHARDS:.1e} "
         f"samples at {TARGET_SHARDS:,} shards). {BASELINE_SHARDS} shards is the \"empty\" reference. "
         f"Each cell in fresh processes (timeout {record['timeout_s']:.0f} s, address space capped at "
-        f"{record['as_limit_gb']} GiB). Open: constructing the dataset; for LitData also its `len()`, since it reads index.json there (the others read their metadata in the constructor; webdataset expands the brace pattern); metadata page-cache-hot. Memory: USS "
+        f"{record['as_limit_gb']} GiB); a reader that fails at a size is not run at larger ones. Open: constructing the dataset; for LitData also its `len()`, since it reads index.json there (the others read their metadata in the constructor; webdataset expands the brace pattern); metadata page-cache-hot. Memory: USS "
         f"(private pages) of the parent and of each of {MEMORY_WORKERS} DataLoader workers once each has "
         f"delivered a batch. First batch: `iter(loader)` to the first batch, {FIRST_BATCH_WORKERS} workers. "
         f"{record['machine']['cpus']} CPUs shared with other jobs (load average {record['load_before']:.1f} "
@@ -483,8 +487,9 @@ def table(record: dict[str, Any]) -> str:
         f"largest size ≤ {TARGETS['worker_growth_mb']:g} MB; pickled ≤ {TARGETS['pickled_mb']:g} MB; first batch "
         f"with 4 workers ≤ {TARGETS['first_batch_s']:g} s. ✓ met, ✗ not met, – not measured.",
         "",
-        "| reader | at shards | open (s) | extra MB per process | worker growth (MB) | pickled (MB) | first batch (s) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| reader | at shards | open (s) | extra MB per process | worker growth (MB) | pickled (MB) | first batch (s) "
+        "| note |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for peer, samples in record["row_sets"]:
         check = record["targets"][label(peer, samples)]
@@ -499,7 +504,8 @@ def table(record: dict[str, Any]) -> str:
         lines.append(
             f"| {label(peer, samples)} | {check['at_shards']:,} | {mark('open_s', '.2f')} "
             f"| {mark('extra_mb_per_process', '.0f')} | {mark('worker_growth_mb', '.0f')} ({lo:.0e}→{hi:.0e}) "
-            f"| {mark('pickled_mb', '.3f')} | {mark('first_batch_s', '.2f')} |"
+            f"| {mark('pickled_mb', '.3f')} | {mark('first_batch_s', '.2f')} "
+            f"| {(check['error'] or '').replace('|', '/')[:160]} |"
         )
     mosaic = record["versions"].get("mosaicml-streaming") or ""
     if mosaic.startswith("0.10."):
@@ -550,7 +556,7 @@ def plot(record: dict[str, Any], path: str) -> None:
         ax.set_xlabel("shards")
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
-    axes[0].legend(fontsize=8)
+    axes[2].legend(fontsize=8, loc="upper left")
     fig.suptitle(f"Opening N shards (shardkit {record['git_commit']}; {BASELINE_SHARDS} shards = empty reference)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -573,6 +579,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout-s", type=float, default=None, help="per child process (default 300, quick 120)")
     parser.add_argument("--as-limit-gb", type=float, default=12.0, help="RLIMIT_AS of each child, GiB")
     parser.add_argument("--min-free-gb", type=float, default=2.5, help="stop a child below this much available memory")
+    parser.add_argument("--report-only", action="store_true", help="rewrite the Markdown and plot from --out's JSON")
     parser.add_argument("--prepare-only", action="store_true", help="make the synthetic datasets, measure nothing")
     parser.add_argument("--workdir", default=os.path.join(HERE, "work", "scale"))
     parser.add_argument("--out", default=os.path.join(HERE, "results", "scale.json"))
@@ -584,6 +591,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown peers {unknown}; choose from {PEERS}")
     args.sizes = sorted(args.sizes or (QUICK_SIZES if args.quick else SIZES))
     args.timeout_s = args.timeout_s or (120.0 if args.quick else 300.0)
+    if args.report_only:
+        with open(args.out) as f:
+            record = json.load(f)
+        record["row_sets"] = [tuple(row) for row in record["row_sets"]]
+        record["targets"] = {label(p, s): target_check(record, p, s) for p, s in record["row_sets"]}
+        save_record(args.out, record, table(record))
+        plot(record, plot_path(args.out))
+        return 0
     if args.prepare_only:
         for peer, samples in row_sets(args):
             for num_shards in [BASELINE_SHARDS, *args.sizes]:
