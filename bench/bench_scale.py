@@ -20,10 +20,10 @@ real shard (100 samples of ~1 KB: a 1 KB ``bin`` and an int ``cls``); its
 metadata entry is then repeated N times, each pointing at a hard link to that
 shard (ext4 allows 65,000 links per file: more copies are made as needed),
 so opening parses N real entries and reading reads real bytes. 100 samples
-per shard make 5x10^7 samples at 5x10^5 shards; the ``laion`` rows repeat
-shardkit (and the peers listed in ``--laion-peers``) with a real
-10,000-sample shard (~10 MB), 5x10^9 samples at 5x10^5 shards, the scale of
-LAION-5B. A 16-shard dataset is each peer's "empty" reference.
+per shard make 5x10^7 samples at 5x10^5 shards; the LAION-scale rows
+repeat the peers of ``--laion-peers`` (default shardkit and Mosaic, whose
+per-sample arrays grow with the sample count) with a real 10,000-sample shard
+(~10 MB): 5x10^9 samples at 5x10^5 shards, the scale of LAION-5B. A 16-shard dataset is each peer's "empty" reference.
 
 **Per cell** (peer, samples per shard, shards), two fresh child processes
 with a timeout and an address-space cap (``RLIMIT_AS``), so a peer that fails,
@@ -46,7 +46,8 @@ child when the machine's available memory falls below ``--min-free-gb``.
 
 Writes ``bench/results/scale.json`` / ``.md`` / ``.png``::
 
-    .venv/bin/python bench/bench_scale.py            # 10^3 .. 10^6 shards; metadata cached in bench/work/scale
+    .venv/bin/python bench/bench_scale.py            # 10^3 .. 10^6 shards: ~25 min on 2 cores,
+                                                     # +7 min the first time to make ~3 GB of metadata in bench/work/scale
     .venv/bin/python bench/bench_scale.py --quick    # 10^3 and 10^4 shards
     .venv/bin/python bench/bench_scale.py --sizes 1000,500000 --peers shardkit,webdataset
 """
