@@ -489,7 +489,7 @@ def table(record: dict[str, Any]) -> str:
         f"with 4 workers ≤ {TARGETS['first_batch_s']:g} s. ✓ met, ✗ not met, – not measured. At "
         f"{SAMPLES_PER_SHARD} samples/shard the {BASELINE_SHARDS}-shard reference gives each worker 2 shards "
         f"(~200 KB), less than a reader's read-ahead holds, so a worker's extra memory there includes read-ahead "
-        f"buffers as well as metadata (shardkit: 13 MB at {BASELINE_SHARDS} shards, 45 MB at 1,000); the "
+        f"buffers as well as metadata (compare the worker column at {BASELINE_SHARDS} and 1,000 shards); the "
         f"{LAION_SAMPLES_PER_SHARD:,}/shard rows (10 MB shards) do not have this.",
         "",
         "| reader | at shards | open (s) | extra MB per process | worker growth (MB) | pickled (MB) | first batch (s) "
