@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Pins this machine's torch for the commands below; pyproject.toml has ranges.
 CONSTRAINTS := tools/constraints.txt
 
-.PHONY: demo test venv bench-writer bench-ray bench-mix bench-checksums clean
+.PHONY: demo test venv bench-writer bench-ray bench-mix bench-checksums bench-scale clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,18 @@ bench-checksums: $(STAMP)
 # RandomMix and one dataset; bench/results/mix.{json,md,png} (~4 min).
 bench-mix: $(STAMP)
 	$(PY) bench/bench_mix.py
+
+# Reader at scale (#22): open time, memory per process (USS, 8 workers),
+# pickled size and first batch at 10^3..10^6 shards against webdataset, LitData
+# and Mosaic; bench/results/scale.{json,md,png}. Installs the peers (extra
+# bench-scale) with the torch pin and the venv's own numpy kept (a pin file
+# from pip freeze), so they replace neither. Synthetic datasets are cached in
+# bench/work/scale (~3 GB of metadata and directory entries at 10^6 shards).
+# Pass options with BENCH_SCALE_ARGS, e.g. BENCH_SCALE_ARGS=--quick.
+bench-scale: $(STAMP)
+	$(PY) -m pip freeze | grep -i '^numpy==' > $(VENV)/numpy-pin.txt
+	$(PY) -m pip install --quiet -e '.[bench-scale]' -c $(CONSTRAINTS) -c $(VENV)/numpy-pin.txt
+	$(PY) bench/bench_scale.py $(BENCH_SCALE_ARGS)
 
 clean:
 	rm -rf demo bench/work .pytest_cache
