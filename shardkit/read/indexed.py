@@ -223,7 +223,7 @@ class IndexedDataset(Dataset):
     def _derive_arrays(self) -> None:
         # Derived from the catalog in each process, never pickled.
         self._counts = self._catalog.counts
-        self._starts = _starts_of(self._catalog)
+        self._starts = self._catalog.starts
 
     # ------------------------------------------------------------ properties
 
@@ -272,8 +272,7 @@ class IndexedDataset(Dataset):
             i += length
         if not 0 <= i < length:
             raise IndexError(f"sample index {index} out of range for IndexedDataset of length {length}")
-        shard = int(np.searchsorted(self._starts, i, side="right")) - 1
-        return shard, i - int(self._starts[shard])
+        return self._catalog.shard_of(i)
 
     def shard_url(self, shard: int) -> str:
         """The path or URL of shard number ``shard``."""
@@ -284,8 +283,8 @@ class IndexedDataset(Dataset):
         manifest = self._catalog.manifest
         if manifest is None:
             return None, None
-        entry = manifest.shards[shard]
-        return entry.num_bytes, entry.sha256
+        table = manifest.table
+        return int(table.num_bytes[shard]), table.sha256_hex(shard)
 
     # ------------------------------------------------------------ reading
 
@@ -435,14 +434,6 @@ class IndexedDataset(Dataset):
         self.__dict__.update(state)
         self._derive_arrays()
         self._reset_handles()
-
-
-def _starts_of(catalog: ShardCatalog) -> np.ndarray:
-    """Cumulative sample counts, ``num_shards + 1`` entries: shard ``i``
-    holds samples ``[starts[i], starts[i + 1])``."""
-    starts = np.zeros(catalog.num_shards + 1, dtype=np.int64)
-    np.cumsum(catalog.counts, out=starts[1:])
-    return starts
 
 
 def _no_offsets(catalog: ShardCatalog) -> UsageError:
