@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-from shardkit.errors import ManifestError, RemoteError
+from shardkit.errors import CorruptShardError, ManifestError, RemoteError
 from shardkit.format.manifest import (
     MANIFEST_NAME,
     MAX_MANIFEST_BYTES,
@@ -26,7 +26,7 @@ from shardkit.format.manifest import (
 )
 from shardkit.format.table import TABLE_ADVICE, Naming, ShardTable, open_table
 from shardkit.io.atomic import TMP_SUFFIX, commit
-from shardkit.io.base import SourceOptions
+from shardkit.io.base import SourceOptions, read_capped
 from shardkit.io.ranged import RangedObject, stream_range
 from shardkit.io.registry import open_source
 from shardkit.io.urls import is_local, local_path, redact_url
@@ -42,22 +42,20 @@ def _chunks(url: str, options: SourceOptions):  # type: ignore[no-untyped-def]
 
 
 def _read_limited(url: str, options: SourceOptions, limit: int) -> bytes:
-    """The object at ``url``, or its first ``limit + 1`` bytes when it is longer
-    (read in one streamed request, never held whole past the limit)."""
-    chunks = _chunks(url, options)
-    out: list[bytes] = []
-    held = 0
+    """The object at ``url``, read in one streamed request and never held
+    whole past ``limit`` bytes.
+
+    Raises:
+        ManifestError: It holds more than ``limit`` bytes.
+    """
     try:
-        for chunk in chunks:
-            out.append(chunk)
-            held += len(chunk)
-            if held > limit:
-                break
-    finally:
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()
-    return b"".join(out)
+        return read_capped(redact_url(url), _chunks(url, options), limit)
+    except CorruptShardError:
+        raise ManifestError(
+            f"{redact_url(url)}: more than {limit} bytes, more than a manifest may hold; not a shardkit "
+            "manifest (a damaged or hostile file). Point the reader at the dataset's own manifest.json.",
+            path=redact_url(url),
+        ) from None
 
 
 def table_cache_dir(options: SourceOptions) -> str:

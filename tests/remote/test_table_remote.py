@@ -78,3 +78,14 @@ def test_upgrade_on_s3(make_shards, s3_bucket, s3_options):
     upgraded = fetch_manifest(url, options=s3_options)
     assert upgraded.loaded_version == 2 and upgraded == manifest and upgraded.fingerprint == manifest.fingerprint
     assert not upgrade_dataset(url, options=s3_options).upgraded
+
+
+def test_remote_manifest_over_the_size_limit_is_refused_unread(make_shards, serve_dataset, http_server, monkeypatch):
+    import shardkit.io.manifest as io_manifest
+
+    manifest = make_shards([4, 3])
+    base = serve_dataset(manifest)
+    http_server.add("/data/" + MANIFEST_NAME, b" " * (1 << 20) + manifest.to_json().encode())
+    monkeypatch.setattr(io_manifest, "MAX_MANIFEST_BYTES", 4096)
+    with pytest.raises(ManifestError, match=rf"/data/{MANIFEST_NAME}: more than 4096 bytes, more than a manifest may hold"):
+        fetch_manifest(base + "/", options=fast_options())
