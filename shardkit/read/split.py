@@ -170,6 +170,12 @@ def iter_pieces(counts: Sequence[int] | np.ndarray, order: np.ndarray, start: in
     total = int(ends[-1]) if len(ends) else 0
     if total == 0:
         raise UsageError("cannot read samples from a dataset with no samples")
+    if start // total == (stop - 1) // total:
+        # No wrap: keep only the shards the positions cover (a slot's share
+        # of the epoch), so a long read does not hold the whole epoch's order.
+        first = int(np.searchsorted(ends, start % total, side="right"))
+        last = int(np.searchsorted(ends, (stop - 1) % total, side="right"))
+        order, ordered, ends = (a[first : last + 1].copy() for a in (np.asarray(order), ordered, ends))
     pos = start
     while pos < stop:
         at = pos % total
