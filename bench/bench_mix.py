@@ -64,7 +64,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import numpy as np  # noqa: E402
 
 import shardkit  # noqa: E402
-from bench.common import machine, plot_path, save_record  # noqa: E402
+from bench.common import git_commit, machine, plot_path, save_record  # noqa: E402
 
 BATCH = 64
 BUFFER = 1000
@@ -676,16 +676,6 @@ def versions() -> dict[str, str]:
 
     return {"shardkit": shardkit.__version__, "torch": torch.__version__, "webdataset": webdataset.__version__}
 
-
-def git_commit() -> str:
-    import subprocess
-
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -71,7 +71,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(HERE)
 sys.path.insert(0, REPO_ROOT)
 
-from bench.common import machine, plot_path, save_record  # noqa: E402
+from bench.common import git_commit, machine, plot_path, save_record  # noqa: E402
 from bench.harness.memory import _children, smaps  # noqa: E402
 from bench.harness.scale_data import PAYLOAD_BYTES, has_upgrade, prepare  # noqa: E402
 
@@ -308,14 +308,6 @@ def versions() -> dict[str, str | None]:
             out[name] = None
     return out
 
-
-def git_commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def summarize(cell: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +15,20 @@ from typing import Any
 def machine() -> dict[str, Any]:
     """The operating system, CPU count and Python version of this machine."""
     return {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()}
+
+
+def git_commit() -> str:
+    """The short commit of the checkout the benchmark runs in, or "unknown"."""
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=os.path.dirname(os.path.abspath(__file__)),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def markdown_path(json_path: str) -> str:
