@@ -13,6 +13,7 @@ from shardkit.format.manifest import MANIFEST_NAME, Manifest
 from shardkit.write.publish import publish_manifest
 from shardkit.write.destination import shard_name
 from shardkit.write.shard import ShardFile
+from tests.remote.remote_servers import FaultyHTTPServer
 
 
 def sample_payload(key: str, size: int) -> bytes:
@@ -72,3 +73,13 @@ def pytest_addoption(parser) -> None:
         default=300,
         help="mutations tests/hostile/test_fuzz.py tries per run (1000 for the acceptance run by hand)",
     )
+
+
+@pytest.fixture
+def http_server():
+    """A fault-injecting HTTP server on 127.0.0.1 (see tests/remote/remote_servers.py)."""
+    server = FaultyHTTPServer().start()
+    try:
+        yield server
+    finally:
+        server.close()

@@ -141,15 +141,6 @@ def auth_server():
         server.close()
 
 
-@pytest.fixture
-def http_server():
-    server = FaultyHTTPServer().start()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
 # ------------------------------------------------------------ redaction
 
 

@@ -16,7 +16,7 @@ from shardkit.io.base import SourceOptions
 from shardkit.io.index import fetch_offset_index
 from shardkit.io.manifest import fetch_manifest
 from shardkit.verify import verify_dataset
-from tests.remote.conftest import http_server, serve_dataset  # noqa: F401 - fixtures
+from tests.remote.conftest import serve_dataset  # noqa: F401 - a fixture (http_server is in tests/conftest.py)
 from tests.remote.remote_servers import fast_options
 
 SAMPLES = 6

@@ -6,16 +6,7 @@ import os
 
 import pytest
 
-from tests.remote.remote_servers import FaultyHTTPServer, moto_environment
-
-
-@pytest.fixture
-def http_server():
-    server = FaultyHTTPServer().start()
-    try:
-        yield server
-    finally:
-        server.close()
+from tests.remote.remote_servers import moto_environment
 
 
 @pytest.fixture
