@@ -2,7 +2,12 @@
 
 A shard is a POSIX tar file. A sample is the contiguous run of members
 ``KEY.EXT`` that share one key, where the key is the member path up to the
-first dot of its basename and the extension is the rest (webdataset's rule).
+first dot of its basename and the extension is the rest, lower-cased
+(webdataset's conventions: ``train/n01.v2/img.JPG`` is field ``jpg`` of
+sample ``train/n01.v2/img``). Entries that are part of no sample are
+skipped and counted, as webdataset skips them: directories, links, and
+files without a ``KEY.EXT`` name (``README``, ``.DS_Store``, a name whose
+basename starts with a dot). One warning per shard names the first.
 
 Encoding writes plain ustar headers with fixed metadata (mtime 0, uid/gid 0,
 empty owner names, mode 0644) so the same input gives the same bytes. A pax
@@ -18,12 +23,16 @@ before the sample's last member is complete.
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from shardkit.errors import CorruptShardError
+
+log = logging.getLogger(__name__)
 
 BLOCK_SIZE = 512
 END_OF_ARCHIVE = bytes(2 * BLOCK_SIZE)
@@ -40,17 +49,46 @@ _REGULAR_TYPES = (b"0", b"\x00", b"7")
 _CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f]")
 #: Entries that are part of no sample (links, devices, directories, FIFOs):
 #: stepped over when they carry no data. One that carries data, or is named
-#: like a member of the sample being read, is a damaged member, not a
-#: directory: skipping it would yield that sample without a field.
+#: like a member of the sample being read (a directory entry without its
+#: trailing slash, say), is a damaged member, not a directory: skipping it
+#: would yield that sample without a field.
 _SKIPPED_TYPES = (b"1", b"2", b"3", b"4", b"5", b"6")
+#: Shards named so far by the skipped-entries warning (once per shard per
+#: process), up to a limit: past it one last line says that more are not named.
+_WARNED_SHARDS: set[str] = set()
+_WARNED_LOCK = threading.Lock()
+MAX_WARNED_SHARDS = 100
+
+
+def _warn_skipped(path: str, name: str, offset: int) -> None:
+    """Log, once per shard, that entries which are no sample member are skipped."""
+    with _WARNED_LOCK:
+        if path in _WARNED_SHARDS or len(_WARNED_SHARDS) > MAX_WARNED_SHARDS:
+            return
+        _WARNED_SHARDS.add(path)
+        last = len(_WARNED_SHARDS) > MAX_WARNED_SHARDS
+    log.warning(
+        "%s: skipping tar entries that are no sample member (directories, links, files without a KEY.EXT name), "
+        "the first %r at byte %d, as webdataset does; `shardkit verify` counts them%s",
+        path,
+        name,
+        offset,
+        f" (further shards with such entries are not named: {MAX_WARNED_SHARDS} were)" if last else "",
+    )
 
 
 def split_key(name: str) -> tuple[str, str] | None:
     """Split a member name into ``(key, extension)`` by webdataset's rule.
 
     The key is the path up to the first dot of the basename; the extension is
-    everything after that dot. Returns None when the basename has no dot, or
-    starts with one, or has nothing after it.
+    everything after that dot, as it is (readers lower-case it). Returns None
+    when the basename has no dot, or starts with one (a hidden file such as
+    ``.DS_Store``), or has nothing after it.
+
+    webdataset's ``base_plus_ext`` agrees except on a hidden file inside a
+    folder: its pattern lets the key run across the slash, so it reads
+    ``dir/.DS_Store`` as field ``ds_store`` of a sample keyed ``dir/``;
+    shardkit skips that entry like a top-level ``.DS_Store``.
 
     >>> split_key("train/n0144/img_1.seg.png")
     ('train/n0144/img_1', 'seg.png')
@@ -271,8 +309,15 @@ class SampleParser:
     one (an end-of-archive marker does not release the sample before it, since
     zero blocks may be damage inside that sample). A sample's span runs from
     where the previous sample ended (or ``base_offset``) to the end of its last
-    member: entries that belong to no sample (directories, links) lead into
-    the next sample's span, the way an offset index counts them.
+    member: entries that belong to no sample (directories, links, files
+    without a ``KEY.EXT`` name) lead into the next sample's span, the way an
+    offset index counts them; those after the last sample close the last
+    sample's span, which then ends where the stream (or the end-of-archive
+    marker) does. Such entries are skipped, counted in
+    :attr:`num_skipped_entries`, and logged once per shard.
+
+    Extensions are lower-cased (``KEY.JPG`` is field ``jpg``), so two members
+    of a sample whose extensions differ only in case are an error.
 
     Every numeric header field is range-checked and every step moves forward
     by at least one block, so any input ends in samples or in a
@@ -328,6 +373,8 @@ class SampleParser:
         self._checksums = checksums
         self._limit = int(bounds[-1]) if bounds is not None else stream_end  # no member data past it
         self.num_samples = 0  # samples returned so far
+        self.num_skipped_entries = 0  # entries part of no sample, stepped over
+        self.first_skipped: str | None = None  # the name of the first of them
         self.ended = False  # saw the end-of-archive marker
         self.end_offset: int | None = None  # shard offset of the end marker's first block
 
@@ -393,6 +440,9 @@ class SampleParser:
                     offset=self.offset,
                 )
         self.ended = True
+        if self._key is not None:
+            # Entries after the last member close the last sample's span.
+            self._sample_end = self.end_offset if self.end_offset is not None else self.offset
         tail = self._flush()
         if self._bounds is not None and self.num_samples != len(self._bounds) - 1:
             raise self._error(
@@ -531,8 +581,6 @@ class SampleParser:
             if not regular and typeflag not in _SKIPPED_TYPES:
                 raise self._error(f"unsupported tar member type {typeflag!r}", member=name, offset=member_start)
             parts = split_key(name) if regular else None
-            if regular and parts is None:
-                raise self._error("has no KEY.EXT name, so it belongs to no sample", member=name, offset=member_start)
             if "\x00" in name:
                 raise self._error("has a NUL byte in its name", member=name, offset=member_start)
             if not regular:
@@ -555,9 +603,14 @@ class SampleParser:
             self._pending_size = None
             self._member_start = None
             pos = next_pos
-            if parts is None:
-                continue  # a directory, link or device entry: part of no sample
+            if parts is None:  # a directory, link, device, or a file without a KEY.EXT name
+                self.num_skipped_entries += 1
+                if self.first_skipped is None:
+                    self.first_skipped = name
+                    _warn_skipped(self.path, name, member_start)
+                continue
             key, ext = parts
+            ext = ext.lower()
             self._stray = None
             if key != self._key:
                 out.extend(self._flush())
@@ -577,7 +630,9 @@ class SampleParser:
         of the sample around it, is a damaged member; skipping it would
         yield that sample without a field."""
         offset = self._member_start if self._member_start is not None else self.offset
-        stem = split_key(name.rstrip("/"))
+        # A directory entry as tar tools write it ends with a slash; its name
+        # may look like KEY.EXT (``data.v1/``) without being a member.
+        stem = None if typeflag == b"5" and name.endswith("/") else split_key(name.rstrip("/"))
         if size or (stem is not None and stem[0] == self._key):
             raise self._error(
                 f"a {typeflag!r} entry (no file) of {size} bytes where a sample's member belongs",

@@ -156,9 +156,56 @@ def test_dense_header_with_a_corrupt_byte_is_still_caught():
         parse(bytes(data), 4096)
 
 
-def test_member_without_key_is_rejected():
-    data = encode_sample("ok", [("txt", b"1")])
-    bad = bytearray(encode_header("README", 2)) + b"hi" + bytes(510)
-    with pytest.raises(CorruptShardError, match="README") as info:
-        parse(data + bytes(bad) + END_OF_ARCHIVE, 1 << 20)
-    assert info.value.member == "README" and info.value.offset == len(data)
+def _entry(name: str, data: bytes = b"", typeflag: bytes = b"0") -> bytes:
+    header = bytearray(encode_header(name, len(data)))
+    header[156:157] = typeflag
+    header[148:156] = b" " * 8
+    header[148:156] = format(byte_sum(bytes(header)), "06o").encode() + b"\x00 "
+    return bytes(header) + data + bytes(-len(data) % BLOCK_SIZE)
+
+
+def test_entries_that_are_no_member_are_skipped_counted_and_spanned():
+    """Directories, README, .DS_Store (at any depth) and a dotted directory
+    belong to no sample: skipped and counted. Those before or between samples
+    lead into the next sample's span, those after the last close its span,
+    so the spans tile the shard up to the end marker."""
+    body = (
+        _entry("data.v1/", typeflag=b"5")
+        + _entry("README", b"read me")
+        + encode_sample("data.v1/a", [("JPG", b"jpeg"), ("Cls", b"1")])
+        + _entry(".DS_Store", b"junk")
+        + _entry("data.v1/.DS_Store", b"junk")
+        + encode_sample("data.v1/b.x", [("seg.PNG", b"png")])
+        + _entry("LICENSE", b"text")
+    )
+    data = body + END_OF_ARCHIVE
+    parser = SampleParser(path="mem.tar")
+    samples = parser.feed(data) + parser.finish()
+    assert [(s.key, s.fields) for s in samples] == [
+        ("data.v1/a", {"jpg": b"jpeg", "cls": b"1"}),
+        ("data.v1/b", {"x.seg.png": b"png"}),
+    ]
+    assert parser.num_skipped_entries == 5 and parser.first_skipped == "data.v1/"
+    assert samples[0].start == 0 and samples[1].start == samples[0].end and samples[1].end == len(body)
+    bounds = [0, samples[0].end, samples[1].end]
+    for k in range(2):  # each span alone, as an offset index reads it
+        one = SampleParser(path="mem.tar", base_offset=bounds[k], bounds=bounds[k : k + 2])
+        got = one.feed(data[bounds[k] : bounds[k + 1]]) + one.finish(expect_end_marker=False)
+        assert [(s.key, s.fields) for s in got] == [(samples[k].key, samples[k].fields)]
+    whole = SampleParser(path="mem.tar", bounds=bounds)
+    assert [s.key for s in whole.feed(data) + whole.finish()] == ["data.v1/a", "data.v1/b"]
+
+
+def test_extensions_equal_but_for_case_repeat_a_field():
+    data = encode_sample("k", [("jpg", b"1"), ("JPG", b"2")]) + END_OF_ARCHIVE
+    with pytest.raises(CorruptShardError, match="repeats extension 'jpg'"):
+        parse(data, 1 << 20)
+
+
+def test_skipped_entries_are_logged_once_per_shard(caplog):
+    data = _entry("README", b"x") + encode_sample("a", [("txt", b"1")]) + _entry("NOTES") + END_OF_ARCHIVE
+    for _ in range(2):
+        parser = SampleParser(path="once.tar")
+        parser.feed(data)
+        parser.finish()
+    assert caplog.text.count("once.tar: skipping tar entries") == 1 and "'README'" in caplog.text
