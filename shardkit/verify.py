@@ -10,6 +10,11 @@ In a dataset written with ``compress_members`` (its manifest records
 ``KEY.txt.zst``) must also decompress, to at most ``max_member_bytes``
 (the readers' limit, 256 MiB by default): it is inflated piece by piece
 and the pieces dropped, so no member is ever held whole.
+
+Entries that belong to no sample (directories, links, files without a
+``KEY.EXT`` name such as ``README``; see :mod:`shardkit.format.tar`) are
+skipped by every reader, as webdataset skips them: verify counts them per
+shard and reports them as warnings, not failures.
 """
 
 from __future__ import annotations
@@ -35,9 +40,40 @@ from shardkit.io.urls import is_local, local_path
 
 @dataclass(frozen=True)
 class VerifyReport:
+    """What :func:`verify_dataset` checked.
+
+    Attributes:
+        manifest: The dataset's manifest.
+        num_shards_checked: Shards checked (all of them).
+        num_samples_checked: Samples checked.
+        num_entries_skipped: Tar entries that belong to no sample
+            (directories, links, files without a ``KEY.EXT`` name), summed
+            over the shards; the readers skip them.
+        warnings: One line per shard holding such entries.
+    """
+
     manifest: Manifest
     num_shards_checked: int
     num_samples_checked: int
+    num_entries_skipped: int = 0
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SkippedEntries:
+    """A shard's tar entries that belong to no sample (skipped by the readers)."""
+
+    path: str
+    count: int
+    first: str | None
+
+    def warning(self) -> str:
+        """The line verify reports for the shard."""
+        return (
+            f"{self.path}: {self.count} tar {'entry' if self.count == 1 else 'entries'} that belong to no sample "
+            f"(directories, links, files without a KEY.EXT name; the first {self.first!r}) skipped, as every "
+            "reader skips them"
+        )
 
 
 def _check_members(path: str, samples: list[RawSample], max_member_bytes: int | None) -> list[RawSample]:
@@ -102,6 +138,7 @@ def verify_shard(
     options: SourceOptions | None = None,
     number: int | None = None,
     max_member_bytes: int | None = DEFAULT_MAX_MEMBER_BYTES,
+    skipped: list[SkippedEntries] | None = None,
 ) -> int:
     """Check one shard; return its sample count.
 
@@ -113,6 +150,8 @@ def verify_shard(
         number: The shard's position in the manifest, for messages.
         max_member_bytes: Most bytes a compressed member may decompress to
             (default 256 MiB, the readers' default; None: no limit).
+        skipped: Where to add the shard's :class:`SkippedEntries` when it
+            holds entries that belong to no sample.
 
     Raises:
         VerifyError: naming the shard and what is wrong with it.
@@ -160,6 +199,8 @@ def verify_shard(
         raise VerifyError(
             f"{index_path}: offset index does not match the sample boundaries of {entry.path}", path=index_path
         )
+    if parser.num_skipped_entries and skipped is not None:
+        skipped.append(SkippedEntries(path, parser.num_skipped_entries, parser.first_skipped))
     return count
 
 
@@ -186,9 +227,18 @@ def verify_dataset(
     """
     manifest = fetch_manifest(path, options=options)
     samples = 0
+    skipped: list[SkippedEntries] = []
     for number in range(manifest.num_shards):  # one entry at a time, from the shard table
         entry = manifest.table.entry(number)
-        samples += verify_shard(manifest, entry, options=options, number=number, max_member_bytes=max_member_bytes)
+        samples += verify_shard(
+            manifest, entry, options=options, number=number, max_member_bytes=max_member_bytes, skipped=skipped
+        )
         if progress is not None:
             progress(entry)
-    return VerifyReport(manifest=manifest, num_shards_checked=manifest.num_shards, num_samples_checked=samples)
+    return VerifyReport(
+        manifest=manifest,
+        num_shards_checked=manifest.num_shards,
+        num_samples_checked=samples,
+        num_entries_skipped=sum(s.count for s in skipped),
+        warnings=tuple(s.warning() for s in skipped),
+    )

@@ -115,10 +115,25 @@ class ScannedSource:
 
 
 def detect_format(source: str) -> str:
-    """Guess a source's format from its shape (see the module docstring).
+    """Tell a source's format from its shape, only where exactly one fits.
+
+    A file: ``.jsonl`` or a tar shard by its name. A brace pattern: tar. A
+    folder:
+
+    * ``tar`` when it holds tar shards at its top level and nothing else
+      but their sidecars (files named after a shard: img2dataset's
+      ``00000.parquet`` and ``00000_stats.json``, ``00000.idx``) and
+      dataset files (``manifest.json``, the shard table, ``README*``,
+      ``LICENSE*``, ``*.md``), or when it holds ``manifest.json``;
+    * ``imagefolder`` when it holds only class folders of images;
+    * ``directory`` when no file in it is a tar shard or a ``.jsonl`` file
+      (packing those as sample fields is never a guess: it takes
+      ``--format directory``).
 
     Raises:
-        SourceError: The path does not exist or nothing fits.
+        SourceError: The path does not exist, or its shape fits no format or
+            more than one; the message names the formats that would apply
+            and ``--format``.
     """
     if "{" in source and "}" in source:
         return "tar"
@@ -137,15 +152,110 @@ def detect_format(source: str) -> str:
     entries = [e for e in os.scandir(source) if not e.name.startswith(".")]
     if not entries:
         raise SourceError(f"{source}: source directory is empty", path=source)
-    if any(e.name == MANIFEST_NAME for e in entries) or all(
-        e.is_file() and e.name.endswith((*TAR_SUFFIXES, ".idx")) for e in entries
-    ):
+    if any(e.name == MANIFEST_NAME for e in entries):
         return "tar"
-    if all(e.is_dir() for e in entries) and all(
-        os.path.basename(path).rpartition(".")[2].lower() in IMAGE_EXTENSIONS for path in _walk_files(source)
-    ):
-        return "imagefolder"
+    files = [e.name for e in entries if not e.is_dir()]
+    shards = [name for name in files if name.endswith(TAR_SUFFIXES)]
+    if shards:
+        stems = {_shard_stem(name) for name in shards}
+        others = [e.name + ("/" if e.is_dir() else "") for e in entries if e.is_dir() or not _beside_shards(e.name, stems)]
+        if not others:
+            return "tar"
+        raise _ambiguous(
+            source,
+            f"it holds tar shards ({_some(shards)}) and other entries ({_some(others)})",
+            {
+                "tar": "reshard the top-level shards, leaving the rest out",
+                "directory": "pack every file, the shards included, as sample fields",
+            },
+        )
+    if all(e.is_dir() for e in entries):
+        tars = jsonl = images = others = 0
+        example = ""
+        for path in _walk_files(source):
+            name = os.path.basename(path)
+            if name.endswith(TAR_SUFFIXES):
+                tars += 1
+                example = example or path
+            elif name.endswith(".jsonl"):
+                jsonl += 1
+                example = example or path
+            elif name.rpartition(".")[2].lower() in IMAGE_EXTENSIONS:
+                images += 1
+            else:
+                others += 1
+        if tars or jsonl:
+            raise _ambiguous(
+                source,
+                f"its folders hold tar shards or JSONL files (e.g. {example})",
+                {
+                    "tar": "on a folder of shards, or a brace pattern naming them",
+                    "jsonl": "on the .jsonl file itself",
+                    "directory": "pack every file, shards and JSONL included, as sample fields",
+                },
+            )
+        if images and not others:
+            return "imagefolder"
+        return "directory"
+    jsonl_files = [name for name in files if name.endswith(".jsonl")]
+    if jsonl_files:
+        raise _ambiguous(
+            source,
+            f"it holds JSONL files ({_some(jsonl_files)}) beside other entries",
+            {
+                "jsonl": "on the .jsonl file itself",
+                "directory": "pack every file, the JSONL files included, as sample fields",
+            },
+        )
+    for path in _walk_files(source):
+        if path.endswith(TAR_SUFFIXES):
+            raise _ambiguous(
+                source,
+                f"a folder in it holds tar shards (e.g. {path})",
+                {
+                    "tar": "on that folder of shards, or a brace pattern naming them",
+                    "directory": "pack every file, the shards included, as sample fields",
+                },
+            )
     return "directory"
+
+
+#: Dataset-level files a folder of shards may hold beside them.
+_DATASET_FILE_PREFIXES = ("README", "LICENSE", "CITATION")
+
+
+def _shard_stem(name: str) -> str:
+    for suffix in TAR_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _beside_shards(name: str, stems: set[str]) -> bool:
+    """Whether a file in a folder of shards belongs with them: a shard, a
+    shard's sidecar (``00000.parquet``, ``00000_stats.json``, ``00000.idx``),
+    the shard table, or a dataset-level file (README, licence, Markdown)."""
+    if name.endswith(TAR_SUFFIXES) or name.endswith(".md") or name.startswith(_DATASET_FILE_PREFIXES):
+        return True
+    if name.startswith("shards-") and name.endswith(".table"):
+        return True
+    for cut in range(len(name)):
+        if name[cut] in "._" and name[:cut] in stems:
+            return True
+    return False
+
+
+def _some(names: list[str], limit: int = 3) -> str:
+    shown = ", ".join(sorted(names)[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _ambiguous(source: str, shape: str, formats: dict[str, str]) -> SourceError:
+    choices = "; ".join(f"`--format {name}` to {what}" for name, what in formats.items())
+    return SourceError(
+        f"{source}: cannot tell the source format: {shape}, so more than one format could apply. Pass {choices}",
+        path=source,
+    )
 
 
 def scan_source(
