@@ -185,15 +185,12 @@ def detect_format(source: str) -> str:
             else:
                 others += 1
         if tars or jsonl:
-            raise _ambiguous(
-                source,
-                f"its folders hold tar shards or JSONL files (e.g. {example})",
-                {
-                    "tar": "on a folder of shards, or a brace pattern naming them",
-                    "jsonl": "on the .jsonl file itself",
-                    "directory": "pack every file, shards and JSONL included, as sample fields",
-                },
-            )
+            formats = {"tar": "on a folder of shards, or a brace pattern naming them"} if tars else {}
+            if jsonl:
+                formats["jsonl"] = "on the .jsonl file itself"
+            formats["directory"] = "pack every file, shards and JSONL included, as sample fields"
+            what = " and ".join(w for w, n in (("tar shards", tars), ("JSONL files", jsonl)) if n)
+            raise _ambiguous(source, f"its folders hold {what} (e.g. {example})", formats)
         if images and not others:
             return "imagefolder"
         return "directory"
