@@ -23,6 +23,11 @@ output size with torch's antialiased bilinear filter (what torchvision's
   ``map=`` on :class:`~shardkit.ShardDataset` or
   :class:`~shardkit.IndexedDataset` (read the field as bytes:
   ``decode=shardkit.Decoder(image=None)`` still decodes labels and text).
+- :class:`ToTuple`, :class:`Rename` and :class:`Compose`: webdataset's
+  ``.to_tuple``, ``.rename`` and a chain of ``.map`` steps as one ``map=``
+  function, e.g. ``map=ToTuple("jpg;png", "cls")`` (``;`` separates names of
+  which the first present is taken). Plain classes, so they pickle into
+  ``spawn`` workers where a lambda would not.
 
 Each transform takes encoded bytes and returns a uint8 ``3 x H x W`` tensor
 (or an RGB PIL image with ``output="pil"``). The tensor's memory is in
@@ -80,7 +85,10 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 __all__ = [
     "DecodeRandomResizedCrop",
     "DecodeResizeCenterCrop",
+    "Compose",
     "MapField",
+    "Rename",
+    "ToTuple",
     "image_size",
     "random_resized_crop_box",
 ]
@@ -474,3 +482,105 @@ class MapField:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.fields!r}, {self.transform!r})"
+
+
+def _alternatives(spec: str) -> tuple[str, ...]:
+    names = tuple(name for name in spec.split(";") if name)
+    if not names:
+        raise UsageError(f"{spec!r} names no field")
+    return names
+
+
+def _first_of(sample: dict[str, Any], names: tuple[str, ...]) -> str:
+    """The first of ``names`` the sample has."""
+    for name in names:
+        if name in sample:
+            return name
+    present = sorted(k for k in sample if not k.startswith("__"))
+    raise KeyError(f"sample {sample.get('__key__')!r} has none of the fields {';'.join(names)!r} (it has {present})")
+
+
+class ToTuple:
+    """A sample dict as a tuple of its fields (webdataset's ``.to_tuple``), for ``map=``.
+
+    Args:
+        *fields: Field names in tuple order; ``"jpg;png"`` takes the first
+            of the names the sample has. ``"__key__"`` works too.
+
+    Raises:
+        UsageError: No field, or an empty name.
+
+    Example::
+
+        ds = shardkit.ShardDataset("shards/train", decode="tensor", map=ToTuple("jpg;png", "cls"))
+        for image, label in ds: ...
+    """
+
+    def __init__(self, *fields: str) -> None:
+        if not fields:
+            raise UsageError("ToTuple needs at least one field name")
+        self.fields = tuple(_alternatives(spec) for spec in fields)
+
+    def __call__(self, sample: dict[str, Any]) -> tuple[Any, ...]:
+        """Raises: KeyError: naming the sample, the field and the fields it has."""
+        return tuple(sample[_first_of(sample, names)] for names in self.fields)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(repr(';'.join(n)) for n in self.fields)})"
+
+
+class Rename:
+    """Rename fields of a sample dict (webdataset's ``.rename``), for ``map=``.
+
+    Args:
+        keep: Keep the fields not renamed (default, as webdataset does);
+            False keeps only the renamed ones and ``__key__``-style entries.
+        **names: ``new="old"``, or ``new="jpg;png"`` for the first present.
+
+    Raises:
+        UsageError: No name given, or an empty one.
+
+    Example::
+
+        map=Rename(image="jpg;png", label="cls")   # {"__key__", "image", "label", ...}
+    """
+
+    def __init__(self, *, keep: bool = True, **names: str) -> None:
+        if not names:
+            raise UsageError("Rename needs at least one new=old pair")
+        self.keep = keep
+        self.names = {new: _alternatives(old) for new, old in names.items()}
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        """Raises: KeyError: naming the sample, the field and the fields it has."""
+        found = {new: _first_of(sample, old) for new, old in self.names.items()}
+        if self.keep:
+            out = {k: v for k, v in sample.items() if k not in found.values()}
+        else:
+            out = {k: v for k, v in sample.items() if k.startswith("__")}
+        out.update((new, sample[old]) for new, old in found.items())
+        return out
+
+    def __repr__(self) -> str:
+        pairs = ", ".join(f"{new}={';'.join(old)!r}" for new, old in self.names.items())
+        return f"{type(self).__name__}({pairs}, keep={self.keep})"
+
+
+class Compose:
+    """Functions applied in turn, as one ``map=`` (webdataset's chained ``.map`` calls).
+
+    Example::
+
+        map=Compose(MapField("jpg", DecodeRandomResizedCrop(224)), ToTuple("jpg", "cls"))
+    """
+
+    def __init__(self, *functions: Callable[[Any], Any]) -> None:
+        self.functions = functions
+
+    def __call__(self, sample: Any) -> Any:
+        for function in self.functions:
+            sample = function(sample)
+        return sample
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(map(repr, self.functions))})"

@@ -313,3 +313,17 @@ def test_as_map_on_indexed_dataset(variable_shards):
     )
     sample = dataset[7]
     assert sample["jpg"].shape == (3, 96, 96) and sample["cls"] == 2
+
+
+def test_to_tuple_rename_and_compose_port_webdataset_steps():
+    from shardkit.transforms import Compose, MapField, Rename, ToTuple
+
+    sample = {"__key__": "k", "png": b"img", "cls": 3, "txt": "t"}
+    assert ToTuple("jpg;png", "cls")(dict(sample)) == (b"img", 3)
+    assert Rename(image="jpg;png", label="cls")(dict(sample)) == {"__key__": "k", "image": b"img", "label": 3, "txt": "t"}
+    assert Rename(image="png", keep=False)(dict(sample)) == {"__key__": "k", "image": b"img"}
+    chained = Compose(MapField("cls", lambda c: c + 1), ToTuple("__key__", "cls"))
+    assert chained(dict(sample)) == ("k", 4)
+    with pytest.raises(KeyError, match=r"sample 'k' has none of the fields 'jpg;jpeg' \(it has \['cls', 'png', 'txt'\]\)"):
+        ToTuple("jpg;jpeg")(dict(sample))
+    assert pickle.loads(pickle.dumps(ToTuple("jpg;png", "cls"))).fields == (("jpg", "png"), ("cls",))

@@ -24,7 +24,7 @@ from shardkit.read.catalog import ShardCatalog
 from shardkit.read.counters import SharedCounters
 from shardkit.read.decode import Decoder, ImageMode, make_decoder
 from shardkit.read.mixture import Mixture, resolve_sources
-from shardkit.read.options import DEFAULT_BUFFER_SIZE, ReaderOptions
+from shardkit.read.options import DEFAULT_BUFFER_SIZE, ReaderOptions, check_count, check_flag
 from shardkit.read.pieces import ON_ERROR, OnError
 from shardkit.read.plan import ReadPlan
 from shardkit.read.prefetch import DEFAULT_READ_AHEAD_BYTES
@@ -161,8 +161,23 @@ class ShardDataset(IterableDataset):
         decode: None for raw bytes; ``"pil"`` / ``"tensor"`` for the standard
             decoders with images as PIL images or uint8 tensors; or a
             :class:`~shardkit.read.decode.Decoder`.
-        map: A function applied to each (decoded) sample dict, e.g. a
-            torchvision transform wrapper; runs in the worker.
+        select: A predicate on each (decoded) sample dict, run in the worker
+            after ``decode`` and before ``map`` (webdataset's ``.select``):
+            a sample for which it returns false is dropped and counted in
+            :attr:`num_filtered`. A dropped sample counts as consumed: a
+            checkpoint's position includes it, so resuming gives every
+            selected sample of the epoch exactly once (``"exact"`` mode:
+            every selected sample once over all ranks). It must be a pure
+            function of the sample. ``len()`` and :attr:`num_samples` count
+            samples before ``select``, and in ``"balanced"`` mode ranks may
+            then yield different numbers of samples (use ``"infinite"``
+            mode with a fixed number of steps where ranks must stay in
+            step). To filter on raw bytes before decoding, leave ``decode``
+            None and decode in ``map``.
+        map: A function applied to each (decoded, selected) sample dict, e.g.
+            a torchvision transform wrapper; runs in the worker. Returns what
+            the dataset yields (see :mod:`shardkit.transforms` for
+            ``rename``/``to_tuple`` recipes).
         batch_size: Batch samples in the worker (then use the DataLoader with
             ``batch_size=None``); None yields single samples.
         collate: Turns a list of samples into a batch; default
@@ -211,6 +226,7 @@ class ShardDataset(IterableDataset):
         world_size: int | None = None,
         epoch: int = 0,
         decode: ImageMode | Decoder | None = None,
+        select: Callable[[Sample], Any] | None = None,
         map: Callable[[Sample], Any] | None = None,  # noqa: A002 - the documented name
         batch_size: int | None = None,
         collate: Callable[[list[Any]], Any] | None = None,
@@ -233,12 +249,20 @@ class ShardDataset(IterableDataset):
         )
         if on_error not in ON_ERROR:
             raise UsageError(f"on_error must be one of {ON_ERROR}, not {on_error!r}")
+        check_flag("verify_checksums", verify_checksums)
+        check_count("epoch", epoch)
+        check_count("read_ahead_bytes", read_ahead_bytes)
         if epoch < 0:
             raise UsageError(f"epoch must be >= 0, not {epoch}")
         if read_ahead_bytes <= 0:
             raise UsageError(f"read_ahead_bytes must be > 0, not {read_ahead_bytes}")
         output = OutputOptions(
-            decoder=make_decoder(decode), map=map, batch_size=batch_size, collate=collate, partial_batches=partial_batches
+            decoder=make_decoder(decode),
+            select=select,
+            map=map,
+            batch_size=batch_size,
+            collate=collate,
+            partial_batches=partial_batches,
         )
         source_options = source_options or SourceOptions()
         self._options = options
@@ -332,6 +356,11 @@ class ShardDataset(IterableDataset):
         return int(self._counters.skipped.value)
 
     @property
+    def num_filtered(self) -> int:
+        """Samples ``select`` filtered out, summed over all workers."""
+        return int(self._counters.filtered.value)
+
+    @property
     def num_samples(self) -> int | None:
         """Samples this rank reads in the current epoch, or None if unknown / endless."""
         return self._slots.samples_per_rank(self._world, epoch=self.epoch)
@@ -390,7 +419,10 @@ class ShardDataset(IterableDataset):
             if parsed.epoch != epoch:
                 raise StateError(f"reader state is of epoch {parsed.epoch}, not {epoch}")
             base, count = start_for(parsed, world)
-        items = self._slots.items(world, epoch=epoch, base=base, count=count, on_skip=self._counters.count_skip)
+        counters = self._counters
+        items = self._slots.items(
+            world, epoch=epoch, base=base, count=count, on_skip=counters.count_skip, on_filtered=counters.count_filtered
+        )
         return (item for _, item in items)
 
     def _take_pending(self, epoch: int) -> ReaderState | None:
@@ -409,7 +441,10 @@ class ShardDataset(IterableDataset):
         through this too.)"""
         progress = self._progress
         progress.epoch, progress.base, progress.world, progress.count = epoch, base, world, count
-        items = self._slots.items(world, epoch=epoch, base=base, count=count, on_skip=self._counters.count_skip)
+        counters = self._counters
+        items = self._slots.items(
+            world, epoch=epoch, base=base, count=count, on_skip=counters.count_skip, on_filtered=counters.count_filtered
+        )
         return _recorded(items, progress)
 
     # ------------------------------------------------------------ checkpoint

@@ -17,6 +17,7 @@ dataclasses::
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -25,6 +26,20 @@ from shardkit.read.split import MODES, Mode
 
 #: Default number of samples held by the shuffle buffer.
 DEFAULT_BUFFER_SIZE = 1000
+
+
+def check_flag(name: str, value: Any, *, hint: str = "") -> None:
+    """Refuse a non-bool where an option is a flag (``shuffle=1000``)."""
+    if not isinstance(value, bool):
+        raise UsageError(f"{name} must be True or False, not {value!r}{hint}")
+
+
+def check_count(name: str, value: Any, *, optional: bool = False) -> None:
+    """Refuse a non-integer (a bool, a float, a string) where an option is a count."""
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise UsageError(f"{name} must be an integer{' or None' if optional else ''}, not {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +72,16 @@ class ReaderOptions:
     interleave: int = 1
 
     def __post_init__(self) -> None:
+        buffer_hint = (
+            f" (the shuffle buffer's size is buffer_size: shuffle=True, buffer_size={self.shuffle!r})"
+            if isinstance(self.shuffle, int) and not isinstance(self.shuffle, bool)
+            else ""
+        )
+        check_flag("shuffle", self.shuffle, hint=buffer_hint)
+        check_flag("pad", self.pad)
+        for name in ("seed", "buffer_size", "interleave"):
+            check_count(name, getattr(self, name))
+        check_count("buffer_bytes", self.buffer_bytes, optional=True)
         if self.mode not in MODES:
             raise UsageError(f"mode must be one of {MODES}, not {self.mode!r}")
         if self.seed < 0:

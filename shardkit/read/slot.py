@@ -5,7 +5,7 @@ and for a mixture alike (one dataset is a mixture of one source): each
 source's plan, its pieces read through read-ahead (:mod:`.pieces`) in
 ``interleave`` parts mixed sample by sample, shuffled in the source's seeded
 buffer; the sources interleaved by the mixture's schedule; then sample
-dicts, decoded, mapped and batched (:class:`OutputOptions`). It may start from a resumed position (see
+dicts, decoded, selected, mapped and batched (:class:`OutputOptions`). It may start from a resumed position (see
 :mod:`shardkit.read.resume`). It keeps nothing between iterations, so any
 process holding one (the dataset, the loader's workers) reads any slot.
 """
@@ -26,7 +26,7 @@ from shardkit.errors import MemberTooLargeError, StateError, UsageError
 from shardkit.io.base import SourceOptions
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.decode import Decoder
-from shardkit.read.options import ReaderOptions
+from shardkit.read.options import ReaderOptions, check_count, check_flag
 from shardkit.read.plan import EpochLayout, ReadPlan, check_infinite
 from shardkit.read.resume.elastic import LevelPlan, part_spans
 from shardkit.read.resume.restore import SlotRestorer, level_plans
@@ -150,7 +150,9 @@ class OutputOptions:
 
     Attributes:
         decoder: Decodes each sample dict, or None for raw bytes.
-        map: Applied to each (decoded) sample, or None.
+        select: Keeps a (decoded) sample when it returns true; applied
+            after ``decoder`` and before ``map``. None keeps every sample.
+        map: Applied to each (decoded, selected) sample, or None.
         batch_size: Samples per batch, or None for single samples.
         collate: Turns a list of samples into a batch (None: torch's
             ``default_collate``).
@@ -161,12 +163,17 @@ class OutputOptions:
     """
 
     decoder: Decoder | None = None
+    select: Callable[[Sample], Any] | None = None
     map: Callable[[Sample], Any] | None = None
     batch_size: int | None = None
     collate: Callable[[list[Any]], Any] | None = None
     partial_batches: bool = True
 
     def __post_init__(self) -> None:
+        check_count("batch_size", self.batch_size, optional=True)
+        check_flag("partial_batches", self.partial_batches)
+        if self.select is not None and not callable(self.select):
+            raise UsageError(f"select must be a function of the sample dict returning a bool, not {self.select!r}")
         if self.batch_size is not None and self.batch_size < 1:
             raise UsageError(f"batch_size must be >= 1 or None, not {self.batch_size}")
 
@@ -278,6 +285,7 @@ class SlotReader:
         base: tuple[Level, ...] = (),
         count: int = 0,
         on_skip: Callable[[Exception], None],
+        on_filtered: Callable[[], None] | None = None,
     ) -> Iterator[tuple[int, Any]]:
         """``world``'s items, each with the slot's delivered-sample count after it.
 
@@ -292,6 +300,7 @@ class SlotReader:
             count: Samples the slot had delivered at its level (a restored
                 state); they are skipped by replaying positions.
             on_skip: Called with each fault skipped under ``on_error="skip"``.
+            on_filtered: Called for each sample ``output.select`` filters out.
 
         Raises:
             UsageError: ``"infinite"`` mode with too few samples for the slots.
@@ -323,7 +332,9 @@ class SlotReader:
             labels = _labels(slot_epoch_counts(levels, world, self.options), count)
             merged = _merged(labels, raws)
         samples = _as_dicts(zip(itertools.count(count + 1), merged), self.catalogs, self.names)
-        return finish_items(samples, on_error=self.on_error, on_skip=on_skip, output=self.output)
+        return finish_items(
+            samples, on_error=self.on_error, on_skip=on_skip, output=self.output, on_filtered=on_filtered
+        )
 
     def _split(self, plans: list[LevelPlan], world: World, count: int) -> list[int] | None:
         """How many of the first ``count`` samples ``world``'s slot
@@ -403,15 +414,18 @@ def finish_items(
     on_error: OnError,
     on_skip: Callable[[Exception], None],
     output: OutputOptions,
+    on_filtered: Callable[[], None] | None = None,
 ) -> Iterator[tuple[int, Any]]:
-    """The last stages of a slot's items: decode, map, batch. Items keep
-    the slot's delivered count (a batch, its last sample's). ``samples``
-    come with their shard's URL, for errors."""
+    """The last stages of a slot's items: decode, select, map, batch. Items
+    keep the slot's delivered count (a batch, its last sample's), which
+    counts the samples ``select`` dropped before them as consumed (each
+    reported to ``on_filtered``). ``samples`` come with their shard's URL, for
+    errors."""
     out: Iterator[tuple[int, Any]]
-    if output.decoder is None and output.map is None:
+    if output.decoder is None and output.map is None and output.select is None:
         out = ((n, s) for n, s, _ in samples)
     else:
-        out = _decoded(samples, output.decoder, output.map, on_error, on_skip)
+        out = _decoded(samples, output, on_error, on_skip, on_filtered)
     if output.batch_size is not None:
         collate = default_collate if output.collate is None else output.collate
         out = _batches(out, output.batch_size, collate, output.partial_batches)
@@ -420,19 +434,24 @@ def finish_items(
 
 def _decoded(
     samples: Iterator[tuple[int, Sample, str]],
-    decoder: Decoder | None,
-    fn: Callable[[Sample], Any] | None,
+    output: OutputOptions,
     on_error: OnError,
     on_skip: Callable[[Exception], None],
+    on_filtered: Callable[[], None] | None,
 ) -> Iterator[tuple[int, Any]]:
-    """Decode and map each sample. A member over a limit
+    """Decode, select and map each sample. A member over a limit
     (:class:`~shardkit.errors.MemberTooLargeError`, from the decoder or a
     transform in ``map``) is a data fault: raised naming the shard, or under
     ``on_error="skip"`` logged, counted and the sample dropped."""
+    decoder, select, fn = output.decoder, output.select, output.map
     for n, sample, url in samples:
         try:
             if decoder is not None:
                 sample = decoder(sample, path=url)
+            if select is not None and not select(sample):
+                if on_filtered is not None:
+                    on_filtered()
+                continue
             yield n, (sample if fn is None else fn(sample))
         except MemberTooLargeError as exc:
             error = exc if exc.path is not None else exc.located(path=url, member=exc.member)

@@ -72,3 +72,20 @@ def test_a_refused_value_in_a_reader_config_names_the_file(tmp_path):
 def test_the_example_reader_config_loads():
     options = load_options(ReaderOptions, os.path.join(CONFIGS, "reader.yaml"), section="read")
     assert options == ReaderOptions()
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(shuffle=1000), r"shuffle must be True or False, not 1000 \(the shuffle buffer's size is buffer_size: "
+         r"shuffle=True, buffer_size=1000\)"),
+        (dict(shuffle="yes"), "shuffle must be True or False, not 'yes'$"),
+        (dict(buffer_size=True), "buffer_size must be an integer, not True"),
+        (dict(seed=1.5), "seed must be an integer, not 1.5"),
+        (dict(batch_size="8"), "batch_size must be an integer or None, not '8'"),
+        (dict(verify_checksums=1), "verify_checksums must be True or False, not 1"),
+    ],
+)
+def test_option_types_are_checked(make_shards, kwargs, message):
+    with pytest.raises(UsageError, match=message):
+        ShardDataset(make_shards([3]), mode="exact", **kwargs)
