@@ -390,6 +390,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code instead of exiting."""
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = "-v" in argv or "--verbose" in argv
+    if all(arg in ("-v", "--verbose", "--debug-wire") for arg in argv):
+        # No command: the usage line and where to read more, not argparse's "arguments are required".
+        print(build_parser().format_usage(), end="", file=sys.stderr)
+        print("shardkit: no command given; `shardkit --help` lists the commands, `shardkit COMMAND --help` "
+              "describes one", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
     try:
         args = build_parser().parse_args(argv)
         verbose = args.verbose

@@ -574,9 +574,11 @@ def load_manifest(path: str) -> Manifest:
     try:
         f, size = open_regular(file, what="manifest")
     except FileNotFoundError:
+        folder = os.path.dirname(file) or "."
         raise ManifestError(
-            f"{file}: no manifest here; write the dataset with `shardkit write` "
-            "or pass the shard paths directly",
+            f"{file}: no manifest here. To read the shards where they are, index them once with "
+            f"`shardkit index {folder}` (offsets and a manifest beside them, or in --out), then open "
+            f"{folder}; or read them at shard granularity with mode='exact' or 'infinite' and their paths",
             path=file,
         ) from None
     with f:

@@ -22,18 +22,19 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from shardkit.errors import ManifestError, UsageError
+from shardkit.errors import InputFileError, ManifestError, UsageError
 from shardkit.format.compression import SHARD_SUFFIXES, compression_from_name, file_compression
 from shardkit.format.index import index_path_for, load_index
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, load_manifest
 from shardkit.format.table import ShardTable
 from shardkit.io.base import SourceOptions
-from shardkit.io.manifest import remote_manifest
+from shardkit.io.manifest import manifest_url, remote_manifest
 from shardkit.io.urls import is_local, local_path
 
 #: Resolved shard and index URLs kept per catalog (a reader touches a few
@@ -289,6 +290,7 @@ def _from_shard_urls(urls: Sequence[str]) -> ShardCatalog:
     if not urls:
         raise UsageError("no shards given: the shard list or pattern is empty")
     urls = tuple(urls)
+    _check_local_shards_exist(urls)
     if any(compression_from_name(u) for u in urls):
         return ShardCatalog(urls=urls, counts=None, index_urls=None, compressed=True)
     sidecars = [index_path_for(local_path(u)) for u in urls] if all(is_local(u) for u in urls) else []
@@ -298,6 +300,27 @@ def _from_shard_urls(urls: Sequence[str]) -> ShardCatalog:
         counts = np.array([len(load_index(p)) - 1 for p in sidecars], dtype=np.int64)
         return ShardCatalog(urls=urls, counts=counts, index_urls=tuple(sidecars))
     return ShardCatalog(urls=urls, counts=None, index_urls=None)
+
+
+def _check_local_shards_exist(urls: Sequence[str]) -> None:
+    """Refuse a list naming local shards that are not there (a brace
+    pattern running past the last shard, say), naming the first."""
+    missing = [u for u in urls if is_local(u) and not os.path.exists(local_path(u))]
+    if missing:
+        first = local_path(missing[0])
+        more = f" (and {len(missing) - 1} more of the {len(urls)} shards given)" if len(missing) > 1 else ""
+        raise InputFileError(
+            f"{first}: no such shard{more}. Check the shard paths or the range of the brace pattern",
+            path=first,
+        )
+
+
+def _names_a_shard(url: str) -> bool:
+    """Whether a remote URL names one shard (its path ends like a tar
+    shard, or it is a ``pipe:`` command) rather than a dataset folder."""
+    if url.startswith("pipe:"):
+        return True
+    return urllib.parse.urlsplit(url).path.endswith((".tar", *SHARD_SUFFIXES))
 
 
 def expand_pattern(pattern: str) -> list[str]:
@@ -315,15 +338,17 @@ def resolve_catalog(
     """Resolve the reader's ``source`` argument.
 
     Args:
-        source: A :class:`Manifest`; a ``manifest.json`` path or URL; a local
-            directory holding ``manifest.json`` (or a URL ending in ``/``); a
-            brace pattern of shard paths/URLs; one shard path; or a list of
-            shard paths/URLs.
+        source: A :class:`Manifest`; a ``manifest.json`` path or URL; a
+            directory or folder URL (with or without its trailing ``/``)
+            holding ``manifest.json``; a brace pattern of shard paths/URLs;
+            one shard path or URL (ending ``.tar``, ``.tar.gz``, ``.tgz`` or
+            ``.tar.zst``); or a list of shard paths/URLs.
         options: How to read remote manifests, and the locations outside
             the dataset a manifest may name (``allowed_prefixes``).
 
     Raises:
         UsageError: An empty shard list.
+        InputFileError: A local shard of the list or pattern does not exist.
         ManifestError: A manifest that is missing or invalid, or that names
             a location outside the dataset.
     """
@@ -341,8 +366,7 @@ def resolve_catalog(
         if not os.path.exists(path):
             raise ManifestError(f"{path}: no such shard, manifest or dataset directory", path=path)
         return _from_shard_urls([text])
-    if text.endswith("/"):
-        return from_manifest(remote_manifest(text + MANIFEST_NAME, options), options=options)
-    if text.endswith(".json"):
-        return from_manifest(remote_manifest(text, options), options=options)
+    if text.endswith(".json") or not _names_a_shard(text):
+        # A manifest, or a dataset folder with or without its trailing slash.
+        return from_manifest(remote_manifest(manifest_url(text), options), options=options)
     return _from_shard_urls([text])

@@ -552,8 +552,9 @@ def _check_counts(catalog: ShardCatalog) -> None:
         )
     if catalog.counts is None:
         raise UsageError(
-            "mode='balanced' needs per-shard sample counts: read a dataset with a manifest "
-            "(or .idx sidecars), or use mode='exact' / 'infinite' at shard granularity"
+            "mode='balanced' needs per-shard sample counts: index the shards in place once with "
+            "`shardkit index SOURCE` and open SOURCE (its manifest), or use mode='exact' / 'infinite' at "
+            "shard granularity"
         )
 
 

@@ -46,7 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
-from torch.utils.data import Dataset, default_collate
+from torch.utils.data import Dataset
 
 from shardkit.errors import CorruptShardError, MemberTooLargeError, ShardkitError, UsageError
 from shardkit.format.compression import MAGIC_BYTES, compression_from_name, detect_compression, file_compression
@@ -62,6 +62,7 @@ from shardkit.read.catalog import ShardCatalog, resolve_catalog
 from shardkit.read.counters import SharedCounters
 from shardkit.read.decode import Decoder, ImageMode, make_decoder
 from shardkit.read.pieces import FAULTS, ON_ERROR, OnError
+from shardkit.read.slot import collate_samples
 
 log = logging.getLogger(__name__)
 
@@ -155,12 +156,15 @@ class IndexedDataset(Dataset):
     it, see :func:`~shardkit.io.index.fetch_offset_index`). Under ``"skip"`` the fault is logged and counted in
     :attr:`num_skipped` (summed over DataLoader workers) and ``ds[i]``
     returns None; batch with ``collate_fn=IndexedDataset.collate``, which
-    leaves the Nones out (a batch may thus be smaller).
+    leaves the Nones out (a batch may thus be smaller) and, unlike torch's
+    default, names the field and samples when a batch cannot be stacked
+    (images of different sizes, PIL images).
 
     Example::
 
         ds = shardkit.IndexedDataset("data/val", decode="tensor")
-        loader = DataLoader(ds, batch_size=64, sampler=DistributedSampler(ds), num_workers=4)
+        loader = DataLoader(ds, batch_size=64, sampler=DistributedSampler(ds), num_workers=4,
+                            collate_fn=shardkit.IndexedDataset.collate)
 
     Args:
         source: A manifest path or URL, a dataset directory (or URL ending in
@@ -330,8 +334,11 @@ class IndexedDataset(Dataset):
 
     @staticmethod
     def collate(batch: list[Any]) -> Any:
-        """``default_collate`` over the samples that are not None (skipped)."""
-        return default_collate([sample for sample in batch if sample is not None])
+        """``default_collate`` over the samples that are not None (skipped),
+        with the clear error of :func:`~shardkit.read.slot.collate_samples`
+        for fields that cannot be stacked (tensors of different shapes, PIL
+        images)."""
+        return collate_samples([sample for sample in batch if sample is not None])
 
     def _read(self, shard: int, position: int):
         index = self._index(shard)
@@ -447,7 +454,7 @@ def _no_offsets(catalog: ShardCatalog) -> UsageError:
     return UsageError(
         "IndexedDataset needs per-sample offsets: open a dataset with a manifest (a directory "
         "holding manifest.json, its URL, or a Manifest), or shards with .idx sidecars. "
-        "Write the shards with `shardkit write` to get both."
+        "Index published shards in place with `shardkit index SOURCE` to get both."
     )
 
 

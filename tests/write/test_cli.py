@@ -152,3 +152,11 @@ def test_python_dash_m_runs_the_cli(imagefolder, tmp_path):
     assert proc.returncode == 0, proc.stderr
     proc = subprocess.run([sys.executable, "-m", "shardkit", "info", str(tmp_path / "nope")], capture_output=True, text=True)
     assert proc.returncode == 2 and "no manifest here" in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [[], ["-v"]])
+def test_no_arguments_print_usage_and_point_to_help(capsys, argv):
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("usage: shardkit") and "`shardkit --help`" in err and out == ""
+    assert "required" not in err

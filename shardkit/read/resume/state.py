@@ -282,7 +282,7 @@ def require_index(catalog: ShardCatalog) -> np.ndarray:
     if counts is None or not catalog.has_indexes:
         raise UsageError(
             "checkpoint/resume needs per-shard sample counts and offset indexes: read a dataset with a "
-            "manifest (or .idx sidecars)"
+            "manifest (or .idx sidecars); index published shards in place with `shardkit index SOURCE`"
         )
     return counts
 
