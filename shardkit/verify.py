@@ -30,7 +30,7 @@ from shardkit.errors import CorruptShardError, ManifestError, MemberTooLargeErro
 from shardkit.format.compression import DEFAULT_MAX_MEMBER_BYTES, iter_decompressed, member_compression
 from shardkit.format.index import OffsetIndex
 from shardkit.format.manifest import Manifest, ShardEntry
-from shardkit.format.tar import RawSample, SampleParser, sample_checksum
+from shardkit.format.tar import RawSample, SampleParser
 from shardkit.io.base import SourceOptions
 from shardkit.io.index import fetch_offset_index
 from shardkit.io.local import HASH_CHUNK_BYTES
@@ -122,7 +122,7 @@ def _check_sums(path: str, index: OffsetIndex, first: int, samples: list[RawSamp
         if k >= len(index.checksums):
             return  # more samples than the index lists: the count check names it
         stored = int(index.checksums[k])
-        actual = sample_checksum(sample.key, sample.fields.items())
+        actual = sample.checksum()
         if actual != stored:
             raise VerifyError(
                 f"{path}: sample {sample.key!r} at byte {sample.start} fails its checksum (stored {stored:08x}, "

@@ -203,15 +203,25 @@ class RawSample:
 
     Attributes:
         key: The sample key.
-        fields: Extension -> member bytes, in member order.
+        fields: Extension (lower-cased) -> member bytes, in member order.
         start: Offset of the sample's first header byte in the shard.
         end: Offset just past the sample's last member (padding included).
+        stored_extensions: The extensions as the member names spell them,
+            in member order, when one differs from its lower-cased field
+            name; None when all are lower-case already.
     """
 
     key: str
     fields: dict[str, bytes]
     start: int
     end: int
+    stored_extensions: tuple[str, ...] | None = None
+
+    def checksum(self) -> int:
+        """The sample's :func:`sample_checksum`, over its members as stored
+        (so an index written over ``KEY.JPG`` matches the field ``jpg``)."""
+        names = self.fields if self.stored_extensions is None else self.stored_extensions
+        return sample_checksum(self.key, zip(names, self.fields.values()))
 
 
 def byte_sum(block: bytes) -> int:
@@ -367,6 +377,7 @@ class SampleParser:
         self._member_start: int | None = None  # first header of the member in progress
         self._key: str | None = None
         self._fields: dict[str, bytes] = {}
+        self._stored_extensions: list[str] | None = None  # as spelled, once one is not lower-case
         self._span_start = base_offset  # where the sample in progress (or the next) begins
         self._sample_end = base_offset
         self._bounds = bounds
@@ -457,7 +468,10 @@ class SampleParser:
         """The sample in progress, checked against its span and checksum."""
         if self._key is None:
             return []
-        sample = RawSample(self._key, self._fields, self._span_start, self._sample_end)
+        stored = self._stored_extensions
+        sample = RawSample(
+            self._key, self._fields, self._span_start, self._sample_end, None if stored is None else tuple(stored)
+        )
         k = self.num_samples
         if self._bounds is not None:
             if k >= len(self._bounds) - 1:
@@ -475,7 +489,7 @@ class SampleParser:
                 )
             if self._checksums is not None:
                 stored = int(self._checksums[k])
-                actual = sample_checksum(sample.key, sample.fields.items())
+                actual = sample.checksum()
                 if actual != stored:
                     raise self._error(
                         f"sample {sample.key!r} fails its checksum (stored {stored:08x}, read {actual:08x}): "
@@ -485,6 +499,7 @@ class SampleParser:
                     )
         self._key = None
         self._fields = {}
+        self._stored_extensions = None
         self._span_start = sample.end
         self.num_samples = k + 1
         return [sample]
@@ -609,8 +624,8 @@ class SampleParser:
                     self.first_skipped = name
                     _warn_skipped(self.path, name, member_start)
                 continue
-            key, ext = parts
-            ext = ext.lower()
+            key, stored_ext = parts
+            ext = stored_ext.lower()
             self._stray = None
             if key != self._key:
                 out.extend(self._flush())
@@ -619,6 +634,10 @@ class SampleParser:
                 raise self._error(
                     f"repeats extension {ext!r} of sample {key!r}", member=name, offset=member_start
                 )
+            if ext != stored_ext and self._stored_extensions is None:
+                self._stored_extensions = list(self._fields)  # the earlier ones were lower-case
+            if self._stored_extensions is not None:
+                self._stored_extensions.append(stored_ext)
             self._fields[ext] = buf[data_start:data_end]
             self._sample_end = base + next_pos
         self._pos = pos

@@ -21,7 +21,7 @@ import shardkit
 from shardkit.cli import main
 from shardkit.format.index import encode_index
 from shardkit.format.manifest import Manifest, ShardEntry
-from shardkit.format.tar import SampleParser, sample_checksum
+from shardkit.format.tar import SampleParser
 from shardkit.verify import verify_dataset
 from shardkit.write.publish import publish_manifest
 from tests.conftest import sample_payload
@@ -40,7 +40,7 @@ def index_in_place(root: str, names: list[str]) -> None:
         samples = parser.feed(data) + parser.finish()
         index = name.removesuffix(".tar") + ".idx"
         with open(os.path.join(root, index), "wb") as f:
-            f.write(encode_index([0] + [s.end for s in samples], [sample_checksum(s.key, s.fields.items()) for s in samples]))
+            f.write(encode_index([0] + [s.end for s in samples], [s.checksum() for s in samples]))
         extensions.update(ext for s in samples for ext in s.fields)
         entries.append(
             ShardEntry(
@@ -161,3 +161,17 @@ def test_a_hidden_file_in_a_folder_is_skipped_where_webdataset_makes_it_a_sample
     theirs = webdataset_reads([shard])
     assert ours == [{"__key__": "train/a", "txt": b"a"}, {"__key__": "train/b", "txt": b"b"}]
     assert theirs == [{"__key__": "train/", "ds_store": b"junk"}, *ours]
+
+
+def test_shardkit_shards_with_upper_case_extensions_keep_their_checksums(tmp_path):
+    """Indexes store checksums over the members as spelled (``KEY.JPG``):
+    read back as field ``jpg``, every sample still matches its checksum."""
+    dest = str(tmp_path / "upper")
+    with shardkit.ShardWriter(dest, max_samples=3) as writer:
+        for i in range(5):
+            writer.write({"__key__": f"k{i}", "JPG": sample_payload(f"k{i}", 99), "cls": b"1"})
+    got = plain(shardkit.ShardDataset(dest, mode="exact", shuffle=False, verify_checksums=True))
+    assert got == [{"__key__": f"k{i}", "jpg": sample_payload(f"k{i}", 99), "cls": b"1"} for i in range(5)]
+    indexed = shardkit.IndexedDataset(dest, verify_checksums=True)
+    assert plain(indexed[i] for i in range(5)) == got
+    assert verify_dataset(dest).num_samples_checked == 5
