@@ -47,8 +47,11 @@ uncompressed one.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import weakref
+from concurrent.futures import Future
 from collections import deque
 from itertools import chain
 from collections.abc import Callable, Iterator
@@ -64,6 +67,7 @@ from shardkit.io.base import ByteSource, SourceOptions
 from shardkit.io.device import read_in_turns, reserved_room_bytes
 from shardkit.io.index import fetch_offset_index
 from shardkit.io.registry import open_source
+from shardkit.io.retry import current_stop, stopping_on
 from shardkit.io.urls import is_local, local_path, redact_url
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.prefetch import ReadAhead
@@ -163,11 +167,28 @@ class PieceReader:
         entry = manifest.shards[shard]
         return open_source(url, options=self.options, expected_size=entry.num_bytes, expected_sha256=entry.sha256)
 
-    def _locate(self, job: _Job) -> None:
+    def _load_index_soon(self, shard: int) -> Future[OffsetIndex]:
+        """:meth:`_load_index` in a thread of its own, which stops retrying
+        when this thread's reads are told to stop."""
+        future: Future[OffsetIndex] = Future()
+        stop = current_stop()
+
+        def run() -> None:
+            with contextlib.nullcontext() if stop is None else stopping_on(stop):
+                try:
+                    future.set_result(self._load_index(shard))
+                except BaseException as exc:  # handed to whoever waits for the index
+                    future.set_exception(exc)
+
+        threading.Thread(target=run, name="shardkit-index", daemon=True).start()
+        return future
+
+    def _locate(self, job: _Job, index: OffsetIndex | None = None) -> None:
         """Fill in the byte range ``job`` reads: its samples' bytes through
-        the offset index, or a whole shard up to the manifest's size."""
+        the offset index (``index``, if already loaded), or a whole shard up
+        to the manifest's size."""
         if self.catalog.has_indexes:
-            index = self._load_index(job.piece.shard)
+            index = index or self._load_index(job.piece.shard)
             self._use_index(job, index)
             job.whole = job.piece.stop == len(index.bounds) - 1
             job.byte_start = int(index.bounds[job.piece.start])
@@ -219,9 +240,48 @@ class PieceReader:
             chunks = read_in_turns(
                 source, local_path(job.url), open_range, options=self.options, room=ahead, chunk_bytes=chunk_bytes
             )
+        elif self._reads_whole_indexed(job):
+            # A whole remote shard: its index and its bytes are asked for at
+            # once, so the first sample waits for one round trip, not two.
+            index = self._load_index_soon(job.piece.shard)
+            shard_bytes = self.catalog.manifest.shards[job.piece.shard].num_bytes  # type: ignore[union-attr]
+            chunks = self._cut_to_index(job, index, source.iter_range(0, shard_bytes, chunk_bytes=chunk_bytes))
         else:
             chunks = open_range()[0]
         return self._maybe_decompressed(job, chunks)
+
+    def _reads_whole_indexed(self, job: _Job) -> bool:
+        """Whether ``job`` is a whole shard with an index, whose byte range
+        (from 0 to at most the manifest's size) is known before its index."""
+        counts = self.catalog.counts
+        return (
+            self.catalog.has_indexes
+            and self.catalog.manifest is not None
+            and counts is not None
+            and job.piece.start == 0
+            and job.piece.stop == int(counts[job.piece.shard])
+        )
+
+    def _cut_to_index(self, job: _Job, index: Future[OffsetIndex], chunks: Iterator[bytes]) -> Iterator[bytes]:
+        """The chunks of a whole shard read from byte 0, passed on once its
+        index (loading meanwhile) has located ``job``, and cut where the
+        index says the shard's samples and end marker end (a tar may be
+        padded past them)."""
+        try:
+            first = next(chunks, b"")
+            self._locate(job, index.result())
+            assert job.byte_stop is not None and job.byte_start == 0
+            left = job.byte_stop
+            for chunk in chain((first,), chunks):
+                if left > 0:
+                    yield chunk if len(chunk) <= left else chunk[:left]
+                # Past the cut (padding after the end marker) the bytes are
+                # still read, not dropped: a cache fills from this read.
+                left -= len(chunk)
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
 
     def _maybe_decompressed(self, job: _Job, chunks: Iterator[bytes]) -> Iterator[bytes]:
         """``chunks``, decompressed when they are a read from byte 0 of a
