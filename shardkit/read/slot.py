@@ -25,8 +25,7 @@ from torch.utils.data import default_collate
 from shardkit.errors import MemberTooLargeError, StateError, UsageError
 from shardkit.io.base import SourceOptions
 from shardkit.read.catalog import ShardCatalog
-from shardkit.read.decode import Decoder
-from shardkit.read.options import ReaderOptions, check_count, check_flag
+from shardkit.read.options import OutputOptions, ReaderOptions
 from shardkit.read.plan import EpochLayout, ReadPlan, check_infinite
 from shardkit.read.resume.elastic import LevelPlan, part_spans
 from shardkit.read.resume.restore import SlotRestorer, level_plans
@@ -167,41 +166,6 @@ def collate_samples(samples: list[Any], *, collate: Callable[[list[Any]], Any] =
             "shardkit.transforms.DecodeRandomResizedCrop(224))), or keep the samples as a list "
             "(ShardDataset(..., batch_size=64, collate=list) with make_loader(dataset, batch_size=None))"
         ) from exc
-
-
-@dataclass(frozen=True, kw_only=True)
-class OutputOptions:
-    """How a slot presents its samples: the output settings of
-    :class:`~shardkit.ShardDataset` (which documents each), in one place.
-
-    Attributes:
-        decoder: Decodes each sample dict, or None for raw bytes.
-        select: Keeps a (decoded) sample when it returns true; applied
-            after ``decoder`` and before ``map``. None keeps every sample.
-        map: Applied to each (decoded, selected) sample, or None.
-        batch_size: Samples per batch, or None for single samples.
-        collate: Turns a list of samples into a batch (None: torch's
-            ``default_collate``).
-        partial_batches: Yield the last, smaller batch.
-
-    Raises:
-        UsageError: ``batch_size`` below 1.
-    """
-
-    decoder: Decoder | None = None
-    select: Callable[[Sample], Any] | None = None
-    map: Callable[[Sample], Any] | None = None
-    batch_size: int | None = None
-    collate: Callable[[list[Any]], Any] | None = None
-    partial_batches: bool = True
-
-    def __post_init__(self) -> None:
-        check_count("batch_size", self.batch_size, optional=True)
-        check_flag("partial_batches", self.partial_batches)
-        if self.select is not None and not callable(self.select):
-            raise UsageError(f"select must be a function of the sample dict returning a bool, not {self.select!r}")
-        if self.batch_size is not None and self.batch_size < 1:
-            raise UsageError(f"batch_size must be >= 1 or None, not {self.batch_size}")
 
 
 class SourceSchedule(Protocol):

@@ -1,0 +1,132 @@
+"""Reproducible ustar encoding of members: header blocks, padding, sizes.
+
+Encoding writes plain ustar headers with fixed metadata (mtime 0, uid/gid 0,
+empty owner names, mode 0644) so the same input gives the same bytes. A pax
+extended header is emitted only for a member that needs one: a name that is
+not ASCII or does not fit the ustar name/prefix fields, or a size of 8 GiB or
+more. :mod:`shardkit.format.tar` parses what this writes (and any other tar).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Sequence
+
+BLOCK_SIZE = 512
+END_OF_ARCHIVE = bytes(2 * BLOCK_SIZE)
+ZERO_BLOCK = bytes(BLOCK_SIZE)
+
+#: Fixed member metadata, so shards are byte-reproducible.
+MEMBER_MTIME = 0
+MEMBER_MODE = 0o644
+PAX_HEADER_NAME = b"././@PaxHeader"
+
+_USTAR_MAGIC = b"ustar\x0000"
+_MAX_OCTAL_SIZE = 8**11 - 1  # what an 11-digit octal size field can hold
+
+
+def byte_sum(block: bytes) -> int:
+    """The sum of a block's bytes, as tar header checksums count them.
+
+    Headers are mostly zero bytes. With fewer than 257 non-zero bytes the sum
+    stays below Adler-32's modulus, so the low half of ``zlib.adler32`` (one
+    plus the byte sum, modulo 65521) is the exact sum, computed in C; other
+    blocks are summed in Python.
+    """
+    if len(block) - block.count(0) < 257:
+        return (zlib.adler32(block) & 0xFFFF) - 1
+    return sum(block)
+
+
+def padding(size: int) -> int:
+    """Bytes of zero padding that follow ``size`` bytes of member data."""
+    return -size % BLOCK_SIZE
+
+
+def _octal_field(value: int, width: int) -> bytes:
+    digits = format(value, "o").rjust(width - 1, "0")
+    if len(digits) > width - 1:
+        raise ValueError(f"{value} does not fit a {width}-byte octal field")
+    return digits.encode("ascii") + b"\x00"
+
+
+def _ustar_header(name: bytes, prefix: bytes, size: int, typeflag: bytes) -> bytes:
+    header = bytearray(BLOCK_SIZE)
+    header[0 : len(name)] = name
+    header[100:108] = _octal_field(MEMBER_MODE, 8)
+    header[108:116] = _octal_field(0, 8)
+    header[116:124] = _octal_field(0, 8)
+    header[124:136] = _octal_field(size, 12)
+    header[136:148] = _octal_field(MEMBER_MTIME, 12)
+    header[148:156] = b" " * 8
+    header[156:157] = typeflag
+    header[257:265] = _USTAR_MAGIC
+    header[329:337] = _octal_field(0, 8)
+    header[337:345] = _octal_field(0, 8)
+    header[345 : 345 + len(prefix)] = prefix
+    header[148:156] = format(byte_sum(header), "06o").encode("ascii") + b"\x00 "
+    return bytes(header)
+
+
+def _split_ustar_name(raw: bytes) -> tuple[bytes, bytes] | None:
+    """Fit a name in ustar's 155-byte prefix + 100-byte name fields, or None."""
+    if len(raw) <= 100:
+        return raw, b""
+    # The split must fall on a slash: prefix "/" name.
+    for cut in range(min(len(raw) - 1, 155), 0, -1):
+        if raw[cut : cut + 1] == b"/" and len(raw) - cut - 1 <= 100:
+            return raw[cut + 1 :], raw[:cut]
+    return None
+
+
+def _pax_record(keyword: str, value: str) -> bytes:
+    body = f" {keyword}={value}\n".encode("utf-8")
+    length = len(body) + 1
+    while len(str(length)) + len(body) != length:
+        length += 1
+    return str(length).encode("ascii") + body
+
+
+def encode_header(name: str, size: int) -> bytes:
+    """Return the header block(s) for a regular-file member.
+
+    One 512-byte ustar block in the common case; a pax extended header first
+    when the name is not ASCII or too long for ustar, or the size too big.
+    """
+    records = []
+    raw = name.encode("utf-8")
+    fitted = _split_ustar_name(raw) if raw.isascii() else None
+    if fitted is None:
+        records.append(_pax_record("path", name))
+        # Fallback name for readers that ignore pax: ASCII, within 100 bytes.
+        fitted = (name.encode("ascii", "replace")[-100:], b"")
+    ustar_size = size
+    if size > _MAX_OCTAL_SIZE:
+        records.append(_pax_record("size", str(size)))
+        ustar_size = 0
+    header = _ustar_header(fitted[0], fitted[1], ustar_size, b"0")
+    if not records:
+        return header
+    pax_data = b"".join(records)
+    pax_header = _ustar_header(PAX_HEADER_NAME, b"", len(pax_data), b"x")
+    return pax_header + pax_data + bytes(padding(len(pax_data))) + header
+
+
+def encoded_member_size(name: str, size: int) -> int:
+    """Bytes a member takes in a shard: header(s), data and padding."""
+    return len(encode_header(name, size)) + size + padding(size)
+
+
+def encoded_sample_size(key: str, fields: Iterable[tuple[str, int]]) -> int:
+    """Bytes a sample takes in a shard, given ``(extension, data size)`` pairs."""
+    return sum(encoded_member_size(f"{key}.{ext}", size) for ext, size in fields)
+
+
+def encode_sample(key: str, fields: Sequence[tuple[str, bytes]]) -> bytes:
+    """Encode one sample (fields in the given order) as tar bytes."""
+    parts = []
+    for ext, data in fields:
+        parts.append(encode_header(f"{key}.{ext}", len(data)))
+        parts.append(data)
+        parts.append(bytes(padding(len(data))))
+    return b"".join(parts)
