@@ -342,7 +342,8 @@ def resolve_catalog(
             directory or folder URL (with or without its trailing ``/``)
             holding ``manifest.json``; a brace pattern of shard paths/URLs;
             one shard path or URL (ending ``.tar``, ``.tar.gz``, ``.tgz`` or
-            ``.tar.zst``); or a list of shard paths/URLs.
+            ``.tar.zst``; a shard URL ending otherwise goes in a list); or a
+            list of shard paths/URLs.
         options: How to read remote manifests, and the locations outside
             the dataset a manifest may name (``allowed_prefixes``).
 

@@ -165,8 +165,8 @@ def detect_format(source: str) -> str:
             source,
             f"it holds tar shards ({_some(shards)}) and other entries ({_some(others)})",
             {
-                "tar": "reshard the top-level shards, leaving the rest out",
-                "directory": "pack every file, the shards included, as sample fields",
+                "tar": "to reshard the top-level shards, leaving the rest out",
+                "directory": "to pack every file, the shards included, as sample fields",
             },
         )
     if all(e.is_dir() for e in entries):
@@ -185,10 +185,10 @@ def detect_format(source: str) -> str:
             else:
                 others += 1
         if tars or jsonl:
-            formats = {"tar": "on a folder of shards, or a brace pattern naming them"} if tars else {}
+            formats = {"tar": "on a folder of shards, or on a brace pattern naming them"} if tars else {}
             if jsonl:
                 formats["jsonl"] = "on the .jsonl file itself"
-            formats["directory"] = "pack every file, shards and JSONL included, as sample fields"
+            formats["directory"] = "to pack every file, shards and JSONL included, as sample fields"
             what = " and ".join(w for w, n in (("tar shards", tars), ("JSONL files", jsonl)) if n)
             raise _ambiguous(source, f"its folders hold {what} (e.g. {example})", formats)
         if images and not others:
@@ -201,7 +201,7 @@ def detect_format(source: str) -> str:
             f"it holds JSONL files ({_some(jsonl_files)}) beside other entries",
             {
                 "jsonl": "on the .jsonl file itself",
-                "directory": "pack every file, the JSONL files included, as sample fields",
+                "directory": "to pack every file, the JSONL files included, as sample fields",
             },
         )
     for path in _walk_files(source):
@@ -210,8 +210,8 @@ def detect_format(source: str) -> str:
                 source,
                 f"a folder in it holds tar shards (e.g. {path})",
                 {
-                    "tar": "on that folder of shards, or a brace pattern naming them",
-                    "directory": "pack every file, the shards included, as sample fields",
+                    "tar": "on that folder of shards, or on a brace pattern naming them",
+                    "directory": "to pack every file, the shards included, as sample fields",
                 },
             )
     return "directory"
@@ -248,7 +248,7 @@ def _some(names: list[str], limit: int = 3) -> str:
 
 
 def _ambiguous(source: str, shape: str, formats: dict[str, str]) -> SourceError:
-    choices = "; ".join(f"`--format {name}` to {what}" for name, what in formats.items())
+    choices = "; ".join(f"`--format {name}` (format={name!r}) {what}" for name, what in formats.items())
     return SourceError(
         f"{source}: cannot tell the source format: {shape}, so more than one format could apply. Pass {choices}",
         path=source,

@@ -87,7 +87,7 @@ def test_tars_or_jsonl_are_never_packed_as_fields_without_format_directory(tmp_p
         src.mkdir()
         (src / "a.jpg").write_bytes(b"jpeg")
         (src / "rows.jsonl").write_text('{"__key__": "a", "jpg": "a.jpg"}\n')
-    with pytest.raises(SourceError, match="`--format directory` to pack every file") as info:
+    with pytest.raises(SourceError, match=r"`--format directory` \(format='directory'\) to pack every file") as info:
         detect_format(str(src))
     assert ("--format tar" in str(info.value)) == (where == "nested")
     assert "--format jsonl" in str(info.value) or where == "nested"
