@@ -61,8 +61,8 @@ def webdataset_reads(paths: list[str]) -> list[dict]:
 
 def gnu_tar_shards(root) -> list[str]:
     """Two shards made by GNU tar from a folder tree: directory entries,
-    README and .DS_Store files, upper-case extensions, dots in folder names
-    and in keys' extensions."""
+    README and .DS_Store files (NOTES after the last sample), upper-case
+    extensions, dots in folder names and in keys' extensions."""
     names = []
     for shard in range(2):
         tree = root / f"tree{shard}"
@@ -76,11 +76,10 @@ def gnu_tar_shards(root) -> list[str]:
                 (folder / f"{key}.seg.PNG").write_bytes(sample_payload(key + "seg", 50))
         (tree / "README").write_text("how this was made")
         (tree / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
+        (tree / "NOTES").write_text("after the last sample")
         name = f"gnu-{shard:02d}.tar"
-        subprocess.run(
-            ["tar", "--sort=name", "-cf", str(root / "shards" / name), "-C", str(tree), "README", ".DS_Store", "train"],
-            check=True,
-        )
+        members = ["README", ".DS_Store", "train", "NOTES"]
+        subprocess.run(["tar", "--sort=name", "-cf", str(root / "shards" / name), "-C", str(tree), *members], check=True)
         names.append(name)
     return names
 
