@@ -136,7 +136,6 @@ class WriteOptions:
             by default (:data:`~shardkit.write.inputs.DEFAULT_MAX_UNPACK_BYTES`),
             None for no limit but the folder's free space. Past it the write
             stops before writing anything, naming the input and the limit.
-            The output does not depend on it.
     """
 
     format: str | None = None
@@ -155,9 +154,7 @@ class WriteOptions:
     max_unpack_bytes: int | None = DEFAULT_MAX_UNPACK_BYTES
 
     def __post_init__(self) -> None:
-        if self.max_unpack_bytes is not None and (
-            isinstance(self.max_unpack_bytes, bool) or not isinstance(self.max_unpack_bytes, int) or self.max_unpack_bytes < 1
-        ):
+        if self.max_unpack_bytes is not None and (type(self.max_unpack_bytes) is not int or self.max_unpack_bytes < 1):
             raise UsageError(f"max_unpack_bytes must be a positive integer or None, got {self.max_unpack_bytes!r}")
         if self.engine not in ENGINES:
             raise UsageError(f"engine must be one of {ENGINES}, got {self.engine!r}")
@@ -456,13 +453,8 @@ def _write_local(
     # writers to read by byte range; the copies go when the write ends.
     with tempfile.TemporaryDirectory(prefix="shardkit-unpack-") as unpack_dir:
         # Check the source before touching the destination.
-        scanned = scan_source(
-            source,
-            format=options.format,
-            on_error=options.on_error,
-            unpack_dir=unpack_dir,
-            max_unpack_bytes=options.max_unpack_bytes,
-        )
+        scanned = scan_source(source, format=options.format, on_error=options.on_error, unpack_dir=unpack_dir,
+                              max_unpack_bytes=options.max_unpack_bytes)
         return _write_scanned(
             scanned, source, dest, options=options, progress=progress, check_space=check_space, started=started,
             limits=limits, publish_url=publish_url,

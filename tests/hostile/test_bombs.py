@@ -288,3 +288,38 @@ def test_an_npy_header_claiming_more_than_follows_is_refused_before_allocating(s
         decoder({"__key__": "k1", "npy": _npy_claiming(shape)})
     assert not isinstance(caught.value, MemoryError)
     assert decoder({"__key__": "k3", "npy": _npy_claiming((8,))})["npy"].tolist() == [0.0] * 8
+
+
+def _with_broken_text_chunk(image: Image.Image, fmt: str = "PNG") -> bytes:
+    """A PNG whose ``tEXt`` chunk has a bad CRC: PIL will not open it,
+    libpng (torchvision's decoder) warns and decodes it anyway."""
+    from PIL import PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    info.add_text("comment", "x")
+    buf = io.BytesIO()
+    image.save(buf, format=fmt, pnginfo=info)
+    data = bytearray(buf.getvalue())
+    at = data.find(b"tEXt")
+    crc = at + 4 + int.from_bytes(data[at - 4 : at], "big")
+    data[crc : crc + 4] = bytes(4)
+    return bytes(data)
+
+
+def test_tensor_decoding_checks_pixels_where_pil_cannot_read_the_header():
+    from shardkit.errors import ImageTooLargeError
+
+    damaged = _with_broken_text_chunk(Image.new("L", (100, 80)))
+    with pytest.raises(ImageTooLargeError, match="100 x 80 = 8,000 pixels") as caught:
+        shardkit.Decoder(image="tensor", max_image_pixels=1000)({"__key__": "k1", "png": damaged}, path="s.tar")
+    assert "member 'k1.png'" in str(caught.value) and "max_image_pixels=1000" in str(caught.value)
+    # Under the limit torchvision still decodes it, as before.
+    assert tuple(shardkit.Decoder(image="tensor")({"__key__": "k2", "png": damaged})["png"].shape) == (1, 80, 100)
+
+
+def test_image_size_is_read_from_png_and_jpeg_bytes_without_pil():
+    from shardkit.read.decoders.images import header_size
+
+    # The frame header of a JPEG comes after other segments (JFIF, tables).
+    assert header_size(_tiny_png()) == (8, 8) and header_size(_jpeg_bomb()) == (60000, 60000)
+    assert header_size(b"\xff\xd8" + b"\xff\xe0\x00\x01" * 3) is None and header_size(b"GIF89a") is None
