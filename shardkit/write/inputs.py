@@ -30,7 +30,8 @@ formats are understood, auto-detected by :func:`detect_format`:
     not grow with their size. Temporary space does: all the unpacked copies
     together may take at most ``max_unpack_bytes``
     (:data:`DEFAULT_MAX_UNPACK_BYTES`, 64 GiB), and never leave less than
-    :data:`UNPACK_RESERVE_BYTES` free where they are written; past either,
+    :data:`UNPACK_RESERVE_BYTES` (1 GiB, or a twentieth of a smaller file
+    system) free where they are written; past either,
     scanning stops with a :class:`~shardkit.errors.SourceError` naming the
     input, the limit and what to do (nothing is written yet).
 """
@@ -74,10 +75,12 @@ _TAR_SCAN_CHUNK = 4 << 20
 #: shards compressed whole may take in the temporary folder, all together.
 DEFAULT_MAX_UNPACK_BYTES = 64 << 30
 #: Free space unpacking always leaves in the temporary folder, whatever
-#: ``max_unpack_bytes`` says (it may be a RAM-backed ``/tmp``).
+#: ``max_unpack_bytes`` says (it may be a RAM-backed ``/tmp``): this, or a
+#: twentieth of the file system where that is less.
 UNPACK_RESERVE_BYTES = 1 << 30
 #: How often (in bytes unpacked) the folder's free space is looked at.
 _FREE_SPACE_CHECK_BYTES = 64 << 20
+
 #: File name endings of tar shards, plain or compressed whole.
 TAR_SUFFIXES: tuple[str, ...] = (".tar", *SHARD_SUFFIXES)
 
@@ -465,10 +468,11 @@ class _UnpackBudget:
         return take
 
     def _check_free(self, path: str, folder: str) -> None:
-        free = shutil.disk_usage(folder).free
-        if free < UNPACK_RESERVE_BYTES:
+        usage = shutil.disk_usage(folder)
+        reserve = min(UNPACK_RESERVE_BYTES, usage.total // 20)
+        if usage.free < reserve:
             raise self._error(
-                path, folder, f"the space left there: only {free:,} bytes are free, and {UNPACK_RESERVE_BYTES:,} must stay so"
+                path, folder, f"nearly all the space there: {usage.free:,} bytes are free, {reserve:,} must stay so"
             )
 
     def _error(self, path: str, folder: str, over: str) -> SourceError:

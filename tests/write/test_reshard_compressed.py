@@ -105,3 +105,18 @@ def test_max_unpack_bytes_must_be_a_positive_size():
     with pytest.raises(UsageError, match="max_unpack_bytes"):
         WriteOptions(max_unpack_bytes=0)
     assert WriteOptions(max_unpack_bytes=None).max_unpack_bytes is None
+
+
+def test_unpacking_stops_before_it_fills_the_temporary_disk(tmp_path, own_tmp, monkeypatch):
+    """No disk to fill here: the file system is made to report 10 GB with
+    300 MB free, under the 500 MB (5%) that must stay free."""
+    import collections
+    import shutil
+
+    packed = _gzip_shards(tmp_path)
+    usage = collections.namedtuple("usage", "total used free")(10**10, 10**10 - 3 * 10**8, 3 * 10**8)
+    monkeypatch.setattr(shutil, "disk_usage", lambda folder: usage)
+    with pytest.raises(SourceError, match="300,000,000 bytes are free, 500,000,000 must stay so") as caught:
+        write_dataset(packed, str(tmp_path / "out"), options=WriteOptions(max_unpack_bytes=None, workers=1))
+    assert caught.value.path.endswith("shard-000000.tar.gz") and "TMPDIR" in str(caught.value)
+    assert list(own_tmp.iterdir()) == []

@@ -98,12 +98,8 @@ def decode_npz(data: bytes, *, max_bytes: int | None = DEFAULT_MAX_MEMBER_BYTES)
         members = archive.infolist()
         total = sum(m.file_size for m in members)
         if max_bytes is not None and total > max_bytes:
-            raise MemberTooLargeError.over_limit(
-                f"npz archive of {len(members)} arrays inflates to {total:,} bytes",
-                limit=max_bytes,
-                option="max_member_bytes",
-                amount=total,
-            )
+            what = f"npz archive of {len(members)} arrays inflates to {total:,} bytes"
+            raise MemberTooLargeError.over_limit(what, limit=max_bytes, option="max_member_bytes", amount=total)
         out = {}
         for member in members:
             try:
