@@ -100,7 +100,7 @@ class _FsResponse:
     safe to call from several threads, and the async filesystems implement
     it natively. A range with an end (at most ``part_bytes`` long when read
     by :mod:`shardkit.io.ranged`, so within the read-ahead budget) is one
-    call, made when the range is opened. A range to the end of the object
+    call. A range to the end of the object
     is fetched in parts of ``part_bytes``, the next one when the previous is
     consumed, so a reader that stops early (a size cap) never fetches the
     rest. An answer shorter than asked means the object ends there, which
