@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 import shardkit
-from tests.read.frameworks_util import as_index
+from tests.read.frameworks_util import to_features
 from tests.read.torchrun_util import rank_arguments, run_rank
 
 
@@ -27,7 +27,7 @@ def train(data: str) -> dict[str, Any]:
 
         def train_dataloader(self):
             # Lightning gives no sampler to an IterableDataset: shardkit splits by rank.
-            self.dataset = shardkit.ShardDataset(data, mode="balanced", seed=0, map=as_index)
+            self.dataset = shardkit.ShardDataset(data, mode="balanced", seed=0, map=to_features)
             return shardkit.make_loader(self.dataset, batch_size=5, num_workers=2)
 
         def on_train_epoch_start(self) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 import shardkit
-from tests.read.frameworks_util import as_index
+from tests.read.frameworks_util import to_features
 from tests.read.torchrun_util import rank_arguments, run_rank
 
 
@@ -35,7 +35,7 @@ def train(data: str, out: str) -> dict[str, Any]:
 
     model = Recorder()
     # The Trainer prepares its loader with accelerate, which splits it: one global stream.
-    dataset = shardkit.ShardDataset(data, mode="balanced", seed=0, rank=0, world_size=1, map=as_index)
+    dataset = shardkit.ShardDataset(data, mode="balanced", seed=0, rank=0, world_size=1, map=to_features)
     args = TrainingArguments(
         output_dir=os.path.join(out, "trainer"),
         per_device_train_batch_size=5,
