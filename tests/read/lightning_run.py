@@ -1,5 +1,6 @@
 """Run under torchrun (2 ranks, gloo) by tests/read/test_frameworks.py: the
-README's PyTorch Lightning recipe (``strategy="ddp"`` on CPU).
+README's PyTorch Lightning recipe (its lines, in their order), with
+``strategy="ddp"`` on CPU.
 
 Each rank writes ``OUT/rank{RANK}.json``: ``{"seen": [...]}``, the sample
 indices its training steps received, in order (2 epochs).
@@ -9,16 +10,23 @@ from __future__ import annotations
 
 from typing import Any
 
+import lightning as L
 import torch
 
 import shardkit
-from tests.read.frameworks_util import to_features
+from tests.read.frameworks_util import loss_of, to_features
 from tests.read.torchrun_util import rank_arguments, run_rank
+
+#: What the README's Trainer leaves out here: no logger, checkpoints or progress output.
+QUIETLY: dict[str, Any] = {
+    "logger": False,
+    "enable_checkpointing": False,
+    "enable_progress_bar": False,
+    "enable_model_summary": False,
+}
 
 
 def train(data: str) -> dict[str, Any]:
-    import lightning as L
-
     class Model(L.LightningModule):
         def __init__(self) -> None:
             super().__init__()
@@ -26,32 +34,21 @@ def train(data: str) -> dict[str, Any]:
             self.seen: list[int] = []
 
         def train_dataloader(self):
-            # Lightning gives no sampler to an IterableDataset: shardkit splits by rank.
-            self.dataset = shardkit.ShardDataset(data, mode="balanced", seed=0, map=to_features)
+            self.dataset = shardkit.ShardDataset(data, seed=0, map=to_features)
             return shardkit.make_loader(self.dataset, batch_size=5, num_workers=2)
 
-        def on_train_epoch_start(self) -> None:
+        def on_train_epoch_start(self):
             self.dataset.set_epoch(self.current_epoch)
 
         def training_step(self, batch, batch_idx):
             self.seen += batch["idx"].tolist()
-            return self.layer(batch["idx"].float().unsqueeze(1) / 1e6).pow(2).mean()
+            return loss_of(self.layer, batch)
 
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
     model = Model()
-    trainer = L.Trainer(
-        accelerator="cpu",
-        devices=2,
-        strategy="ddp",
-        max_epochs=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(model)
+    L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, **QUIETLY).fit(model)
     return {"seen": model.seen}
 
 

@@ -5,18 +5,22 @@ rank, and a new order in the second epoch.
 
 One torchrun per framework: plain DDP and accelerate's four data-loader
 settings share one (tests/read/accelerate_run.py), the Hugging Face
-``Trainer`` and Lightning have one each.
+``Trainer`` and Lightning have one each. The README's recipes (blocks fenced
+``python torchrun``) are these runs: every line of each, in order, is a line
+of its script, but for the substitutions :data:`README_TO_RUN` states.
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
 from tests.conftest import build_dataset
 from tests.read.frameworks_util import SIZES, all_indices
 from tests.read.torchrun_util import launch
+from tests.test_readme import README, TORCHRUN_FENCE
 
 HERE = os.path.dirname(__file__)
 RANKS = 2
@@ -86,3 +90,41 @@ def test_lightning_ddp_reads_every_sample_once_per_epoch(data, tmp_path):
     pytest.importorskip("lightning")
     results = _run("lightning_run.py", data, str(tmp_path))
     _check_epochs([_by_epoch(result["seen"]) for result in results])
+
+
+#: The script that runs each README recipe, by the framework it imports first.
+RECIPE_SCRIPTS = (("accelerate", "accelerate_run.py"), ("transformers", "trainer_run.py"), ("lightning", "lightning_run.py"))
+#: (README text, script text, why): applied to every README recipe line.
+README_TO_RUN: tuple[tuple[str, str, str], ...] = (
+    ('"shards/train"', "data", "the test's dataset"),
+    ("Accelerator()", "Accelerator(dataloader_config=DataLoaderConfiguration(**config))", "each of four configurations"),
+    ('output_dir="out"', "output_dir=out", "a temporary folder"),
+    ("dataloader_num_workers=2)", "dataloader_num_workers=2, **ON_CPU_QUIETLY)", "CPU, no reports or checkpoints"),
+    (
+        'L.Trainer(devices=8, strategy="ddp", max_epochs=2).fit(Model())',
+        'L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, **QUIETLY).fit(model)',
+        "two CPU processes, quietly; the test reads what the model saw",
+    ),
+)
+
+
+def _code_lines(text: str) -> list[str]:
+    """Stripped lines of code: no blanks, comments or ``...`` placeholders."""
+    lines = (line.split("  # ")[0].strip() for line in text.splitlines())
+    return [line for line in lines if line and not line.startswith("#") and line != "..."]
+
+
+def test_readme_recipes_are_what_these_runs_run():
+    text = README.read_text(encoding="utf-8")
+    blocks = re.findall(rf"^```python {TORCHRUN_FENCE}\n(.*?)^```", text, flags=re.M | re.S)
+    assert len(blocks) == 4, "the README's recipes: plain DDP, accelerate, Trainer, Lightning"
+    for block in blocks:
+        for old, new, _ in README_TO_RUN:
+            block = block.replace(old, new)
+        imported = re.findall(r"^(?:from|import) (\w+)", block, flags=re.M)
+        script = next((name for module, name in RECIPE_SCRIPTS if module in imported), "accelerate_run.py")
+        with open(os.path.join(HERE, script), encoding="utf-8") as f:
+            remaining = iter(_code_lines(f.read()))
+        for line in _code_lines(block):
+            # `in` on an iterator consumes it up to the match: the lines must come in order.
+            assert line in remaining, f"README recipe line {line!r} is not in {script} (in this order)"
