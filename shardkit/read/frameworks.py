@@ -19,6 +19,11 @@ expects (its split is then the only one), or the loader stays out of
 ``accelerator.prepare``. Lightning needs none of this: it gives a
 ``DistributedSampler`` only to map-style datasets and leaves an
 ``IterableDataset``'s loader as it is.
+
+A loader from :func:`~shardkit.make_loader` cannot be prepared at all:
+accelerate builds a new DataLoader from its dataset, a wrapper whose items
+are tagged for checkpoints. That wrapper refuses accelerate's ``set_epoch``
+call (see :data:`REBUILT_LOADER_MESSAGE`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,11 @@ ACCELERATE_MODULE = "accelerate.data_loader"
 ACCELERATE_SPLITTERS = frozenset({"DataLoaderDispatcher", "IterableDatasetShard"})
 
 
+def called_by_accelerate(caller: FrameType | None) -> bool:
+    """Whether ``caller`` is code of accelerate's data loaders."""
+    return caller is not None and caller.f_globals.get("__name__") == ACCELERATE_MODULE
+
+
 def splitting_wrapper(caller: FrameType | None) -> str | None:
     """The name of the accelerate wrapper whose code is ``caller``, if that
     wrapper splits the dataset's stream across two or more processes; else
@@ -41,7 +51,7 @@ def splitting_wrapper(caller: FrameType | None) -> str | None:
     Args:
         caller: The frame that called the dataset (``set_epoch``'s caller).
     """
-    if caller is None or caller.f_globals.get("__name__") != ACCELERATE_MODULE:
+    if caller is None or not called_by_accelerate(caller):
         return None
     wrapper = caller.f_locals.get("self")
     name = type(wrapper).__name__
@@ -61,3 +71,13 @@ def split_again_message(wrapper: str, rank: int, world_size: int) -> str:
         "(one stream, which accelerate splits), or iterate shardkit.make_loader(dataset) without "
         "accelerator.prepare()"
     )
+
+
+#: Why a loader from :func:`~shardkit.make_loader` cannot go through
+#: ``accelerator.prepare``: accelerate rebuilds a DataLoader from the loader's
+#: dataset (a wrapper whose items carry checkpoint tags) and collate function.
+REBUILT_LOADER_MESSAGE = (
+    "accelerator.prepare() rebuilt a loader from shardkit.make_loader(), whose items would come out as "
+    "shardkit's internal (worker, count, batch) tuples: prepare torch.utils.data.DataLoader(dataset) "
+    "instead, or iterate the make_loader() loader without accelerator.prepare()"
+)

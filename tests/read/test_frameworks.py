@@ -128,3 +128,19 @@ def test_readme_recipes_are_what_these_runs_run():
         for line in _code_lines(block):
             # `in` on an iterator consumes it up to the match: the lines must come in order.
             assert line in remaining, f"README recipe line {line!r} is not in {script} (in this order)"
+
+
+def test_accelerate_refuses_a_make_loader_loader(data):
+    """accelerate's prepare() rebuilds a DataLoader from a make_loader()
+    loader's dataset, whose items carry shardkit's checkpoint tags: refused at
+    the first iteration (one process suffices: the rebuild happens anyway)."""
+    accelerate = pytest.importorskip("accelerate")
+    import shardkit
+
+    dataset = shardkit.ShardDataset(data, seed=0)
+    loader = shardkit.make_loader(dataset, batch_size=10, num_workers=0)
+    loader.dataset.set_epoch(3)  # as with any DataLoader: reaches the dataset
+    assert dataset.epoch == 3
+    prepared = accelerate.Accelerator(cpu=True).prepare(loader)
+    with pytest.raises(shardkit.UsageError, match=r"^accelerator.prepare\(\) rebuilt a loader from shardkit.make_loader\(\)"):
+        next(iter(prepared))
