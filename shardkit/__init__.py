@@ -35,6 +35,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Decoder": "shardkit.read.decode",
     "IndexedDataset": "shardkit.read.indexed",
+    "OutputOptions": "shardkit.read.options",
     "ReaderOptions": "shardkit.read.options",
     "ShardDataset": "shardkit.read.dataset",
     "ShardWindowSampler": "shardkit.read.sampler",
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
     from shardkit.read.decode import Decoder
     from shardkit.read.indexed import IndexedDataset
     from shardkit.read.loader import make_loader
-    from shardkit.read.options import ReaderOptions
+    from shardkit.read.options import OutputOptions, ReaderOptions
     from shardkit.read.sampler import ShardWindowSampler
     from shardkit.read.schedule import Stream
     from shardkit.read.shuffle import shuffle_quality
@@ -97,6 +98,7 @@ __all__ = [
     "Manifest",
     "ManifestError",
     "MemberTooLargeError",
+    "OutputOptions",
     "ReaderOptions",
     "RemoteError",
     "ShardDataset",

@@ -28,7 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shardkit.errors import UsageError
-from shardkit.format.manifest import FORMAT_VERSION, Manifest
+from shardkit.format.manifest import FORMAT_VERSION, UPGRADE_HINT, Manifest
+from shardkit.format.manifest import logger as manifest_logger
 from shardkit.format.table import TABLE_NAME
 from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes
 from shardkit.io.base import Destination, SourceOptions
@@ -231,7 +232,12 @@ def upgrade_dataset(dest: str, *, options: SourceOptions | None = None) -> Upgra
         )
     options = options or SourceOptions()
     destination = open_destination(dest, options=options)
-    manifest = fetch_manifest(dest, options=options)
+    hint_filter = _DropUpgradeHint()
+    manifest_logger.addFilter(hint_filter)  # the upgrade is running: no advice to run it
+    try:
+        manifest = fetch_manifest(dest, options=options)
+    finally:
+        manifest_logger.removeFilter(hint_filter)
     name, data = manifest.table_file()
     upgraded = manifest.loaded_version != FORMAT_VERSION
     if upgraded:
@@ -249,3 +255,8 @@ def upgrade_dataset(dest: str, *, options: SourceOptions | None = None) -> Upgra
         table_bytes=len(data),
         removed=tuple(removed),
     )
+
+
+class _DropUpgradeHint(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(record, UPGRADE_HINT, False)
