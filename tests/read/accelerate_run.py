@@ -1,5 +1,6 @@
 """Run under torchrun (2 ranks, gloo) by tests/read/test_frameworks.py: the
-README's plain-DDP and accelerate recipes (their lines, in their order).
+README's plain-DDP, StatefulDataLoader and accelerate recipes (their
+lines, in their order).
 
 Each rank writes ``OUT/rank{RANK}.json``: per run and epoch the sample
 indices its training loop received, in order; for the runs that must be
@@ -15,6 +16,7 @@ from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 import shardkit
 from tests.read.frameworks_util import build_model, loss_of, to_features
@@ -47,6 +49,28 @@ def plain_ddp(data: str) -> list[list[int]]:
     return epochs
 
 
+def stateful_restore(data: str) -> list[list[int]]:
+    """torchdata's StatefulDataLoader: epoch 0 cut after 6 batches and
+    restored into a new dataset and loader, then epoch 1."""
+
+    def build() -> tuple[shardkit.ShardDataset, StatefulDataLoader]:
+        dataset = shardkit.ShardDataset(data, seed=0, map=to_features)
+        loader = StatefulDataLoader(dataset, batch_size=10, num_workers=2)
+        return dataset, loader
+
+    dataset, loader = build()
+    batches = iter(loader)
+    head = [i for _, batch in zip(range(6), batches) for i in batch["idx"].tolist()]
+    state = loader.state_dict()
+    del batches, loader
+    dataset, loader = build()
+    loader.load_state_dict(state)
+    epochs = [head + [i for batch in loader for i in batch["idx"].tolist()]]
+    dataset.set_epoch(1)
+    epochs.append([i for batch in loader for i in batch["idx"].tolist()])
+    return epochs
+
+
 def with_accelerate(data: str, config: dict[str, bool]) -> list[list[int]]:
     """accelerate: one stream (rank=0, world_size=1) that it splits."""
     accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(**config))
@@ -74,7 +98,7 @@ def split_twice(data: str, config: dict[str, bool]) -> str:
 
 
 def work(data: str) -> dict[str, Any]:
-    result: dict[str, Any] = {"ddp": plain_ddp(data)}
+    result: dict[str, Any] = {"ddp": plain_ddp(data), "stateful": stateful_restore(data)}
     for name, config in CONFIGS.items():
         result[name] = with_accelerate(data, config)
     result["refused"] = {name: split_twice(data, CONFIGS[name]) for name in ("default", "no_dispatch")}

@@ -3,8 +3,9 @@ torchrun (gloo, CPU), 500 samples, 2 epochs. Each run must deliver every
 sample exactly once per epoch over the ranks, with the same number on each
 rank, and a new order in the second epoch.
 
-One torchrun per framework: plain DDP and accelerate's four data-loader
-settings share one (tests/read/accelerate_run.py), the Hugging Face
+One torchrun per framework: plain DDP, torchdata's ``StatefulDataLoader``
+(restored mid-epoch) and accelerate's four data-loader settings share one
+(tests/read/accelerate_run.py), the Hugging Face
 ``Trainer`` and Lightning have one each. The README's recipes (blocks fenced
 ``python torchrun``) are these runs: every line of each, in order, is a line
 of its script, but for the substitutions :data:`README_TO_RUN` states.
@@ -65,6 +66,10 @@ def test_plain_ddp_reads_every_sample_once_per_epoch(accelerate_runs):
     _check_epochs([result["ddp"] for result in accelerate_runs])
 
 
+def test_stateful_dataloader_restored_mid_epoch_reads_every_sample_once(accelerate_runs):
+    _check_epochs([result["stateful"] for result in accelerate_runs])
+
+
 @pytest.mark.parametrize("config", ["default", "no_dispatch", "no_dispatch_split", "dispatch_split"])
 def test_accelerate_reads_every_sample_once_per_epoch(accelerate_runs, config):
     _check_epochs([result[config] for result in accelerate_runs])
@@ -117,7 +122,7 @@ def _code_lines(text: str) -> list[str]:
 def test_readme_recipes_are_what_these_runs_run():
     text = README.read_text(encoding="utf-8")
     blocks = re.findall(rf"^```python {TORCHRUN_FENCE}\n(.*?)^```", text, flags=re.M | re.S)
-    assert len(blocks) == 4, "the README's recipes: plain DDP, accelerate, Trainer, Lightning"
+    assert len(blocks) == 5, "the README's recipes: plain DDP, StatefulDataLoader, accelerate, Trainer, Lightning"
     for block in blocks:
         for old, new, _ in README_TO_RUN:
             block = block.replace(old, new)
