@@ -1,7 +1,7 @@
 """Counters a dataset shares with its DataLoader workers: the epoch, the
-skipped-fault count and the count of samples ``select`` filtered out (used
-by :class:`~shardkit.ShardDataset` and
-:class:`~shardkit.IndexedDataset`)."""
+skipped-fault count, the count of samples ``select`` filtered out, and the
+epoch the last iteration started (used by :class:`~shardkit.ShardDataset`
+and :class:`~shardkit.IndexedDataset`)."""
 
 from __future__ import annotations
 
@@ -20,15 +20,20 @@ def _starting_a_process(value: Any) -> bool:
     return True
 
 
-def _adopt_counters(epoch: Any, skipped: Any, filtered: Any) -> SharedCounters:
+def _adopt_counters(epoch: Any, skipped: Any, started: Any, filtered: Any) -> SharedCounters:
     counters = SharedCounters.__new__(SharedCounters)
-    counters.epoch, counters.skipped, counters.filtered = epoch, skipped, filtered
+    counters.epoch, counters.skipped, counters.started, counters.filtered = epoch, skipped, started, filtered
     return counters
 
 
+#: ``started`` once a repeated epoch has been reported (epochs are >= 0).
+_REPORTED = -2
+
+
 class SharedCounters:
-    """The epoch, the skipped-fault count and the count of samples
-    ``select`` filtered out, shared with DataLoader workers.
+    """The epoch, the skipped-fault count, the epoch the last iteration
+    started and the count of samples ``select`` filtered out, shared with
+    DataLoader workers.
 
     Workers made by ``fork`` inherit the shared memory; workers started by
     ``spawn`` or ``forkserver`` receive it through the pickling that starts
@@ -36,11 +41,12 @@ class SharedCounters:
     carries the current values into fresh counters of their own.
     """
 
-    def __init__(self, epoch: int = 0, skipped: int = 0, filtered: int = 0):
+    def __init__(self, epoch: int = 0, skipped: int = 0, started: int = -1, filtered: int = 0):
         # The spawn context's lock can be shared by fork, forkserver and spawn workers.
         context = multiprocessing.get_context("spawn")
         self.epoch = context.Value("q", epoch)
         self.skipped = context.Value("q", skipped)
+        self.started = context.Value("q", started)
         self.filtered = context.Value("q", filtered)
 
     def count_skip(self, exc: Exception) -> None:
@@ -53,7 +59,21 @@ class SharedCounters:
         with self.filtered.get_lock():
             self.filtered.value += 1
 
+    def start_epoch(self, epoch: int, *, resumed: bool = False) -> bool:
+        """Record that an iteration of ``epoch`` starts; True the first time
+        one starts afresh the epoch the previous iteration started (a
+        forgotten ``set_epoch``), False ever after, so that it is reported
+        once. A ``resumed`` iteration (from a checkpoint) never repeats."""
+        with self.started.get_lock():
+            previous = self.started.value
+            if previous == _REPORTED:
+                return False
+            repeated = previous == epoch and not resumed
+            self.started.value = _REPORTED if repeated else epoch
+            return repeated
+
     def __reduce__(self) -> tuple[Any, ...]:
+        values = (self.epoch, self.skipped, self.started, self.filtered)
         if _starting_a_process(self.epoch):
-            return _adopt_counters, (self.epoch, self.skipped, self.filtered)
-        return SharedCounters, (int(self.epoch.value), int(self.skipped.value), int(self.filtered.value))
+            return _adopt_counters, values
+        return SharedCounters, tuple(int(value.value) for value in values)

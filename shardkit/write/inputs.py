@@ -2,7 +2,8 @@
 
 Scanning only looks at metadata (names and sizes; for tar inputs, headers):
 member bytes are read later, by the process that writes the shard. Four
-formats are understood, auto-detected by :func:`detect_format`:
+formats are understood, auto-detected by
+:func:`~shardkit.write.detect.detect_format`:
 
 ``imagefolder``
     ``ROOT/CLASS/.../IMAGE.EXT`` (detected when every file is an image under
@@ -27,13 +28,20 @@ formats are understood, auto-detected by :func:`detect_format`:
     their first bytes whatever their name) cannot be read by byte range: they
     are decompressed once while scanning, into a plain tar in ``unpack_dir``
     (see :func:`scan_source`), and read by byte range from there; memory does
-    not grow with their size.
+    not grow with their size. Temporary space does: all the unpacked copies
+    together may take at most ``max_unpack_bytes``
+    (:data:`DEFAULT_MAX_UNPACK_BYTES`, 64 GiB), and never leave less than
+    :data:`UNPACK_RESERVE_BYTES` (1 GiB, or a twentieth of a smaller file
+    system) free where they are written; past either,
+    scanning stops with a :class:`~shardkit.errors.SourceError` naming the
+    input, the limit and what to do (nothing is written yet).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -44,27 +52,34 @@ from braceexpand import braceexpand
 from shardkit.errors import DuplicateSampleError, SourceError, UsageError
 from shardkit.format.codecs import encode_value
 from shardkit.format.compression import (
-    SHARD_SUFFIXES,
     Compression,
     ChunkDecompressor,
     file_compression,
 )
-from shardkit.format.manifest import MANIFEST_NAME, SkippedInput
+from shardkit.format.manifest import SkippedInput
 from shardkit.format.tar import RawSample, SampleParser, member_name_problem, split_key
+from shardkit.io.atomic import remove_quietly
 from shardkit.io.local import LocalFile
 from shardkit.io.urls import is_local, redact_url
+from shardkit.write.detect import IMAGE_EXTENSIONS, TAR_SUFFIXES, detect_format
+from shardkit.write.detect import walk_files as _walk_files
 
 FORMATS = ("imagefolder", "directory", "jsonl", "tar")
-
-IMAGE_EXTENSIONS = frozenset({"jpg", "jpeg", "png", "ppm", "bmp", "pgm", "tif", "tiff", "webp", "gif"})
 
 #: Extensions whose JSONL string values are content, not file paths.
 TEXT_EXTENSIONS = frozenset({"txt", "text", "caption", "json", "cls", "id", "md", "html", "csv", "label"})
 
 _TAR_SCAN_CHUNK = 4 << 20
-#: File name endings of tar shards, plain or compressed whole.
-TAR_SUFFIXES: tuple[str, ...] = (".tar", *SHARD_SUFFIXES)
 
+#: Default of ``max_unpack_bytes``: most bytes the unpacked copies of input
+#: shards compressed whole may take in the temporary folder, all together.
+DEFAULT_MAX_UNPACK_BYTES = 64 << 30
+#: Free space unpacking always leaves in the temporary folder, whatever
+#: ``max_unpack_bytes`` says (it may be a RAM-backed ``/tmp``): this, or a
+#: twentieth of the file system where that is less.
+UNPACK_RESERVE_BYTES = 1 << 30
+#: How often (in bytes unpacked) the folder's free space is looked at.
+_FREE_SPACE_CHECK_BYTES = 64 << 20
 
 @dataclass(frozen=True, slots=True)
 class Field:
@@ -114,149 +129,13 @@ class ScannedSource:
     skipped: list[SkippedInput] = field(default_factory=list)
 
 
-def detect_format(source: str) -> str:
-    """Tell a source's format from its shape, only where exactly one fits.
-
-    A file: ``.jsonl`` or a tar shard by its name. A brace pattern: tar. A
-    folder:
-
-    * ``tar`` when it holds tar shards at its top level and nothing else
-      but their sidecars (files named after a shard: img2dataset's
-      ``00000.parquet`` and ``00000_stats.json``, ``00000.idx``) and
-      dataset files (``manifest.json``, the shard table, ``README*``,
-      ``LICENSE*``, ``*.md``), or when it holds ``manifest.json``;
-    * ``imagefolder`` when it holds only class folders of images;
-    * ``directory`` when no file in it is a tar shard or a ``.jsonl`` file
-      (packing those as sample fields is never a guess: it takes
-      ``--format directory``).
-
-    Raises:
-        SourceError: The path does not exist, or its shape fits no format or
-            more than one; the message names the formats that would apply
-            and ``--format``.
-    """
-    if "{" in source and "}" in source:
-        return "tar"
-    if not os.path.exists(source):
-        raise SourceError(f"{source}: source does not exist", path=source)
-    if os.path.isfile(source):
-        if source.endswith(".jsonl"):
-            return "jsonl"
-        if source.endswith(TAR_SUFFIXES):
-            return "tar"
-        raise SourceError(
-            f"{source}: cannot tell the format of this file (expected .jsonl, .tar, .tar.gz or .tar.zst); "
-            "pass --format",
-            path=source,
-        )
-    entries = [e for e in os.scandir(source) if not e.name.startswith(".")]
-    if not entries:
-        raise SourceError(f"{source}: source directory is empty", path=source)
-    if any(e.name == MANIFEST_NAME for e in entries):
-        return "tar"
-    files = [e.name for e in entries if not e.is_dir()]
-    shards = [name for name in files if name.endswith(TAR_SUFFIXES)]
-    if shards:
-        stems = {_shard_stem(name) for name in shards}
-        others = [e.name + ("/" if e.is_dir() else "") for e in entries if e.is_dir() or not _beside_shards(e.name, stems)]
-        if not others:
-            return "tar"
-        raise _ambiguous(
-            source,
-            f"it holds tar shards ({_some(shards)}) and other entries ({_some(others)})",
-            {
-                "tar": "to reshard the top-level shards, leaving the rest out",
-                "directory": "to pack every file, the shards included, as sample fields",
-            },
-        )
-    if all(e.is_dir() for e in entries):
-        tars = jsonl = images = others = 0
-        example = ""
-        for path in _walk_files(source):
-            name = os.path.basename(path)
-            if name.endswith(TAR_SUFFIXES):
-                tars += 1
-                example = example or path
-            elif name.endswith(".jsonl"):
-                jsonl += 1
-                example = example or path
-            elif name.rpartition(".")[2].lower() in IMAGE_EXTENSIONS:
-                images += 1
-            else:
-                others += 1
-        if tars or jsonl:
-            formats = {"tar": "on a folder of shards, or on a brace pattern naming them"} if tars else {}
-            if jsonl:
-                formats["jsonl"] = "on the .jsonl file itself"
-            formats["directory"] = "to pack every file, shards and JSONL included, as sample fields"
-            what = " and ".join(w for w, n in (("tar shards", tars), ("JSONL files", jsonl)) if n)
-            raise _ambiguous(source, f"its folders hold {what} (e.g. {example})", formats)
-        if images and not others:
-            return "imagefolder"
-        return "directory"
-    jsonl_files = [name for name in files if name.endswith(".jsonl")]
-    if jsonl_files:
-        raise _ambiguous(
-            source,
-            f"it holds JSONL files ({_some(jsonl_files)}) beside other entries",
-            {
-                "jsonl": "on the .jsonl file itself",
-                "directory": "to pack every file, the JSONL files included, as sample fields",
-            },
-        )
-    for path in _walk_files(source):
-        if path.endswith(TAR_SUFFIXES):
-            raise _ambiguous(
-                source,
-                f"a folder in it holds tar shards (e.g. {path})",
-                {
-                    "tar": "on that folder of shards, or on a brace pattern naming them",
-                    "directory": "to pack every file, the shards included, as sample fields",
-                },
-            )
-    return "directory"
-
-
-#: Dataset-level files a folder of shards may hold beside them.
-_DATASET_FILE_PREFIXES = ("README", "LICENSE", "CITATION")
-
-
-def _shard_stem(name: str) -> str:
-    for suffix in TAR_SUFFIXES:
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
-
-
-def _beside_shards(name: str, stems: set[str]) -> bool:
-    """Whether a file in a folder of shards belongs with them: a shard, a
-    shard's sidecar (``00000.parquet``, ``00000_stats.json``, ``00000.idx``),
-    the shard table, or a dataset-level file (README, licence, Markdown)."""
-    if name.endswith(TAR_SUFFIXES) or name.endswith(".md") or name.startswith(_DATASET_FILE_PREFIXES):
-        return True
-    if name.startswith("shards-") and name.endswith(".table"):
-        return True
-    for cut in range(len(name)):
-        if name[cut] in "._" and name[:cut] in stems:
-            return True
-    return False
-
-
-def _some(names: list[str], limit: int = 3) -> str:
-    shown = ", ".join(sorted(names)[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
-
-
-def _ambiguous(source: str, shape: str, formats: dict[str, str]) -> SourceError:
-    choices = "; ".join(f"`--format {name}` (format={name!r}) {what}" for name, what in formats.items())
-    return SourceError(
-        f"{source}: cannot tell the source format: {shape}, so more than one format could apply. Pass {choices}",
-        path=source,
-    )
-
-
 def scan_source(
-    source: str, *, format: str | None = None, on_error: str = "raise", unpack_dir: str | None = None
+    source: str,
+    *,
+    format: str | None = None,
+    on_error: str = "raise",
+    unpack_dir: str | None = None,
+    max_unpack_bytes: int | None = DEFAULT_MAX_UNPACK_BYTES,
 ) -> ScannedSource:
     """List the samples of ``source``.
 
@@ -268,10 +147,16 @@ def scan_source(
         unpack_dir: Where input shards compressed whole are decompressed
             to, one plain tar each, for the writers to read by byte range;
             it must outlive the write. Required when there are such inputs.
+        max_unpack_bytes: Most bytes those copies may take, all together
+            (None: no limit but the folder's free space, of which
+            :data:`UNPACK_RESERVE_BYTES` is always left).
 
     Raises:
         UsageError: Unknown format or policy.
-        SourceError: Missing or empty source, malformed input, duplicates.
+        SourceError: Missing or empty source, malformed input, duplicates,
+            or compressed inputs that unpack past ``max_unpack_bytes`` or
+            the folder's free space (whatever ``on_error`` says: it is not
+            a fault of one input).
     """
     if on_error not in ("raise", "skip"):
         raise UsageError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
@@ -298,22 +183,13 @@ def scan_source(
         "imagefolder": _scan_imagefolder,
         "directory": _scan_directory,
         "jsonl": _scan_jsonl,
-        "tar": lambda src, skip: _scan_tars(src, skip, unpack_dir=unpack_dir),
+        "tar": lambda src, skip: _scan_tars(src, skip, unpack_dir=unpack_dir, max_unpack_bytes=max_unpack_bytes),
     }[format]
     scanned = scanner(source, skip_or_raise)
     scanned.skipped = skipped + scanned.skipped
     if not scanned.samples:
         raise SourceError(f"{source}: no samples found (format {format})", path=source)
     return scanned
-
-
-def _walk_files(root: str) -> Iterator[str]:
-    """Regular files under ``root`` in sorted order, skipping hidden names."""
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            if not name.startswith("."):
-                yield os.path.join(dirpath, name)
 
 
 def _file_size(path: str) -> int:
@@ -479,9 +355,14 @@ def _tar_paths(source: str) -> list[str]:
 
 
 def _scan_tars(
-    source: str, skip_or_raise: Callable[[SourceError], None], *, unpack_dir: str | None = None
+    source: str,
+    skip_or_raise: Callable[[SourceError], None],
+    *,
+    unpack_dir: str | None = None,
+    max_unpack_bytes: int | None = DEFAULT_MAX_UNPACK_BYTES,
 ) -> ScannedSource:
     paths = _tar_paths(source)
+    budget = _UnpackBudget(max_unpack_bytes)
     if not paths:
         raise SourceError(f"{source}: no .tar files found", path=source)
     samples = []
@@ -499,10 +380,63 @@ def _scan_tars(
         if unpack_dir is None:
             raise UsageError(f"{path} is compressed ({kind}): scanning it needs an unpack_dir to decompress into")
         unpacked = os.path.join(unpack_dir, f"input-{number:06d}.tar")
-        with open(unpacked, "wb") as out:
-            for raw in _parse_all(parser, _copied(_decompressed(chunks, kind, path), out)):
-                _add_tar_sample(samples, skip_or_raise, raw, unpacked, seen, tar_origin=path)
+        try:
+            with open(unpacked, "wb") as out:
+                copied = _copied(_decompressed(chunks, kind, path), out, budget.taker(path, unpack_dir))
+                for raw in _parse_all(parser, copied):
+                    _add_tar_sample(samples, skip_or_raise, raw, unpacked, seen, tar_origin=path)
+        except BaseException:
+            remove_quietly(unpacked)  # no partial copy left behind, whoever owns the folder
+            raise
     return ScannedSource("tar", samples)
+
+
+class _UnpackBudget:
+    """The temporary space the unpacked copies of compressed inputs may
+    take, all together: ``limit`` bytes (None: no limit), and never so much
+    that less than :data:`UNPACK_RESERVE_BYTES` stays free in the folder."""
+
+    def __init__(self, limit: int | None):
+        self.limit = limit
+        self.used = 0
+
+    def taker(self, path: str, folder: str) -> Callable[[int], None]:
+        """The function that counts ``n`` more bytes of input ``path``'s copy in ``folder``.
+
+        Raises (from the function):
+            SourceError: Over the limit, or the folder nearly full.
+        """
+        self._check_free(path, folder)
+        next_check = self.used + _FREE_SPACE_CHECK_BYTES
+
+        def take(n: int) -> None:
+            nonlocal next_check
+            self.used += n
+            if self.limit is not None and self.used > self.limit:
+                raise self._error(path, folder, f"more than max_unpack_bytes={self.limit} ({self.limit:,} bytes)")
+            if self.used >= next_check:
+                self._check_free(path, folder)
+                next_check = self.used + _FREE_SPACE_CHECK_BYTES
+
+        return take
+
+    def _check_free(self, path: str, folder: str) -> None:
+        usage = shutil.disk_usage(folder)
+        reserve = min(UNPACK_RESERVE_BYTES, usage.total // 20)
+        if usage.free < reserve:
+            raise self._error(
+                path, folder, f"nearly all the space there: {usage.free:,} bytes are free, {reserve:,} must stay so"
+            )
+
+    def _error(self, path: str, folder: str, over: str) -> SourceError:
+        return SourceError(
+            f"{path}: this input is compressed whole, so it is unpacked to a temporary plain tar to be read by "
+            f"byte range; with it the unpacked inputs take {self.used:,} bytes so far in {folder}, {over}. "
+            "Raise max_unpack_bytes (`shardkit write --max-unpack-bytes 200GB`), set TMPDIR to a folder with "
+            "more room, or decompress the inputs first (plain .tar inputs are read where they are, with no copy). "
+            "Nothing was written.",
+            path=path,
+        )
 
 
 def _parse_all(parser: SampleParser, chunks: Iterator[bytes]) -> Iterator[RawSample]:
@@ -514,9 +448,11 @@ def _parse_all(parser: SampleParser, chunks: Iterator[bytes]) -> Iterator[RawSam
     yield from parser.finish()
 
 
-def _copied(chunks: Iterator[bytes], out: BinaryIO) -> Iterator[bytes]:
-    """Pass ``chunks`` on, writing each to ``out`` first."""
+def _copied(chunks: Iterator[bytes], out: BinaryIO, take: Callable[[int], None]) -> Iterator[bytes]:
+    """Pass ``chunks`` on, writing each to ``out`` first once ``take`` (which
+    may refuse) has counted it."""
     for chunk in chunks:
+        take(len(chunk))
         out.write(chunk)
         yield chunk
 
