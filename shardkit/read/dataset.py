@@ -303,9 +303,9 @@ class ShardDataset(IterableDataset):
         self._source_options = source_options
         self._world = detect_rank(rank=rank, world_size=world_size)
         mixture = resolve_sources(
-            source, samples_per_epoch=samples_per_epoch, source_options=source_options, interleave=interleave
+            source, samples_per_epoch=samples_per_epoch, source_options=source_options, interleave=options.interleave
         )
-        if mode == "balanced":
+        if options.mode == "balanced":
             _check_counts(mixture.catalogs[0])
         self._mixture = mixture
         self._slots = SlotReader(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 
 import pytest
 
@@ -84,6 +85,17 @@ def test_a_group_and_its_keyword_arguments_are_refused_together(make_shards, kwa
 def test_invalid_output_options_are_refused_naming_the_option(kwargs, message):
     with pytest.raises(UsageError, match=message):
         OutputOptions(**kwargs)
+
+
+def test_grouped_options_decide_as_their_keyword_arguments_do(make_shards, tmp_path):
+    manifest = make_shards([3, 4])
+    shards = []
+    for entry in manifest.shards:  # bare tars, no offset index: no sample counts
+        shards.append(str(tmp_path / entry.path))
+        shutil.copy(os.path.join(manifest.location, entry.path), shards[-1])
+    # exact mode from the group: a list of shards is accepted (balanced mode would need counts)
+    keys = [s["__key__"] for s in ShardDataset(shards, options=ReaderOptions(mode="exact", interleave=2))]
+    assert len(keys) == 7 and len(set(keys)) == 7
 
 
 def test_reader_options_load_from_a_yaml_file(tmp_path):
