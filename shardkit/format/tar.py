@@ -138,7 +138,42 @@ def encode_header(name: str, size: int) -> bytes:
 
 def encoded_member_size(name: str, size: int) -> int:
     """Bytes a member takes in a shard: header(s), data and padding."""
-    return len(encode_header(name, size)) + size + padding(size)
+    return encoded_header_size(name, size) + size + padding(size)
+
+
+def encoded_header_size(name: str, size: int) -> int:
+    """``len(encode_header(name, size))``, by arithmetic: no header is built.
+
+    One block for a name that ustar holds (ASCII, fitting the name field or
+    prefix + name split at a slash) and a size within 11 octal digits;
+    otherwise a pax header block, its records (``path`` for the name,
+    ``size`` for the size) padded to whole blocks, then the ustar block.
+    Planning calls this for every member of every sample.
+    """
+    oversized = size > _MAX_OCTAL_SIZE
+    if len(name) <= 100 and name.isascii() and not oversized:
+        return BLOCK_SIZE  # the common case, decided without encoding the name
+    raw = name.encode("utf-8")
+    pax_bytes = 0
+    if not raw.isascii() or _split_ustar_name(raw) is None:
+        pax_bytes += _pax_record_size("path", len(raw))
+    if oversized:
+        pax_bytes += _pax_record_size("size", len(str(size)))
+    if not pax_bytes:
+        return BLOCK_SIZE
+    return 2 * BLOCK_SIZE + pax_bytes + padding(pax_bytes)
+
+
+def _pax_record_size(keyword: str, value_bytes: int) -> int:
+    """Length of the pax record ``"LEN keyword=value\n"`` whose value is ``value_bytes`` long.
+
+    LEN counts its own digits: the smallest LEN with ``digits(LEN) + body == LEN``.
+    """
+    body = len(keyword) + value_bytes + 3  # the space, "=" and the newline
+    digits = 1
+    while len(str(body + digits)) != digits:
+        digits += 1
+    return body + digits
 
 
 def encoded_sample_size(key: str, fields: Iterable[tuple[str, int]]) -> int:
