@@ -142,33 +142,18 @@ def encoded_member_size(name: str, size: int) -> int:
 
 
 def encoded_header_size(name: str, size: int) -> int:
-    """``len(encode_header(name, size))``, by arithmetic: no header is built.
-
-    One block for a name that ustar holds (ASCII, fitting the name field or
-    prefix + name split at a slash) and a size within 11 octal digits;
-    otherwise a pax header block, its records (``path`` for the name,
-    ``size`` for the size) padded to whole blocks, then the ustar block.
-    Planning calls this for every member of every sample.
-    """
+    """``len(encode_header(name, size))`` by arithmetic, building no header (planning calls it per member)."""
     oversized = size > _MAX_OCTAL_SIZE
     if len(name) <= 100 and name.isascii() and not oversized:
         return BLOCK_SIZE  # the common case, decided without encoding the name
     raw = name.encode("utf-8")
-    pax_bytes = 0
-    if not raw.isascii() or _split_ustar_name(raw) is None:
-        pax_bytes += _pax_record_size("path", len(raw))
-    if oversized:
-        pax_bytes += _pax_record_size("size", len(str(size)))
-    if not pax_bytes:
-        return BLOCK_SIZE
-    return 2 * BLOCK_SIZE + pax_bytes + padding(pax_bytes)
+    pax_bytes = _pax_record_size("path", len(raw)) if not raw.isascii() or _split_ustar_name(raw) is None else 0
+    pax_bytes += _pax_record_size("size", len(str(size))) if oversized else 0
+    return BLOCK_SIZE + (BLOCK_SIZE + pax_bytes + padding(pax_bytes) if pax_bytes else 0)
 
 
 def _pax_record_size(keyword: str, value_bytes: int) -> int:
-    """Length of the pax record ``"LEN keyword=value\n"`` whose value is ``value_bytes`` long.
-
-    LEN counts its own digits: the smallest LEN with ``digits(LEN) + body == LEN``.
-    """
+    """Length of ``"LEN keyword=value\n"``: LEN counts its own digits."""
     body = len(keyword) + value_bytes + 3  # the space, "=" and the newline
     digits = 1
     while len(str(body + digits)) != digits:
