@@ -10,6 +10,7 @@ what is per process: the epoch, the skip counter, and checkpoint bookkeeping.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -23,6 +24,7 @@ from shardkit.io.base import SourceOptions
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.counters import SharedCounters
 from shardkit.read.decode import Decoder, ImageMode
+from shardkit.read.frameworks import split_again_message, splitting_wrapper
 from shardkit.read.mixture import Mixture, resolve_sources
 from shardkit.read.options import DEFAULT_BUFFER_SIZE, OutputOptions, ReaderOptions
 from shardkit.read.pieces import ON_ERROR, OnError
@@ -384,10 +386,22 @@ class ShardDataset(IterableDataset):
 
         Reaches DataLoader workers, persistent ones included: the value lives
         in shared memory and is read when iteration starts. A loaded state of
-        another epoch is dropped.
+        another epoch is dropped. An epoch that starts with the number the
+        previous one started with logs a warning (once; not in ``"infinite"``
+        mode or without shuffling).
+
+        Raises:
+            UsageError: accelerate calls this from a loader that splits the
+                stream across processes again, and the dataset splits by
+                rank itself (see :mod:`shardkit.read.frameworks`).
         """
         if epoch < 0:
             raise UsageError(f"epoch must be >= 0, not {epoch}")
+        frame = inspect.currentframe()
+        wrapper = splitting_wrapper(frame.f_back if frame is not None else None)
+        del frame
+        if wrapper is not None and self._world.world_size > 1:
+            raise UsageError(split_again_message(wrapper, self._world.rank, self._world.world_size))
         pending = self._pending
         if pending is not None and pending.epoch != epoch:
             log.info("set_epoch(%d) drops the loaded state of epoch %d", epoch, pending.epoch)
@@ -445,6 +459,14 @@ class ShardDataset(IterableDataset):
         through this too.)"""
         progress = self._progress
         progress.epoch, progress.base, progress.world, progress.count = epoch, base, world, count
+        if world.worker == 0 and self._options.shuffle and self._options.mode != "infinite":
+            # One slot per iteration notes its start: a fresh one of the epoch the last began repeats its order.
+            if self._counters.start_epoch(epoch, resumed=bool(base or count)):
+                log.warning(
+                    "epoch %d starts again in the same order as the last: call dataset.set_epoch(epoch) before "
+                    "each epoch (logged once)",
+                    epoch,
+                )
         items = self._slots.items(world, epoch=epoch, base=base, count=count, on_skip=self._counters.count_skip)
         return _recorded(items, progress)
 
