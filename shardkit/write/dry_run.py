@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shardkit.format.manifest import SkippedInput
-from shardkit.write.inputs import InputSample, scan_source
+from shardkit.write.inputs import InputSample
 from shardkit.write.limits import ShardLimits
-from shardkit.write.parallel import WriteOptions
+from shardkit.write.parallel import WriteOptions, scan_for_write
 from shardkit.write.plan import plan_shards
 
 
@@ -73,9 +73,9 @@ def plan_dataset(source: str, *, options: WriteOptions | None = None) -> WritePl
     """
     options = options or WriteOptions()
     started = time.perf_counter()
-    limits = ShardLimits(max_samples=options.max_samples, max_bytes=options.max_bytes)
     with tempfile.TemporaryDirectory(prefix="shardkit-unpack-") as unpack_dir:
-        scanned = scan_source(source, format=options.format, on_error=options.on_error, unpack_dir=unpack_dir)
+        scanned = scan_for_write(source, options, unpack_dir=unpack_dir)
+    limits = ShardLimits(max_samples=options.max_samples, max_bytes=options.max_bytes)
     tasks, oversized = plan_shards(scanned.samples, limits=limits, seed=options.seed, shuffle=options.shuffle)
     return WritePlanSummary(
         format=scanned.format,

@@ -70,6 +70,10 @@ def test_dry_run_of_compressed_shards_leaves_no_unpacked_copy(tmp_path, capsys, 
     manifest = written(capsys, packed, dest, "--max-samples", "4")
     assert (figures["inputs"], figures["samples"], figures["shards"]) == ("2 files (tar)", "12", "3")
     assert figures["bytes"].split()[0] == str(manifest["num_bytes"])
+    # The unpacking limit holds as in a write, and a refused dry run leaves nothing either.
+    assert main(["write", packed, str(tmp_path / "other"), "--dry-run", "--max-unpack-bytes", "100"]) == 2
+    assert "--max-unpack-bytes" in capsys.readouterr().err
+    assert os.listdir(private_tmp) == [] and not os.path.exists(tmp_path / "other")
 
 
 def test_dry_run_with_the_ray_engine_plans_here_without_a_cluster(tmp_path, capsys):
