@@ -4,21 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-
-import pytest
 
 from shardkit.cli import main
 from tests.write.test_reshard_compressed import _gzip_shards
-
-
-@pytest.fixture
-def private_tmp(tmp_path, monkeypatch):
-    """The temporary folder Python's tempfile uses, empty and this test's own."""
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
 
 
 def dry_run(capsys, *argv: str) -> dict[str, str]:
@@ -40,7 +28,7 @@ def written(capsys, *argv: str) -> dict:
     return json.loads(open(os.path.join(argv[1], "manifest.json")).read())
 
 
-def test_dry_run_prints_what_the_write_then_gives_and_creates_nothing(imagefolder, tmp_path, capsys, private_tmp):
+def test_dry_run_prints_what_the_write_then_gives_and_creates_nothing(imagefolder, tmp_path, capsys, own_tmp):
     root, files = imagefolder
     broken = os.path.join(root, "cat", "gone.jpg")
     os.symlink(os.path.join(root, "cat", "never-existed.jpg"), broken)
@@ -49,7 +37,7 @@ def test_dry_run_prints_what_the_write_then_gives_and_creates_nothing(imagefolde
 
     figures = dry_run(capsys, root, dest, *flags)
     assert not os.path.exists(dest)
-    assert os.listdir(private_tmp) == []
+    assert os.listdir(own_tmp) == []
     manifest = written(capsys, root, dest, *flags)
     assert figures == {
         "inputs": f"{len(files)} files (imagefolder)",
@@ -62,18 +50,18 @@ def test_dry_run_prints_what_the_write_then_gives_and_creates_nothing(imagefolde
     assert [s["path"] for s in manifest["skipped"]] == [broken]
 
 
-def test_dry_run_of_compressed_shards_leaves_no_unpacked_copy(tmp_path, capsys, private_tmp):
+def test_dry_run_of_compressed_shards_leaves_no_unpacked_copy(tmp_path, capsys, own_tmp):
     packed = _gzip_shards(tmp_path)  # inputs a write unpacks to temporary plain tars first
     dest = str(tmp_path / "out")
     figures = dry_run(capsys, packed, dest, "--max-samples", "4", "-q")  # -q: the summary is the output
-    assert os.listdir(private_tmp) == [] and not os.path.exists(dest)
+    assert os.listdir(own_tmp) == [] and not os.path.exists(dest)
     manifest = written(capsys, packed, dest, "--max-samples", "4")
     assert (figures["inputs"], figures["samples"], figures["shards"]) == ("2 files (tar)", "12", "3")
     assert figures["bytes"].split()[0] == str(manifest["num_bytes"])
     # The unpacking limit holds as in a write, and a refused dry run leaves nothing either.
     assert main(["write", packed, str(tmp_path / "other"), "--dry-run", "--max-unpack-bytes", "100"]) == 2
     assert "--max-unpack-bytes" in capsys.readouterr().err
-    assert os.listdir(private_tmp) == [] and not os.path.exists(tmp_path / "other")
+    assert os.listdir(own_tmp) == [] and not os.path.exists(tmp_path / "other")
 
 
 def test_dry_run_with_the_ray_engine_plans_here_without_a_cluster(tmp_path, capsys):
