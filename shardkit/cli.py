@@ -133,6 +133,29 @@ def _add_write(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_write)
 
 
+def _dry_run(args: argparse.Namespace, options: Any) -> int:
+    """``write --dry-run``: the plan's figures, one per line; nothing is written."""
+    from shardkit.write.dry_run import plan_dataset
+
+    plan = plan_dataset(args.source, options=options)
+    rate = plan.num_samples / max(plan.seconds, 1e-9)
+    print(f"dry run: scanned and planned in {plan.seconds:.2f}s ({rate:.0f} samples/s); "
+          f"nothing written to {shown(args.dest)}")
+    if options.engine == "ray":
+        print("  engine:  ray; planned on this machine as a Ray write's driver plans, the cluster was not contacted")
+    print(f"  inputs:  {plan.num_inputs} files ({plan.format})")
+    print(f"  samples: {plan.num_samples}")
+    print(f"  shards:  {plan.num_shards}")
+    at_most = "at most " if options.compress_members else ""  # planned with uncompressed member sizes
+    print(f"  bytes:   {at_most}{plan.num_bytes} ({_human_bytes(plan.num_bytes)})")
+    print(f"  skipped: {len(plan.skipped)}")
+    for item in plan.skipped:
+        print(f"    {shown(item.path)}: {shown(item.reason)}")
+    for origin in plan.oversized:
+        print(f"  warning: {shown(origin)} alone exceeds --max-bytes; it would have a shard of its own")
+    return EXIT_OK
+
+
 def cmd_write(args: argparse.Namespace) -> int:
     """Pack SOURCE into tar shards under DEST with a manifest and offset indexes."""
     from shardkit.config import load_options
@@ -180,29 +203,6 @@ def cmd_write(args: argparse.Namespace) -> int:
         for origin in report.oversized:
             print(f"  warning: {shown(origin)} alone exceeds --max-bytes; it has a shard of its own")
         print(f"manifest: {shown(os.path.join(args.dest, 'manifest.json'))}")
-    return EXIT_OK
-
-
-def _dry_run(args: argparse.Namespace, options: Any) -> int:
-    """``write --dry-run``: the plan's figures, one per line; nothing is written."""
-    from shardkit.write.dry_run import plan_dataset
-
-    plan = plan_dataset(args.source, options=options)
-    rate = plan.num_samples / max(plan.seconds, 1e-9)
-    print(f"dry run: scanned and planned in {plan.seconds:.2f}s ({rate:.0f} samples/s); "
-          f"nothing written to {shown(args.dest)}")
-    if options.engine == "ray":
-        print("  engine:  ray; planned on this machine as a Ray write's driver plans, the cluster was not contacted")
-    print(f"  inputs:  {plan.num_inputs} files ({plan.format})")
-    print(f"  samples: {plan.num_samples}")
-    print(f"  shards:  {plan.num_shards}")
-    at_most = "at most " if options.compress_members else ""  # planned with uncompressed member sizes
-    print(f"  bytes:   {at_most}{plan.num_bytes} ({_human_bytes(plan.num_bytes)})")
-    print(f"  skipped: {len(plan.skipped)}")
-    for item in plan.skipped:
-        print(f"    {shown(item.path)}: {shown(item.reason)}")
-    for origin in plan.oversized:
-        print(f"  warning: {shown(origin)} alone exceeds --max-bytes; it would have a shard of its own")
     return EXIT_OK
 
 
