@@ -122,9 +122,38 @@ def _add_write(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--resume", action="store_true", help="keep finished shards of an interrupted run")
     mode.add_argument("--overwrite", action="store_true", help="replace an earlier shardkit output in DEST")
     p.add_argument("--config", help="YAML file with the same options (command-line flags win)")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="scan and plan only: print the samples, shards, bytes and skipped inputs a write would give "
+        "(also with -q); create nothing at DEST",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
     _add_verbose(p)
     p.set_defaults(func=cmd_write)
+
+
+def _dry_run(args: argparse.Namespace, options: Any) -> int:
+    """``write --dry-run``: the plan's figures, one per line; nothing is written."""
+    from shardkit.write.dry_run import plan_dataset
+
+    plan = plan_dataset(args.source, options=options)
+    rate = plan.num_samples / max(plan.seconds, 1e-9)
+    print(f"dry run: scanned and planned in {plan.seconds:.2f}s ({rate:.0f} samples/s); "
+          f"nothing written to {shown(args.dest)}")
+    if options.engine == "ray":
+        print("  engine:  ray; planned on this machine as a Ray write's driver plans, the cluster was not contacted")
+    print(f"  inputs:  {plan.num_inputs} files ({plan.format})")
+    print(f"  samples: {plan.num_samples}")
+    print(f"  shards:  {plan.num_shards}")
+    at_most = "at most " if options.compress_members else ""  # planned with uncompressed member sizes
+    print(f"  bytes:   {at_most}{plan.num_bytes} ({_human_bytes(plan.num_bytes)})")
+    print(f"  skipped: {len(plan.skipped)}")
+    for item in plan.skipped:
+        print(f"    {shown(item.path)}: {shown(item.reason)}")
+    for origin in plan.oversized:
+        print(f"  warning: {shown(origin)} alone exceeds --max-bytes; it would have a shard of its own")
+    return EXIT_OK
 
 
 def cmd_write(args: argparse.Namespace) -> int:
@@ -138,6 +167,8 @@ def cmd_write(args: argparse.Namespace) -> int:
     options = load_options(
         WriteOptions, args.config, section="write", overrides=overrides, override_names=_WRITE_FLAGS
     )
+    if args.dry_run:
+        return _dry_run(args, options)
     bar = None
     written_bytes = 0
 

@@ -114,7 +114,27 @@ def encode_header(name: str, size: int) -> bytes:
 
 def encoded_member_size(name: str, size: int) -> int:
     """Bytes a member takes in a shard: header(s), data and padding."""
-    return len(encode_header(name, size)) + size + padding(size)
+    return encoded_header_size(name, size) + size + padding(size)
+
+
+def encoded_header_size(name: str, size: int) -> int:
+    """``len(encode_header(name, size))`` by arithmetic, building no header (planning calls it per member)."""
+    oversized = size > _MAX_OCTAL_SIZE
+    if len(name) <= 100 and name.isascii() and not oversized:
+        return BLOCK_SIZE  # the common case, decided without encoding the name
+    raw = name.encode("utf-8")
+    pax_bytes = _pax_record_size("path", len(raw)) if not raw.isascii() or _split_ustar_name(raw) is None else 0
+    pax_bytes += _pax_record_size("size", len(str(size))) if oversized else 0
+    return BLOCK_SIZE + (BLOCK_SIZE + pax_bytes + padding(pax_bytes) if pax_bytes else 0)
+
+
+def _pax_record_size(keyword: str, value_bytes: int) -> int:
+    """Length of ``"LEN keyword=value\n"``: LEN counts its own digits."""
+    body = len(keyword) + value_bytes + 3  # the space, "=" and the newline
+    digits = 1
+    while len(str(body + digits)) != digits:
+        digits += 1
+    return body + digits
 
 
 def encoded_sample_size(key: str, fields: Iterable[tuple[str, int]]) -> int:

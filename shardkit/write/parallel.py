@@ -453,12 +453,17 @@ def _write_local(
     # writers to read by byte range; the copies go when the write ends.
     with tempfile.TemporaryDirectory(prefix="shardkit-unpack-") as unpack_dir:
         # Check the source before touching the destination.
-        scanned = scan_source(source, format=options.format, on_error=options.on_error, unpack_dir=unpack_dir,
-                              max_unpack_bytes=options.max_unpack_bytes)
+        scanned = scan_for_write(source, options, unpack_dir=unpack_dir)
         return _write_scanned(
             scanned, source, dest, options=options, progress=progress, check_space=check_space, started=started,
             limits=limits, publish_url=publish_url,
         )
+
+
+def scan_for_write(source: str, options: WriteOptions, *, unpack_dir: str) -> ScannedSource:
+    """:func:`scan_source` called as a write with ``options`` calls it (its dry run too)."""
+    return scan_source(source, format=options.format, on_error=options.on_error, unpack_dir=unpack_dir,
+                       max_unpack_bytes=options.max_unpack_bytes)
 
 
 def _write_scanned(

@@ -8,18 +8,30 @@ raylets) is started once per session; drivers and the CLI run in it through
 Teardown stops every process in the namespace (all of them started here)
 and deletes it, also when a test failed.
 
+Hermetic: every process of the cluster (raylets, workers, the drivers and
+the CLI run through it) gets a HOME, TMPDIR and Ray temp dir of its own under
+one temporary folder, and no ``RAY_*`` setting of the caller's environment. A
+``ray.init()`` run on this machine before leaves ``~/.ray/auth_token``; a
+head that sees it turns on token authentication and refuses the second node
+(``InvalidAuthToken``). The session cluster therefore starts on behalf of a
+fake user whose home holds such a token, so every run checks that it does not
+matter, and nothing is read from or written to the real home.
+
 Creating a namespace needs root; without it these tests fail and say so.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,10 +44,11 @@ HEAD_PORT = 6379
 
 @dataclass(frozen=True)
 class RayCluster:
-    """A running cluster: its namespace and its head's address."""
+    """A running cluster: its namespace, its head's address and the environment of its processes."""
 
     namespace: str
     address: str
+    env: dict[str, str]
 
     def command(self, argv: Sequence[str]) -> list[str]:
         """``argv`` run inside the namespace."""
@@ -44,12 +57,12 @@ class RayCluster:
     def run(self, argv: Sequence[str], *, timeout_s: float = 180) -> subprocess.CompletedProcess:
         """Run ``argv`` in the namespace from the repository root; capture its output."""
         return subprocess.run(
-            self.command(argv), cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, env=_env()
+            self.command(argv), cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, env=self.env
         )
 
     def popen(self, argv: Sequence[str]) -> subprocess.Popen:
         return subprocess.Popen(
-            self.command(argv), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
+            self.command(argv), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env
         )
 
     def shardkit(self, *args: str, timeout_s: float = 180) -> subprocess.CompletedProcess:
@@ -61,16 +74,24 @@ class RayCluster:
         return self.run([sys.executable, str(ROOT / "tests" / "ray" / "driver.py"), self.address, *args], timeout_s=timeout_s)
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
+def cluster_env(base: dict[str, str], root: Path) -> dict[str, str]:
+    """The environment of every process in a cluster kept under ``root``.
+
+    ``base`` (the caller's environment) minus its ``RAY_*`` settings (an
+    address, an auth mode or token path, a temp dir), with HOME and TMPDIR
+    inside ``root``: Ray reads ``~/.ray/auth_token`` and writes its files
+    there, and so does anything a Ray worker starts.
+    """
+    env = {k: v for k, v in base.items() if not k.startswith("RAY_")}
+    env["HOME"] = str(root / "home")
+    env["TMPDIR"] = str(root / "tmp")
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     env["PYTHONPATH"] = str(ROOT)
-    env.pop("RAY_ADDRESS", None)
     return env
 
 
-def _check(argv: list[str], what: str) -> None:
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=_env())
+def _check(argv: list[str], what: str, env: dict[str, str]) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{what} failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
 
@@ -91,38 +112,72 @@ def _stop_namespace(name: str) -> None:
     subprocess.run(["ip", "netns", "delete", name], capture_output=True)
 
 
+#: What ``ray.init()`` leaves in a home: the token of some other cluster.
+UNRELATED_TOKEN = "f" * 64
+
+
+@contextmanager
+def running_cluster(base_env: dict[str, str]) -> Iterator[RayCluster]:
+    """A two-node cluster in a new network namespace, its files under a new temporary folder.
+
+    The folder is short (``/tmp/rskt-XXXXXX``: Ray puts Unix sockets under
+    it, whose paths may not exceed 107 bytes) and holds the cluster's HOME,
+    TMPDIR and Ray temp dir; teardown stops the namespace's processes and
+    deletes both, also when a test failed.
+    """
+    name = f"skt-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    root = Path(tempfile.mkdtemp(prefix="rskt-", dir="/tmp"))
+    for sub in ("home", "tmp", "ray"):
+        (root / sub).mkdir()
+    env = cluster_env(base_env, root)
+    created = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    if created.returncode != 0:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.fail(f"cannot create network namespace {name} for the Ray tests: {created.stderr.strip()}")
+    cluster = RayCluster(namespace=name, address=f"127.0.0.1:{HEAD_PORT}", env=env)
+    try:
+        _check(cluster.command(["ip", "link", "set", "lo", "up"]), "bringing up loopback", env)
+        common = ["--num-cpus=1", "--disable-usage-stats", f"--temp-dir={root / 'ray'}"]
+        _check(
+            cluster.command([
+                str(BIN / "ray"), "start", "--head", f"--port={HEAD_PORT}", "--include-dashboard=false", *common,
+            ]),
+            "ray start --head",
+            env,
+        )
+        _check(
+            cluster.command([str(BIN / "ray"), "start", f"--address={cluster.address}", *common]),
+            "ray start (node 2)",
+            env,
+        )
+        waited = cluster.driver("wait-nodes", "2")
+        if waited.returncode != 0:
+            raise RuntimeError(f"the second Ray node did not join: {waited.stderr.strip()[-2000:]}")
+        yield cluster
+    finally:
+        _stop_namespace(name)
+        shutil.rmtree(root, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def ray_cluster(tmp_path_factory) -> Iterator[RayCluster]:
+def user_home(tmp_path_factory) -> Path:
+    """The home of the user starting the test cluster: it holds an unrelated cluster's auth token."""
+    home = tmp_path_factory.mktemp("user-home")
+    (home / ".ray").mkdir()
+    (home / ".ray" / "auth_token").write_text(UNRELATED_TOKEN)
+    return home
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(user_home) -> Iterator[RayCluster]:
     pytest.importorskip("ray", reason="the Ray tests need `pip install 'shardkit[ray]'` (make test installs it)")
     if os.geteuid() != 0:
         pytest.fail(
             "the Ray tests need root to create a network namespace (ip netns add) so Ray stays on loopback; "
             "run them as root"
         )
-    name = f"skt-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    temp_dir = f"/tmp/rskt-{uuid.uuid4().hex[:6]}"  # short: Ray puts Unix sockets under it
-    created = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
-    if created.returncode != 0:
-        pytest.fail(f"cannot create network namespace {name} for the Ray tests: {created.stderr.strip()}")
-    cluster = RayCluster(namespace=name, address=f"127.0.0.1:{HEAD_PORT}")
-    try:
-        _check(cluster.command(["ip", "link", "set", "lo", "up"]), "bringing up loopback")
-        common = ["--num-cpus=1", "--disable-usage-stats"]
-        _check(
-            cluster.command([
-                str(BIN / "ray"), "start", "--head", f"--port={HEAD_PORT}", f"--temp-dir={temp_dir}",
-                "--include-dashboard=false", *common,
-            ]),
-            "ray start --head",
-        )
-        _check(cluster.command([str(BIN / "ray"), "start", f"--address={cluster.address}", *common]), "ray start (node 2)")
-        waited = cluster.run([sys.executable, str(ROOT / "tests" / "ray" / "driver.py"), cluster.address, "wait-nodes", "2"])
-        if waited.returncode != 0:
-            raise RuntimeError(f"the second Ray node did not join: {waited.stderr.strip()[-2000:]}")
+    with running_cluster({**os.environ, "HOME": str(user_home)}) as cluster:
         yield cluster
-    finally:
-        _stop_namespace(name)
-        subprocess.run(["rm", "-rf", temp_dir], capture_output=True)
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:

@@ -123,6 +123,25 @@ def s3_write(images: str) -> dict:
     return {"objects": objects, "num_written": report.num_written, "rows": rows}
 
 
+def homes() -> dict:
+    """Where each node's worker processes, and a process such a worker starts, find HOME and TMPDIR."""
+    import subprocess
+
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    @ray.remote(num_cpus=1)
+    def report() -> list[str]:
+        child = subprocess.run(
+            [sys.executable, "-c", "import os, pathlib, tempfile; print(pathlib.Path.home(), tempfile.gettempdir())"],
+            capture_output=True, text=True, check=True,
+        )
+        return [os.environ["HOME"], os.environ["TMPDIR"], *child.stdout.split()]
+
+    nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+    refs = [report.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote() for n in nodes]
+    return {"driver": [os.environ["HOME"], os.environ["TMPDIR"]], "nodes": ray.get(refs)}
+
+
 def _start_s3() -> dict[str, str]:
     from moto.server import ThreadedMotoServer
 
@@ -137,7 +156,7 @@ def _start_s3() -> dict[str, str]:
 
 
 COMMANDS = {"s3-write": s3_write, "wait-nodes": wait_nodes, "rows": rows, "roundtrip": roundtrip, "http": http,
-            "webdataset": webdataset, "vanish": vanish}
+            "webdataset": webdataset, "vanish": vanish, "homes": homes}
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
@@ -26,3 +27,12 @@ def imagefolder(tmp_path):
     root = tmp_path / "images"
     files = make_imagefolder(str(root))
     return str(root), files
+
+
+@pytest.fixture
+def own_tmp(tmp_path, monkeypatch):
+    """A temporary folder of the test's own, where the write unpacks (``TMPDIR``)."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder

@@ -57,15 +57,6 @@ def _unpack_dirs() -> set[str]:
     return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("shardkit-unpack-")}
 
 
-@pytest.fixture
-def own_tmp(tmp_path, monkeypatch):
-    """A temporary folder of the test's own, where the write unpacks (``TMPDIR``)."""
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
-
-
 def test_compressed_inputs_reshard_to_the_same_bytes_as_their_plain_form(tmp_path, own_tmp):
     packed = _gzip_shards(tmp_path)
     options = WriteOptions(max_samples=4, workers=1, seed=3)

@@ -1,0 +1,69 @@
+"""Member sizes by arithmetic (what the planner uses) equal the encoder's bytes, byte for byte."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from shardkit.format.tar import (
+    BLOCK_SIZE,
+    encode_header,
+    encode_sample,
+    encoded_header_size,
+    encoded_member_size,
+    encoded_sample_size,
+    padding,
+)
+
+MAX_OCTAL_SIZE = 8**11 - 1  # the largest size an 11-digit octal field holds; beyond it a pax "size" record
+#: Sizes on either side of the limits of tar's size field: 11 octal digits,
+#: 12 (what GNU tar's octal would hold), base-256's 11 bytes, and a signed 64-bit int.
+LIMIT_SIZES = [
+    edge + delta for edge in (0, MAX_OCTAL_SIZE, 8**12 - 1, 256**11 - 1, 2**63 - 1) for delta in (-1, 0, 1, 2)
+    if edge + delta >= 0
+]
+
+# Names that ustar holds and names it does not: short and long, with slashes
+# where a prefix/name split may or may not fit, ASCII and not.
+names = st.one_of(
+    st.text(alphabet="ab/.", max_size=320),
+    st.text(alphabet=st.characters(codec="utf-8"), max_size=320),
+    st.text(alphabet=st.sampled_from("a/é😀"), min_size=90, max_size=1100),
+)
+sizes = st.one_of(st.integers(min_value=0, max_value=1 << 20), st.sampled_from(LIMIT_SIZES), st.integers(0, 2**80))
+
+
+@settings(max_examples=600, deadline=None)
+@given(name=names, size=sizes)
+@example(name="p" * 100, size=0)  # exactly the name field
+@example(name="p" * 101, size=0)  # one over, no slash to split at: pax
+@example(name="d" * 155 + "/" + "n" * 100, size=7)  # the longest prefix + name split
+@example(name="d" * 156 + "/" + "n" * 100, size=7)  # prefix one too long
+@example(name="d" * 10 + "/" + "n" * 101, size=7)  # name part one too long
+@example(name="/" + "n" * 100, size=1)  # the split would leave an empty prefix
+@example(name="", size=MAX_OCTAL_SIZE + 1)
+def test_header_size_by_arithmetic_is_the_encoders(name, size):
+    assert encoded_header_size(name, size) == len(encode_header(name, size))
+    assert encoded_member_size(name, size) == len(encode_header(name, size)) + size + padding(size)
+
+
+@pytest.mark.parametrize("extra", [0, 1])  # without and with a pax size record as well
+@pytest.mark.parametrize(
+    "name_bytes",
+    # pax "path" records whose length field gains a digit (99 -> 100 and 999 -> 1000 bytes in all),
+    # and whose records fill the pax data block to 512 bytes, give or take one.
+    [*range(88, 96), *range(986, 996), *range(480, 512)],
+)
+def test_header_size_at_the_pax_length_and_block_boundaries(name_bytes, extra):
+    name = "é" + "a" * (name_bytes - 2)  # non-ASCII: always a pax path
+    assert len(name.encode()) == name_bytes
+    size = MAX_OCTAL_SIZE + extra
+    assert encoded_header_size(name, size) == len(encode_header(name, size))
+
+
+def test_sample_sizes_by_arithmetic_equal_encoded_samples():
+    fields = [("cls", b"3"), ("jpg", bytes(1000)), ("json", b"{}"), ("seg.png", b"")]
+    for key in ("a1", "k" * 97, "k" * 200, "deep/" + "d" * 140 + "/b2", "ünï/c3"):
+        assert encoded_sample_size(key, [(e, len(d)) for e, d in fields]) == len(encode_sample(key, fields))
+    assert encoded_header_size("key.jpg", 10) == BLOCK_SIZE
