@@ -159,13 +159,15 @@ def size_mismatch(where: str, size: int, expected: int) -> CorruptShardError:
     if size < expected:
         return TruncatedShardError(
             f"{where}: truncated: the shard has {size} bytes but the manifest says {expected}. "
-            "Run `shardkit verify` on the dataset or rewrite this shard.",
+            "Run `shardkit verify` on the dataset or rewrite this shard "
+            "(rerun `shardkit index` if it was indexed in place).",
             path=where,
             offset=size,
         )
     return CorruptShardError(
         f"{where}: the shard has {size} bytes but the manifest says {expected}: it was rewritten or "
-        "appended to after the manifest was written. Run `shardkit verify` on the dataset or rewrite this shard.",
+        "appended to after the manifest was written. Run `shardkit verify` on the dataset or rewrite this shard "
+        "(rerun `shardkit index` if it was indexed in place).",
         path=where,
         offset=expected,
     )
