@@ -151,6 +151,11 @@ def index_shard(task: IndexTask, options: SourceOptions | None = None) -> IndexR
         return IndexResult(task.number, reason=" ".join(str(exc).split()))
 
 
+def index_shards(tasks: list[IndexTask], options: SourceOptions | None = None) -> list[IndexResult]:
+    """:func:`index_shard` for each of ``tasks`` (one pool task for many small shards)."""
+    return [index_shard(task, options) for task in tasks]
+
+
 def _index_chunks(task: IndexTask, name: str, chunks: Iterator[bytes], facts: dict[str, int]) -> IndexResult:
     digest = hashlib.sha256()
     parser = SampleParser(path=name)

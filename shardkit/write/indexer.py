@@ -34,8 +34,10 @@ the reason; the others are indexed.
 from __future__ import annotations
 
 import io
+import itertools
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -48,13 +50,13 @@ from shardkit.errors import DestinationError, ShardkitError, UsageError
 from shardkit.format.index import INDEX_SUFFIX
 from shardkit.format.location import resolve_inside
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, SkippedInput
-from shardkit.format.table import TABLE_NAME, TABLE_SUFFIX, build_table
+from shardkit.format.table import TABLE_NAME, TABLE_SUFFIX, Naming, build_table
 from shardkit.io.atomic import atomic_write_bytes, remove_quietly
 from shardkit.io.base import SourceOptions
 from shardkit.io.manifest import fetch_manifest
 from shardkit.io.registry import open_destination
 from shardkit.io.urls import is_local, local_path, redact_url
-from shardkit.write.index_shard import IndexResult, IndexTask, index_shard
+from shardkit.write.index_shard import IndexResult, IndexTask, index_shard, index_shards
 from shardkit.write.index_source import ShardListing, join, list_shards
 from shardkit.write.publish import publish_manifest
 
@@ -67,6 +69,11 @@ VERSIONS_SUFFIX = ".versions.npy"
 ENGINES = ("local", "ray")
 #: Tasks in flight per worker (enough that no worker waits for the driver).
 _IN_FLIGHT_PER_WORKER = 4
+#: Many small shards go to a worker in groups of up to this many (one
+#: round trip to the pool each), so that each worker still gets at least
+#: ``_BATCHES_PER_WORKER`` groups.
+_MAX_BATCH = 32
+_BATCHES_PER_WORKER = 16
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,6 +136,41 @@ def index_name_for(names: np.ndarray) -> np.ndarray:
     plain = np.strings.endswith(names, b".tar")
     stems = np.where(plain, np.strings.slice(names, 0, np.strings.str_len(names) - 4), names)
     return np.strings.add(stems, INDEX_SUFFIX.encode())
+
+
+_NUMBERED = re.compile(rb"^([A-Za-z0-9_.-]*?)(\d{1,9})\.tar$")
+
+
+def numbered(names: np.ndarray) -> np.ndarray | None:
+    """``names`` made from their positions (``00000.tar``, ``00001.tar``...,
+    img2dataset's and shardkit's naming) as a :class:`Naming`'s names, or None."""
+    if len(names) == 0:
+        return None
+    match = _NUMBERED.match(bytes(names[0]))
+    if match is None or int(match.group(2)) != 0:
+        return None
+    prefix, width = match.group(1), len(match.group(2))
+    if len(names) > 10**width:
+        return None
+    digits = np.strings.zfill(np.arange(len(names)).astype(f"S{width}"), width)
+    expected = np.strings.add(np.strings.add(prefix, digits), b".tar")
+    if not np.array_equal(expected.astype(names.dtype), names):
+        return None
+    try:
+        return Naming(shard=f"{prefix.decode()}{{:0{width}d}}.tar", index=f"{prefix.decode()}{{:0{width}d}}.idx")
+    except ValueError:  # a prefix a naming pattern cannot hold (a leading dot)
+        return None
+
+
+def naming_names(naming: Naming, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The shard and index names a :class:`Naming` gives ``n`` shards, as arrays."""
+    out = []
+    for pattern in (naming.shard, naming.index):
+        head, rest = pattern.split("{:0", 1)
+        width, tail = int(rest[0]), rest.split("}", 1)[1]
+        digits = np.strings.zfill(np.arange(n).astype(f"S{max(width, len(str(max(n - 1, 0))))}"), width)
+        out.append(np.strings.add(np.strings.add(head.encode(), digits), tail.encode()))
+    return out[0], out[1]
 
 
 def versions_name(table_file: str) -> str:
@@ -216,9 +258,10 @@ def _previous(target: str, base: str, out: str | None, options: SourceOptions) -
         )
     table = manifest.table
     if table.naming is not None:
-        return None  # not written by index; reindex everything
-    names = _names_of(table._columns["path_offsets"], table._columns["path_bytes"])
-    index_names = _names_of(table._columns["index_offsets"], table._columns["index_bytes"])
+        names, index_names = naming_names(table.naming, table.num_shards)
+    else:
+        names = _names_of(table._columns["path_offsets"], table._columns["path_bytes"])
+        index_names = _names_of(table._columns["index_offsets"], table._columns["index_bytes"])
     versions = np.full(table.num_shards, -1, dtype=np.int64)
     if local is not None and table.file is not None:
         try:
@@ -242,7 +285,11 @@ def _previous(target: str, base: str, out: str | None, options: SourceOptions) -
 # ------------------------------------------------------------------ running
 
 
-def _run_local(tasks: Iterator[IndexTask], workers: int, options: SourceOptions) -> Iterator[IndexResult]:
+def _run_local(
+    tasks: Iterator[IndexTask], workers: int, options: SourceOptions, *, batch: int = 1
+) -> Iterator[IndexResult]:
+    """Run tasks in a process pool (``batch`` shards per pool task), at most
+    a few pool tasks per worker in flight: nothing per shard is queued ahead."""
     if workers <= 1:
         for task in tasks:
             yield index_shard(task, options)
@@ -250,20 +297,20 @@ def _run_local(tasks: Iterator[IndexTask], workers: int, options: SourceOptions)
     from shardkit.write.parallel import _pool_context
 
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context())
-    pending: set[Future[IndexResult]] = set()
+    pending: set[Future[list[IndexResult]]] = set()
     try:
         exhausted = False
         while pending or not exhausted:
             while not exhausted and len(pending) < workers * _IN_FLIGHT_PER_WORKER:
-                task = next(tasks, None)
-                if task is None:
+                group = list(itertools.islice(tasks, batch))
+                if not group:
                     exhausted = True
                 else:
-                    pending.add(pool.submit(index_shard, task, options))
+                    pending.add(pool.submit(index_shards, group, options))
             if pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
-                    yield future.result()
+                    yield from future.result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -388,7 +435,11 @@ def index_dataset(
 
     workers = options.workers or os.cpu_count() or 1
     workers = max(1, min(workers, len(todo)))
-    results = _run_ray(tasks(), options) if options.engine == "ray" else _run_local(tasks(), workers, options.source)
+    batch = max(1, min(_MAX_BATCH, len(todo) // (workers * _BATCHES_PER_WORKER)))
+    if options.engine == "ray":
+        results = _run_ray(tasks(), options)
+    else:
+        results = _run_local(tasks(), workers, options.source, batch=batch)
     extensions: set[str] = set()
     reasons: dict[int, str] = {}
     bytes_read = 0
@@ -419,9 +470,13 @@ def index_dataset(
     for item in skipped:
         logger.warning("%s: not indexed: %s", item.path, item.reason)
     num_compressed = _count_compressed(listing.names[ok], compressed[ok])
-    table = build_table(
-        counts[ok], sizes[ok], sha256[ok], paths=listing.names[ok], index_paths=index_names[ok], naming=None
-    )
+    naming = numbered(listing.names[ok])  # then the table stores no path strings
+    if naming is not None:
+        table = build_table(counts[ok], sizes[ok], sha256[ok], naming=naming)
+    else:
+        table = build_table(
+            counts[ok], sizes[ok], sha256[ok], paths=listing.names[ok], index_paths=index_names[ok], naming=None
+        )
     manifest = Manifest.from_table(
         table,
         extensions=tuple(sorted(extensions)),
