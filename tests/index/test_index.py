@@ -15,7 +15,7 @@ import pytest
 
 from shardkit import IndexOptions, ShardDataset, index_dataset, load_manifest
 from shardkit.cli import main
-from shardkit.errors import CorruptShardError, DestinationError, ManifestError
+from shardkit.errors import CorruptShardError, DestinationError, ManifestError, MissingShardError
 from shardkit.format.manifest import Manifest
 
 webdataset = pytest.importorskip("webdataset")
@@ -198,9 +198,10 @@ def test_a_shard_changed_or_gone_after_indexing_is_a_one_line_error_naming_it(pu
     assert "s-00001.tar" in str(info.value) and "shardkit index" in str(info.value) and "\n" not in str(info.value)
     index_dataset(str(src), options=ONE)  # reindexed: reads again
     os.unlink(shards[3])
-    with pytest.raises(OSError) as gone:
+    with pytest.raises(MissingShardError) as gone:  # also a FileNotFoundError
         list(ShardDataset(str(src), mode="exact", shuffle=False))
-    assert "s-00003.tar" in str(gone.value)
+    assert "s-00003.tar: shard missing" in str(gone.value) and "shardkit index" in str(gone.value)
+    assert "\n" not in str(gone.value)
 
 
 def test_out_holding_another_dataset_is_refused_in_one_line(tmp_path, published, make_shards, capsys):
