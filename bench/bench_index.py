@@ -6,7 +6,8 @@ JPEG-size payloads (``--payload`` bytes of random data as ``jpg``, a class
 as ``cls``, a JSON line) in shards of ``--per-shard`` samples, with
 img2dataset-style ``NNNNN.parquet`` sidecars beside them. On those same
 shards, each tool runs once the page cache holds them (every tool and the
-baseline read the same hot bytes; a cold read is a property of the disk):
+baseline read the same bytes, first with these files evicted from the page
+cache before each run (cold: the disk), then hot):
 
 * ``cat SHARDS > /dev/null``: the plain sequential read of the same bytes;
 * ``shardkit index SRC --out IDX`` with 1 and with N workers (a subprocess,
@@ -51,9 +52,10 @@ RESULT = os.path.join(HERE, "results", "index.json")
 MAX_LINKS = 60_000
 
 #: Runs index_dataset in a fresh process and prints its figures as JSON, with
-#: the driver's own peak RSS (pool workers are other processes).
+#: the driver's own peak RSS (VmHWM: pool workers are other processes, and
+#: unlike ru_maxrss it does not inherit the forking parent's peak).
 _INDEX_CHILD = """
-import json, resource, sys, time
+import json, sys, time
 from shardkit import IndexOptions, index_dataset
 src, out, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
 start = time.perf_counter()
@@ -63,7 +65,7 @@ print(json.dumps({
     "seconds": seconds, "shards": report.manifest.num_shards, "samples": report.manifest.num_samples,
     "bytes": report.manifest.num_bytes, "bytes_read": report.bytes_read, "read": report.num_indexed,
     "unchanged": report.num_unchanged, "skipped": len(report.skipped),
-    "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    "driver_peak_rss_mb": [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")][0] / 1024,
 }))
 """
 
@@ -84,15 +86,28 @@ def rerun_index(src: str, out: str, workers: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def evict(files: list[str]) -> None:
+    """Drop these files' pages from the page cache (theirs only: the machine is shared)."""
+    for path in files:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
 def timed(command: list[str], **kwargs) -> float:
     start = time.perf_counter()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
     return time.perf_counter() - start
 
 
-def cat_seconds(shards: list[str]) -> float:
+def cat_seconds(shards: list[str], *, cold: bool = False) -> float:
     best = float("inf")
     for _ in range(3):
+        if cold:
+            evict(shards)
         start = time.perf_counter()
         with open(os.devnull, "wb") as sink:
             subprocess.run(["cat", *shards], stdout=sink, check=True)
@@ -177,17 +192,21 @@ def main() -> None:
         src = os.path.join(work, "src")
         shards = write_real(src, samples=args.samples, per_shard=args.per_shard, payload=args.payload)
         total = sum(os.path.getsize(s) for s in shards)
-        cat_s = cat_seconds(shards)  # also warms the page cache for every run below
-        rows = {"cat > /dev/null": {"seconds": cat_s, "workers": 1}}
-        for workers in sorted({1, args.workers}):
-            res = run_index(src, os.path.join(work, "idx"), workers)
-            assert res["samples"] == args.samples and res["skipped"] == 0, res
-            rows[f"shardkit index, {workers} worker{'s' if workers > 1 else ''}"] = {
-                "seconds": res["seconds"], "workers": workers, "driver_peak_rss_mb": res["driver_peak_rss_mb"]
-            }
+        rows = {}
+        for cold in (True, False):  # cold: these files evicted from the page cache before each run
+            temperature = "cold" if cold else "hot"
+            rows[f"cat > /dev/null ({temperature})"] = {"seconds": cat_seconds(shards, cold=cold), "workers": 1}
+            for workers in sorted({1, args.workers}):
+                if cold:
+                    evict(shards)
+                res = run_index(src, os.path.join(work, "idx"), workers)
+                assert res["samples"] == args.samples and res["skipped"] == 0, res
+                rows[f"shardkit index, {workers} worker{'s' if workers > 1 else ''} ({temperature})"] = {
+                    "seconds": res["seconds"], "workers": workers, "driver_peak_rss_mb": res["driver_peak_rss_mb"]
+                }
         wids_work = os.path.join(work, "wids")
         os.makedirs(wids_work)
-        rows["widsindex create"] = {"seconds": widsindex_seconds(shards, wids_work), "workers": 1}
+        rows["widsindex create (hot)"] = {"seconds": widsindex_seconds(shards, wids_work), "workers": 1}
         for workers in sorted({1, args.workers}):
             dest = os.path.join(work, f"resharded-{workers}")
             seconds = timed(
@@ -195,7 +214,7 @@ def main() -> None:
                  "--workers", str(workers), "-q"],
                 env=_env(),
             )
-            rows[f"shardkit write (reshard), {workers} worker{'s' if workers > 1 else ''}"] = {
+            rows[f"shardkit write (reshard), {workers} worker{'s' if workers > 1 else ''} (hot)"] = {
                 "seconds": seconds, "workers": workers
             }
         for row in rows.values():
@@ -247,16 +266,18 @@ def main() -> None:
 
 def render(record: dict) -> str:
     real = record["real"]
-    cat = real["rows"]["cat > /dev/null"]
     lines = [
         "# `shardkit index` vs `widsindex` vs resharding\n",
         f"{real['shards']} webdataset.ShardWriter shards, {real['samples']} samples of {real['payload_bytes']:,}-byte "
-        f"JPEG-size payloads, {real['bytes'] / 1e6:.0f} MB, local disk, page cache hot (every row reads the same hot "
-        f"bytes); {record['machine']['cpus']} cores, commit {record['commit']}.\n",
+        f"JPEG-size payloads, {real['bytes'] / 1e6:.0f} MB, local disk; cold: the shards' pages evicted from the "
+        "page cache before the run (posix_fadvise DONTNEED on these files only), hot: in the page cache. "
+        f"{record['machine']['cpus']} cores (shared), commit {record['commit']}; 'vs cat' compares with "
+        "`cat` at the same temperature.\n",
         "| run | seconds | shards/s | GB/s | GB/s per worker | vs cat | driver peak RSS |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, row in real["rows"].items():
+        cat = real["rows"]["cat > /dev/null (cold)" if "(cold)" in name else "cat > /dev/null (hot)"]
         rss = f"{row['driver_peak_rss_mb']:.0f} MB" if "driver_peak_rss_mb" in row else ""
         lines.append(
             f"| {name} | {row['seconds']:.2f} | {row['shards_s']:.1f} | {row['gb_s']:.2f} | "
@@ -293,10 +314,10 @@ def plot(record: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     rows = record["real"]["rows"]
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
     names = list(rows)
-    ax.barh(names, [rows[n]["gb_s"] for n in names], color=["#888"] + ["#36c"] * (len(names) - 1))
-    ax.set_xlabel("GB/s over the same shards (page cache hot)")
+    ax.barh(names, [rows[n]["gb_s"] for n in names], color=["#888" if n.startswith("cat") else "#36c" for n in names])
+    ax.set_xlabel("GB/s over the same shards")
     ax.invert_yaxis()
     ax.set_title("Indexing published shards")
     fig.tight_layout()

@@ -89,6 +89,7 @@ class IndexResult:
 
 
 _destinations: dict[str, object] = {}
+_folders: set[str] = set()  # index folders this process made sure of
 
 
 def _put_index(dest: str, name: str, data: bytes) -> None:
@@ -97,7 +98,10 @@ def _put_index(dest: str, name: str, data: bytes) -> None:
     remote one through its destination."""
     if is_local(dest):
         path = os.path.join(local_path(dest), name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        folder = os.path.dirname(path)
+        if folder not in _folders:
+            os.makedirs(folder, exist_ok=True)
+            _folders.add(folder)
         tmp = path + ".tmp"
         with open(tmp, "wb") as f:
             f.write(data)
