@@ -276,6 +276,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     # Every field comes from a file someone else may have written: shown() escapes it.
     counts = m.table.counts if m.num_shards else [0]  # an array view of the shard table
     print(f"dataset:    {shown(m.location)}")
+    if m.shards_base is not None:
+        print(f"shards in:  {shown(m.shards_base)} (indexed by `shardkit index --out`)")
     print(f"source:     {shown(m.source.get('format'))} {shown(m.source.get('path', ''))}")
     print(f"shards:     {m.num_shards} (samples per shard: min {int(min(counts))}, max {int(max(counts))})")
     print(f"format:     {m.loaded_version}" + ("" if m.loaded_version == FORMAT_VERSION else

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import DestinationError, ShardkitError, UsageError
+from shardkit.format.compression import SHARD_SUFFIXES
 from shardkit.format.index import INDEX_SUFFIX
 from shardkit.format.location import resolve_inside
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, SkippedInput
@@ -408,8 +409,10 @@ def index_dataset(
     compressed = np.zeros(n, dtype=bool)
     if previous is not None and len(previous.names) == 0:
         previous = None
-    rows = previous.match(listing.names) if previous is not None else np.full(n, -1, dtype=np.int64)
+    rows = np.full(n, -1, dtype=np.int64)
+    known = np.full(n, -1, dtype=np.int64)  # a remote shard's size last time, when its listing gave none
     if previous is not None:
+        rows = previous.match(listing.names)
         found = rows >= 0
         same = found & (previous.sizes[rows] == sizes) & (previous.versions[rows] == versions) & (versions >= 0)
         same &= previous.index_names[rows] == index_names
@@ -417,9 +420,7 @@ def index_dataset(
         counts[keep] = previous.counts[rows[keep]]
         sha256[keep] = previous.sha256[rows[keep]]
         state[keep] = 1
-    known = np.full(n, -1, dtype=np.int64)
-    if previous is not None:
-        remote_unknown = (rows >= 0) & (listing.sizes < 0)
+        remote_unknown = found & (listing.sizes < 0)
         known[remote_unknown] = previous.sizes[rows[remote_unknown]]
     todo = np.flatnonzero(state == 0)
 
@@ -511,8 +512,9 @@ def _count_compressed(names: np.ndarray, compressed: np.ndarray) -> int:
     if len(names) == 0:
         return 0
     lower = np.strings.lower(names)
-    named = np.strings.endswith(lower, b".gz") | np.strings.endswith(lower, b".tgz") | np.strings.endswith(lower, b".zst")
-    named |= np.strings.endswith(lower, b".zstd")
+    named = np.zeros(len(names), dtype=bool)
+    for suffix in SHARD_SUFFIXES:
+        named |= np.strings.endswith(lower, suffix.encode())
     return int((compressed | named).sum())
 
 
