@@ -453,7 +453,9 @@ def index_dataset(
             r = rows[i]
             counts[i], sizes[i], sha256[i], state[i] = previous.counts[r], previous.sizes[r], previous.sha256[r], 1  # type: ignore[union-attr]
         else:
-            counts[i], sizes[i], versions[i] = result.num_samples, result.num_bytes, result.version
+            counts[i], sizes[i] = result.num_samples, result.num_bytes
+            if result.version >= 0:  # the file read; else the listing's (an object's ETag)
+                versions[i] = result.version
             sha256[i] = np.frombuffer(result.sha256, dtype=np.uint8)
             compressed[i] = result.compressed
             state[i] = 2
