@@ -425,9 +425,9 @@ def index_dataset(
     todo = np.flatnonzero(state == 0)
 
     def tasks() -> Iterator[IndexTask]:
-        for i in todo.tolist():
+        for i in todo:  # numpy scalars one at a time (no list of 10^5 ints)
             yield IndexTask(
-                number=i,
+                number=int(i),
                 url=listing.url(i),
                 index_name=bytes(index_names[i]).decode("utf-8", "surrogateescape"),
                 index_dest=target,
