@@ -45,6 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
+from bench.bench_reader import evict  # noqa: E402
 from bench.common import git_commit, machine, plot_path, save_record  # noqa: E402
 
 RESULT = os.path.join(HERE, "results", "index.json")
@@ -86,17 +87,6 @@ def rerun_index(src: str, out: str, workers: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def evict(files: list[str]) -> None:
-    """Drop these files' pages from the page cache (theirs only: the machine is shared)."""
-    for path in files:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fdatasync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
 def timed(command: list[str], **kwargs) -> float:
     start = time.perf_counter()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
@@ -107,7 +97,7 @@ def cat_seconds(shards: list[str], *, cold: bool = False) -> float:
     best = float("inf")
     for _ in range(3):
         if cold:
-            evict(shards)
+            evict(os.path.dirname(shards[0]))
         start = time.perf_counter()
         with open(os.devnull, "wb") as sink:
             subprocess.run(["cat", *shards], stdout=sink, check=True)
@@ -198,7 +188,7 @@ def main() -> None:
             rows[f"cat > /dev/null ({temperature})"] = {"seconds": cat_seconds(shards, cold=cold), "workers": 1}
             for workers in sorted({1, args.workers}):
                 if cold:
-                    evict(shards)
+                    evict(src)
                 res = run_index(src, os.path.join(work, "idx"), workers)
                 assert res["samples"] == args.samples and res["skipped"] == 0, res
                 rows[f"shardkit index, {workers} worker{'s' if workers > 1 else ''} ({temperature})"] = {

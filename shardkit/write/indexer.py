@@ -286,57 +286,77 @@ def _previous(target: str, base: str, out: str | None, options: SourceOptions) -
 # ------------------------------------------------------------------ running
 
 
+def _bounded(
+    groups: Iterator[list[IndexTask]],
+    submit: Callable[[list[IndexTask]], Any],
+    finished: Callable[[list[Any]], tuple[list[Any], list[Any]]],
+    collect: Callable[[Any], list[IndexResult]],
+    limit: int,
+) -> Iterator[IndexResult]:
+    """Keep at most ``limit`` groups of tasks submitted; yield results as groups finish.
+
+    ``submit`` starts a group and returns its handle, ``finished`` splits
+    handles into (done, still running) once at least one is done, and
+    ``collect`` gives a done handle's results. Tasks are drawn from
+    ``groups`` only as room frees up, so nothing per shard waits in a queue.
+    """
+    running: list[Any] = []
+    for group in itertools.chain(groups, [None]):  # type: ignore[list-item]
+        if group is not None:
+            running.append(submit(group))
+        while running and (len(running) >= limit or group is None):
+            done, running = finished(running)
+            for handle in done:
+                yield from collect(handle)
+
+
+def _groups(tasks: Iterator[IndexTask], size: int) -> Iterator[list[IndexTask]]:
+    while group := list(itertools.islice(tasks, size)):
+        yield group
+
+
 def _run_local(
     tasks: Iterator[IndexTask], workers: int, options: SourceOptions, *, batch: int = 1
 ) -> Iterator[IndexResult]:
-    """Run tasks in a process pool (``batch`` shards per pool task), at most
-    a few pool tasks per worker in flight: nothing per shard is queued ahead."""
+    """Run tasks in a process pool, ``batch`` shards per pool task."""
     if workers <= 1:
         for task in tasks:
             yield index_shard(task, options)
         return
     from shardkit.write.parallel import _pool_context
 
+    def finished(running: list[Future[list[IndexResult]]]) -> tuple[list[Any], list[Any]]:
+        done, rest = wait(running, return_when=FIRST_COMPLETED)
+        return list(done), list(rest)
+
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context())
-    pending: set[Future[list[IndexResult]]] = set()
     try:
-        exhausted = False
-        while pending or not exhausted:
-            while not exhausted and len(pending) < workers * _IN_FLIGHT_PER_WORKER:
-                group = list(itertools.islice(tasks, batch))
-                if not group:
-                    exhausted = True
-                else:
-                    pending.add(pool.submit(index_shards, group, options))
-            if pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    yield from future.result()
+        yield from _bounded(
+            _groups(tasks, batch),
+            lambda group: pool.submit(index_shards, group, options),
+            finished,
+            lambda future: future.result(),
+            workers * _IN_FLIGHT_PER_WORKER,
+        )
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _run_ray(tasks: Iterator[IndexTask], options: IndexOptions) -> Iterator[IndexResult]:
+    """Run tasks as Ray tasks (one shard each, retried when a worker is lost)."""
     from shardkit.write.engine_ray import connect, default_max_in_flight, require_ray
 
     ray = require_ray()
     connected = connect(options.ray_address)
     try:
-        remote = ray.remote(index_shard).options(num_cpus=1, max_retries=2, name="shardkit_index_shard")
-        limit = options.workers or default_max_in_flight(ray)
-        in_flight: list[Any] = []
-        exhausted = False
-        while in_flight or not exhausted:
-            while not exhausted and len(in_flight) < limit:
-                task = next(tasks, None)
-                if task is None:
-                    exhausted = True
-                else:
-                    in_flight.append(remote.remote(task, options.source))
-            if in_flight:
-                done, in_flight = ray.wait(in_flight, num_returns=1)
-                for ref in done:
-                    yield ray.get(ref)
+        remote = ray.remote(index_shards).options(num_cpus=1, max_retries=2, name="shardkit_index_shard")
+        yield from _bounded(
+            _groups(tasks, 1),
+            lambda group: remote.remote(group, options.source),
+            lambda running: ray.wait(running, num_returns=1),
+            ray.get,
+            options.workers or default_max_in_flight(ray),
+        )
     finally:
         if connected:
             ray.shutdown()
