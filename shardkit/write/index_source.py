@@ -47,15 +47,16 @@ class ShardListing:
         sizes: Bytes per shard (-1: unknown until read).
         versions: ``mtime_ns`` of a local file, a hash of a remote object's
             ETag, or -1 when unknown.
-        missing: Listed shards that do not exist (a pattern or list naming
-            a missing file), relative to ``base``.
+        left_out: ``(name, reason)`` of shards listed but not to be read:
+            a pattern or list naming a missing file, a symlink in a folder
+            that leads out of it (readers refuse it).
     """
 
     base: str
     names: np.ndarray
     sizes: np.ndarray
     versions: np.ndarray
-    missing: tuple[str, ...] = ()
+    left_out: tuple[tuple[str, str], ...] = ()
 
     @property
     def num_shards(self) -> int:
@@ -123,8 +124,10 @@ class _Columns:
         return names, np.ascontiguousarray(numbers[:, 0]), np.ascontiguousarray(numbers[:, 1])
 
 
-def _walk_local(root: str, skip: str | None) -> Iterator[tuple[str, os.stat_result]]:
-    """Shard files under ``root`` (relative path, stat), hidden folders and ``skip`` left out."""
+def _walk_local(root: str, skip: str | None, outside: list[tuple[str, str]]) -> Iterator[tuple[str, os.stat_result]]:
+    """Shard files under ``root`` (relative path, stat), hidden folders and
+    ``skip`` left out; symlinks leading out of ``root`` go to ``outside``."""
+    real_root = os.path.realpath(root)
     stack = [""]
     while stack:
         relative = stack.pop()
@@ -136,16 +139,21 @@ def _walk_local(root: str, skip: str | None) -> Iterator[tuple[str, os.stat_resu
                     if not entry.name.startswith(".") and (skip is None or os.path.realpath(entry.path) != skip):
                         stack.append(name)
                 elif is_shard_name(entry.name) and entry.is_file():
+                    real = os.path.realpath(entry.path) if entry.is_symlink() else None
+                    if real is not None and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+                        outside.append((name, f"a symlink to {real}, outside the folder (readers refuse it)"))
+                        continue
                     yield name, entry.stat()
 
 
 def _local_folder(path: str, skip: str | None) -> ShardListing:
     base = os.path.abspath(path)
     columns = _Columns()
-    for name, info in _walk_local(base, skip):
+    outside: list[tuple[str, str]] = []
+    for name, info in _walk_local(base, skip, outside):
         columns.add(name, info.st_size, info.st_mtime_ns)
     names, sizes, versions = columns.arrays(sort=True)
-    return ShardListing(base, names, sizes, versions)
+    return ShardListing(base, names, sizes, versions, tuple(outside))
 
 
 def _remote_folder(url: str, options: SourceOptions) -> ShardListing:
@@ -205,7 +213,7 @@ def _common_base(urls: Sequence[str]) -> str:
 def _listed(urls: Sequence[str]) -> ShardListing:
     base = _common_base(urls)
     columns = _Columns()
-    missing = []
+    left_out = []
     for url in urls:
         if is_local(url):
             path = os.path.abspath(local_path(url))
@@ -213,13 +221,13 @@ def _listed(urls: Sequence[str]) -> ShardListing:
             try:
                 info = os.stat(path)
             except FileNotFoundError:
-                missing.append(name)
+                left_out.append((name, "listed in SOURCE but missing"))
                 continue
             columns.add(name, info.st_size, info.st_mtime_ns)
         else:
             columns.add(url[len(base) + 1 :], -1, -1)
     names, sizes, versions = columns.arrays(sort=False)
-    return ShardListing(base, names, sizes, versions, tuple(missing))
+    return ShardListing(base, names, sizes, versions, tuple(left_out))
 
 
 def list_shards(
@@ -257,7 +265,7 @@ def list_shards(
         listing = _remote_folder(source, options)
     else:
         listing = _listed([source])
-    if listing.num_shards == 0 and not listing.missing:
+    if listing.num_shards == 0 and not listing.left_out:
         raise UsageError(
             f"{redact_url(source if isinstance(source, str) else listing.base)}: no tar shards found "
             f"(files ending in {', '.join(SHARD_FILE_SUFFIXES)}); name the folder that holds them"

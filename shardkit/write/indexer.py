@@ -487,7 +487,7 @@ def index_dataset(
         extensions.update(previous.extensions)
     ok = (state == 1) | (state == 2)
     skipped = tuple(
-        [SkippedInput(path=m, reason="listed in SOURCE but missing") for m in listing.missing]
+        [SkippedInput(path=name, reason=reason) for name, reason in listing.left_out]
         + [SkippedInput(path=listing.name(i), reason=reasons[i]) for i in sorted(reasons)]
     )
     for item in skipped:

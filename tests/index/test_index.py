@@ -116,6 +116,7 @@ def test_index_out_declares_the_shards_base_and_every_reader_feature_works(tmp_p
         os.chmod(src, 0o755)
     manifest = load_manifest(str(out))
     assert manifest.shards_base == str(tmp_path) and report.manifest.num_shards == len(shards) + 1
+    assert main(["verify", str(out), "-q"]) == 0
     assert not any(n.endswith(".idx") for n in os.listdir(src))  # nothing written beside the shards
     expected = wds_samples([*shards, gnu])
     assert len(expected) == 32
@@ -179,12 +180,15 @@ def test_truncated_shard_is_skipped_with_its_reason_and_the_others_indexed(tmp_p
     src, shards = published
     with open(shards[2], "r+b") as f:
         f.truncate(3000)
+    shutil.copy(shards[0], tmp_path / "outside.tar")
+    os.symlink(tmp_path / "outside.tar", src / "link-out.tar")  # leads out of the folder: left out, said why
     code = main(["index", str(src), "-q"])
     err = capsys.readouterr().err
     assert code == 1
     assert "s-00002.tar" in err and "truncated" in err and "rerun `shardkit index`" in err
     manifest = load_manifest(str(src))
-    assert manifest.num_shards == 4 and [s.path for s in manifest.skipped] == ["s-00002.tar"]
+    assert manifest.num_shards == 4 and [s.path for s in manifest.skipped] == ["link-out.tar", "s-00002.tar"]
+    assert "outside the folder" in manifest.skipped[0].reason
     assert len(list(ShardDataset(str(src), mode="exact"))) == 18
 
 
