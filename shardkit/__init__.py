@@ -36,6 +36,7 @@ _LAZY = {
     "Decoder": "shardkit.read.decode",
     "IndexOptions": "shardkit.write.indexer",
     "IndexedDataset": "shardkit.read.indexed",
+    "OutputOptions": "shardkit.read.options",
     "ReaderOptions": "shardkit.read.options",
     "ShardDataset": "shardkit.read.dataset",
     "ShardWindowSampler": "shardkit.read.sampler",
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
     from shardkit.read.decode import Decoder
     from shardkit.read.indexed import IndexedDataset
     from shardkit.read.loader import make_loader
-    from shardkit.read.options import ReaderOptions
+    from shardkit.read.options import OutputOptions, ReaderOptions
     from shardkit.read.sampler import ShardWindowSampler
     from shardkit.read.schedule import Stream
     from shardkit.read.shuffle import shuffle_quality
@@ -101,6 +102,7 @@ __all__ = [
     "Manifest",
     "ManifestError",
     "MemberTooLargeError",
+    "OutputOptions",
     "ReaderOptions",
     "RemoteError",
     "ShardDataset",

@@ -87,6 +87,7 @@ _WRITE_FLAGS = {
     "compress_members": "--compress-members",
     "engine": "--engine",
     "ray_address": "--ray-address",
+    "max_unpack_bytes": "--max-unpack-bytes",
 }
 
 
@@ -113,6 +114,10 @@ def _add_write(sub: argparse._SubParsersAction) -> None:
         "(pip install 'shardkit[ray]'; sources and DEST shared by every node, or URLs)",
     )
     p.add_argument("--ray-address", help="with --engine ray: 'auto' or HOST:PORT of the cluster head")
+    p.add_argument(
+        "--max-unpack-bytes",
+        help="most temporary space (in TMPDIR) the plain copies of .tar.gz/.tar.zst inputs may take (default 64GiB)",
+    )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true", help="keep finished shards of an interrupted run")
     mode.add_argument("--overwrite", action="store_true", help="replace an earlier shardkit output in DEST")

@@ -26,7 +26,9 @@ Errors carry where they happened as attributes (``path``, ``member``,
 Messages never hold secrets: every URL in a :class:`ShardkitError`'s message
 goes through :func:`redact_url` when the error is made (no ``user:password@``,
 no query string, where presigned URLs carry their signature and token), on
-top of the redaction each message does when it is formatted.
+top of the redaction each message does when it is formatted. So does every
+attribute that names a location (:data:`LOCATION_ATTRIBUTES`), whenever it
+is set: an error's ``repr``, its attributes and its pickle hold no secret.
 """
 
 from __future__ import annotations
@@ -96,6 +98,10 @@ def _redact_match(match: re.Match[str]) -> str:
     return redact_url(kept) + url[len(kept) :]
 
 
+#: Error attributes that name a file or object: redacted whenever they are set.
+LOCATION_ATTRIBUTES = frozenset({"path", "url", "first", "second"})
+
+
 class ShardkitError(Exception):
     """Base class of every error shardkit raises on purpose.
 
@@ -105,11 +111,17 @@ class ShardkitError(Exception):
     without calling ``__init__`` and given back its ``args`` and attributes.
 
     Every URL in the message is redacted (:func:`redact_text`), whichever
-    floor formatted it.
+    floor formatted it, and so is a location attribute (``path``, ``url``,
+    ``first``, ``second``: :func:`redact_url`) when it is set.
     """
 
     def __init__(self, *args: object) -> None:
         super().__init__(*(redact_text(a) if isinstance(a, str) else a for a in args))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in LOCATION_ATTRIBUTES and isinstance(value, str):
+            value = redact_url(value)
+        super().__setattr__(name, value)
 
     def __reduce__(self) -> tuple:
         return (_rebuild_error, (type(self), self.args, dict(self.__dict__)))

@@ -13,7 +13,9 @@ its reason; a block still holding a remote URL or a multi-process setup after
 them fails the test, naming the block, so a new README block can never be
 skipped silently: adapt it here. Bash blocks are not run; blocks fenced
 ``python ray-cluster`` need a Ray cluster and are only compiled (tests/ray/ runs
-the same calls on a real one).
+the same calls on a real one), and so are blocks fenced ``python torchrun``,
+training-framework recipes that tests/read/test_frameworks.py runs on two
+processes (and checks that its runs hold every line of them).
 """
 
 from __future__ import annotations
@@ -84,14 +86,18 @@ def _load_tool(name: str) -> types.ModuleType:
 #: compiled, so its syntax is checked, but not run; the Ray tests (tests/ray/)
 #: run the same calls on a real cluster.
 CLUSTER_FENCE = "ray-cluster"
+#: The fence of a block that needs several processes under torchrun: compiled
+#: here, run by tests/read/test_frameworks.py.
+TORCHRUN_FENCE = "torchrun"
 
 
 def python_blocks(text: str, *, cluster: bool = False) -> list[tuple[int, str]]:
     """The README's Python code blocks, each with the line its code starts on:
-    those to run, or with ``cluster`` those fenced ``python ray-cluster``."""
+    those to run, or with ``cluster`` those only compiled (fenced ``python
+    ray-cluster`` or ``python torchrun``)."""
     blocks = []
     for match in re.finditer(r"^```python([^\n]*)\n(.*?)^```", text, flags=re.M | re.S):
-        if (CLUSTER_FENCE in match.group(1).split()) == cluster:
+        if bool({CLUSTER_FENCE, TORCHRUN_FENCE} & set(match.group(1).split())) == cluster:
             line = text.count("\n", 0, match.start()) + 2
             blocks.append((line, match.group(2)))
     return blocks

@@ -31,6 +31,14 @@ local folder or a plain URL prefix (no ``..``, no query, no credentials, no
 remote manifest never sends a reader to local files. A manifest without the
 field keeps the rules above.
 
+A local entry is checked twice: when it is resolved, and again on the file
+actually opened. :func:`resolve_inside` returns it as a :class:`ConfinedPath`
+(a ``str`` that remembers the real folders it must lie under), and
+:func:`open_regular` opens it first and then asks where the descriptor it
+got really points (``/proc/self/fd``, or ``fstat`` against the real path
+where there is no ``/proc``). A symlink swapped between the two, to lead
+out of the dataset, is refused there instead of read.
+
 The module also holds the two other guards for bytes shardkit did not write:
 :func:`open_regular` opens a local file only if it is a regular file (never
 waiting on a FIFO or a device), and :func:`redact_url`, which strips secrets
@@ -125,6 +133,29 @@ def normalise_prefix(prefix: str) -> str:
     return os.path.normpath(path)
 
 
+class ConfinedPath(str):
+    """A local path :func:`resolve_inside` checked, with the real folders
+    (``roots``) the file it names must lie under when it is opened:
+    :func:`open_regular` checks the opened descriptor against them. It is
+    a ``str`` in every other way, so it goes wherever a path goes; a path
+    built from it by string operations is a plain ``str`` again."""
+
+    roots: tuple[str, ...]
+
+    def __new__(cls, path: str, roots: Sequence[str]) -> ConfinedPath:
+        made = super().__new__(cls, path)
+        made.roots = tuple(roots)
+        return made
+
+    def __reduce__(self) -> tuple:
+        return (ConfinedPath, (str(self), self.roots))
+
+
+def _local_roots(prefixes: Sequence[str]) -> list[str]:
+    """The real paths of the local ``allowed_prefixes``."""
+    return [os.path.realpath(p) for p in prefixes if not _is_url(p)]
+
+
 def _allowed(candidate: str, prefixes: Sequence[str]) -> bool:
     """Whether ``candidate`` (an absolute path or a URL) lies under one of
     the (normalised) ``prefixes``; local paths are compared by real path."""
@@ -197,7 +228,9 @@ def resolve_inside(base: str, relative: str, *, allowed_prefixes: Sequence[str] 
         # A location of its own: allowed only under a prefix the user names.
         target = relative if scheme not in (None, "file") else os.path.normpath(_local(relative))
         if _allowed(relative, prefixes):
-            return target if scheme != "file" else _local(relative)
+            if scheme not in (None, "file"):
+                return target
+            return ConfinedPath(_local(relative) if scheme == "file" else target, _local_roots(prefixes))
         problem = f"names a location of its own ({scheme}:)" if scheme else "is an absolute path"
         raise _refuse(what, relative, problem + " outside the dataset", base, target)
     if _is_url(base):
@@ -210,14 +243,14 @@ def resolve_inside(base: str, relative: str, *, allowed_prefixes: Sequence[str] 
     if not parts or ".." in parts:
         target = os.path.normpath(os.path.join(base, relative))
         if parts and _allowed(target, prefixes):
-            return target
+            return ConfinedPath(target, _local_roots(prefixes))
         raise _refuse(what, relative, "leaves the dataset (a '..' segment)", base, target if parts else None)
     path = os.path.join(base, *parts)
     real_base = _real_folder(base)
     real = _real_inside(real_base, parts)
     if not _under(real, real_base) and not _allowed(path, prefixes):
         raise _refuse(what, relative, f"is a symlink that leads to {real}, outside the dataset", base, real)
-    return path
+    return ConfinedPath(path, [real_base, *_local_roots(prefixes)])
 
 
 def check_shards_base(value: object, *, manifest_location: str | None, where: str) -> str:
@@ -305,11 +338,43 @@ def _not_regular(path: str, kind: str, what: str) -> ManifestError:
     )
 
 
+def _opened_path(fd: int, path: str) -> str | None:
+    """The real path of the file open as ``fd`` (opened from ``path``), or
+    None when it cannot be told (the path now names another file)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # no /proc: the path's real path, if it is still the file we hold
+        real = os.path.realpath(path)
+        try:
+            now = os.stat(real)
+        except OSError:
+            return None
+        held = os.fstat(fd)
+        return real if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino) else None
+
+
+def _check_opened_inside(fd: int, path: ConfinedPath, what: str) -> None:
+    """Refuse the open file ``fd`` unless it lies under one of ``path.roots``."""
+    real = _opened_path(fd, path)
+    if real is not None and any(_under(real, root) for root in path.roots):
+        return
+    where = "a file that cannot be told" if real is None else real
+    raise ManifestError(
+        f"{path}: the {what} opened is {where}, outside the dataset ({path.roots[0] if path.roots else '?'}): "
+        "a symlink on its path changed after the manifest entry was checked, to lead out of the dataset. "
+        "Nothing was read from it; check who changes links in the dataset folder.",
+        path=path,
+    )
+
+
 def open_regular(path: str, *, what: str = "file", buffering: int = -1) -> tuple[BinaryIO, int]:
     """Open a local file for reading if it is a regular file, without ever waiting.
 
     The file is opened with ``O_NONBLOCK`` (a FIFO without a writer would
-    otherwise block the open) and checked with ``fstat``.
+    otherwise block the open) and checked with ``fstat``. A
+    :class:`ConfinedPath` (a manifest entry :func:`resolve_inside` checked)
+    is checked once more on the descriptor: the file opened must lie under
+    one of its ``roots``, whatever links on the way were changed since.
 
     Args:
         path: The file.
@@ -320,7 +385,8 @@ def open_regular(path: str, *, what: str = "file", buffering: int = -1) -> tuple
         The open file and its size in bytes.
 
     Raises:
-        ManifestError: The path names a FIFO, device, socket or directory.
+        ManifestError: The path names a FIFO, device, socket or directory,
+            or (a :class:`ConfinedPath`) the file opened lies outside its roots.
         OSError: The file cannot be opened (missing, no permission...).
     """
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -336,10 +402,21 @@ def open_regular(path: str, *, what: str = "file", buffering: int = -1) -> tuple
         kind = describe_kind(info.st_mode)
         if kind is not None:
             raise _not_regular(path, kind, what)
+        if isinstance(path, ConfinedPath):
+            _check_opened_inside(fd, path, what)
         return os.fdopen(fd, "rb", buffering=buffering), info.st_size
     except BaseException:
         os.close(fd)
         raise
 
 
-__all__ = ["check_shards_base", "describe_kind", "normalise_prefix", "open_regular", "redact_url", "resolve_inside", "scheme_of"]
+__all__ = [
+    "ConfinedPath",
+    "check_shards_base",
+    "describe_kind",
+    "normalise_prefix",
+    "open_regular",
+    "redact_url",
+    "resolve_inside",
+    "scheme_of",
+]

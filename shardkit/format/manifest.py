@@ -99,6 +99,9 @@ MAX_COUNT = 1 << 62
 TableOpener = Callable[[str, Mapping[str, Any], "Naming | None", str], ShardTable]
 
 _warned_upgrade: set[str] = set()
+#: Marks the log record that says to run ``shardkit upgrade`` (which that
+#: command itself filters out).
+UPGRADE_HINT = "shardkit_upgrade_hint"
 
 
 @dataclass(frozen=True)
@@ -342,6 +345,7 @@ class Manifest:
                 logger.warning(
                     "%s: dataset in manifest format 1 (opens slowly at many shards); run `shardkit upgrade %s` "
                     "to bring it to format %d", where, redact_url(dest), FORMAT_VERSION,
+                    extra={UPGRADE_HINT: True},
                 )
         else:
             naming = _naming(data.get("naming"), where, location)

@@ -47,7 +47,7 @@ import io
 import mmap
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,6 +166,10 @@ class ShardTable:
         self._keep = keep  # the mmap or bytes the arrays view
         self._encoded: bytes | None = keep if isinstance(keep, bytes) else None
         self._size = len(keep) if keep is not None else None
+        #: How a receiver gets this table again when it is pickled, if not
+        #: by mapping ``file`` (a table fetched from a remote dataset: fetch
+        #: it into the receiver's own cache). A picklable callable.
+        self.reopen: Callable[[], ShardTable] | None = None
 
     @property
     def num_shards(self) -> int:
@@ -236,6 +240,8 @@ class ShardTable:
         return hashlib.sha256(self.encode()).hexdigest()
 
     def __reduce__(self) -> tuple[Any, ...]:
+        if self.reopen is not None:
+            return (self.reopen, ())
         if self.file is not None:  # small: where the file is; the receiver maps it again
             return (_reopen, (self.file, self._size, self.naming))
         return (decode_table, (self.encode(), self.naming))

@@ -4,6 +4,12 @@ The filesystem comes from :func:`fsspec.core.url_to_fs`, configured the way
 that fsspec implementation reads its own configuration. Each range is a file
 one ``cat_file(path, start, end)`` call; faults other than missing or
 forbidden objects are retried like HTTP ones.
+
+The object's size is asked of the filesystem once per opened object (one
+``size`` call, remembered) and stated with every range, as an HTTP answer's
+``Content-Range`` states it: so a manifest size that disagrees is refused at
+open, as for local, HTTP and S3 objects, and so is an object longer than
+``read_all(max_bytes=...)`` allows, before its bytes are fetched.
 """
 
 from __future__ import annotations
@@ -94,27 +100,39 @@ class _FsResponse:
     safe to call from several threads, and the async filesystems implement
     it natively. A range with an end (at most ``part_bytes`` long when read
     by :mod:`shardkit.io.ranged`, so within the read-ahead budget) is one
-    call, made when the range is opened. A range to the end of the object
+    call. A range to the end of the object
     is fetched in parts of ``part_bytes``, the next one when the previous is
     consumed, so a reader that stops early (a size cap) never fetches the
     rest. An answer shorter than asked means the object ends there, which
     ``total`` then states (so a range past the end is an error at once, not
     a dropped connection retried).
+
+    Where the filesystem states the object's size, ``total`` is that size
+    from the start and nothing is fetched until the first :meth:`read`: the
+    caller checks ``total`` (against the manifest, against a size cap) first.
     """
 
     def __init__(self, fetcher: FsspecFetcher, start: int, end: int | None):
         self._fetcher = fetcher
         self.start = start
         self.end = end
-        self.total: int | None = None
+        self.total: int | None = fetcher.size()
         self._next = start  # the first byte not fetched yet
         self._data = memoryview(b"")
         self._pos = 0
-        self._fetch()
+        self._fetched = False
+        if self.total is None:
+            self._fetch()  # a short answer is then how the object's end is learnt, at open
 
     def _fetch(self) -> None:
         fetcher = self._fetcher
+        self._fetched = True
         stop = self.end if self.end is not None else self._next + fetcher.options.part_bytes
+        if self.total is not None:
+            stop = min(stop, self.total)
+        if stop <= self._next:  # nothing left to ask for
+            self._data, self._pos = memoryview(b""), 0
+            return
         try:
             data = fetcher.fs.cat_file(fetcher.path, start=self._next, end=stop)
         except Exception as exc:
@@ -125,7 +143,9 @@ class _FsResponse:
         self._data, self._pos = memoryview(data), 0
 
     def read(self, amt: int) -> bytes:
-        if self._pos == len(self._data) and self.end is None and self.total is None:
+        if not self._fetched or (
+            self._pos == len(self._data) and self.end is None and (self.total is None or self._next < self.total)
+        ):
             self._fetch()
         out = bytes(self._data[self._pos : self._pos + amt])
         self._pos += len(out)
@@ -147,13 +167,19 @@ class FsspecFetcher:
         self.url = redact_url(url)
         self.fs, self.path = url_to_fs(url)
         self.options = options
+        self._size: int | None = None
+        self._size_asked = False
 
     def size(self) -> int | None:
-        try:
-            size = self.fs.size(self.path)
-        except Exception as exc:
-            raise classify_fs_error(exc, self.url, None) from exc
-        return None if size is None else int(size)
+        """The object's size as the filesystem states it (asked once), or None."""
+        if not self._size_asked:
+            try:
+                size = self.fs.size(self.path)
+            except Exception as exc:
+                raise classify_fs_error(exc, self.url, None) from exc
+            self._size = None if size is None else int(size)
+            self._size_asked = True
+        return self._size
 
     def open_range(self, start: int, end: int | None) -> _FsResponse:
         return _FsResponse(self, start, end)

@@ -10,6 +10,7 @@ a per-user folder under the system's temporary directory without one.
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from collections.abc import Mapping
@@ -81,13 +82,30 @@ def fetch_table(url: str, ref: Mapping[str, Any], naming: Naming | None, options
             has another SHA-256 (naming the URL); nothing is left in the cache.
         RemoteError: The download failed after the usual retries.
     """
-    folder = table_cache_dir(options)
-    cached = os.path.join(folder, f"{ref['sha256']}.table")
-    if not os.path.exists(cached):
+    return _cached_table(url, ref, naming, options, check_sha256=True)
+
+
+def _cached_table(
+    url: str, ref: Mapping[str, Any], naming: Naming | None, options: SourceOptions, *, check_sha256: bool
+) -> ShardTable:
+    """:func:`fetch_table`; a table pickled (to a DataLoader worker, a Ray
+    task on another machine) is fetched again the same way, into the
+    receiver's cache, checking only the size of a copy already there (its
+    SHA-256 was checked when it was stored, and by the sender on opening)."""
+    cached = os.path.join(table_cache_dir(options), f"{ref['sha256']}.table")
+    downloaded = not os.path.exists(cached)
+    if downloaded:
         _download(url, cached, ref, options)
-    # the cached copy was checked when it was stored; check it again (cheap)
-    # so that a damaged cache file is an error naming it
-    return open_table(cached, naming=naming, expected_size=ref["num_bytes"], expected_sha256=ref["sha256"])
+    # A copy found in the cache is checked again, so that a damaged cache
+    # file is an error naming it.
+    table = open_table(
+        cached,
+        naming=naming,
+        expected_size=ref["num_bytes"],
+        expected_sha256=ref["sha256"] if check_sha256 and not downloaded else None,
+    )
+    table.reopen = functools.partial(_cached_table, url, dict(ref), naming, options, check_sha256=False)
+    return table
 
 
 def _download(url: str, cached: str, ref: Mapping[str, Any], options: SourceOptions) -> None:

@@ -10,10 +10,11 @@ what is per process: the epoch, the skip counter, and checkpoint bookkeeping.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from torch.utils.data import IterableDataset
 
@@ -22,21 +23,41 @@ from shardkit.format.manifest import Manifest
 from shardkit.io.base import SourceOptions
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.counters import SharedCounters
-from shardkit.read.decode import Decoder, ImageMode, make_decoder
+from shardkit.read.decode import Decoder, ImageMode
+from shardkit.read.frameworks import split_again_message, splitting_wrapper
 from shardkit.read.mixture import Mixture, resolve_sources
-from shardkit.read.options import DEFAULT_BUFFER_SIZE, ReaderOptions
+from shardkit.read.options import DEFAULT_BUFFER_SIZE, OutputOptions, ReaderOptions
 from shardkit.read.pieces import ON_ERROR, OnError
 from shardkit.read.plan import ReadPlan
 from shardkit.read.prefetch import DEFAULT_READ_AHEAD_BYTES
 from shardkit.read.resume.state import Level, ReaderState, check_compatible, rank_state, start_for
 from shardkit.read.schedule import Stream
-from shardkit.read.slot import OutputOptions, Sample, SlotReader
+from shardkit.read.slot import Sample, SlotReader
 from shardkit.read.split import Mode
 from shardkit.world import World, detect_rank, detect_worker
 
 log = logging.getLogger(__name__)
 
+_Group = TypeVar("_Group", ReaderOptions, OutputOptions)
+
 __all__ = ["DEFAULT_BUFFER_SIZE", "ShardDataset"]
+
+
+def _grouped(cls: type[_Group], group: _Group | None, name: str, **fields: Any) -> _Group:
+    """``group`` if given (the fields' keyword arguments then left at their
+    defaults), else ``cls`` made from those keyword arguments."""
+    if group is None:
+        return cls(**fields)
+    if not isinstance(group, cls):
+        raise UsageError(f"{name}= takes a shardkit.{cls.__name__}, not {type(group).__name__}")
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    both = [key for key, value in fields.items() if value is not defaults[key] and value != defaults[key]]
+    if both:
+        raise UsageError(
+            f"{', '.join(both)} given both as keyword arguments and inside {name}=: "
+            f"set {'them' if len(both) > 1 else 'it'} in one place"
+        )
+    return group
 
 
 class _Progress:
@@ -189,6 +210,11 @@ class ShardDataset(IterableDataset):
             (a mixture shares it among its streams).
         samples_per_epoch: Samples of each epoch of a mixture; default the
             sum of the streams' sizes (or of their ``samples``).
+        options: The arguments from ``mode`` to ``interleave`` as one
+            :class:`~shardkit.ReaderOptions` (what decides the sample
+            sequence, and so which checkpoints fit), instead of one by one.
+        output: The arguments from ``decode`` to ``partial_batches`` as one
+            :class:`~shardkit.OutputOptions`, instead of one by one.
 
     Raises:
         UsageError: Invalid options, or ``"balanced"`` mode without sample
@@ -220,9 +246,14 @@ class ShardDataset(IterableDataset):
         source_options: SourceOptions | None = None,
         read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES,
         samples_per_epoch: int | None = None,
+        options: ReaderOptions | None = None,
+        output: OutputOptions | None = None,
     ):
         super().__init__()
-        options = ReaderOptions(
+        options = _grouped(
+            ReaderOptions,
+            options,
+            "options",
             mode=mode,
             seed=seed,
             shuffle=shuffle,
@@ -237,8 +268,15 @@ class ShardDataset(IterableDataset):
             raise UsageError(f"epoch must be >= 0, not {epoch}")
         if read_ahead_bytes <= 0:
             raise UsageError(f"read_ahead_bytes must be > 0, not {read_ahead_bytes}")
-        output = OutputOptions(
-            decoder=make_decoder(decode), map=map, batch_size=batch_size, collate=collate, partial_batches=partial_batches
+        output = _grouped(
+            OutputOptions,
+            output,
+            "output",
+            decode=decode,
+            map=map,
+            batch_size=batch_size,
+            collate=collate,
+            partial_batches=partial_batches,
         )
         source_options = source_options or SourceOptions()
         self._options = options
@@ -348,10 +386,22 @@ class ShardDataset(IterableDataset):
 
         Reaches DataLoader workers, persistent ones included: the value lives
         in shared memory and is read when iteration starts. A loaded state of
-        another epoch is dropped.
+        another epoch is dropped. An epoch that starts with the number the
+        previous one started with logs a warning (once; not in ``"infinite"``
+        mode or without shuffling).
+
+        Raises:
+            UsageError: accelerate calls this from a loader that splits the
+                stream across processes again, and the dataset splits by
+                rank itself (see :mod:`shardkit.read.frameworks`).
         """
         if epoch < 0:
             raise UsageError(f"epoch must be >= 0, not {epoch}")
+        frame = inspect.currentframe()
+        wrapper = splitting_wrapper(frame.f_back if frame is not None else None)
+        del frame
+        if wrapper is not None and self._world.world_size > 1:
+            raise UsageError(split_again_message(wrapper, self._world.rank, self._world.world_size))
         pending = self._pending
         if pending is not None and pending.epoch != epoch:
             log.info("set_epoch(%d) drops the loaded state of epoch %d", epoch, pending.epoch)
@@ -409,6 +459,14 @@ class ShardDataset(IterableDataset):
         through this too.)"""
         progress = self._progress
         progress.epoch, progress.base, progress.world, progress.count = epoch, base, world, count
+        if world.worker == 0 and self._options.shuffle and self._options.mode != "infinite":
+            # One slot per iteration notes its start: a fresh one of the epoch the last began repeats its order.
+            if self._counters.start_epoch(epoch, resumed=bool(base or count)):
+                log.warning(
+                    "epoch %d starts again in the same order as the last: call dataset.set_epoch(epoch) before "
+                    "each epoch (logged once)",
+                    epoch,
+                )
         items = self._slots.items(world, epoch=epoch, base=base, count=count, on_skip=self._counters.count_skip)
         return _recorded(items, progress)
 

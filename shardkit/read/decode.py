@@ -29,8 +29,9 @@ gz zst                                  decompressed bytes
 anything else                           bytes, unchanged
 ======================================  =======================================
 
-Limits: a compressed member is inflated piece by piece up to
-``max_member_bytes`` (default :data:`DEFAULT_MAX_MEMBER_BYTES`, 256 MiB) and
+Limits: a compressed member (and an ``npz`` archive, whose arrays are
+deflated) is inflated up to ``max_member_bytes`` (default
+:data:`DEFAULT_MAX_MEMBER_BYTES`, 256 MiB) and
 an image's header is checked against ``max_image_pixels`` (default Pillow's
 ``Image.MAX_IMAGE_PIXELS``, about 89.5 megapixels) before any pixel is
 decoded, by PIL and torchvision alike. Past either limit the field raises
@@ -139,7 +140,7 @@ class Decoder:
             code from the data: only for data you trust).
         allow_torch_load: ``torch.load`` ``pt`` / ``pth`` fields (same risk).
         max_member_bytes: Most bytes a compressed member (``txt.gz``,
-            ``npy.zst``, ...) may inflate to; default 256 MiB
+            ``npy.zst``, ...) or an ``npz`` archive may inflate to; default 256 MiB
             (:data:`DEFAULT_MAX_MEMBER_BYTES`); None for no limit.
         max_image_pixels: Most pixels an image may have, read from its
             header before decoding; default Pillow's ``MAX_IMAGE_PIXELS``
@@ -185,6 +186,8 @@ class Decoder:
             if self.image is None:
                 return None
             return functools.partial(decode_pil if self.image == "pil" else decode_tensor, max_pixels=self.max_image_pixels)
+        if ext == "npz":  # a zip archive: it inflates, so it takes the member limit
+            return functools.partial(decode_npz, max_bytes=self.max_member_bytes)
         found = SAFE_DECODERS.get(ext)
         if found is not None:
             return found

@@ -17,6 +17,7 @@ from torch.utils.data import (
 
 from shardkit.errors import UsageError
 from shardkit.read.dataset import ShardDataset
+from shardkit.read.frameworks import REBUILT_LOADER_MESSAGE, called_by_accelerate
 from shardkit.read.resume.state import Level, ReaderState, start_for
 from shardkit.read.slot import collate_samples
 from shardkit.world import World, detect_worker
@@ -80,6 +81,21 @@ class _TaggedSlots(IterableDataset):
 
     def __len__(self) -> int:
         return len(self.dataset)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The dataset's :meth:`~ShardDataset.set_epoch` (``loader.dataset.set_epoch``
+        as with any DataLoader).
+
+        Raises:
+            UsageError: accelerate calls it: ``accelerator.prepare`` rebuilt
+                the loader around this wrapper.
+        """
+        frame = inspect.currentframe()
+        rebuilt = called_by_accelerate(frame.f_back if frame is not None else None)
+        del frame
+        if rebuilt:
+            raise UsageError(REBUILT_LOADER_MESSAGE)
+        self.dataset.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[tuple[int, int, Any]]:
         dataset = self.dataset

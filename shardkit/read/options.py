@@ -1,14 +1,20 @@
-"""The reader's options that decide what each slot reads: ``ReaderOptions``.
+"""The reader's two groups of options.
 
-These are exactly the options a checkpoint depends on: two readers with the
-same :class:`ReaderOptions` over the same dataset and world read the same
-samples in the same order, so a state saved by one resumes in the other (see
-:mod:`shardkit.read.resume`, which refuses a state saved with other values).
-Options that change how samples are read or presented, not which ones
-(decoding, batching, read-ahead, storage), stay keyword arguments of
-:class:`~shardkit.ShardDataset`.
+* :class:`ReaderOptions` decide what each slot reads. They are exactly the
+  options a checkpoint depends on: two readers with the same
+  ``ReaderOptions`` over the same dataset and world read the same samples in
+  the same order, so a state saved by one resumes in the other (see
+  :mod:`shardkit.read.resume`, which refuses a state saved with other
+  values).
+* :class:`OutputOptions` decide how the samples come out (decoding, the map
+  function, batching); a checkpoint does not depend on them.
 
-A YAML config loads into this class through the one loader for options
+:class:`~shardkit.ShardDataset` takes either group whole (``options=``,
+``output=``) or its fields as keyword arguments of the same names. What
+remains a keyword argument of its own (the fault policy, read-ahead,
+storage) changes how bytes are read, never which samples or how they look.
+
+A YAML config loads into either class through the one loader for options
 dataclasses::
 
     from shardkit.config import load_options
@@ -17,10 +23,12 @@ dataclasses::
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shardkit.errors import UsageError
+from shardkit.read.decode import Decoder, ImageMode, make_decoder
 from shardkit.read.split import MODES, Mode
 
 #: Default number of samples held by the shuffle buffer.
@@ -76,3 +84,36 @@ class ReaderOptions:
     def to_dict(self) -> dict[str, Any]:
         """The options as a plain mapping of field names (JSON-serializable)."""
         return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputOptions:
+    """How a reader presents its samples (see the module docstring); each
+    field is also a keyword argument of :class:`~shardkit.ShardDataset`,
+    which documents it.
+
+    Attributes:
+        decode: None for raw bytes, ``"pil"`` / ``"tensor"``, or a
+            :class:`~shardkit.Decoder`.
+        map: Applied to each (decoded) sample dict, or None.
+        batch_size: Samples per batch, or None for single samples.
+        collate: Turns a list of samples into a batch (None: torch's
+            ``default_collate``).
+        partial_batches: Yield each worker's last, smaller batch.
+
+    Raises:
+        UsageError: ``decode`` unknown, or ``batch_size`` below 1.
+    """
+
+    decode: ImageMode | Decoder | None = None
+    map: Callable[[dict[str, Any]], Any] | None = None
+    batch_size: int | None = None
+    collate: Callable[[list[Any]], Any] | None = None
+    partial_batches: bool = True
+    #: ``decode`` as a :class:`~shardkit.Decoder` (None for raw bytes).
+    decoder: Decoder | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.batch_size is not None and (isinstance(self.batch_size, bool) or self.batch_size < 1):
+            raise UsageError(f"batch_size must be >= 1 or None, not {self.batch_size}")
+        object.__setattr__(self, "decoder", make_decoder(self.decode))

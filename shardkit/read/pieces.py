@@ -7,8 +7,9 @@ first sample and reads no byte of skipped samples. Without an index the whole
 shard is streamed. Bytes arrive through one :class:`~.prefetch.ReadAhead`
 thread in large chunks and are parsed by :class:`SampleParser`. On a disk
 whose readers take turns, the shard's source comes wrapped by
-:func:`~shardkit.io.device.take_turns`, with the read-ahead queue as the room
-each turn asks for; the reader itself only sees chunks.
+:func:`~shardkit.io.device.read_in_turns`, with the read-ahead queue as the room
+each turn asks for (and the shard's offset index read inside its first turn);
+the reader itself only sees chunks.
 
 What is checked, so that nothing corrupt is yielded silently:
 
@@ -46,8 +47,11 @@ uncompressed one.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import weakref
+from concurrent.futures import Future
 from collections import deque
 from itertools import chain
 from collections.abc import Callable, Iterator
@@ -60,9 +64,10 @@ from shardkit.format.compression import MAGIC_BYTES, Compression, ChunkDecompres
 from shardkit.format.index import OffsetIndex
 from shardkit.format.tar import END_OF_ARCHIVE, RawSample, SampleParser
 from shardkit.io.base import ByteSource, SourceOptions
-from shardkit.io.device import reserved_room_bytes, take_turns
+from shardkit.io.device import read_in_turns, reserved_room_bytes
 from shardkit.io.index import fetch_offset_index
 from shardkit.io.registry import open_source
+from shardkit.io.retry import current_stop, stopping_on
 from shardkit.io.urls import is_local, local_path, redact_url
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.prefetch import ReadAhead
@@ -162,11 +167,28 @@ class PieceReader:
         entry = manifest.shards[shard]
         return open_source(url, options=self.options, expected_size=entry.num_bytes, expected_sha256=entry.sha256)
 
-    def _locate(self, job: _Job) -> None:
+    def _load_index_soon(self, shard: int) -> Future[OffsetIndex]:
+        """:meth:`_load_index` in a thread of its own, which stops retrying
+        when this thread's reads are told to stop."""
+        future: Future[OffsetIndex] = Future()
+        stop = current_stop()
+
+        def run() -> None:
+            with contextlib.nullcontext() if stop is None else stopping_on(stop):
+                try:
+                    future.set_result(self._load_index(shard))
+                except BaseException as exc:  # handed to whoever waits for the index
+                    future.set_exception(exc)
+
+        threading.Thread(target=run, name="shardkit-index", daemon=True).start()
+        return future
+
+    def _locate(self, job: _Job, index: OffsetIndex | None = None) -> None:
         """Fill in the byte range ``job`` reads: its samples' bytes through
-        the offset index, or a whole shard up to the manifest's size."""
+        the offset index (``index``, if already loaded), or a whole shard up
+        to the manifest's size."""
         if self.catalog.has_indexes:
-            index = self._load_index(job.piece.shard)
+            index = index or self._load_index(job.piece.shard)
             self._use_index(job, index)
             job.whole = job.piece.stop == len(index.bounds) - 1
             job.byte_start = int(index.bounds[job.piece.start])
@@ -200,16 +222,81 @@ class PieceReader:
         )
 
     def _fetch(self, job: _Job, ahead: ReadAhead[_Job]) -> Iterator[bytes]:
-        self._locate(job)
         source = self._open_shard(job.piece.shard, job.url)
+        chunk_bytes = self.options.chunk_bytes
+
+        def open_range() -> tuple[Iterator[bytes], int | None]:
+            self._locate(job)
+            aligned: ByteSource = source
+            if job.bounds is not None and is_local(job.url):
+                aligned = _AlignedSource(source, job.bounds[job.piece.start + 1 : job.piece.stop + 1])
+            chunks = aligned.iter_range(job.byte_start, job.byte_stop, chunk_bytes=chunk_bytes)
+            return chunks, None if job.byte_stop is None else job.byte_stop - job.byte_start
+
         if is_local(job.url):
-            if job.bounds is not None:
-                source = _AlignedSource(source, job.bounds[job.piece.start + 1 : job.piece.stop + 1])
             # On a disk that takes turns, each turn first waits until the
-            # read-ahead queue has room for all of it.
-            source = take_turns(source, local_path(job.url), options=self.options, room=ahead)
-        chunks = source.iter_range(job.byte_start, job.byte_stop, chunk_bytes=self.options.chunk_bytes)
-        return self._decompressed(job, chunks) if job.byte_start == 0 else chunks
+            # read-ahead queue has room for all of it, and the first also
+            # reads the shard's offset index: one seek, not two.
+            chunks = read_in_turns(
+                source, local_path(job.url), open_range, options=self.options, room=ahead, chunk_bytes=chunk_bytes
+            )
+        elif self._reads_whole_indexed(job):
+            # A whole remote shard: its index and its bytes are asked for at
+            # once, so the first sample waits for one round trip, not two.
+            index = self._load_index_soon(job.piece.shard)
+            shard_bytes = self.catalog.manifest.shards[job.piece.shard].num_bytes  # type: ignore[union-attr]
+            chunks = self._cut_to_index(job, index, source.iter_range(0, shard_bytes, chunk_bytes=chunk_bytes))
+        else:
+            chunks = open_range()[0]
+        return self._maybe_decompressed(job, chunks)
+
+    def _reads_whole_indexed(self, job: _Job) -> bool:
+        """Whether ``job`` is a whole shard with an index, whose byte range
+        (from 0 to at most the manifest's size) is known before its index."""
+        counts = self.catalog.counts
+        return (
+            self.catalog.has_indexes
+            and self.catalog.manifest is not None
+            and counts is not None
+            and job.piece.start == 0
+            and job.piece.stop == int(counts[job.piece.shard])
+        )
+
+    def _cut_to_index(self, job: _Job, index: Future[OffsetIndex], chunks: Iterator[bytes]) -> Iterator[bytes]:
+        """The chunks of a whole shard read from byte 0, passed on once its
+        index (loading meanwhile) has located ``job``, and cut where the
+        index says the shard's samples and end marker end (a tar may be
+        padded past them)."""
+        try:
+            first = next(chunks, b"")
+            self._locate(job, index.result())
+            assert job.byte_stop is not None and job.byte_start == 0
+            left = job.byte_stop
+            for chunk in chain((first,), chunks):
+                if left > 0:
+                    yield chunk if len(chunk) <= left else chunk[:left]
+                # Past the cut (padding after the end marker) the bytes are
+                # still read, not dropped: a cache fills from this read.
+                left -= len(chunk)
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+
+    def _maybe_decompressed(self, job: _Job, chunks: Iterator[bytes]) -> Iterator[bytes]:
+        """``chunks``, decompressed when they are a read from byte 0 of a
+        compressed shard. The range opens with its first chunk, which is
+        when ``job`` knows where it starts."""
+        try:
+            first = next(chunks, None)
+            if first is None:
+                return
+            rest = chain((first,), chunks)
+            yield from self._decompressed(job, rest) if job.byte_start == 0 else rest
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()  # a read left half-way lets go of its file and its turn now
 
     def _decompressed(self, job: _Job, chunks: Iterator[bytes]) -> Iterator[bytes]:
         """The chunks of a read from byte 0, decompressed if the shard is

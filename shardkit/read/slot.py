@@ -26,7 +26,7 @@ from shardkit.errors import MemberTooLargeError, StateError, UsageError
 from shardkit.io.base import SourceOptions
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.decode import Decoder
-from shardkit.read.options import ReaderOptions
+from shardkit.read.options import OutputOptions, ReaderOptions
 from shardkit.read.plan import EpochLayout, ReadPlan, check_infinite
 from shardkit.read.resume.elastic import LevelPlan, part_spans
 from shardkit.read.resume.restore import SlotRestorer, level_plans
@@ -141,34 +141,6 @@ def collate_samples(samples: list[Any], *, collate: Callable[[list[Any]], Any] =
             "shardkit.transforms.DecodeRandomResizedCrop(224))), or keep the samples as a list "
             "(ShardDataset(..., batch_size=64, collate=list) with make_loader(dataset, batch_size=None))"
         ) from exc
-
-
-@dataclass(frozen=True, kw_only=True)
-class OutputOptions:
-    """How a slot presents its samples: the output settings of
-    :class:`~shardkit.ShardDataset` (which documents each), in one place.
-
-    Attributes:
-        decoder: Decodes each sample dict, or None for raw bytes.
-        map: Applied to each (decoded) sample, or None.
-        batch_size: Samples per batch, or None for single samples.
-        collate: Turns a list of samples into a batch (None: torch's
-            ``default_collate``).
-        partial_batches: Yield the last, smaller batch.
-
-    Raises:
-        UsageError: ``batch_size`` below 1.
-    """
-
-    decoder: Decoder | None = None
-    map: Callable[[Sample], Any] | None = None
-    batch_size: int | None = None
-    collate: Callable[[list[Any]], Any] | None = None
-    partial_batches: bool = True
-
-    def __post_init__(self) -> None:
-        if self.batch_size is not None and self.batch_size < 1:
-            raise UsageError(f"batch_size must be >= 1 or None, not {self.batch_size}")
 
 
 class SourceSchedule(Protocol):

@@ -3,6 +3,8 @@
 ``--overwrite`` only removes files that shardkit itself names (shards, their
 indexes, the manifest, temporaries and the resume journal); a directory that
 holds anything else is refused, so a mistyped DEST never deletes user data.
+The dataset card, ``README.md``, is kept: publishing rewrites it if shardkit
+wrote it and leaves a user's own.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Iterable
 
 from shardkit.errors import DestinationError
 from shardkit.io.atomic import TMP_SUFFIX
+from shardkit.write.publish import CARD_NAME
 
 SHARD_PATTERN = "shard-{:06d}.tar"
 JOURNAL_DIR = ".shardkit-journal"
@@ -62,7 +65,7 @@ def prepare_destination(dest: str, *, overwrite: bool, resume: bool) -> None:
             "or choose an empty directory",
             path=dest,
         )
-    foreign = [e for e in entries if not _OURS.match(e)]
+    foreign = [e for e in entries if not _OURS.match(e) and e != CARD_NAME]
     if foreign:
         raise DestinationError(
             f"{dest}: --overwrite refuses to delete files shardkit did not write "
@@ -70,6 +73,8 @@ def prepare_destination(dest: str, *, overwrite: bool, resume: bool) -> None:
             path=dest,
         )
     for entry in entries:
+        if entry == CARD_NAME:
+            continue
         path = os.path.join(dest, entry)
         try:
             if os.path.isdir(path):

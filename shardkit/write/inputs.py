@@ -27,13 +27,20 @@ formats are understood, auto-detected by :func:`detect_format`:
     their first bytes whatever their name) cannot be read by byte range: they
     are decompressed once while scanning, into a plain tar in ``unpack_dir``
     (see :func:`scan_source`), and read by byte range from there; memory does
-    not grow with their size.
+    not grow with their size. Temporary space does: all the unpacked copies
+    together may take at most ``max_unpack_bytes``
+    (:data:`DEFAULT_MAX_UNPACK_BYTES`, 64 GiB), and never leave less than
+    :data:`UNPACK_RESERVE_BYTES` (1 GiB, or a twentieth of a smaller file
+    system) free where they are written; past either,
+    scanning stops with a :class:`~shardkit.errors.SourceError` naming the
+    input, the limit and what to do (nothing is written yet).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -51,6 +58,7 @@ from shardkit.format.compression import (
 )
 from shardkit.format.manifest import MANIFEST_NAME, SkippedInput
 from shardkit.format.tar import RawSample, SampleParser, member_name_problem, split_key
+from shardkit.io.atomic import remove_quietly
 from shardkit.io.local import LocalFile
 from shardkit.io.urls import is_local, redact_url
 
@@ -62,6 +70,17 @@ IMAGE_EXTENSIONS = frozenset({"jpg", "jpeg", "png", "ppm", "bmp", "pgm", "tif", 
 TEXT_EXTENSIONS = frozenset({"txt", "text", "caption", "json", "cls", "id", "md", "html", "csv", "label"})
 
 _TAR_SCAN_CHUNK = 4 << 20
+
+#: Default of ``max_unpack_bytes``: most bytes the unpacked copies of input
+#: shards compressed whole may take in the temporary folder, all together.
+DEFAULT_MAX_UNPACK_BYTES = 64 << 30
+#: Free space unpacking always leaves in the temporary folder, whatever
+#: ``max_unpack_bytes`` says (it may be a RAM-backed ``/tmp``): this, or a
+#: twentieth of the file system where that is less.
+UNPACK_RESERVE_BYTES = 1 << 30
+#: How often (in bytes unpacked) the folder's free space is looked at.
+_FREE_SPACE_CHECK_BYTES = 64 << 20
+
 #: File name endings of tar shards, plain or compressed whole.
 TAR_SUFFIXES: tuple[str, ...] = (".tar", *SHARD_SUFFIXES)
 
@@ -149,7 +168,12 @@ def detect_format(source: str) -> str:
 
 
 def scan_source(
-    source: str, *, format: str | None = None, on_error: str = "raise", unpack_dir: str | None = None
+    source: str,
+    *,
+    format: str | None = None,
+    on_error: str = "raise",
+    unpack_dir: str | None = None,
+    max_unpack_bytes: int | None = DEFAULT_MAX_UNPACK_BYTES,
 ) -> ScannedSource:
     """List the samples of ``source``.
 
@@ -161,10 +185,16 @@ def scan_source(
         unpack_dir: Where input shards compressed whole are decompressed
             to, one plain tar each, for the writers to read by byte range;
             it must outlive the write. Required when there are such inputs.
+        max_unpack_bytes: Most bytes those copies may take, all together
+            (None: no limit but the folder's free space, of which
+            :data:`UNPACK_RESERVE_BYTES` is always left).
 
     Raises:
         UsageError: Unknown format or policy.
-        SourceError: Missing or empty source, malformed input, duplicates.
+        SourceError: Missing or empty source, malformed input, duplicates,
+            or compressed inputs that unpack past ``max_unpack_bytes`` or
+            the folder's free space (whatever ``on_error`` says: it is not
+            a fault of one input).
     """
     if on_error not in ("raise", "skip"):
         raise UsageError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
@@ -191,7 +221,7 @@ def scan_source(
         "imagefolder": _scan_imagefolder,
         "directory": _scan_directory,
         "jsonl": _scan_jsonl,
-        "tar": lambda src, skip: _scan_tars(src, skip, unpack_dir=unpack_dir),
+        "tar": lambda src, skip: _scan_tars(src, skip, unpack_dir=unpack_dir, max_unpack_bytes=max_unpack_bytes),
     }[format]
     scanned = scanner(source, skip_or_raise)
     scanned.skipped = skipped + scanned.skipped
@@ -372,9 +402,14 @@ def _tar_paths(source: str) -> list[str]:
 
 
 def _scan_tars(
-    source: str, skip_or_raise: Callable[[SourceError], None], *, unpack_dir: str | None = None
+    source: str,
+    skip_or_raise: Callable[[SourceError], None],
+    *,
+    unpack_dir: str | None = None,
+    max_unpack_bytes: int | None = DEFAULT_MAX_UNPACK_BYTES,
 ) -> ScannedSource:
     paths = _tar_paths(source)
+    budget = _UnpackBudget(max_unpack_bytes)
     if not paths:
         raise SourceError(f"{source}: no .tar files found", path=source)
     samples = []
@@ -392,10 +427,63 @@ def _scan_tars(
         if unpack_dir is None:
             raise UsageError(f"{path} is compressed ({kind}): scanning it needs an unpack_dir to decompress into")
         unpacked = os.path.join(unpack_dir, f"input-{number:06d}.tar")
-        with open(unpacked, "wb") as out:
-            for raw in _parse_all(parser, _copied(_decompressed(chunks, kind, path), out)):
-                _add_tar_sample(samples, skip_or_raise, raw, unpacked, seen, tar_origin=path)
+        try:
+            with open(unpacked, "wb") as out:
+                copied = _copied(_decompressed(chunks, kind, path), out, budget.taker(path, unpack_dir))
+                for raw in _parse_all(parser, copied):
+                    _add_tar_sample(samples, skip_or_raise, raw, unpacked, seen, tar_origin=path)
+        except BaseException:
+            remove_quietly(unpacked)  # no partial copy left behind, whoever owns the folder
+            raise
     return ScannedSource("tar", samples)
+
+
+class _UnpackBudget:
+    """The temporary space the unpacked copies of compressed inputs may
+    take, all together: ``limit`` bytes (None: no limit), and never so much
+    that less than :data:`UNPACK_RESERVE_BYTES` stays free in the folder."""
+
+    def __init__(self, limit: int | None):
+        self.limit = limit
+        self.used = 0
+
+    def taker(self, path: str, folder: str) -> Callable[[int], None]:
+        """The function that counts ``n`` more bytes of input ``path``'s copy in ``folder``.
+
+        Raises (from the function):
+            SourceError: Over the limit, or the folder nearly full.
+        """
+        self._check_free(path, folder)
+        next_check = self.used + _FREE_SPACE_CHECK_BYTES
+
+        def take(n: int) -> None:
+            nonlocal next_check
+            self.used += n
+            if self.limit is not None and self.used > self.limit:
+                raise self._error(path, folder, f"more than max_unpack_bytes={self.limit} ({self.limit:,} bytes)")
+            if self.used >= next_check:
+                self._check_free(path, folder)
+                next_check = self.used + _FREE_SPACE_CHECK_BYTES
+
+        return take
+
+    def _check_free(self, path: str, folder: str) -> None:
+        usage = shutil.disk_usage(folder)
+        reserve = min(UNPACK_RESERVE_BYTES, usage.total // 20)
+        if usage.free < reserve:
+            raise self._error(
+                path, folder, f"nearly all the space there: {usage.free:,} bytes are free, {reserve:,} must stay so"
+            )
+
+    def _error(self, path: str, folder: str, over: str) -> SourceError:
+        return SourceError(
+            f"{path}: this input is compressed whole, so it is unpacked to a temporary plain tar to be read by "
+            f"byte range; with it the unpacked inputs take {self.used:,} bytes so far in {folder}, {over}. "
+            "Raise max_unpack_bytes (`shardkit write --max-unpack-bytes 200GB`), set TMPDIR to a folder with "
+            "more room, or decompress the inputs first (plain .tar inputs are read where they are, with no copy). "
+            "Nothing was written.",
+            path=path,
+        )
 
 
 def _parse_all(parser: SampleParser, chunks: Iterator[bytes]) -> Iterator[RawSample]:
@@ -407,9 +495,11 @@ def _parse_all(parser: SampleParser, chunks: Iterator[bytes]) -> Iterator[RawSam
     yield from parser.finish()
 
 
-def _copied(chunks: Iterator[bytes], out: BinaryIO) -> Iterator[bytes]:
-    """Pass ``chunks`` on, writing each to ``out`` first."""
+def _copied(chunks: Iterator[bytes], out: BinaryIO, take: Callable[[int], None]) -> Iterator[bytes]:
+    """Pass ``chunks`` on, writing each to ``out`` first once ``take`` (which
+    may refuse) has counted it."""
     for chunk in chunks:
+        take(len(chunk))
         out.write(chunk)
         yield chunk
 

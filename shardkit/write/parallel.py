@@ -47,7 +47,7 @@ from shardkit.write.destination import (
     output_error,
     prepare_destination,
 )
-from shardkit.write.inputs import InputSample, ScannedSource, scan_source
+from shardkit.write.inputs import DEFAULT_MAX_UNPACK_BYTES, InputSample, ScannedSource, scan_source
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
 from shardkit.write.plan import ShardTask, plan_shards
 from shardkit.write.publish import publish_manifest
@@ -130,6 +130,12 @@ class WriteOptions:
         ray_max_retries: With ``engine="ray"``: how often a failed shard
             task is run again (a lost worker or node, or an error) before
             the write stops.
+        max_unpack_bytes: Most temporary bytes the plain copies of input
+            shards compressed whole (``.tar.gz``, ``.tar.zst``) may take, all
+            together, in the system's temporary folder (``TMPDIR``): 64 GiB
+            by default (:data:`~shardkit.write.inputs.DEFAULT_MAX_UNPACK_BYTES`),
+            None for no limit but the folder's free space. Past it the write
+            stops before writing anything, naming the input and the limit.
     """
 
     format: str | None = None
@@ -145,8 +151,11 @@ class WriteOptions:
     engine: str = "local"
     ray_address: str | None = None
     ray_max_retries: int = 3
+    max_unpack_bytes: int | None = DEFAULT_MAX_UNPACK_BYTES
 
     def __post_init__(self) -> None:
+        if self.max_unpack_bytes is not None and (type(self.max_unpack_bytes) is not int or self.max_unpack_bytes < 1):
+            raise UsageError(f"max_unpack_bytes must be a positive integer or None, got {self.max_unpack_bytes!r}")
         if self.engine not in ENGINES:
             raise UsageError(f"engine must be one of {ENGINES}, got {self.engine!r}")
         if self.ray_address is not None and self.engine != "ray":
@@ -444,7 +453,8 @@ def _write_local(
     # writers to read by byte range; the copies go when the write ends.
     with tempfile.TemporaryDirectory(prefix="shardkit-unpack-") as unpack_dir:
         # Check the source before touching the destination.
-        scanned = scan_source(source, format=options.format, on_error=options.on_error, unpack_dir=unpack_dir)
+        scanned = scan_source(source, format=options.format, on_error=options.on_error, unpack_dir=unpack_dir,
+                              max_unpack_bytes=options.max_unpack_bytes)
         return _write_scanned(
             scanned, source, dest, options=options, progress=progress, check_space=check_space, started=started,
             limits=limits, publish_url=publish_url,

@@ -1,20 +1,35 @@
-"""Publishing a manifest (its shard table, then ``manifest.json``) and ``shardkit upgrade``.
+"""Publishing a manifest (its shard table, then ``manifest.json``, then a
+dataset card) and ``shardkit upgrade``.
 
 The table goes first, under its content name, and ``manifest.json`` last:
 replacing ``manifest.json`` is the commit point, so a reader (or a crash)
 sees the old dataset or the new one, never a manifest naming a missing
 table. Tables no manifest names are removed afterwards (locally; on object
 stores they are left, harmless, as the destination cannot delete).
+
+The dataset card, ``README.md``, tells the Hugging Face Hub and the
+``datasets`` library where the samples are: without it
+``datasets.load_dataset(folder)`` picks its JSON loader for
+``manifest.json`` and returns the manifest as one row. The card's YAML
+front matter names the tar shards as the ``train`` split's ``data_files``,
+so ``load_dataset`` and the Hub's viewer read them as webdataset. A
+``README.md`` shardkit did not write (one without :data:`CARD_MARKER`) is
+never replaced.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import posixpath
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shardkit.errors import UsageError
-from shardkit.format.manifest import FORMAT_VERSION, Manifest
+from shardkit.format.manifest import FORMAT_VERSION, UPGRADE_HINT, Manifest
+from shardkit.format.manifest import logger as manifest_logger
 from shardkit.format.table import TABLE_NAME
 from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes
 from shardkit.io.base import Destination, SourceOptions
@@ -26,7 +41,8 @@ logger = logging.getLogger(__name__)
 
 
 def publish_manifest(destination: Destination | str, manifest: Manifest) -> None:
-    """Write ``manifest``'s table and then ``manifest.json`` into a dataset folder.
+    """Write ``manifest``'s table and then ``manifest.json`` into a dataset
+    folder, then its dataset card (see :func:`write_dataset_card`).
 
     Args:
         destination: A local folder path, or a :class:`Destination`.
@@ -42,6 +58,122 @@ def publish_manifest(destination: Destination | str, manifest: Manifest) -> None
         assert not isinstance(destination, str)
         for name, data in files:
             destination.put_bytes(name, data)
+    write_dataset_card(destination, manifest)
+
+
+#: The dataset card's file name (the Hub's and ``datasets``' name for it).
+CARD_NAME = "README.md"
+#: The line that marks a card as shardkit's: a README.md holding it may be
+#: rewritten; without it the file is the user's and is left alone.
+CARD_MARKER = (
+    "<!-- shardkit dataset card: `shardkit write` and `shardkit index` rewrite this file while this line "
+    "is here; delete the line to keep your own edits. -->"
+)
+_FORMAT_FIELD = re.compile(r"\{[^{}]*\}")
+
+
+def card_data_files(manifest: Manifest) -> list[str]:
+    """Glob patterns, relative to the manifest's folder (under the declared
+    ``shards_base`` of an index written with ``--out``), that match the
+    dataset's plain tar shards: the naming pattern with its number as ``*``
+    (``shard-*.tar``), else ``*.tar`` in each folder that holds shards.
+    Compressed shards are left out (``datasets`` reads plain tars only)."""
+    table = manifest.table
+    if table.num_shards == 0:
+        return []
+    # shards indexed with `shardkit index --out` lie under their declared base, not beside the card
+    base = "" if manifest.shards_base is None else manifest.shards_base.rstrip("/") + "/"
+    if table.naming is not None:
+        pattern = _FORMAT_FIELD.sub("*", table.naming.shard)
+        return [base + pattern] if pattern.endswith(".tar") else []
+    patterns: dict[str, None] = {}  # in first-seen order
+    for shard in range(table.num_shards):
+        name = table.path(shard)
+        if name.endswith(".tar"):
+            folder = posixpath.dirname(name)
+            patterns[base + (f"{folder}/*.tar" if folder else "*.tar")] = None
+    return list(patterns)
+
+
+def dataset_card(manifest: Manifest, *, data_files: Sequence[str]) -> str:
+    """The ``README.md`` text for a dataset whose shards ``data_files`` match."""
+    quoted = "\n".join(f"    - {json.dumps(pattern)}" for pattern in data_files)
+    fields = ", ".join(f"`{ext}`" for ext in manifest.extensions) or "none recorded"
+    return (
+        "---\n"
+        "configs:\n"
+        "- config_name: default\n"
+        "  data_files:\n"
+        "  - split: train\n"
+        "    path:\n"
+        f"{quoted}\n"
+        "tags:\n"
+        "- webdataset\n"
+        "- shardkit\n"
+        "---\n"
+        f"{CARD_MARKER}\n\n"
+        "# WebDataset shards\n\n"
+        f"{manifest.num_samples} samples in {manifest.num_shards} WebDataset-format tar shards "
+        f"({manifest.num_bytes} bytes), with a shardkit manifest. Fields: {fields}.\n\n"
+        "Read it with shardkit (streaming, split across ranks and DataLoader workers, resumable):\n\n"
+        "```python\n"
+        "import shardkit\n"
+        'dataset = shardkit.ShardDataset("path/to/this/folder")\n'
+        "```\n\n"
+        "or with Hugging Face `datasets`, which reads the shards as webdataset:\n\n"
+        "```python\n"
+        "import datasets\n"
+        'dataset = datasets.load_dataset("path/to/this/folder", split="train")\n'
+        "```\n\n"
+        "`manifest.json` and its `shards-*.table` describe the shards (sample counts, offsets, checksums) "
+        "for shardkit; the `.idx` files are per-shard offset indexes.\n"
+    )
+
+
+def write_dataset_card(
+    destination: Destination | str, manifest: Manifest, *, data_files: Sequence[str] | None = None
+) -> bool:
+    """Write the dataset card (``README.md``) beside ``manifest.json``.
+
+    A ``README.md`` that shardkit did not write (without
+    :data:`CARD_MARKER`) is kept as it is, and so is any ``README.md`` in a
+    folder shardkit cannot read back (object stores): there only a missing
+    card is written.
+
+    Args:
+        destination: A local folder path, or a :class:`Destination`.
+        manifest: The published manifest.
+        data_files: Glob patterns of the shards, relative to the folder (or
+            URLs); default :func:`card_data_files`.
+
+    Returns:
+        Whether the card was written (False: the user's README was kept, or
+        no plain tar shard to name).
+    """
+    patterns = card_data_files(manifest) if data_files is None else list(data_files)
+    if not patterns:
+        logger.debug("no plain tar shards: no dataset card written")
+        return False
+    local = destination if isinstance(destination, str) else destination.local_dir
+    if local is not None:
+        path = os.path.join(local, CARD_NAME)
+        if os.path.exists(path) and not _is_shardkit_card(path):
+            logger.info("%s: a README.md shardkit did not write; left as it is (no dataset card)", path)
+            return False
+        atomic_write_bytes(path, dataset_card(manifest, data_files=patterns).encode())
+        return True
+    assert not isinstance(destination, str)
+    if destination.exists(CARD_NAME):
+        logger.info("%s: README.md exists; left as it is", destination.object_url(CARD_NAME))
+        return False
+    destination.put_bytes(CARD_NAME, dataset_card(manifest, data_files=patterns).encode())
+    return True
+
+
+def _is_shardkit_card(path: str) -> bool:
+    with open(path, "rb") as f:
+        head = f.read(64 * 1024)  # the marker is near the top; a long README is the user's
+    return CARD_MARKER.encode() in head
 
 
 def remove_stale_tables(folder: str, *, keep: str) -> list[str]:
@@ -103,7 +235,12 @@ def upgrade_dataset(dest: str, *, options: SourceOptions | None = None) -> Upgra
         )
     options = options or SourceOptions()
     destination = open_destination(dest, options=options)
-    manifest = fetch_manifest(dest, options=options)
+    hint_filter = _DropUpgradeHint()
+    manifest_logger.addFilter(hint_filter)  # the upgrade is running: no advice to run it
+    try:
+        manifest = fetch_manifest(dest, options=options)
+    finally:
+        manifest_logger.removeFilter(hint_filter)
     name, data = manifest.table_file()
     upgraded = manifest.loaded_version != FORMAT_VERSION
     if upgraded:
@@ -121,3 +258,8 @@ def upgrade_dataset(dest: str, *, options: SourceOptions | None = None) -> Upgra
         table_bytes=len(data),
         removed=tuple(removed),
     )
+
+
+class _DropUpgradeHint(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(record, UPGRADE_HINT, False)

@@ -13,11 +13,14 @@ import json
 import tarfile
 import zlib
 
+import numpy as np
 import pytest
 import zstandard
 from PIL import Image
 
+import shardkit
 from shardkit import ShardWriter
+from shardkit.errors import MemberTooLargeError
 from shardkit.format.manifest import MANIFEST_NAME
 from tests.hostile.conftest import run_entry
 
@@ -237,3 +240,86 @@ def test_image_bomb_is_skipped_under_skip(image_bombs, entry, options):
     got = run_entry(entry, image_bombs["png"], mem_mb=CAP_MB, on_error="skip", options=options)
     assert got.outcome == "ok", got.message or got.child_output[-2000:]
     assert got.keys == ["k0", "k2"] and got.skipped == 1
+
+
+# ------------------------------------------------------- arrays that inflate or lie
+
+
+def _npz(**arrays) -> bytes:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    return buf.getvalue()
+
+
+def _npy_claiming(shape: tuple[int, ...]) -> bytes:
+    """A valid npy header claiming ``shape`` of float64, followed by 64 bytes."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<f8", "fortran_order": False, "shape": shape})
+    return buf.getvalue() + bytes(64)
+
+
+def test_an_npz_bomb_is_refused_from_its_stated_sizes_naming_member_and_limit(tmp_path):
+    bomb = _npz(a=np.zeros(8 << 20, dtype=np.uint8))  # 8 MiB of zeros in ~8 KB
+    assert len(bomb) < 64 << 10
+    decoder = shardkit.Decoder(max_member_bytes=1 << 20)
+    with pytest.raises(MemberTooLargeError) as caught:
+        decoder({"__key__": "k1", "npz": bomb}, path="s.tar")
+    message = str(caught.value)
+    assert "member 'k1.npz'" in message and "max_member_bytes=1048576" in message and "s.tar" in message
+    # Under the limit it decodes as numpy.load does.
+    small = decoder({"__key__": "k2", "npz": _npz(a=np.arange(5), b=np.ones((2, 2)))})["npz"]
+    assert sorted(small) == ["a", "b"] and small["a"].tolist() == [0, 1, 2, 3, 4] and small["b"].shape == (2, 2)
+    # A reader skips the sample under skip, keeping the others.
+    root = tmp_path / "ds"
+    with ShardWriter(str(root)) as writer:
+        for i, data in enumerate([_npz(a=np.arange(3)), bomb, _npz(a=np.arange(4))]):
+            writer.write({"__key__": f"k{i}", "npz": data})
+    stream = shardkit.ShardDataset(str(root), shuffle=False, decode=decoder, on_error="skip")
+    assert [s["__key__"] for s in stream] == ["k0", "k2"] and stream.num_skipped == 1
+    indexed = shardkit.IndexedDataset(str(root), decode=decoder, on_error="skip")
+    assert [s and s["__key__"] for s in map(indexed.__getitem__, range(3))] == ["k0", None, "k2"]
+    assert indexed.num_skipped == 1
+
+
+@pytest.mark.parametrize("shape", [(1 << 40,), (1 << 27,), (3, 5)], ids=["8TiB", "1GiB", "120B"])
+def test_an_npy_header_claiming_more_than_follows_is_refused_before_allocating(shape):
+    decoder = shardkit.Decoder()
+    with pytest.raises(ValueError, match="but only 64 bytes follow") as caught:
+        decoder({"__key__": "k1", "npy": _npy_claiming(shape)})
+    assert not isinstance(caught.value, MemoryError)
+    assert decoder({"__key__": "k3", "npy": _npy_claiming((8,))})["npy"].tolist() == [0.0] * 8
+
+
+def _with_broken_text_chunk(image: Image.Image, fmt: str = "PNG") -> bytes:
+    """A PNG whose ``tEXt`` chunk has a bad CRC: PIL will not open it,
+    libpng (torchvision's decoder) warns and decodes it anyway."""
+    from PIL import PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    info.add_text("comment", "x")
+    buf = io.BytesIO()
+    image.save(buf, format=fmt, pnginfo=info)
+    data = bytearray(buf.getvalue())
+    at = data.find(b"tEXt")
+    crc = at + 4 + int.from_bytes(data[at - 4 : at], "big")
+    data[crc : crc + 4] = bytes(4)
+    return bytes(data)
+
+
+def test_tensor_decoding_checks_pixels_where_pil_cannot_read_the_header():
+    from shardkit.errors import ImageTooLargeError
+
+    damaged = _with_broken_text_chunk(Image.new("L", (100, 80)))
+    with pytest.raises(ImageTooLargeError, match="100 x 80 = 8,000 pixels") as caught:
+        shardkit.Decoder(image="tensor", max_image_pixels=1000)({"__key__": "k1", "png": damaged}, path="s.tar")
+    assert "member 'k1.png'" in str(caught.value) and "max_image_pixels=1000" in str(caught.value)
+    # Under the limit torchvision still decodes it, as before.
+    assert tuple(shardkit.Decoder(image="tensor")({"__key__": "k2", "png": damaged})["png"].shape) == (1, 80, 100)
+
+
+def test_image_size_is_read_from_png_and_jpeg_bytes_without_pil():
+    from shardkit.read.decoders.images import header_size
+
+    # The frame header of a JPEG comes after other segments (JFIF, tables).
+    assert header_size(_tiny_png()) == (8, 8) and header_size(_jpeg_bomb()) == (60000, 60000)
+    assert header_size(b"\xff\xd8" + b"\xff\xe0\x00\x01" * 3) is None and header_size(b"GIF89a") is None

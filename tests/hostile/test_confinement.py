@@ -12,7 +12,11 @@ import shutil
 
 import pytest
 
-from shardkit.format.manifest import MANIFEST_NAME
+from shardkit import IndexedDataset, ShardDataset
+from shardkit.errors import ManifestError, VerifyError
+from shardkit.format.manifest import MANIFEST_NAME, Manifest
+from shardkit.io.registry import open_source
+from shardkit.verify import verify_dataset
 from tests.conftest import build_dataset
 from tests.hostile.conftest import run_entry
 from tests.remote.remote_servers import FaultyHTTPServer
@@ -360,3 +364,87 @@ def test_entries_inside_the_dataset_resolve_under_its_base():
     assert resolve_inside("/data/ds", "./a//b.tar") == "/data/ds/a/b.tar"
     assert resolve_inside("https://h/data", "a/b.tar?v=1") == "https://h/data/a/b.tar?v=1"
     assert resolve_inside("https://h/data/", "./a:b.tar") == "https://h/data/a:b.tar"
+
+
+# ------------------------------------------------ a symlink swapped after the check
+
+
+def _relink(link: str, target: str) -> None:
+    """Point the symlink ``link`` at ``target`` in one step (a rename)."""
+    os.symlink(target, link + ".new")
+    os.replace(link + ".new", link)
+
+
+@pytest.fixture
+def swapped(tmp_path, monkeypatch):
+    """A dataset whose shard and index are symlinks into its own ``data/``
+    folder, and a hook that, each time a manifest entry is resolved, shows
+    the resolution the links inside the dataset and then swaps them to an
+    identical copy outside it: the race an attacker who can write in the
+    dataset folder would try to win, won every time, with no timing."""
+    root = str(tmp_path / "ds")
+    ds = build_dataset(root, [NUM])
+    os.makedirs(os.path.join(root, "data"))
+    os.makedirs(str(tmp_path / "outside"))
+    links = {}
+    for name in (ds.shards[0].path, ds.shards[0].index):
+        os.replace(os.path.join(root, name), os.path.join(root, "data", name))
+        shutil.copy(os.path.join(root, "data", name), str(tmp_path / "outside" / name))
+        os.symlink(os.path.join("data", name), os.path.join(root, name))
+        links[name] = (os.path.join(root, name), os.path.join("data", name), str(tmp_path / "outside" / name))
+
+    resolve = Manifest.resolve
+
+    def resolve_then_swap(self, relative, **kwargs):
+        link, inside, outside = links[relative]
+        _relink(link, inside)
+        resolved = resolve(self, relative, **kwargs)
+        _relink(link, outside)
+        return resolved
+
+    monkeypatch.setattr(Manifest, "resolve", resolve_then_swap)
+    return root
+
+
+def _swap_refused(message: str) -> None:
+    assert "outside the dataset" in message and "changed after the manifest entry was checked" in message, message
+
+
+@pytest.mark.parametrize("entry", ["stream", "indexed", "verify"])
+def test_a_symlink_swapped_after_resolution_is_refused_on_the_opened_file(swapped, entry):
+    with pytest.raises((ManifestError, VerifyError)) as caught:
+        if entry == "stream":
+            list(ShardDataset(swapped, shuffle=False))
+        elif entry == "indexed":
+            IndexedDataset(swapped)[0]
+        else:
+            verify_dataset(swapped)
+    _swap_refused(str(caught.value))
+
+
+def test_a_swapped_shard_and_index_are_refused_by_the_sources_themselves(swapped):
+    from shardkit.format.manifest import load_manifest
+    from shardkit.io.index import fetch_offset_index
+
+    manifest = load_manifest(swapped)
+    with pytest.raises(ManifestError) as caught:
+        b"".join(open_source(manifest.shard_url(0)).iter_range(0, None, chunk_bytes=1 << 16))
+    _swap_refused(str(caught.value))
+    with pytest.raises(ManifestError) as caught:
+        open_source(manifest.shard_url(0)).read_at(0, 512)
+    _swap_refused(str(caught.value))
+    with pytest.raises(ManifestError) as caught:
+        fetch_offset_index(manifest.index_url(0), num_samples=NUM)
+    _swap_refused(str(caught.value))
+
+
+def test_a_symlink_inside_the_dataset_still_reads(tmp_path):
+    root = str(tmp_path / "ds")
+    ds = build_dataset(root, [NUM])
+    os.makedirs(os.path.join(root, "data"))
+    name = ds.shards[0].path
+    os.replace(os.path.join(root, name), os.path.join(root, "data", name))
+    os.symlink(os.path.join("data", name), os.path.join(root, name))
+    assert len(list(ShardDataset(root, shuffle=False))) == NUM
+    assert len(IndexedDataset(root)) == NUM and IndexedDataset(root)[NUM - 1] is not None
+    assert verify_dataset(root).num_samples_checked == NUM

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import pickle
 import subprocess
 import sys
 import threading
@@ -23,13 +24,14 @@ import pytest
 
 import shardkit
 from shardkit.cli import main, shown
-from shardkit.errors import CorruptShardError, RemoteError, redact_text, redact_url
+from shardkit.errors import LOCATION_ATTRIBUTES, CorruptShardError, RemoteError, redact_text, redact_url
 from shardkit.format.manifest import MANIFEST_NAME
 from shardkit.io.base import SourceOptions
 from shardkit.io.registry import open_source
 from shardkit.io.retry import Backoff, TransientFault, stopping_on
 from tests.hostile.conftest import ROOT, run_entry
 from tests.remote.remote_servers import Faults, FaultyHTTPServer, _Handler, moto_environment
+from tests.test_errors import EXAMPLES as ERROR_EXAMPLES
 
 USER, PASSWORD = "al@ice", "pa:ss/w0rd-s3cret"
 #: The password as it appears in a URL (percent-encoded), and as sent.
@@ -158,6 +160,26 @@ def test_every_shardkit_error_message_is_redacted_whoever_formats_it():
     error = CorruptShardError(f"http://u:{PASSWORD}@h/x.tar?sig=abc: truncated", path="x")
     assert str(error) == "http://h/x.tar: truncated"
     assert_no_secret(repr(error))
+
+
+@pytest.mark.parametrize("cls", sorted(ERROR_EXAMPLES, key=lambda c: c.__name__), ids=lambda c: c.__name__)
+def test_an_error_holds_no_secret_in_its_attributes_repr_or_pickle(cls):
+    """Every location attribute (``path``, ``url``, ``first``, ``second``)
+    built from a URL with a password and a signature keeps neither."""
+    signed = f"http://{QUOTED_USERINFO}@host/x.tar?X-Amz-Signature=SIGSECRET&X-Amz-Security-Token=TOKSECRET"
+    args, attributes = ERROR_EXAMPLES[cls]
+    located = {k: signed if k in LOCATION_ATTRIBUTES else v for k, v in attributes.items()}
+    error = cls(f"cannot read {signed}", **located)
+    copy = pickle.loads(pickle.dumps(error))
+    for shown_as in (str(error), repr(error), repr(vars(error)), str(pickle.dumps(error)), repr(vars(copy))):
+        assert_no_secret(shown_as)
+        assert "SIGSECRET" not in shown_as and "TOKSECRET" not in shown_as
+    for name in LOCATION_ATTRIBUTES & set(located):
+        assert getattr(error, name) == getattr(copy, name) == "http://host/x.tar"
+    # Set after construction, too (a reader naming the shard where it is first known).
+    error.path = signed
+    assert error.path == "http://host/x.tar"
+    assert CorruptShardError("x", path="/data/a@b:c/s.tar").path == "/data/a@b:c/s.tar"  # a path stays as it is
 
 
 # ---------------------------------------------------------------- Basic auth

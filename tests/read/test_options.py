@@ -1,4 +1,4 @@
-"""ReaderOptions: validation, the dataset's options, and loading from YAML."""
+"""ReaderOptions and OutputOptions: validation, the dataset's options (as groups or keyword arguments), and loading from YAML."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from shardkit import ShardDataset
 from shardkit.config import load_options
 from shardkit.errors import UsageError
-from shardkit.read.options import ReaderOptions
+from shardkit.read.options import OutputOptions, ReaderOptions
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs")
 
@@ -46,6 +46,44 @@ def test_reader_options_are_frozen_and_keyword_only():
 def test_the_dataset_holds_its_keyword_arguments_as_reader_options(make_shards):
     ds = ShardDataset(make_shards([3, 4]), mode="exact", seed=5, buffer_size=7, buffer_bytes=1 << 20, interleave=2)
     assert ds.options == ReaderOptions(mode="exact", seed=5, buffer_size=7, buffer_bytes=1 << 20, interleave=2)
+
+
+def test_groups_read_the_same_samples_as_their_keyword_arguments(make_shards):
+    manifest = make_shards([3, 4, 2])
+    flat = ShardDataset(manifest, mode="exact", seed=2, buffer_size=4, batch_size=2, collate=list)
+    grouped = ShardDataset(
+        manifest,
+        options=ReaderOptions(mode="exact", seed=2, buffer_size=4),
+        output=OutputOptions(batch_size=2, collate=list),
+    )
+    assert grouped.options == flat.options
+    keys = [[[s["__key__"] for s in batch] for batch in ds] for ds in (flat, grouped)]
+    assert keys[0] == keys[1]
+    every = [s["__key__"] for s in ShardDataset(manifest, mode="exact", shuffle=False)]
+    assert sorted(k for batch in keys[0] for k in batch) == sorted(every)
+    assert len(every) == 9
+
+
+@pytest.mark.parametrize(
+    "kwargs,named",
+    [
+        ({"options": ReaderOptions(mode="exact"), "seed": 3}, "seed given both"),
+        ({"output": OutputOptions(batch_size=2), "batch_size": 4, "decode": "pil"}, "decode, batch_size given both"),
+        ({"options": {"mode": "exact"}}, "options= takes a shardkit.ReaderOptions, not dict"),
+    ],
+)
+def test_a_group_and_its_keyword_arguments_are_refused_together(make_shards, kwargs, named):
+    manifest = make_shards([2])
+    with pytest.raises(UsageError, match=named):
+        ShardDataset(manifest, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message", [({"decode": "png"}, "decode must be"), ({"batch_size": 0}, "batch_size must be >= 1")]
+)
+def test_invalid_output_options_are_refused_naming_the_option(kwargs, message):
+    with pytest.raises(UsageError, match=message):
+        OutputOptions(**kwargs)
 
 
 def test_reader_options_load_from_a_yaml_file(tmp_path):

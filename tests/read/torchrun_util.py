@@ -32,7 +32,8 @@ def launch(script: str, nproc: int, args: Sequence[str], *, out: str, tag: str =
     captured stdout and stderr when torchrun exits non-zero or runs past
     ``timeout_s``."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", script, *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}
+    # ACCELERATE_USE_CPU: what `accelerate launch --cpu` sets (else accelerate sees one process without GPUs).
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT, "ACCELERATE_USE_CPU": "1"}
     os.makedirs(out, exist_ok=True)
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

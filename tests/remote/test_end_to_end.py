@@ -194,3 +194,20 @@ def test_reading_starts_at_iter_and_stops_when_the_iterator_is_dropped(make_shar
     for thread in started:
         thread.join(timeout=60)
     assert not any(t.is_alive() for t in started)
+
+
+def test_a_whole_remote_shard_asks_for_its_index_and_its_bytes_at_once(make_shards, serve_dataset, http_server):
+    # The first sample of a remote shard waits for one round trip, not two:
+    # while the index's first answer is held back (until the client's read
+    # timeout makes it ask again), the shard's bytes are already being asked
+    # for. A reader asking one after the other sends the shard's GET only
+    # after a second index GET has succeeded.
+    manifest = make_shards([7], payload_bytes=3000)
+    base = serve_dataset(manifest)
+    shard = f"/data/{manifest.shards[0].path}"
+    (index,) = [p for p in http_server.objects if p.endswith(".idx")]
+    http_server.faults[index] = Faults(stall_after=[0], stall_s=2.0)
+    keys = read_keys(base + "/", mode="exact", shuffle=False, source_options=fast_options(read_timeout_s=1.0))
+    assert keys == expected_keys([7])
+    gets = [p for m, p, _ in http_server.requests if m == "GET" and p in (shard, index)]
+    assert gets.index(shard) < 2 and gets[:2].count(index) == 1, gets

@@ -12,7 +12,7 @@ from shardkit.format.manifest import MANIFEST_NAME, Manifest
 from shardkit.io.base import SourceOptions
 from shardkit.io.registry import open_destination, open_source
 from shardkit.io.manifest import fetch_manifest
-from shardkit.write.publish import publish_manifest
+from shardkit.write.publish import CARD_NAME, publish_manifest
 from shardkit.write.upload import refuse_existing_dataset
 
 
@@ -69,7 +69,7 @@ def test_upload_to_fsspec_memory(make_shards):
     publish_manifest(dest, manifest)
     fs = fsspec.filesystem("memory")
     assert sorted(p.rsplit("/", 1)[1] for p in fs.ls("/shardkit-test/ds", detail=False)) == sorted(
-        [MANIFEST_NAME, entry.path, manifest.table_file()[0]]
+        [MANIFEST_NAME, entry.path, manifest.table_file()[0], CARD_NAME]
     )
     data = open_source(f"memory://shardkit-test/ds/{entry.path}", options=SourceOptions(part_bytes=1000)).read_all()
     assert hashlib.sha256(data).hexdigest() == entry.sha256

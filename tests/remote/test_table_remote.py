@@ -34,6 +34,25 @@ def test_remote_table_is_fetched_once_and_mapped_from_the_cache(make_shards, ser
     assert cached == [json.loads(manifest.to_json())["table"]["sha256"] + ".table"]
 
 
+def test_a_pickled_remote_dataset_fetches_its_table_where_it_arrives(make_shards, serve_dataset, http_server, tmp_path):
+    # As on another machine (a Ray Train worker): the sender's cached table is
+    # not there, so the receiver fetches it into its own cache. The pickle
+    # says where to fetch it, not where the sender cached it.
+    import pickle
+    import shutil
+
+    manifest = make_shards([4, 0, 3])
+    base = serve_dataset(manifest)
+    options = fast_options(cache_dir=str(tmp_path / "cache"))
+    dataset = shardkit.ShardDataset(base + "/", mode="exact", source_options=options)
+    blob = pickle.dumps(dataset)
+    assert len(blob) < 20_000
+    shutil.rmtree(tmp_path / "cache")
+    keys = [s["__key__"] for s in pickle.loads(blob)]
+    assert sorted(keys) == sorted(s["__key__"] for s in dataset) and len(keys) == 7
+    assert len(http_server.gets(f"/data/{_table_name(manifest)}")) == 2
+
+
 def test_remote_table_that_fails_mid_fetch_is_an_error_naming_it(make_shards, serve_dataset, http_server, tmp_path):
     manifest = make_shards([4, 3])
     base = serve_dataset(manifest)

@@ -7,6 +7,10 @@ import gzip
 import os
 import tempfile
 
+import pytest
+
+from shardkit.cli import main
+from shardkit.errors import SourceError, UsageError
 from shardkit.write.inputs import scan_source
 from shardkit.write.parallel import WriteOptions, write_dataset
 from tests.conftest import build_dataset
@@ -51,3 +55,68 @@ def test_resume_from_compressed_inputs_reuses_every_shard(tmp_path):
 
 def _unpack_dirs() -> set[str]:
     return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("shardkit-unpack-")}
+
+
+@pytest.fixture
+def own_tmp(tmp_path, monkeypatch):
+    """A temporary folder of the test's own, where the write unpacks (``TMPDIR``)."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def test_compressed_inputs_reshard_to_the_same_bytes_as_their_plain_form(tmp_path, own_tmp):
+    packed = _gzip_shards(tmp_path)
+    options = WriteOptions(max_samples=4, workers=1, seed=3)
+    from_plain = write_dataset(str(tmp_path / "plain"), str(tmp_path / "a"), options=options).manifest
+    from_packed = write_dataset(packed, str(tmp_path / "b"), options=options).manifest
+    assert [(e.path, e.num_bytes, e.sha256) for e in from_packed.shards] == [
+        (e.path, e.num_bytes, e.sha256) for e in from_plain.shards
+    ]
+    for entry in from_packed.shards:
+        assert (tmp_path / "b" / entry.path).read_bytes() == (tmp_path / "a" / entry.path).read_bytes()
+    assert list(own_tmp.iterdir()) == [], "the unpacked copies outlived the write"
+
+
+def test_a_compressed_input_past_max_unpack_bytes_stops_the_write_naming_it_and_the_limit(tmp_path, own_tmp):
+    packed = _gzip_shards(tmp_path)
+    first, second = sorted(os.path.join(packed, n) for n in os.listdir(packed))
+    limit = os.path.getsize(os.path.join(tmp_path, "plain", "shard-000000.tar")) + 1000  # the first fits, not both
+    dest = tmp_path / "out"
+    with pytest.raises(SourceError) as caught:
+        write_dataset(packed, str(dest), options=WriteOptions(max_samples=4, workers=1, max_unpack_bytes=limit))
+    message = str(caught.value)
+    assert caught.value.path == second and message.startswith(f"{second}: ")
+    assert f"max_unpack_bytes={limit}" in message and "--max-unpack-bytes" in message and "TMPDIR" in message
+    assert not dest.exists() or not [n for n in os.listdir(dest) if n.endswith((".tar", ".idx", ".json"))]
+    assert list(own_tmp.iterdir()) == [], "the unpacked copies outlived the failed write"
+    # The command line says the same in one line, and exits 2.
+    assert main(["write", packed, str(dest), "-q", "--workers", "1", "--max-unpack-bytes", str(limit)]) == 2
+    # Raised, it goes through; scanned with a folder of the caller's, nothing partial is left in it.
+    assert write_dataset(packed, str(dest), options=WriteOptions(max_samples=4, workers=1)).manifest.num_samples == 12
+    with tempfile.TemporaryDirectory() as unpack_dir:
+        with pytest.raises(SourceError, match="max_unpack_bytes=100 "):
+            scan_source(first, unpack_dir=unpack_dir, max_unpack_bytes=100)
+        assert os.listdir(unpack_dir) == []
+
+
+def test_max_unpack_bytes_must_be_a_positive_size():
+    with pytest.raises(UsageError, match="max_unpack_bytes"):
+        WriteOptions(max_unpack_bytes=0)
+    assert WriteOptions(max_unpack_bytes=None).max_unpack_bytes is None
+
+
+def test_unpacking_stops_before_it_fills_the_temporary_disk(tmp_path, own_tmp, monkeypatch):
+    """No disk to fill here: the file system is made to report 10 GB with
+    300 MB free, under the 500 MB (5%) that must stay free."""
+    import collections
+    import shutil
+
+    packed = _gzip_shards(tmp_path)
+    usage = collections.namedtuple("usage", "total used free")(10**10, 10**10 - 3 * 10**8, 3 * 10**8)
+    monkeypatch.setattr(shutil, "disk_usage", lambda folder: usage)
+    with pytest.raises(SourceError, match="300,000,000 bytes are free, 500,000,000 must stay so") as caught:
+        write_dataset(packed, str(tmp_path / "out"), options=WriteOptions(max_unpack_bytes=None, workers=1))
+    assert caught.value.path.endswith("shard-000000.tar.gz") and "TMPDIR" in str(caught.value)
+    assert list(own_tmp.iterdir()) == []

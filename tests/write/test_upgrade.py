@@ -92,3 +92,17 @@ def test_stray_table_beside_a_current_manifest_is_ignored_then_removed(make_shar
 def test_upgrade_refuses_http():
     with pytest.raises(UsageError, match="read-only; upgrade the dataset where it is stored"):
         upgrade_dataset("https://example.invalid/ds")
+
+
+def test_upgrade_does_not_advise_running_itself_but_a_reader_does(make_shards, caplog):
+    manifest = make_shards([2, 1])
+    _format1(manifest)
+    hint = "run `shardkit upgrade"
+    with caplog.at_level("WARNING"):
+        upgrade_dataset(manifest.location)
+    assert not [r for r in caplog.records if hint in r.getMessage()]
+    other = make_shards([1], name="other")
+    _format1(other)
+    with caplog.at_level("WARNING"):
+        resolve_catalog(other.location, options=SourceOptions())
+    assert len([r for r in caplog.records if hint in r.getMessage()]) == 1

@@ -2,13 +2,25 @@
 
 None of them can run code from the data: ``npy`` / ``npz`` refuse object
 arrays (``allow_pickle=False``), and tenbin holds only plain numeric dtypes.
+
+None of them allocates more than the bytes at hand say: an ``npy`` header
+(or a tenbin one) that claims a larger array than the bytes after it hold
+is refused before the array is made, and an ``npz`` archive (a zip file,
+its members deflated) is inflated only if its members' stated sizes add up
+to at most ``max_bytes`` (the reader's ``max_member_bytes``), each member
+read no further than its stated size.
 """
 
 from __future__ import annotations
 
 import io
 import struct
+import zipfile
+import zlib
 from typing import Any
+
+from shardkit.errors import MemberTooLargeError
+from shardkit.format.compression import DEFAULT_MAX_MEMBER_BYTES
 
 #: The tenbin chunk marker: the 8 ASCII bytes ``~TenBin~``.
 TENBIN_MAGIC = b"~TenBin~"
@@ -21,31 +33,82 @@ TENBIN_DTYPES: dict[str, str] = {
 _TENBIN_ALIGN = 64
 
 
+#: The first bytes of an ``.npy`` file.
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def _check_npy_size(stream: io.BytesIO, available: int) -> None:
+    """Refuse an npy header whose array needs more bytes than follow it."""
+    from numpy.lib import format as npy_format
+
+    major, _ = npy_format.read_magic(stream)
+    read_header = npy_format.read_array_header_1_0 if major == 1 else npy_format.read_array_header_2_0
+    shape, _, dtype = read_header(stream)
+    needed = dtype.itemsize
+    for n in shape:
+        needed *= int(n)
+    left = available - stream.tell()
+    if needed > left:
+        raise ValueError(
+            f"npy header gives an array of shape {tuple(shape)} and dtype {dtype} ({needed:,} bytes), "
+            f"but only {left:,} bytes follow it"
+        )
+
+
 def decode_npy(data: bytes) -> Any:
     """One array from ``.npy`` bytes; object arrays (pickles) are refused.
 
     Raises:
-        ValueError: The array holds Python objects, or the bytes are not npy.
+        ValueError: The array holds Python objects, the bytes are not npy,
+            or the header claims more bytes than follow it (checked before
+            the array is allocated).
     """
     import numpy as np
 
-    return np.load(io.BytesIO(data), allow_pickle=False)
+    stream = io.BytesIO(data)
+    if data.startswith(NPY_MAGIC):
+        _check_npy_size(stream, len(data))
+        stream.seek(0)
+    return np.load(stream, allow_pickle=False)
 
 
-def decode_npz(data: bytes) -> dict[str, Any]:
+def decode_npz(data: bytes, *, max_bytes: int | None = DEFAULT_MAX_MEMBER_BYTES) -> dict[str, Any]:
     """All arrays of an ``.npz`` archive, read at once into a plain dict.
+
+    Args:
+        data: The archive.
+        max_bytes: Most bytes its members may inflate to, all together
+            (the reader's ``max_member_bytes``; None: no limit).
 
     Returns:
         ``{name: numpy array}`` in the archive's order (webdataset returns the
-        same ``dict``; the archive is not kept open).
+        same ``dict``; the archive is not kept open). A member that is not
+        an ``.npy`` array is returned as its bytes, as ``numpy.load`` does.
 
     Raises:
+        MemberTooLargeError: The members' sizes add up to more than
+            ``max_bytes``; nothing is inflated.
         ValueError: An array holds Python objects, or the bytes are not npz.
     """
-    import numpy as np
-
-    with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-        return {name: archive[name] for name in archive.files}
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile as exc:
+        raise ValueError(f"not an npz archive ({exc})") from None
+    with archive:
+        members = archive.infolist()
+        total = sum(m.file_size for m in members)
+        if max_bytes is not None and total > max_bytes:
+            what = f"npz archive of {len(members)} arrays inflates to {total:,} bytes"
+            raise MemberTooLargeError.over_limit(what, limit=max_bytes, option="max_member_bytes", amount=total)
+        out = {}
+        for member in members:
+            try:
+                raw = archive.read(member)  # never past its stated size
+            except (zipfile.BadZipFile, NotImplementedError, RuntimeError, EOFError, zlib.error) as exc:
+                raise ValueError(f"npz member {member.filename!r} cannot be read ({exc})") from None
+            name = member.filename[: -len(".npy")] if member.filename.endswith(".npy") else member.filename
+            out[name] = decode_npy(raw) if raw.startswith(NPY_MAGIC) else raw
+        return out
 
 
 def _tenbin_chunks(data: bytes) -> list[memoryview]:

@@ -52,6 +52,41 @@ def check_pixels(width: int, height: int, max_pixels: int | None) -> None:
 
 _PIL_BOMB = re.compile(r"\((\d+) pixels\)")
 
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+#: JPEG frame headers (SOF0..SOF15, less DHT, JPG and DAC, which share the range).
+_JPEG_FRAMES = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+def header_size(data: bytes) -> tuple[int, int] | None:
+    """``(width, height)`` read from the bytes of a PNG (its ``IHDR``, which
+    must come first) or a JPEG (its frame header), without PIL; None when
+    there is none to read. For images PIL will not open but another decoder
+    might (a PNG whose ancillary chunk has a bad CRC: libpng warns and goes on)."""
+    if data[:8] == _PNG_SIGNATURE:
+        if data[12:16] != b"IHDR" or len(data) < 24:
+            return None
+        return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    if data[:2] != b"\xff\xd8":
+        return None
+    at = 2
+    while at + 4 <= len(data):  # every step moves on by at least one byte
+        if data[at] != 0xFF or data[at + 1] == 0xFF:
+            at += 1  # junk between markers, or a fill byte: skipped, as libjpeg does
+            continue
+        marker = data[at + 1]
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length
+            at += 2
+            continue
+        if marker in _JPEG_FRAMES:  # length, precision, then height and width
+            if at + 9 > len(data):
+                return None
+            return int.from_bytes(data[at + 7 : at + 9], "big"), int.from_bytes(data[at + 5 : at + 7], "big")
+        length = int.from_bytes(data[at + 2 : at + 4], "big")
+        if marker == 0xDA or length < 2:  # scan data before any frame header, or a broken length
+            return None
+        at += 2 + length
+    return None
+
 
 def open_image(data: bytes, max_pixels: int | None) -> Any:
     """Open an image with PIL (lazily: only the header is read) and check
@@ -124,7 +159,8 @@ def decode_tensor(data: bytes, *, max_pixels: int | None = DEFAULT_MAX_IMAGE_PIX
 
     The image's size is read from its header first (PIL opens lazily) and
     checked against ``max_pixels`` before anything is decoded, as for
-    :func:`decode_pil`.
+    :func:`decode_pil`; where PIL cannot read the header, from the bytes
+    (:func:`header_size`), and where neither can, the image is refused.
 
     Returns:
         A ``torch.Tensor`` of shape ``C x H x W`` (a first frame only for
@@ -144,7 +180,16 @@ def decode_tensor(data: bytes, *, max_pixels: int | None = DEFAULT_MAX_IMAGE_PIX
         except ImageTooLargeError:
             raise
         except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
-            pass  # a header PIL cannot read: torchvision's decoder has the last word
+            # A header PIL cannot read: torchvision's decoder has the last
+            # word, once the size is known from the bytes themselves.
+            if max_pixels is not None:
+                size = header_size(data)
+                if size is None:
+                    raise ValueError(
+                        "cannot read the image's size from its header, so max_image_pixels cannot be "
+                        "checked; the image is damaged (decode it with max_image_pixels=None to try anyway)"
+                    ) from None
+                check_pixels(*size, max_pixels)
         return decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.UNCHANGED)
     import numpy as np
 
