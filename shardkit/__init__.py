@@ -34,6 +34,7 @@ __version__ = "0.1.0"
 # writer process) does not pay for importing torch.
 _LAZY = {
     "Decoder": "shardkit.read.decode",
+    "IndexOptions": "shardkit.write.indexer",
     "IndexedDataset": "shardkit.read.indexed",
     "OutputOptions": "shardkit.read.options",
     "ReaderOptions": "shardkit.read.options",
@@ -42,6 +43,7 @@ _LAZY = {
     "Stream": "shardkit.read.schedule",
     "World": "shardkit.world",
     "WriteOptions": "shardkit.write.parallel",
+    "index_dataset": "shardkit.write.indexer",
     "make_loader": "shardkit.read.loader",
     "shuffle_quality": "shardkit.read.shuffle",
     "write_dataset": "shardkit.write.parallel",
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
     from shardkit.read.schedule import Stream
     from shardkit.read.shuffle import shuffle_quality
     from shardkit.world import World
+    from shardkit.write.indexer import IndexOptions, index_dataset
     from shardkit.write.parallel import WriteOptions, write_dataset
 
 
@@ -93,6 +96,7 @@ __all__ = [
     "DestinationError",
     "DuplicateSampleError",
     "ImageTooLargeError",
+    "IndexOptions",
     "IndexedDataset",
     "InputFileError",
     "Manifest",
@@ -117,6 +121,7 @@ __all__ = [
     "World",
     "WriteOptions",
     "__version__",
+    "index_dataset",
     "load_manifest",
     "make_loader",
     "shuffle_quality",

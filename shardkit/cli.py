@@ -1,4 +1,4 @@
-"""The ``shardkit`` command line: ``write``, ``info`` and ``verify``.
+"""The ``shardkit`` command line: ``write``, ``index``, ``info``, ``verify`` and ``upgrade``.
 
 Each subcommand is a thin function over the library. Exit codes: 0 success,
 1 a check failed (``verify`` found a bad shard), 2 a usage error, any
@@ -206,6 +206,92 @@ def cmd_write(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -------------------------------------------------------------------- index
+
+
+def _add_index(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "index", help="index published tar shards in place (no copy)", description=cmd_index.__doc__
+    )
+    p.add_argument(
+        "source",
+        nargs="+",
+        help="folder of shards (local, s3://... or fsspec URL ending in /), brace pattern, or shards",
+    )
+    p.add_argument(
+        "--out",
+        help="folder for manifest.json, the shard table and offset indexes (needed when the shards are "
+        "remote or read-only; default: beside the shards)",
+    )
+    p.add_argument("--workers", help="processes reading shards (default: all cores)")
+    p.add_argument(
+        "--engine", choices=("local", "ray"), default="local",
+        help="local: a process pool here (default); ray: one Ray task per shard",
+    )
+    p.add_argument("--ray-address", help="with --engine ray: 'auto' or HOST:PORT of the cluster head")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
+    _add_verbose(p)
+    p.set_defaults(func=cmd_index)
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    """Read each shard of SOURCE once, in parallel, and publish a shard table,
+    manifest and offset indexes for them (beside the shards, or into --out),
+    so every reader feature works on the shards as published. A rerun reads
+    only new or changed shards. Exit 1 when a shard could not be indexed
+    (it is listed, the others are indexed)."""
+    from shardkit.write.indexer import IndexOptions, index_dataset
+
+    workers = None
+    if args.workers is not None:
+        if not args.workers.isdigit() or int(args.workers) < 1:
+            raise UsageError(f"--workers must be a whole number of at least 1, not {args.workers!r}")
+        workers = int(args.workers)
+    options = IndexOptions(workers=workers, engine=args.engine, ray_address=args.ray_address)
+    source = args.source[0] if len(args.source) == 1 else args.source
+    bar = None
+
+    def on_progress(result: Any) -> None:
+        nonlocal bar
+        if args.quiet:
+            return
+        if bar is None:
+            from tqdm import tqdm
+
+            bar = tqdm(unit=" shards", desc="index", file=sys.stderr)
+        bar.update(1)
+
+    try:
+        report = index_dataset(source, out=args.out, options=options, progress=on_progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    m = report.manifest
+    if not args.quiet:
+        rate = report.bytes_read / max(report.seconds, 1e-9)
+        print(
+            f"indexed {m.num_shards} shards ({report.num_indexed} read, {report.num_unchanged} unchanged, "
+            f"{report.num_removed} removed), {m.num_samples} samples, {_human_bytes(m.num_bytes)}; read "
+            f"{_human_bytes(report.bytes_read)} in {report.seconds:.2f}s ({_human_bytes(rate)}/s)"
+        )
+        if report.num_compressed:
+            print(
+                f"  note: {report.num_compressed} compressed shards are stream-only (no offset index): "
+                "the reader reads them whole"
+            )
+        print(f"manifest: {shown(report.location.rstrip('/') + '/' + 'manifest.json')}")
+    for item in report.skipped:
+        print(f"  skipped {shown(item.path)}: {shown(item.reason)}", file=sys.stderr)
+    if report.skipped:
+        print(
+            f"shardkit: {len(report.skipped)} shard(s) not indexed (listed above); fix or remove them and rerun "
+            "`shardkit index`",
+            file=sys.stderr,
+        )
+        return EXIT_CHECK_FAILED
+    return EXIT_OK
+
+
 # --------------------------------------------------------------------- info
 
 
@@ -226,6 +312,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     # Every field comes from a file someone else may have written: shown() escapes it.
     counts = m.table.counts if m.num_shards else [0]  # an array view of the shard table
     print(f"dataset:    {shown(m.location)}")
+    if m.shards_base is not None:
+        print(f"shards in:  {shown(m.shards_base)} (indexed by `shardkit index --out`)")
     print(f"source:     {shown(m.source.get('format'))} {shown(m.source.get('path', ''))}")
     print(f"shards:     {m.num_shards} (samples per shard: min {int(min(counts))}, max {int(max(counts))})")
     print(f"format:     {m.loaded_version}" + ("" if m.loaded_version == FORMAT_VERSION else
@@ -396,7 +484,9 @@ def configure_logging(*, verbose: bool, debug_wire: bool) -> None:
         )
 
 
-_COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_write, _add_info, _add_verify, _add_upgrade)
+_COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
+    _add_write, _add_index, _add_info, _add_verify, _add_upgrade
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,6 +16,7 @@ still catch them::
     │   └── MemberTooLargeError          a member inflates past a limit (decompressed bytes)
     │       └── ImageTooLargeError       an image's header claims more pixels than the limit
     ├── VerifyError (ValueError)         ``shardkit verify`` found a bad shard
+    ├── MissingShardError (FileNotFoundError)  a shard the manifest lists is gone
     ├── StateError (ValueError)          a reader checkpoint cannot be restored
     └── RemoteError (OSError)            a remote object could not be fetched or stored
 
@@ -329,6 +330,19 @@ class RemoteError(ShardkitError, OSError):
         self.offset = offset
         self.status = status
         self.retryable = retryable
+
+
+class MissingShardError(ShardkitError, FileNotFoundError):
+    """A shard the manifest lists is gone (moved or deleted after the
+    dataset was written or indexed).
+
+    Attributes:
+        path: The shard's path.
+    """
+
+    def __init__(self, message: str, *, path: str):
+        super().__init__(message)
+        self.path = path
 
 
 class StateError(ShardkitError, ValueError):

@@ -160,7 +160,7 @@ def verify_shard(
     options = options or SourceOptions()
     allowed = options.allowed_prefixes
     shard = "shard" if number is None else f"shard {number}"
-    path = manifest.resolve(entry.path, allowed_prefixes=allowed, what=f"{shard} path")
+    path = manifest.resolve(entry.path, allowed_prefixes=allowed, what=f"{shard} path", shard=True)
     if is_local(path) and not os.path.lexists(local_path(path)):
         raise VerifyError(f"{path}: shard listed in the manifest is missing", path=path)
     index_path = manifest.resolve(entry.index, allowed_prefixes=allowed, what=f"{shard} index")

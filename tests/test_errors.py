@@ -33,6 +33,7 @@ EXAMPLES = {
          "amount": 400, "what": "400 pixels"},
     ),
     errors.VerifyError: (("s.tar: sha256 mismatch",), {"path": "s.tar"}),
+    errors.MissingShardError: (("s.tar: shard missing",), {"path": "s.tar"}),
     errors.StateError: (("state from another dataset",), {}),
     errors.RemoteError: (
         ("https://h/x.tar: 503",),

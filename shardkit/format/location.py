@@ -20,9 +20,16 @@ by :meth:`shardkit.format.manifest.Manifest.resolve` and so by every reader:
 * a ``pipe:`` entry is never accepted, whatever the options: a manifest never
   runs a command.
 
-The rule takes one base per dataset, so a manifest that one day declares its
-base explicitly (a local index of shards kept elsewhere) resolves every
-entry under that base by the same checks.
+The rule takes one base per dataset. A manifest written by ``shardkit index
+SOURCE --out DIR`` keeps its shards elsewhere and declares their base once,
+``"shards_base"``: the folder or URL prefix the user indexed. Its shard
+entries then resolve under that base by the same checks (its offset indexes
+and table still resolve under the manifest's own folder). The declared base
+itself is data too, so :func:`check_shards_base` admits only an absolute
+local folder or a plain URL prefix (no ``..``, no query, no credentials, no
+``pipe:``), and a manifest fetched from a URL may declare only a URL: a
+remote manifest never sends a reader to local files. A manifest without the
+field keeps the rules above.
 
 A local entry is checked twice: when it is resolved, and again on the file
 actually opened. :func:`resolve_inside` returns it as a :class:`ConfinedPath`
@@ -246,6 +253,52 @@ def resolve_inside(base: str, relative: str, *, allowed_prefixes: Sequence[str] 
     return ConfinedPath(path, [real_base, *_local_roots(prefixes)])
 
 
+def check_shards_base(value: object, *, manifest_location: str | None, where: str) -> str:
+    """Check a manifest's declared ``shards_base``; return it without a trailing ``/``.
+
+    Args:
+        value: The field's value as loaded.
+        manifest_location: Where the manifest itself was loaded from (a local
+            folder or a URL prefix), or None for one built in memory.
+        where: The manifest, for messages.
+
+    Raises:
+        ManifestError: Not a string; a relative path; a ``..`` segment; a
+            ``pipe:`` or other scheme without ``//``; a URL with credentials,
+            a query or a fragment, or without a host; or a local base
+            declared by a manifest loaded from a URL.
+    """
+
+    def bad(problem: str) -> ManifestError:
+        return ManifestError(
+            f"{where}: shards_base {redact_url(str(value))[:200]!r} {problem}; it must be the absolute folder or "
+            "URL prefix the shards were indexed from. Rerun `shardkit index SOURCE --out DIR` to write it again.",
+            path=where,
+        )
+
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise bad("is not a location")
+    scheme = scheme_of(value)
+    if scheme == "pipe":
+        raise bad("is a pipe: command (a manifest never runs commands)")
+    if _is_url(value):
+        parts = urllib.parse.urlsplit(value)
+        if not parts.netloc or "@" in parts.netloc or parts.query or parts.fragment:
+            raise bad("is not a plain URL prefix (a host and a path, no credentials, query or fragment)")
+        normal = _normal_url(value)
+        if normal is None:
+            raise bad("has a '..' segment")
+        return value.rstrip("/")
+    if scheme not in (None, "file"):
+        raise bad(f"names a {scheme}: location without '//'")
+    if manifest_location is not None and _is_url(manifest_location):
+        raise bad("is a local folder, but the manifest came from a URL (a remote manifest never reads local files)")
+    path = _local(value)
+    if not os.path.isabs(path) or ".." in path.split(os.sep):
+        raise bad("must be an absolute path without '..' segments")
+    return os.path.normpath(path)
+
+
 @functools.lru_cache(maxsize=64)
 def _real_folder(base: str) -> str:
     return os.path.realpath(base)
@@ -357,4 +410,13 @@ def open_regular(path: str, *, what: str = "file", buffering: int = -1) -> tuple
         raise
 
 
-__all__ = ["ConfinedPath", "describe_kind", "normalise_prefix", "open_regular", "redact_url", "resolve_inside", "scheme_of"]
+__all__ = [
+    "ConfinedPath",
+    "check_shards_base",
+    "describe_kind",
+    "normalise_prefix",
+    "open_regular",
+    "redact_url",
+    "resolve_inside",
+    "scheme_of",
+]

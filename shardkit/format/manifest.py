@@ -33,6 +33,12 @@ A dataset written with ``compress_members`` also has ``"member_compression":
 "gzip"`` (or ``"zstd"``): its text-like members are stored compressed, as
 ``KEY.txt.gz`` (see :mod:`shardkit.format.compression`).
 
+A manifest that ``shardkit index SOURCE --out DIR`` wrote beside no shards
+also has ``"shards_base"``: the absolute folder or URL prefix of the shards
+it describes (checked by
+:func:`~shardkit.format.location.check_shards_base`). Its shard paths are
+relative to that base, its index paths to the manifest's folder.
+
 Shard and index paths are relative to the manifest's folder (or URL prefix),
 the dataset's base location, and must stay inside it (see
 :mod:`shardkit.format.location`: no ``..``, no absolute path, no scheme of
@@ -57,7 +63,7 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import ManifestError
-from shardkit.format.location import open_regular, redact_url, resolve_inside
+from shardkit.format.location import check_shards_base, open_regular, redact_url, resolve_inside
 from shardkit.format.table import (
     TABLE_NAME,
     Naming,
@@ -130,6 +136,10 @@ class Manifest:
             (None: computed from the table, see :attr:`fingerprint`).
         loaded_version: The format version it was loaded from (the current
             one for a manifest built in memory).
+        shards_base: Where the shards are when they are not beside the
+            manifest (an index written with ``--out``): an absolute folder or
+            URL prefix; shard paths resolve inside it, index paths inside
+            :attr:`base`. None: the shards are beside the manifest.
     """
 
     shards: Sequence[ShardEntry]
@@ -144,6 +154,7 @@ class Manifest:
     origin: str | None = field(default=None, compare=False)
     stored_fingerprint: str | None = field(default=None, compare=False, repr=False)
     loaded_version: int = field(default=FORMAT_VERSION, compare=False, repr=False)
+    shards_base: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.shards, ShardTable):
@@ -193,6 +204,12 @@ class Manifest:
         return self.location if self.location is not None else os.getcwd()
 
     @property
+    def shard_base(self) -> str:
+        """Where shard paths resolve: :attr:`shards_base` when the manifest
+        declares one, else :attr:`base`."""
+        return self.shards_base if self.shards_base is not None else self.base
+
+    @property
     def name(self) -> str:
         """The manifest's file or URL (redacted), for messages."""
         if self.origin is not None:
@@ -201,27 +218,35 @@ class Manifest:
             return "<manifest>"
         return redact_url(self.location.rstrip("/") + "/" + MANIFEST_NAME)
 
-    def resolve(self, relative: str, *, allowed_prefixes: Sequence[str] = (), what: str = "path") -> str:
+    def resolve(
+        self, relative: str, *, allowed_prefixes: Sequence[str] = (), what: str = "path", shard: bool = False
+    ) -> str:
         """Turn a manifest entry into the path or URL to open, inside :attr:`base`.
 
         Args:
-            relative: The entry, relative to the manifest's folder.
+            relative: The entry, relative to the manifest's folder (to
+                :attr:`shard_base` with ``shard=True``).
             allowed_prefixes: Locations outside the dataset the reader trusts
                 (``SourceOptions.allowed_prefixes``).
             what: Names the entry in messages (``"shard 3 path"``).
+            shard: The entry is a shard path (resolved under
+                :attr:`shard_base`), not an index or table.
 
         Raises:
             ManifestError: The entry leaves the dataset (see
                 :func:`~shardkit.format.location.resolve_inside`).
         """
-        return resolve_inside(self.base, relative, allowed_prefixes=allowed_prefixes, what=f"{self.name}: {what}")
+        base = self.shard_base if shard else self.base
+        return resolve_inside(base, relative, allowed_prefixes=allowed_prefixes, what=f"{self.name}: {what}")
 
     # Confinement is checked on each access, with or without a naming
     # pattern: a generated name has no '/' or '..', but a local shard under
     # it may still be a symlink leading out of the dataset.
     def shard_url(self, shard: int, *, allowed_prefixes: Sequence[str] = ()) -> str:
         """The path or URL of shard number ``shard`` (see :meth:`resolve`)."""
-        return self.resolve(self.table.path(shard), allowed_prefixes=allowed_prefixes, what=f"shard {shard} path")
+        return self.resolve(
+            self.table.path(shard), allowed_prefixes=allowed_prefixes, what=f"shard {shard} path", shard=True
+        )
 
     def index_url(self, shard: int, *, allowed_prefixes: Sequence[str] = ()) -> str:
         """The path or URL of shard number ``shard``'s offset index (see :meth:`resolve`)."""
@@ -254,6 +279,8 @@ class Manifest:
             out["naming"] = self.table.naming.to_dict()
         if self.member_compression is not None:
             out["member_compression"] = self.member_compression
+        if self.shards_base is not None:
+            out["shards_base"] = self.shards_base
         return out
 
     def to_json(self) -> str:
@@ -307,6 +334,9 @@ class Manifest:
                 path=location,
             )
         _check_fields(data, where, location, version)
+        shards_base = None
+        if data.get("shards_base") is not None:
+            shards_base = check_shards_base(data["shards_base"], manifest_location=location, where=where)
         if version == 1:
             table, fingerprint = _table_from_list(data["shards"], where, location)
             if where not in _warned_upgrade:
@@ -336,6 +366,7 @@ class Manifest:
                 origin=origin,
                 stored_fingerprint=fingerprint,
                 loaded_version=version,
+                shards_base=shards_base,
             )
         except (KeyError, TypeError) as exc:
             raise ManifestError(

@@ -274,13 +274,35 @@ def encode_columns(arrays: Sequence[np.ndarray]) -> bytes:
     return out.getvalue()
 
 
-def _strings_to_columns(strings: Iterable[str], n: int) -> tuple[np.ndarray, np.ndarray]:
+def _strings_to_columns(strings: Iterable[str] | np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(strings, np.ndarray) and strings.dtype.kind == "S":
+        return bytes_array_columns(strings, n)
     encoded = [s.encode("utf-8", "surrogateescape") for s in strings]
     if len(encoded) != n:
         raise ValueError(f"{len(encoded)} paths for {n} shards")
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.fromiter((len(b) for b in encoded), dtype=np.int64, count=n), out=offsets[1:])
     blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    return offsets, blob
+
+
+def bytes_array_columns(names: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets and concatenated bytes of a fixed-width bytes array (numpy
+    ``S`` dtype, UTF-8 names padded with NULs), without a Python object per name.
+
+    Raises:
+        ValueError: ``names`` does not hold ``n`` names.
+    """
+    if names.shape != (n,):
+        raise ValueError(f"{names.shape} paths for {n} shards")
+    width = names.dtype.itemsize
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    if n == 0 or width == 0:
+        return offsets, np.zeros(0, dtype=np.uint8)
+    cells = np.ascontiguousarray(names).view(np.uint8).reshape(n, width)
+    lengths = np.strings.str_len(names).astype(np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    blob = cells[np.arange(width)[None, :] < lengths[:, None]]
     return offsets, blob
 
 
@@ -307,8 +329,9 @@ def build_table(
         counts: Samples per shard.
         num_bytes: Tar size per shard.
         sha256: An (n, 32) uint8 array, or n hex strings.
-        paths: Shard paths; None when they follow ``naming``.
-        index_paths: Index paths; None when they follow ``naming``.
+        paths: Shard paths (strings, or a numpy ``S`` array of UTF-8
+            names); None when they follow ``naming``.
+        index_paths: Index paths, the same way; None when they follow ``naming``.
         naming: The naming to use when the paths follow it (given paths
             that follow it are not stored); None always stores paths.
 
@@ -331,7 +354,7 @@ def build_table(
     if paths is not None or index_paths is not None:
         if paths is None or index_paths is None:
             raise ValueError("give both paths and index_paths, or neither")
-        if naming is not None and _follows(paths, index_paths, naming):
+        if naming is not None and not isinstance(paths, np.ndarray) and _follows(paths, index_paths, naming):
             paths = index_paths = None
         else:
             naming = None

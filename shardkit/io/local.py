@@ -8,7 +8,7 @@ import threading
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from shardkit.errors import CorruptShardError, TruncatedShardError
+from shardkit.errors import CorruptShardError, MissingShardError, TruncatedShardError
 from shardkit.format.location import open_regular
 from shardkit.io.atomic import atomic_copy_file, atomic_write_bytes
 from shardkit.io.base import check_range, short_read, too_large
@@ -49,7 +49,19 @@ class LocalFile:
         self._held_lock = threading.Lock()
 
     def _open(self, buffering: int) -> tuple[BinaryIO, int]:
-        f, size = open_regular(self.path, what="shard" if self.expected_size is not None else "file", buffering=buffering)
+        try:
+            f, size = open_regular(
+                self.path, what="shard" if self.expected_size is not None else "file", buffering=buffering
+            )
+        except FileNotFoundError:
+            if self.expected_size is None:
+                raise
+            raise MissingShardError(  # a shard a manifest lists (its size is known)
+                f"{self.path}: shard missing: the manifest lists it but the file is gone (moved or deleted since "
+                "the dataset was written or indexed). Restore it, or rerun `shardkit index` (or `shardkit write`) "
+                "to rebuild the manifest without it.",
+                path=self.path,
+            ) from None
         if self.expected_size is not None and size != self.expected_size:
             f.close()
             raise size_mismatch(self.path, size, self.expected_size)
@@ -159,13 +171,15 @@ def size_mismatch(where: str, size: int, expected: int) -> CorruptShardError:
     if size < expected:
         return TruncatedShardError(
             f"{where}: truncated: the shard has {size} bytes but the manifest says {expected}. "
-            "Run `shardkit verify` on the dataset or rewrite this shard.",
+            "Run `shardkit verify` on the dataset or rewrite this shard "
+            "(rerun `shardkit index` if it was indexed in place).",
             path=where,
             offset=size,
         )
     return CorruptShardError(
         f"{where}: the shard has {size} bytes but the manifest says {expected}: it was rewritten or "
-        "appended to after the manifest was written. Run `shardkit verify` on the dataset or rewrite this shard.",
+        "appended to after the manifest was written. Run `shardkit verify` on the dataset or rewrite this shard "
+        "(rerun `shardkit index` if it was indexed in place).",
         path=where,
         offset=expected,
     )

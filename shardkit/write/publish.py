@@ -73,22 +73,25 @@ _FORMAT_FIELD = re.compile(r"\{[^{}]*\}")
 
 
 def card_data_files(manifest: Manifest) -> list[str]:
-    """Glob patterns, relative to the manifest's folder, that match the
+    """Glob patterns, relative to the manifest's folder (under the declared
+    ``shards_base`` of an index written with ``--out``), that match the
     dataset's plain tar shards: the naming pattern with its number as ``*``
     (``shard-*.tar``), else ``*.tar`` in each folder that holds shards.
     Compressed shards are left out (``datasets`` reads plain tars only)."""
     table = manifest.table
     if table.num_shards == 0:
         return []
+    # shards indexed with `shardkit index --out` lie under their declared base, not beside the card
+    base = "" if manifest.shards_base is None else manifest.shards_base.rstrip("/") + "/"
     if table.naming is not None:
         pattern = _FORMAT_FIELD.sub("*", table.naming.shard)
-        return [pattern] if pattern.endswith(".tar") else []
+        return [base + pattern] if pattern.endswith(".tar") else []
     patterns: dict[str, None] = {}  # in first-seen order
     for shard in range(table.num_shards):
         name = table.path(shard)
         if name.endswith(".tar"):
             folder = posixpath.dirname(name)
-            patterns[f"{folder}/*.tar" if folder else "*.tar"] = None
+            patterns[base + (f"{folder}/*.tar" if folder else "*.tar")] = None
     return list(patterns)
 
 

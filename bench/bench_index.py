@@ -1,0 +1,318 @@
+#!/usr/bin/env python3
+"""``shardkit index`` (issue #27) against wids' ``widsindex`` and against resharding with ``shardkit write``.
+
+**Real shards.** ``webdataset.ShardWriter`` writes ``--samples`` samples of
+JPEG-size payloads (``--payload`` bytes of random data as ``jpg``, a class
+as ``cls``, a JSON line) in shards of ``--per-shard`` samples, with
+img2dataset-style ``NNNNN.parquet`` sidecars beside them. On those same
+shards, each tool runs once the page cache holds them (every tool and the
+baseline read the same bytes, first with these files evicted from the page
+cache before each run (cold: the disk), then hot):
+
+* ``cat SHARDS > /dev/null``: the plain sequential read of the same bytes;
+* ``shardkit index SRC --out IDX`` with 1 and with N workers (a subprocess,
+  so its peak RSS is the driver's own: the pool's workers are other processes);
+* ``widsindex create SHARDS`` (wids: one process, MD5 + a tar scan per shard);
+* ``shardkit write SRC DEST --format tar`` (resharding: copies every byte);
+
+then the first epoch read afterwards (``ShardDataset(mode="exact")``, 0
+DataLoader workers) over the index and over the resharded copy.
+
+**Many shards.** ``--shards N`` (100,000) names hard-linked to a few tiny real
+shards (at most 65,000 links per file): ``shardkit index`` at N shards and at
+1,000, to show the driver's memory flat in the shard count; a rerun (nothing
+changed: listing and stat only); ``widsindex`` on the first ``--wids-shards``
+of them (its rate; the whole would take long).
+
+Writes ``bench/results/index.json`` / ``.md`` / ``.png``::
+
+    .venv/bin/python bench/bench_index.py                  # ~300 MB + 100,000 shards, a few minutes
+    .venv/bin/python bench/bench_index.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+from bench.bench_reader import evict  # noqa: E402
+from bench.common import git_commit, machine, plot_path, save_record  # noqa: E402
+
+RESULT = os.path.join(HERE, "results", "index.json")
+#: Most hard links one file gets (ext4 allows 65,000).
+MAX_LINKS = 60_000
+
+#: Runs index_dataset in a fresh process and prints its figures as JSON, with
+#: the driver's own peak RSS (VmHWM: pool workers are other processes, and
+#: unlike ru_maxrss it does not inherit the forking parent's peak).
+_INDEX_CHILD = """
+import json, sys, time
+from shardkit import IndexOptions, index_dataset
+src, out, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+start = time.perf_counter()
+report = index_dataset(src, out=out, options=IndexOptions(workers=workers))
+seconds = time.perf_counter() - start
+print(json.dumps({
+    "seconds": seconds, "shards": report.manifest.num_shards, "samples": report.manifest.num_samples,
+    "bytes": report.manifest.num_bytes, "bytes_read": report.bytes_read, "read": report.num_indexed,
+    "unchanged": report.num_unchanged, "skipped": len(report.skipped),
+    "driver_peak_rss_mb": [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")][0] / 1024,
+}))
+"""
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def run_index(src: str, out: str, workers: int) -> dict:
+    shutil.rmtree(out, ignore_errors=True)
+    return rerun_index(src, out, workers)
+
+
+def rerun_index(src: str, out: str, workers: int) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", _INDEX_CHILD, src, out, str(workers)], capture_output=True, text=True, env=_env(), check=True
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def timed(command: list[str], **kwargs) -> float:
+    start = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
+    return time.perf_counter() - start
+
+
+def cat_seconds(shards: list[str], *, cold: bool = False) -> float:
+    best = float("inf")
+    for _ in range(3):
+        if cold:
+            evict(os.path.dirname(shards[0]))
+        start = time.perf_counter()
+        with open(os.devnull, "wb") as sink:
+            subprocess.run(["cat", *shards], stdout=sink, check=True)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def widsindex_seconds(shards: list[str], work: str) -> float:
+    """``widsindex create`` over ``shards`` (names from stdin), in ``work``."""
+    widsindex = os.path.join(os.path.dirname(sys.executable), "widsindex")
+    start = time.perf_counter()
+    subprocess.run(
+        [widsindex, "create", "-", "-o", os.path.join(work, "wids.json"), "-n", ""],
+        input="\n".join(shards).encode(), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=work,
+    )
+    return time.perf_counter() - start
+
+
+def epoch_seconds(dataset: str) -> tuple[float, int]:
+    from shardkit import ShardDataset
+
+    start = time.perf_counter()
+    n = sum(1 for _ in ShardDataset(dataset, mode="exact", shuffle=False))
+    return time.perf_counter() - start, n
+
+
+def write_real(src: str, *, samples: int, per_shard: int, payload: int) -> list[str]:
+    import webdataset
+
+    os.makedirs(src)
+    with webdataset.ShardWriter(os.path.join(src, "%05d.tar"), maxcount=per_shard, verbose=0) as sink:
+        for i in range(samples):
+            sink.write({"__key__": f"{i:09d}", "jpg": os.urandom(payload), "cls": str(i % 1000).encode(),
+                        "json": json.dumps({"key": f"{i:09d}", "width": 500, "height": 375}).encode()})
+    shards = sorted(os.path.join(src, n) for n in os.listdir(src) if n.endswith(".tar"))
+    for n in range(len(shards)):  # img2dataset's sidecars: ignored by `index`
+        with open(os.path.join(src, f"{n:05d}.parquet"), "wb") as f:
+            f.write(b"PAR1")
+    return shards
+
+
+def write_many(folder: str, *, num_shards: int, real: int) -> list[str]:
+    """``num_shards`` names hard-linked to ``real`` tiny webdataset shards."""
+    import webdataset
+
+    seeds = os.path.join(folder, "seeds")
+    many = os.path.join(folder, "many")
+    os.makedirs(seeds)
+    os.makedirs(many)
+    real = max(real, -(-num_shards // MAX_LINKS))
+    bases = []
+    for r in range(real):
+        path = os.path.join(seeds, f"seed-{r}.tar")
+        with webdataset.TarWriter(path) as sink:
+            for i in range(4):
+                sink.write({"__key__": f"s{r}_{i}", "jpg": os.urandom(2000), "cls": b"1"})
+        bases.append(path)
+    names = []
+    for n in range(num_shards):
+        name = os.path.join(many, f"{n:06d}.tar")
+        os.link(bases[n % real], name)
+        names.append(name)
+    return names
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=3000)
+    parser.add_argument("--per-shard", type=int, default=100)
+    parser.add_argument("--payload", type=int, default=110_000, help="bytes per jpg (ImageNet's mean is ~110 KB)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--shards", type=int, default=100_000, help="the many-shards run (0: skip it)")
+    parser.add_argument("--wids-shards", type=int, default=2000)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default=RESULT)
+    args = parser.parse_args()
+    if args.quick:
+        args.samples, args.shards, args.wids_shards = 600, 5000, 500
+    work = tempfile.mkdtemp(prefix="shardkit-bench-index-")
+    record: dict = {"machine": machine(), "commit": git_commit(), "workers": args.workers}
+    try:
+        src = os.path.join(work, "src")
+        shards = write_real(src, samples=args.samples, per_shard=args.per_shard, payload=args.payload)
+        total = sum(os.path.getsize(s) for s in shards)
+        rows = {}
+        for cold in (True, False):  # cold: these files evicted from the page cache before each run
+            temperature = "cold" if cold else "hot"
+            rows[f"cat > /dev/null ({temperature})"] = {"seconds": cat_seconds(shards, cold=cold), "workers": 1}
+            for workers in sorted({1, args.workers}):
+                if cold:
+                    evict(src)
+                res = run_index(src, os.path.join(work, "idx"), workers)
+                assert res["samples"] == args.samples and res["skipped"] == 0, res
+                rows[f"shardkit index, {workers} worker{'s' if workers > 1 else ''} ({temperature})"] = {
+                    "seconds": res["seconds"], "workers": workers, "driver_peak_rss_mb": res["driver_peak_rss_mb"]
+                }
+        wids_work = os.path.join(work, "wids")
+        os.makedirs(wids_work)
+        rows["widsindex create (hot)"] = {"seconds": widsindex_seconds(shards, wids_work), "workers": 1}
+        for workers in sorted({1, args.workers}):
+            dest = os.path.join(work, f"resharded-{workers}")
+            seconds = timed(
+                [sys.executable, "-m", "shardkit", "write", src, dest, "--format", "tar", "--no-shuffle",
+                 "--workers", str(workers), "-q"],
+                env=_env(),
+            )
+            rows[f"shardkit write (reshard), {workers} worker{'s' if workers > 1 else ''} (hot)"] = {
+                "seconds": seconds, "workers": workers
+            }
+        for row in rows.values():
+            row["shards_s"] = len(shards) / row["seconds"]
+            row["gb_s"] = total / row["seconds"] / 1e9
+            row["gb_s_per_worker"] = row["gb_s"] / row["workers"]
+        epoch_index, n1 = epoch_seconds(os.path.join(work, "idx"))
+        epoch_copy, n2 = epoch_seconds(os.path.join(work, f"resharded-{args.workers}"))
+        assert n1 == n2 == args.samples
+        record["real"] = {
+            "shards": len(shards), "samples": args.samples, "bytes": total, "payload_bytes": args.payload,
+            "rows": rows,
+            "first_epoch_s": {"on the index": epoch_index, "on the resharded copy": epoch_copy},
+        }
+        shutil.rmtree(os.path.join(work, "resharded-1"), ignore_errors=True)
+        shutil.rmtree(os.path.join(work, f"resharded-{args.workers}"), ignore_errors=True)
+        if args.shards:
+            names = write_many(os.path.join(work, "m"), num_shards=args.shards, real=4)
+            many = os.path.dirname(names[0])
+            small = os.path.join(work, "m", "small")
+            os.makedirs(small)
+            for name in names[:1000]:
+                os.link(name, os.path.join(small, os.path.basename(name)))
+            at_1k = run_index(small, os.path.join(work, "idx-1k"), args.workers)
+            at_n = run_index(many, os.path.join(work, "idx-n"), args.workers)
+            again = rerun_index(many, os.path.join(work, "idx-n"), args.workers)
+            assert at_n["shards"] == args.shards and again["read"] == 0, (at_n, again)
+            wids_work = os.path.join(work, "wids-many")
+            os.makedirs(wids_work)
+            wids_s = widsindex_seconds(names[: args.wids_shards], wids_work)
+            record["many"] = {
+                "shards": args.shards,
+                "shard_bytes": os.path.getsize(names[0]),
+                "index_1k": at_1k,
+                "index_n": at_n,
+                "rerun_n": again,
+                "shardkit_shards_s": args.shards / at_n["seconds"],
+                "rerun_shards_s": args.shards / again["seconds"],
+                "widsindex_shards": args.wids_shards,
+                "widsindex_shards_s": args.wids_shards / wids_s,
+            }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    table = render(record)
+    save_record(args.out, record, table)
+    plot(record, plot_path(args.out))
+    print(table)
+
+
+def render(record: dict) -> str:
+    real = record["real"]
+    lines = [
+        "# `shardkit index` vs `widsindex` vs resharding\n",
+        f"{real['shards']} webdataset.ShardWriter shards, {real['samples']} samples of {real['payload_bytes']:,}-byte "
+        f"JPEG-size payloads, {real['bytes'] / 1e6:.0f} MB, local disk; cold: the shards' pages evicted from the "
+        "page cache before the run (posix_fadvise DONTNEED on these files only), hot: in the page cache. "
+        f"{record['machine']['cpus']} cores (shared), commit {record['commit']}; 'vs cat' compares with "
+        "`cat` at the same temperature.\n",
+        "| run | seconds | shards/s | GB/s | GB/s per worker | vs cat | driver peak RSS |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, row in real["rows"].items():
+        cat = real["rows"]["cat > /dev/null (cold)" if "(cold)" in name else "cat > /dev/null (hot)"]
+        rss = f"{row['driver_peak_rss_mb']:.0f} MB" if "driver_peak_rss_mb" in row else ""
+        lines.append(
+            f"| {name} | {row['seconds']:.2f} | {row['shards_s']:.1f} | {row['gb_s']:.2f} | "
+            f"{row['gb_s_per_worker']:.2f} | {100 * row['gb_s'] / cat['gb_s']:.0f}% | {rss} |"
+        )
+    epochs = real["first_epoch_s"]
+    lines.append(
+        "\nFirst epoch read afterwards (ShardDataset, mode=\"exact\", 0 workers): "
+        + ", ".join(f"{k} {v:.2f} s" for k, v in epochs.items())
+        + ".\n"
+    )
+    many = record.get("many")
+    if many:
+        lines += [
+            f"\n## {many['shards']:,} shards (hard links to 4 real {many['shard_bytes']:,}-byte shards)\n",
+            "| run | seconds | shards/s | driver peak RSS |",
+            "|---|---|---|---|",
+            f"| shardkit index, 1,000 shards | {many['index_1k']['seconds']:.2f} | "
+            f"{1000 / many['index_1k']['seconds']:.0f} | {many['index_1k']['driver_peak_rss_mb']:.0f} MB |",
+            f"| shardkit index, {many['shards']:,} shards | {many['index_n']['seconds']:.2f} | "
+            f"{many['shardkit_shards_s']:.0f} | {many['index_n']['driver_peak_rss_mb']:.0f} MB |",
+            f"| rerun, nothing changed | {many['rerun_n']['seconds']:.2f} | {many['rerun_shards_s']:.0f} | "
+            f"{many['rerun_n']['driver_peak_rss_mb']:.0f} MB |",
+            f"| widsindex create, first {many['widsindex_shards']:,} | "
+            f"{many['widsindex_shards'] / many['widsindex_shards_s']:.2f} | {many['widsindex_shards_s']:.0f} | |",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def plot(record: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = record["real"]["rows"]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    names = list(rows)
+    ax.barh(names, [rows[n]["gb_s"] for n in names], color=["#888" if n.startswith("cat") else "#36c" for n in names])
+    ax.set_xlabel("GB/s over the same shards")
+    ax.invert_yaxis()
+    ax.set_title("Indexing published shards")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+if __name__ == "__main__":
+    main()

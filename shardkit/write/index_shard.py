@@ -1,0 +1,206 @@
+"""Index one published shard: read it once, find its samples, write its offset index.
+
+The work of one ``shardkit index`` task, run in a worker process (or a Ray
+task): the shard is read from byte 0 in large chunks, hashed (SHA-256) and
+fed to the shared tar parser (:class:`~shardkit.format.tar.SampleParser`),
+which gives each sample's end offset; each sample's CRC-32
+(:func:`~shardkit.format.tar.sample_checksum`) is taken as it passes. The
+offset index is then written exactly as the writer writes it
+(:func:`~shardkit.format.index.encode_index`) into the index folder.
+
+A compressed shard (gzip, zstd) is inflated piece by piece to count its
+samples; it gets no offset index (it cannot be entered in the middle) and is
+read whole by the readers.
+
+A shard that cannot be indexed (truncated, not a tar, vanished, unreadable)
+comes back as a result with ``reason`` set, never as an exception: the
+driver records it and indexes the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from shardkit.errors import ShardkitError
+from shardkit.format.compression import MAGIC_BYTES, ChunkDecompressor, detect_compression
+from shardkit.format.index import encode_index
+from shardkit.format.location import open_regular
+from shardkit.format.tar import SampleParser, sample_checksum
+from shardkit.io.base import SourceOptions
+from shardkit.io.registry import open_destination, open_source
+from shardkit.io.urls import is_local, local_path, redact_url
+
+#: Bytes read at a time from a local shard.
+READ_BYTES = 4 << 20
+#: Most decompressed bytes handed to the parser at once (compressed shards).
+DECOMPRESS_PIECE_BYTES = 16 << 20
+
+
+@dataclass(frozen=True)
+class IndexTask:
+    """One shard to index.
+
+    Attributes:
+        number: Its position in the listing.
+        url: The shard's path or URL.
+        index_name: Where its offset index goes, relative to ``index_dest``.
+        index_dest: The folder (path or URL) that receives offset indexes.
+        known_size: The size of the previous run's entry, or -1: a remote
+            shard of that size is taken as unchanged without being read
+            (its listing gave no version to compare).
+    """
+
+    number: int
+    url: str
+    index_name: str
+    index_dest: str
+    known_size: int = -1
+
+
+@dataclass(frozen=True)
+class IndexResult:
+    """What indexing one shard found.
+
+    Attributes:
+        number: The task's ``number``.
+        num_samples: Samples in the shard.
+        num_bytes: Its size in bytes.
+        sha256: Its SHA-256 (32 bytes; empty when unchanged or skipped).
+        version: Its ``mtime_ns`` when local (taken on the descriptor that
+            was read), else -1.
+        compressed: It is gzip or zstd compressed (no offset index written).
+        extensions: Field extensions seen.
+        unchanged: Same size as ``known_size``; not read.
+        reason: Why it could not be indexed (None when it was).
+    """
+
+    number: int
+    num_samples: int = 0
+    num_bytes: int = 0
+    sha256: bytes = b""
+    version: int = -1
+    compressed: bool = False
+    extensions: tuple[str, ...] = ()
+    unchanged: bool = False
+    reason: str | None = None
+
+
+_destinations: dict[str, object] = {}
+_folders: set[str] = set()  # index folders this process made sure of
+
+
+def _put_index(dest: str, name: str, data: bytes) -> None:
+    """Write one offset index: a local one under a temporary name then
+    renamed (no fsync here; the driver syncs once before publishing), a
+    remote one through its destination."""
+    if is_local(dest):
+        path = os.path.join(local_path(dest), name)
+        folder = os.path.dirname(path)
+        if folder not in _folders:
+            os.makedirs(folder, exist_ok=True)
+            _folders.add(folder)
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+        return
+    destination = _destinations.get(dest)
+    if destination is None:
+        destination = _destinations[dest] = open_destination(dest)
+    destination.put_bytes(name, data)  # type: ignore[attr-defined]
+
+
+def _local_chunks(path: str, facts: dict[str, int]) -> Iterator[bytes]:
+    f, size = open_regular(path, what="shard", buffering=0)
+    with f:
+        info = os.fstat(f.fileno())
+        facts["size"], facts["version"] = size, info.st_mtime_ns
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        while True:
+            chunk = f.read(READ_BYTES)
+            if not chunk:
+                return
+            yield chunk
+
+
+def index_shard(task: IndexTask, options: SourceOptions | None = None) -> IndexResult:
+    """Index one shard (see the module docstring); never raises for a bad shard.
+
+    Args:
+        task: The shard and where its index goes.
+        options: How to read a remote shard.
+
+    Returns:
+        The shard's counts and checksum, or ``reason`` when it was skipped.
+    """
+    options = options or SourceOptions()
+    name = redact_url(task.url)
+    facts = {"size": -1, "version": -1}
+    try:
+        if is_local(task.url):
+            chunks = _local_chunks(local_path(task.url), facts)
+        else:
+            source = open_source(task.url, options=options)
+            if task.known_size >= 0 and source.size() == task.known_size:
+                return IndexResult(task.number, num_bytes=task.known_size, unchanged=True)
+            chunks = source.iter_range(0, None, chunk_bytes=options.chunk_bytes)
+        return _index_chunks(task, name, chunks, facts)
+    except FileNotFoundError:
+        return IndexResult(task.number, reason="the shard vanished before it was read")
+    except (ShardkitError, OSError) as exc:
+        return IndexResult(task.number, reason=" ".join(str(exc).split()))
+
+
+def index_shards(tasks: list[IndexTask], options: SourceOptions | None = None) -> list[IndexResult]:
+    """:func:`index_shard` for each of ``tasks`` (one pool task for many small shards)."""
+    return [index_shard(task, options) for task in tasks]
+
+
+def _index_chunks(task: IndexTask, name: str, chunks: Iterator[bytes], facts: dict[str, int]) -> IndexResult:
+    digest = hashlib.sha256()
+    parser = SampleParser(path=name)
+    ends = [0]
+    crcs: list[int] = []
+    extensions: set[str] = set()
+    read = 0
+    decompressor: ChunkDecompressor | None = None
+
+    def take(samples: list) -> None:  # type: ignore[type-arg]
+        for sample in samples:
+            ends.append(sample.end)
+            crcs.append(sample_checksum(sample.key, sample.fields.items()))
+            extensions.update(sample.fields)
+
+    for chunk in chunks:
+        if read == 0 and len(chunk) >= MAGIC_BYTES:
+            kind = detect_compression(chunk[:MAGIC_BYTES])
+            if kind is not None:
+                decompressor = ChunkDecompressor(kind, path=name, max_output_bytes=DECOMPRESS_PIECE_BYTES)
+                parser = SampleParser(path=name, offset_name="uncompressed byte")
+        read += len(chunk)
+        digest.update(chunk)
+        if decompressor is None:
+            take(parser.feed(chunk))
+        else:
+            for piece in decompressor.pieces(chunk):
+                take(parser.feed(piece))
+    if decompressor is not None:
+        decompressor.finish()
+    take(parser.finish())
+    if facts["size"] >= 0 and read != facts["size"]:
+        return IndexResult(task.number, reason=f"the shard changed while it was read ({facts['size']} bytes, {read} read)")
+    if decompressor is None:
+        _put_index(task.index_dest, task.index_name, encode_index(ends, crcs))
+    return IndexResult(
+        task.number,
+        num_samples=len(ends) - 1,
+        num_bytes=read,
+        sha256=digest.digest(),
+        version=facts["version"],
+        compressed=decompressor is not None,
+        extensions=tuple(sorted(extensions)),
+    )

@@ -1,0 +1,273 @@
+"""What ``shardkit index SOURCE`` indexes: the shard files, their base location and their versions.
+
+SOURCE is a folder (local, ``s3://``, or another fsspec URL ending in
+``/``), a brace pattern, one shard, or a list of shards. A folder is walked
+for tar shards (``.tar``, and the compressed ``.tar.gz``, ``.tgz``,
+``.tar.zst``); every other file is ignored, which leaves out img2dataset's
+``NNNNN.parquet`` and ``NNNNN_stats.json`` sidecars, offset indexes and
+manifests. Hidden folders (``.git``, ``.cache``) are not entered.
+
+The listing is columnar: shard names relative to the base are one numpy
+bytes array, sizes and versions int64 arrays (a version is a local file's
+``mtime_ns``, or a hash of an object's ETag; -1 when the listing does not
+say, and the indexing worker finds out). Nothing here holds a Python object
+per shard once the listing is built.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardkit.errors import UsageError
+from shardkit.format.compression import SHARD_SUFFIXES
+from shardkit.io.base import SourceOptions
+from shardkit.io.urls import is_local, local_path, redact_url, url_scheme
+
+#: Shard file suffixes a folder listing takes (lower-cased names).
+SHARD_FILE_SUFFIXES = (".tar", *SHARD_SUFFIXES)
+#: Names gathered before they are packed into an array.
+_BATCH = 8192
+
+
+@dataclass(frozen=True)
+class ShardListing:
+    """The shards of one SOURCE.
+
+    Attributes:
+        base: Their base location: an absolute folder or a URL prefix, no
+            trailing ``/``.
+        names: Paths relative to ``base``, UTF-8 (``S`` dtype), in dataset
+            order (sorted for a folder; as given for a list or pattern).
+        sizes: Bytes per shard (-1: unknown until read).
+        versions: ``mtime_ns`` of a local file, a hash of a remote object's
+            ETag, or -1 when unknown.
+        left_out: ``(name, reason)`` of shards listed but not to be read:
+            a pattern or list naming a missing file, a symlink in a folder
+            that leads out of it (readers refuse it).
+    """
+
+    base: str
+    names: np.ndarray
+    sizes: np.ndarray
+    versions: np.ndarray
+    left_out: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.names)
+
+    @property
+    def is_local(self) -> bool:
+        return is_local(self.base)
+
+    def name(self, i: int) -> str:
+        return bytes(self.names[i]).decode("utf-8", "surrogateescape")
+
+    def url(self, i: int) -> str:
+        return join(self.base, self.name(i))
+
+
+def join(base: str, name: str) -> str:
+    """``base`` + ``/`` + ``name`` (a path or URL)."""
+    return base + "/" + name if not is_local(base) else os.path.join(base, name)
+
+
+def is_shard_name(name: str) -> bool:
+    lower = name.lower()
+    return lower.endswith(SHARD_FILE_SUFFIXES)
+
+
+def etag_version(etag: str | None) -> int:
+    """An int64 version from an object's ETag (-1 without one)."""
+    if not etag:
+        return -1
+    return int.from_bytes(hashlib.sha256(etag.strip('"').encode()).digest()[:7], "little")
+
+
+class _Columns:
+    """Gathers (name, size, version) rows into arrays, a batch at a time."""
+
+    def __init__(self) -> None:
+        self._names: list[np.ndarray] = []
+        self._numbers: list[np.ndarray] = []
+        self._batch: list[bytes] = []
+        self._batch_numbers: list[tuple[int, int]] = []
+
+    def add(self, name: str, size: int, version: int) -> None:
+        self._batch.append(name.encode("utf-8", "surrogateescape"))
+        self._batch_numbers.append((size, version))
+        if len(self._batch) >= _BATCH:
+            self._pack()
+
+    def _pack(self) -> None:
+        if self._batch:
+            self._names.append(np.array(self._batch, dtype=np.bytes_))
+            self._numbers.append(np.array(self._batch_numbers, dtype=np.int64).reshape(-1, 2))
+            self._batch, self._batch_numbers = [], []
+
+    def arrays(self, *, sort: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        self._pack()
+        if not self._names:
+            return np.zeros(0, dtype="S1"), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        width = max(a.dtype.itemsize for a in self._names)
+        names = np.concatenate([a.astype(f"S{width}") for a in self._names])
+        numbers = np.concatenate(self._numbers)
+        if sort:
+            order = np.argsort(names, kind="stable")
+            names, numbers = names[order], numbers[order]
+        return names, np.ascontiguousarray(numbers[:, 0]), np.ascontiguousarray(numbers[:, 1])
+
+
+def _walk_local(root: str, skip: str | None, outside: list[tuple[str, str]]) -> Iterator[tuple[str, os.stat_result]]:
+    """Shard files under ``root`` (relative path, stat), hidden folders and
+    ``skip`` left out; symlinks leading out of ``root`` go to ``outside``."""
+    real_root = os.path.realpath(root)
+    stack = [""]
+    while stack:
+        relative = stack.pop()
+        folder = os.path.join(root, relative) if relative else root
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                name = posixpath.join(relative, entry.name) if relative else entry.name
+                if entry.is_dir(follow_symlinks=False):
+                    if not entry.name.startswith(".") and (skip is None or os.path.realpath(entry.path) != skip):
+                        stack.append(name)
+                elif is_shard_name(entry.name) and entry.is_file():
+                    real = os.path.realpath(entry.path) if entry.is_symlink() else None
+                    if real is not None and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+                        outside.append((name, f"a symlink to {real}, outside the folder (readers refuse it)"))
+                        continue
+                    yield name, entry.stat()
+
+
+def _local_folder(path: str, skip: str | None) -> ShardListing:
+    base = os.path.abspath(path)
+    columns = _Columns()
+    outside: list[tuple[str, str]] = []
+    for name, info in _walk_local(base, skip, outside):
+        columns.add(name, info.st_size, info.st_mtime_ns)
+    names, sizes, versions = columns.arrays(sort=True)
+    return ShardListing(base, names, sizes, versions, tuple(outside))
+
+
+def _remote_folder(url: str, options: SourceOptions) -> ShardListing:
+    base = url.rstrip("/")
+    columns = _Columns()
+    if url_scheme(url) == "s3":
+        from shardkit.io.s3 import classify_s3_error, s3_client, split_s3_url
+
+        bucket, prefix = split_s3_url(base + "/")
+        pages = s3_client(options).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        try:
+            for page in pages:
+                for item in page.get("Contents", ()):
+                    name = item["Key"][len(prefix) :]
+                    if is_shard_name(name) and not any(p.startswith(".") for p in name.split("/")[:-1]):
+                        columns.add(name, int(item["Size"]), etag_version(item.get("ETag")))
+        except Exception as exc:
+            raise classify_s3_error(exc, redact_url(url), None) from exc
+    elif url_scheme(url) in ("http", "https"):
+        raise UsageError(
+            f"{redact_url(url)}: an http(s) folder cannot be listed; name its shards with a brace pattern "
+            "('https://host/data/{00000..00099}.tar') or list them"
+        )
+    else:
+        from shardkit.io.fsspec import url_to_fs
+
+        fs, root = url_to_fs(base)
+        root = root.rstrip("/")
+        for path, info in fs.find(root, detail=True).items():
+            name = path[len(root) :].lstrip("/")
+            if is_shard_name(name) and info.get("type", "file") == "file":
+                columns.add(name, int(info.get("size") or -1), etag_version(info.get("ETag") or info.get("etag")))
+    names, sizes, versions = columns.arrays(sort=True)
+    return ShardListing(base, names, sizes, versions)
+
+
+def _common_base(urls: Sequence[str]) -> str:
+    """The deepest folder (or URL prefix) holding every one of ``urls``."""
+    local = [is_local(u) for u in urls]
+    if any(local) and not all(local):
+        raise UsageError("SOURCE mixes local shards and URLs; index them separately")
+    if all(local):
+        return os.path.commonpath([os.path.dirname(os.path.abspath(local_path(u))) for u in urls])
+    folders = [u.rsplit("/", 1)[0] for u in urls]
+    common = folders[0]
+    for folder in folders[1:]:
+        while folder != common and not folder.startswith(common + "/"):
+            if "/" not in common.split("://", 1)[-1]:
+                raise UsageError(
+                    f"SOURCE names shards on different hosts ({redact_url(folders[0])}, {redact_url(folder)}); "
+                    "index each host's shards separately"
+                )
+            common = common.rsplit("/", 1)[0]
+    return common
+
+
+def _listed(urls: Sequence[str]) -> ShardListing:
+    base = _common_base(urls)
+    columns = _Columns()
+    left_out = []
+    for url in urls:
+        if is_local(url):
+            path = os.path.abspath(local_path(url))
+            name = os.path.relpath(path, base).replace(os.sep, "/")
+            try:
+                info = os.stat(path)
+            except FileNotFoundError:
+                left_out.append((name, "listed in SOURCE but missing"))
+                continue
+            columns.add(name, info.st_size, info.st_mtime_ns)
+        else:
+            columns.add(url[len(base) + 1 :], -1, -1)
+    names, sizes, versions = columns.arrays(sort=False)
+    return ShardListing(base, names, sizes, versions, tuple(left_out))
+
+
+def list_shards(
+    source: str | Sequence[str], *, options: SourceOptions | None = None, skip: str | None = None
+) -> ShardListing:
+    """List the shards of SOURCE.
+
+    Args:
+        source: A folder (local path, or a URL ending in ``/``), a brace
+            pattern, one shard, or a list of shards.
+        options: How to reach remote storage.
+        skip: A local folder not to walk into (the index's own ``--out``).
+
+    Raises:
+        UsageError: Nothing to index, a missing folder, local shards mixed
+            with URLs, an http(s) folder (it cannot be listed).
+    """
+    options = options or SourceOptions()
+    if not isinstance(source, str):
+        urls = [os.fspath(u) for u in source]
+        if len(urls) == 1:
+            return list_shards(urls[0], options=options, skip=skip)
+        listing = _listed(urls)
+    elif "{" in source and "}" in source:
+        import braceexpand
+
+        listing = _listed(list(braceexpand.braceexpand(source)))
+    elif is_local(source) and os.path.isdir(local_path(source)):
+        listing = _local_folder(local_path(source), None if skip is None else os.path.realpath(skip))
+    elif is_local(source):
+        if not os.path.exists(local_path(source)):
+            raise UsageError(f"{source}: no such shard or folder; name a folder of shards, a brace pattern or shards")
+        listing = _listed([source])
+    elif source.endswith("/") or not is_shard_name(source.split("?", 1)[0]):
+        listing = _remote_folder(source, options)
+    else:
+        listing = _listed([source])
+    if listing.num_shards == 0 and not listing.left_out:
+        raise UsageError(
+            f"{redact_url(source if isinstance(source, str) else listing.base)}: no tar shards found "
+            f"(files ending in {', '.join(SHARD_FILE_SUFFIXES)}); name the folder that holds them"
+        )
+    return listing

@@ -1,0 +1,263 @@
+"""`shardkit index`: published shards (webdataset.ShardWriter, GNU tar, img2dataset's layout)
+indexed in place or into --out, then read by every reader feature as webdataset reads them."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from shardkit import IndexOptions, ShardDataset, index_dataset, load_manifest
+from shardkit.cli import main
+from shardkit.errors import CorruptShardError, DestinationError, ManifestError, MissingShardError
+from shardkit.format.manifest import Manifest
+
+webdataset = pytest.importorskip("webdataset")
+
+ONE = IndexOptions(workers=1)
+
+
+def _payload(i: int, size: int) -> bytes:
+    return bytes((i * 31 + j) % 251 for j in range(size))
+
+
+def write_wds(folder, *, num=23, per_shard=5, pattern="s-%05d.tar") -> list[str]:
+    """webdataset.ShardWriter shards with img2dataset's sidecars beside them."""
+    os.makedirs(folder, exist_ok=True)
+    with webdataset.ShardWriter(os.path.join(str(folder), pattern), maxcount=per_shard, verbose=0) as sink:
+        for i in range(num):
+            sink.write({"__key__": f"k{i:04d}", "jpg": _payload(i, 700 + 13 * i), "cls": str(i % 3).encode(),
+                        "json": json.dumps({"i": i}).encode()})
+    shards = sorted(os.path.join(str(folder), n) for n in os.listdir(folder) if n.endswith(".tar"))
+    for n, shard in enumerate(shards):  # what img2dataset writes beside each shard
+        with open(os.path.join(str(folder), f"{n:05d}.parquet"), "wb") as f:
+            f.write(b"PAR1 not a shard")
+        with open(os.path.join(str(folder), f"{n:05d}_stats.json"), "w") as f:
+            f.write("{}")
+    return shards
+
+
+def write_gnu_tar(folder, *, num=9) -> str:
+    """A shard made by GNU tar from a folder tree (directory entries first, dotted-free keys)."""
+    tree = os.path.join(str(folder), "tree")
+    os.makedirs(os.path.join(tree, "imgs"))
+    for i in range(num):
+        with open(os.path.join(tree, "imgs", f"g{i:03d}.jpg"), "wb") as f:
+            f.write(_payload(i, 300 + i))
+        with open(os.path.join(tree, "imgs", f"g{i:03d}.txt"), "wb") as f:
+            f.write(f"caption {i}".encode())
+    shard = os.path.join(str(folder), "gnu", "gnu-000.tar")
+    os.makedirs(os.path.dirname(shard))
+    names = ["imgs"] + [f"imgs/g{i:03d}.{e}" for i in range(num) for e in ("jpg", "txt")]
+    subprocess.run(["tar", "--format=gnu", "--no-recursion", "-cf", shard, "-C", tree, *names], check=True)
+    shutil.rmtree(tree)
+    return shard
+
+
+def wds_samples(shards: list[str]) -> dict[str, dict[str, bytes]]:
+    out = {}
+    for sample in webdataset.WebDataset(shards, shardshuffle=False, empty_check=False):
+        out[sample["__key__"]] = {k: v for k, v in sample.items() if not k.startswith("__")}
+    return out
+
+
+def as_dict(samples) -> dict[str, dict[str, bytes]]:
+    out = {}
+    for sample in samples:
+        key = sample["__key__"]
+        assert key not in out, f"sample {key} twice"
+        out[key] = {k: v for k, v in sample.items() if not k.startswith("__")}
+    return out
+
+
+@pytest.fixture
+def published(tmp_path):
+    src = tmp_path / "src"
+    shards = write_wds(src)
+    return src, shards
+
+
+def test_index_in_place_reads_sample_for_sample_as_webdataset(published):
+    src, shards = published
+    report = index_dataset(str(src), options=IndexOptions(workers=2))
+    assert report.num_indexed == len(shards) and not report.skipped
+    manifest = load_manifest(str(src))
+    assert manifest.num_samples == 23 and manifest.shards_base is None
+    assert set(manifest.extensions) == {"cls", "jpg", "json"}  # the parquet and stats sidecars are no shards
+    expected = wds_samples(shards)
+    assert as_dict(ShardDataset(str(src), mode="exact", shuffle=False)) == expected
+    # per-sample split over 3 ranks, balanced: 7 each, disjoint, at sample precision inside shards
+    seen: dict[str, dict[str, bytes]] = {}
+    for rank in range(3):
+        part = as_dict(ShardDataset(str(src), rank=rank, world_size=3, seed=1))
+        assert len(part) == 23 // 3 and not set(part) & set(seen)
+        seen.update(part)
+    assert all(seen[k] == expected[k] for k in seen)
+
+
+def test_index_out_declares_the_shards_base_and_every_reader_feature_works(tmp_path, published):
+    import torch
+
+    from shardkit import IndexedDataset, Stream
+
+    src, shards = published
+    gnu = write_gnu_tar(tmp_path)
+    out = tmp_path / "idx"
+    os.chmod(src, 0o555)  # read-only shards: the index goes to --out
+    try:
+        report = index_dataset([*shards, gnu], out=str(out), options=ONE)
+    finally:
+        os.chmod(src, 0o755)
+    manifest = load_manifest(str(out))
+    assert manifest.shards_base == str(tmp_path) and report.manifest.num_shards == len(shards) + 1
+    assert main(["verify", str(out), "-q"]) == 0
+    assert not any(n.endswith(".idx") for n in os.listdir(src))  # nothing written beside the shards
+    expected = wds_samples([*shards, gnu])
+    assert len(expected) == 32
+    # streaming through a real DataLoader with 2 workers: every sample once
+    loader = torch.utils.data.DataLoader(ShardDataset(str(out), mode="exact", seed=3), batch_size=None, num_workers=2)
+    assert as_dict(loader) == expected
+    # random access agrees
+    indexed = IndexedDataset(str(out))
+    assert len(indexed) == 32
+    assert as_dict(indexed[i] for i in range(len(indexed))) == expected
+    # resume mid-epoch: the rest, every sample once overall
+    ds = ShardDataset(str(out), mode="exact", seed=5)
+    it = iter(ds)
+    first = [next(it) for _ in range(11)]
+    state = ds.state_dict()
+    again = ShardDataset(str(out), mode="exact", seed=5)
+    again.load_state_dict(state)
+    assert as_dict(first + list(again)) == expected
+    # a mixture of the index and a second index of the same shards
+    other = tmp_path / "idx2"
+    index_dataset(str(src), out=str(other), options=ONE)
+    mixed = ShardDataset([Stream(str(out), samples=32), Stream(str(other), samples=23)], mode="exact", shuffle=False)
+    keys = [s["__key__"] for s in mixed]
+    assert sorted(keys) == sorted(list(expected) + [k for k in expected if k.startswith("k")])
+
+
+def test_rerun_reads_only_new_or_changed_shards_and_drops_removed_ones(tmp_path, published):
+    src, shards = published
+    out = str(tmp_path / "idx")
+    assert index_dataset(str(src), out=out, options=ONE).num_indexed == 5
+    again = index_dataset(str(src), out=out, options=ONE)
+    assert (again.num_indexed, again.num_unchanged, again.num_removed) == (0, 5, 0)
+    # rewrite one shard (another size), remove one, add one
+    with webdataset.TarWriter(shards[1]) as sink:
+        sink.write({"__key__": "new0", "jpg": b"x" * 10})
+    os.unlink(shards[4])
+    shutil.copy(shards[0], os.path.join(src, "t-00000.tar"))
+    report = index_dataset(str(src), out=out, options=ONE)
+    assert (report.num_indexed, report.num_unchanged, report.num_removed) == (2, 3, 1)
+    assert not os.path.exists(os.path.join(out, "s-00004.idx"))
+    remaining = [shards[0], shards[1], shards[2], shards[3], os.path.join(src, "t-00000.tar")]
+    assert [s["__key__"] for s in ShardDataset(out, mode="exact", shuffle=False)] == [
+        s["__key__"] for s in webdataset.WebDataset(remaining, shardshuffle=False)
+    ]
+    assert sum(n.endswith(".table") for n in os.listdir(out)) == 1
+
+
+def test_compressed_shards_are_counted_and_stream_only(tmp_path, published, caplog):
+    src, shards = published
+    with open(shards[0], "rb") as f, gzip.GzipFile(os.path.join(src, "z-00000.tar.gz"), "wb", mtime=0) as g:
+        g.write(f.read())
+    report = index_dataset(str(src), options=ONE)
+    assert report.num_compressed == 1 and report.manifest.num_samples == 28
+    assert not os.path.exists(os.path.join(src, "z-00000.tar.gz.idx"))
+    assert sum("stream-only" in r.getMessage() for r in caplog.records) == 1
+    keys = [s["__key__"] for s in ShardDataset(str(src), mode="exact", shuffle=False)]
+    assert len(keys) == 28 and len(set(keys)) == 23
+
+
+def test_truncated_shard_is_skipped_with_its_reason_and_the_others_indexed(tmp_path, published, capsys):
+    src, shards = published
+    with open(shards[2], "r+b") as f:
+        f.truncate(3000)
+    shutil.copy(shards[0], tmp_path / "outside.tar")
+    os.symlink(tmp_path / "outside.tar", src / "link-out.tar")  # leads out of the folder: left out, said why
+    code = main(["index", str(src), "-q"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "s-00002.tar" in err and "truncated" in err and "rerun `shardkit index`" in err
+    manifest = load_manifest(str(src))
+    assert manifest.num_shards == 4 and [s.path for s in manifest.skipped] == ["link-out.tar", "s-00002.tar"]
+    assert "outside the folder" in manifest.skipped[0].reason
+    assert len(list(ShardDataset(str(src), mode="exact"))) == 18
+
+
+def test_a_shard_changed_or_gone_after_indexing_is_a_one_line_error_naming_it(published):
+    src, shards = published
+    index_dataset(str(src), options=ONE)
+    with open(shards[1], "ab") as f:
+        f.write(bytes(512))
+    with pytest.raises(CorruptShardError) as info:
+        list(ShardDataset(str(src), mode="exact", shuffle=False))
+    assert "s-00001.tar" in str(info.value) and "shardkit index" in str(info.value) and "\n" not in str(info.value)
+    index_dataset(str(src), options=ONE)  # reindexed: reads again
+    os.unlink(shards[3])
+    with pytest.raises(MissingShardError) as gone:  # also a FileNotFoundError
+        list(ShardDataset(str(src), mode="exact", shuffle=False))
+    assert "s-00003.tar: shard missing" in str(gone.value) and "shardkit index" in str(gone.value)
+    assert "\n" not in str(gone.value)
+
+
+def test_out_holding_another_dataset_is_refused_in_one_line(tmp_path, published, make_shards, capsys):
+    src, _ = published
+    other = make_shards([3], name="written")  # a dataset `shardkit write` made
+    with pytest.raises(DestinationError, match="another dataset"):
+        index_dataset(str(src), out=other.location, options=ONE)
+    index_dataset(str(src), out=str(tmp_path / "a"), options=ONE)
+    elsewhere = tmp_path / "elsewhere"
+    write_wds(elsewhere, num=4)
+    assert main(["index", str(elsewhere), "--out", str(tmp_path / "a"), "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "another dataset" in err and "index of" in err
+
+
+def test_shards_base_is_confined(tmp_path, published):
+    src, shards = published
+    out = tmp_path / "idx"
+    index_dataset(str(src), out=str(out), options=ONE)
+    data = json.loads((out / "manifest.json").read_text())
+    for bad in ("relative/dir", "pipe:cat /etc/passwd", "https://user:pw@host/data", str(src) + "/../x"):
+        with pytest.raises(ManifestError, match="shards_base"):
+            Manifest.from_dict({**data, "shards_base": bad}, location=str(out))
+    # a manifest fetched from a URL never sends the reader to local files
+    with pytest.raises(ManifestError, match="came from a URL"):
+        Manifest.from_dict(data, location="https://example.org/ds", open_table=lambda *a: load_manifest(str(out)).table)
+    # shard entries stay under the declared base
+    manifest = load_manifest(str(out))
+    with pytest.raises(ManifestError, match="leaves the dataset"):
+        manifest.resolve("../etc/passwd", shard=True)
+
+
+def test_remote_shards_over_http_indexed_into_out(tmp_path, published, http_server):
+    src, shards = published
+    for shard in shards:
+        http_server.add("/data/" + os.path.basename(shard), open(shard, "rb").read())
+    url = http_server.base_url + "/data/s-{00000..00004}.tar"
+    out = str(tmp_path / "idx")
+    report = index_dataset(url, out=out, options=IndexOptions(workers=2))
+    assert report.num_indexed == 5 and load_manifest(out).shards_base == http_server.base_url + "/data"
+    assert as_dict(ShardDataset(out, mode="exact", shuffle=False)) == wds_samples(shards)
+    assert index_dataset(url, out=out, options=ONE).num_unchanged == 5  # same sizes: not read again
+
+
+def test_cli_index_runs_as_a_module(tmp_path, published):
+    src, _ = published
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    run = subprocess.run(
+        [sys.executable, "-m", "shardkit", "index", str(src), "--out", str(tmp_path / "o"), "--workers", "1"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "indexed 5 shards (5 read, 0 unchanged, 0 removed), 23 samples" in run.stdout
+    table = load_manifest(str(tmp_path / "o")).table
+    assert np.array_equal(table.counts, [5, 5, 5, 5, 3])
