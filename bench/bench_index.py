@@ -75,14 +75,15 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
-def run_index(src: str, out: str, workers: int) -> dict:
+def run_index(src: str, out: str, workers: int, **kwargs) -> dict:
     shutil.rmtree(out, ignore_errors=True)
-    return rerun_index(src, out, workers)
+    return rerun_index(src, out, workers, **kwargs)
 
 
-def rerun_index(src: str, out: str, workers: int) -> dict:
+def rerun_index(src: str, out: str, workers: int, **kwargs) -> dict:
     done = subprocess.run(
-        [sys.executable, "-c", _INDEX_CHILD, src, out, str(workers)], capture_output=True, text=True, env=_env(), check=True
+        [sys.executable, "-c", _INDEX_CHILD, src, out, str(workers)],
+        capture_output=True, text=True, env=_env(), check=True, **kwargs,
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -103,6 +104,35 @@ def cat_seconds(shards: list[str], *, cold: bool = False) -> float:
             subprocess.run(["cat", *shards], stdout=sink, check=True)
         best = min(best, time.perf_counter() - start)
     return best
+
+
+def on_disk(src: str, work: str, workers: int, profile_name: str) -> dict:
+    """``cat`` and ``shardkit index`` of the shards placed on an emulated
+    disk (``bench/profiles``: root only), each run cold and inside the
+    profile's throttled cgroup: the "plain sequential read of the same
+    bytes on local disk" the index is compared with."""
+    from bench.profiles import mounted
+
+    with mounted(profile_name, os.path.join(work, "profile")) as profile:
+        placed = profile.place("src", src)
+        profile.start()
+        shards = sorted(os.path.join(placed, n) for n in os.listdir(placed) if n.endswith(".tar"))
+        rows = {}
+        profile.cold()
+        start = time.perf_counter()
+        with open(os.devnull, "wb") as sink:
+            subprocess.run(["cat", *shards], stdout=sink, check=True, preexec_fn=profile.join)
+        rows["cat > /dev/null"] = {"seconds": time.perf_counter() - start, "workers": 1}
+        for w in sorted({1, workers}):
+            profile.cold()
+            res = run_index(placed, os.path.join(work, "idx-disk"), w, preexec_fn=profile.join)
+            rows[f"shardkit index, {w} worker{'s' if w > 1 else ''}"] = {
+                "seconds": res["seconds"], "workers": w, "driver_peak_rss_mb": res["driver_peak_rss_mb"]
+            }
+        total = sum(os.path.getsize(x) for x in shards)
+        for row in rows.values():
+            row["gb_s"] = total / row["seconds"] / 1e9
+        return {"profile": profile_name, "description": profile.spec.description, "rows": rows}
 
 
 def widsindex_seconds(shards: list[str], work: str) -> float:
@@ -172,6 +202,9 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=100_000, help="the many-shards run (0: skip it)")
     parser.add_argument("--wids-shards", type=int, default=2000)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--disk", default="hdd" if os.geteuid() == 0 else "", help="emulated disk profile for the cat comparison ('' skips)"
+    )
     parser.add_argument("--out", default=RESULT)
     args = parser.parse_args()
     if args.quick:
@@ -219,6 +252,8 @@ def main() -> None:
             "rows": rows,
             "first_epoch_s": {"on the index": epoch_index, "on the resharded copy": epoch_copy},
         }
+        if args.disk:
+            record["disk"] = on_disk(src, work, args.workers, args.disk)
         shutil.rmtree(os.path.join(work, "resharded-1"), ignore_errors=True)
         shutil.rmtree(os.path.join(work, f"resharded-{args.workers}"), ignore_errors=True)
         if args.shards:
@@ -279,6 +314,18 @@ def render(record: dict) -> str:
         + ", ".join(f"{k} {v:.2f} s" for k, v in epochs.items())
         + ".\n"
     )
+    disk = record.get("disk")
+    if disk:
+        cat = disk["rows"]["cat > /dev/null"]["gb_s"]
+        lines += [
+            f"\n## On an emulated disk: `{disk['profile']}` ({disk['description']}), cold\n",
+            "| run | seconds | GB/s | vs cat |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {name} | {row['seconds']:.2f} | {row['gb_s']:.3f} | {100 * row['gb_s'] / cat:.0f}% |"
+            for name, row in disk["rows"].items()
+        ]
     many = record.get("many")
     if many:
         lines += [
