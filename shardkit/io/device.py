@@ -52,7 +52,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from typing import Protocol, runtime_checkable
 
 from shardkit.io.base import DEFAULT_LEASE_BYTES, ByteSource, DeviceLockMode, SourceOptions
@@ -333,34 +333,24 @@ class DeviceLockedSource:
         lease of the range, that rest is read in the same hold if ``room``
         has room for another lease now; so a hold lasts at most two leases.
         """
-        return self.iter_opened(
-            lambda: (self.source.iter_range(start, end, chunk_bytes=chunk_bytes), None if end is None else end - start),
-            chunk_bytes=chunk_bytes,
-        )
-
-    def iter_opened(self, open_range: OpenRange, *, chunk_bytes: int) -> Iterator[bytes]:
-        """Like :meth:`iter_range`, for a range that ``open_range()`` opens
-        (returning its chunks, and their total size when known) at the start
-        of the first lease, with the lock held: whatever it reads first (a
-        shard's offset index, say) is part of that turn instead of a read of
-        its own that moves the head away from another reader's turn."""
-        opened = _Opened(open_range)
+        chunks = self.source.iter_range(start, end, chunk_bytes=chunk_bytes)
+        left = None if end is None else end - start
         room_bytes = self.room_bytes(chunk_bytes)
         try:
             while True:
                 if self.room is None:
-                    lease, ended = self._buffered_lease(opened)
+                    lease, ended = self._buffered_lease(chunks)
                     yield from lease
                 else:
                     if not self.room.wait_room(room_bytes):
                         return
-                    ended, got = yield from self._lease(opened, room_bytes=room_bytes)
-                    if opened.left is not None:
-                        opened.left -= got
+                    ended, got = yield from self._lease(chunks, left=left, room_bytes=room_bytes)
+                    if left is not None:
+                        left -= got
                 if ended:
                     return
         finally:
-            close = getattr(opened.chunks, "close", None)
+            close = getattr(chunks, "close", None)
             if close is not None:
                 close()
 
@@ -380,34 +370,34 @@ class DeviceLockedSource:
     def close(self) -> None:
         self.source.close()
 
-    def _buffered_lease(self, opened: _Opened) -> tuple[list[bytes], bool]:
-        """One lease read into memory: its chunks, and whether the range
+    def _buffered_lease(self, chunks: Iterator[bytes]) -> tuple[list[bytes], bool]:
+        """One lease read into memory: its chunks, and whether ``chunks``
         ended. The lock is released before this returns."""
         lease: list[bytes] = []
-        stream = self._lease(opened)
+        stream = self._lease(chunks)
         while True:
             try:
                 lease.append(next(stream))
             except StopIteration as done:  # the lease's finally has released the lock
                 return lease, done.value[0]
 
-    def _lease(self, opened: _Opened, *, room_bytes: int = 0) -> Generator[bytes, None, tuple[bool, int]]:
-        """One hold of the lock, opening the range in the first, passing
-        chunks on as they are read; returns whether the range ended, and the
-        bytes passed on. Where the range's size is known and there is a
-        room, a full lease whose rest fits in one more lease reads that rest
-        too when the room can take ``room_bytes`` now."""
+    def _lease(
+        self, chunks: Iterator[bytes], *, left: int | None = None, room_bytes: int = 0
+    ) -> Generator[bytes, None, tuple[bool, int]]:
+        """One hold of the lock, passing chunks on as they are read; returns
+        whether ``chunks`` ended, and the bytes passed on. With ``left``
+        (the bytes ``chunks`` has left) and a room, a full lease whose rest
+        fits in one more lease reads that rest too when the room can take
+        ``room_bytes`` now."""
         lease_bytes = self.lock.lease_bytes
         held = 0
         extended = False
         locked = self.lock.acquire()
         try:
-            chunks = opened.open()
             for chunk in chunks:
                 held += len(chunk)
                 yield chunk
                 if held >= lease_bytes and not extended:
-                    left = opened.left
                     extended = (
                         left is not None
                         and self.room is not None
@@ -420,28 +410,6 @@ class DeviceLockedSource:
         finally:
             if locked:
                 self.lock.release()
-
-
-#: Opens a range: its chunks, and their total size when known.
-OpenRange = Callable[[], tuple[Iterator[bytes], int | None]]
-
-
-class _Opened:
-    """A range of a :class:`DeviceLockedSource`, opened on first use."""
-
-    __slots__ = ("_open", "chunks", "left")
-
-    def __init__(self, open_range: OpenRange):
-        self._open: OpenRange | None = open_range
-        self.chunks: Iterator[bytes] | None = None
-        self.left: int | None = None  # bytes still to come, when known
-
-    def open(self) -> Iterator[bytes]:
-        if self._open is not None:
-            open_range, self._open = self._open, None
-            self.chunks, self.left = open_range()
-        assert self.chunks is not None
-        return self.chunks
 
 
 _locks: dict[int, DeviceLock] = {}
@@ -475,19 +443,6 @@ def take_turns(source: ByteSource, path: str, *, options: SourceOptions, room: R
     take turns (``device_lock``, ``device_lease_bytes``)."""
     lock = lock_for(path, mode=options.device_lock, lease_bytes=options.device_lease_bytes)
     return source if lock is None else DeviceLockedSource(source, lock, room=room)
-
-
-def read_in_turns(
-    source: ByteSource, path: str, open_range: OpenRange, *, options: SourceOptions, room: Room, chunk_bytes: int
-) -> Iterator[bytes]:
-    """The chunks of the range ``open_range()`` opens on ``source`` (a local
-    file at ``path``): read in turns where ``options`` say its device takes
-    turns, with ``open_range`` run inside the first turn (see
-    :meth:`DeviceLockedSource.iter_opened`); else as it opens them."""
-    turns = take_turns(source, path, options=options, room=room)
-    if isinstance(turns, DeviceLockedSource):
-        return turns.iter_opened(open_range, chunk_bytes=chunk_bytes)
-    return open_range()[0]
 
 
 def reserved_room_bytes(path: str, *, options: SourceOptions) -> int:

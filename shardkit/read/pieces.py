@@ -7,9 +7,8 @@ first sample and reads no byte of skipped samples. Without an index the whole
 shard is streamed. Bytes arrive through one :class:`~.prefetch.ReadAhead`
 thread in large chunks and are parsed by :class:`SampleParser`. On a disk
 whose readers take turns, the shard's source comes wrapped by
-:func:`~shardkit.io.device.read_in_turns`, with the read-ahead queue as the room
-each turn asks for (and the shard's offset index read inside its first turn);
-the reader itself only sees chunks.
+:func:`~shardkit.io.device.take_turns`, with the read-ahead queue as the room
+each turn asks for; the reader itself only sees chunks.
 
 What is checked, so that nothing corrupt is yielded silently:
 
@@ -64,7 +63,7 @@ from shardkit.format.compression import MAGIC_BYTES, Compression, ChunkDecompres
 from shardkit.format.index import OffsetIndex
 from shardkit.format.tar import END_OF_ARCHIVE, RawSample, SampleParser
 from shardkit.io.base import ByteSource, SourceOptions
-from shardkit.io.device import read_in_turns, reserved_room_bytes
+from shardkit.io.device import reserved_room_bytes, take_turns
 from shardkit.io.index import fetch_offset_index
 from shardkit.io.registry import open_source
 from shardkit.io.retry import current_stop, stopping_on
@@ -224,31 +223,22 @@ class PieceReader:
     def _fetch(self, job: _Job, ahead: ReadAhead[_Job]) -> Iterator[bytes]:
         source = self._open_shard(job.piece.shard, job.url)
         chunk_bytes = self.options.chunk_bytes
-
-        def open_range() -> tuple[Iterator[bytes], int | None]:
-            self._locate(job)
-            aligned: ByteSource = source
-            if job.bounds is not None and is_local(job.url):
-                aligned = _AlignedSource(source, job.bounds[job.piece.start + 1 : job.piece.stop + 1])
-            chunks = aligned.iter_range(job.byte_start, job.byte_stop, chunk_bytes=chunk_bytes)
-            return chunks, None if job.byte_stop is None else job.byte_stop - job.byte_start
-
-        if is_local(job.url):
-            # On a disk that takes turns, each turn first waits until the
-            # read-ahead queue has room for all of it, and the first also
-            # reads the shard's offset index: one seek, not two.
-            chunks = read_in_turns(
-                source, local_path(job.url), open_range, options=self.options, room=ahead, chunk_bytes=chunk_bytes
-            )
-        elif self._reads_whole_indexed(job):
+        if not is_local(job.url) and self._reads_whole_indexed(job):
             # A whole remote shard: its index and its bytes are asked for at
             # once, so the first sample waits for one round trip, not two.
             index = self._load_index_soon(job.piece.shard)
             shard_bytes = self.catalog.manifest.shards[job.piece.shard].num_bytes  # type: ignore[union-attr]
             chunks = self._cut_to_index(job, index, source.iter_range(0, shard_bytes, chunk_bytes=chunk_bytes))
         else:
-            chunks = open_range()[0]
-        return self._maybe_decompressed(job, chunks)
+            self._locate(job)
+            if is_local(job.url):
+                if job.bounds is not None:
+                    source = _AlignedSource(source, job.bounds[job.piece.start + 1 : job.piece.stop + 1])
+                # On a disk that takes turns, each turn first waits until the
+                # read-ahead queue has room for all of it.
+                source = take_turns(source, local_path(job.url), options=self.options, room=ahead)
+            chunks = source.iter_range(job.byte_start, job.byte_stop, chunk_bytes=chunk_bytes)
+        return self._decompressed(job, chunks) if job.byte_start == 0 else chunks
 
     def _reads_whole_indexed(self, job: _Job) -> bool:
         """Whether ``job`` is a whole shard with an index, whose byte range
@@ -282,21 +272,6 @@ class PieceReader:
             close = getattr(chunks, "close", None)
             if close is not None:
                 close()
-
-    def _maybe_decompressed(self, job: _Job, chunks: Iterator[bytes]) -> Iterator[bytes]:
-        """``chunks``, decompressed when they are a read from byte 0 of a
-        compressed shard. The range opens with its first chunk, which is
-        when ``job`` knows where it starts."""
-        try:
-            first = next(chunks, None)
-            if first is None:
-                return
-            rest = chain((first,), chunks)
-            yield from self._decompressed(job, rest) if job.byte_start == 0 else rest
-        finally:
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()  # a read left half-way lets go of its file and its turn now
 
     def _decompressed(self, job: _Job, chunks: Iterator[bytes]) -> Iterator[bytes]:
         """The chunks of a read from byte 0, decompressed if the shard is

@@ -177,32 +177,6 @@ def test_a_failing_read_releases_the_lock(tmp_path):
     assert not held_elsewhere(lock)
 
 
-def test_a_range_opened_in_the_first_turn_reads_its_index_in_that_turn(tmp_path):
-    # What the reader does on a disk that takes turns: the shard's offset
-    # index is read after the lock is taken and before the shard's first
-    # chunk, in the same hold, so it costs no turn (no seek) of its own.
-    lock = DeviceLock(os.stat(tmp_path).st_dev, lease_bytes=4, directory=str(tmp_path))
-    events = []
-
-    def open_range():
-        events.append(("open", held_elsewhere(lock)))
-        return _Chunks([b"ab", b"cd", b"ef", b"gh"]).iter_range(0, 8, chunk_bytes=2), 8
-
-    source = DeviceLockedSource(_Chunks([]), lock, room=_Room())
-    for chunk in source.iter_opened(open_range, chunk_bytes=2):
-        events.append((chunk, held_elsewhere(lock)))
-    # One hold: the opening and the first lease; the rest (one more lease) joins it.
-    assert events == [("open", True), (b"ab", True), (b"cd", True), (b"ef", True), (b"gh", True)]
-    assert not held_elsewhere(lock)
-
-    def failing():
-        raise OSError("index gone")
-
-    with pytest.raises(OSError, match="index gone"):
-        list(source.iter_opened(failing, chunk_bytes=2))
-    assert not held_elsewhere(lock)  # a failed opening lets go of the turn
-
-
 def test_the_wrapper_reads_the_range_it_is_asked_for_and_read_all_takes_one_turn(tmp_path):
     lock = DeviceLock(os.stat(tmp_path).st_dev, lease_bytes=4, directory=str(tmp_path))
     inner = _Chunks([b"ab", b"cd"])
