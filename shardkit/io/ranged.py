@@ -222,7 +222,9 @@ def iter_parallel_range(
 
     Parts are ``options.part_bytes`` long, or shorter for a range that would
     otherwise make fewer parts than ``options.max_concurrent_requests`` (but
-    not below ``MIN_PART_BYTES``).
+    not below ``MIN_PART_BYTES``); the first ``max_concurrent_requests``
+    parts are ``MIN_PART_BYTES``, so the start of the range arrives over all
+    connections.
     At most ``options.max_concurrent_requests`` parts are in flight, and a new
     part starts only while the bytes reserved for unconsumed parts stay within
     ``options.remote_read_ahead_bytes`` (one part always may start). Closing the
@@ -239,7 +241,16 @@ def iter_parallel_range(
     if end - start <= part_bytes or options.max_concurrent_requests <= 1:
         yield from stream_range(fetcher, start, end, options=options, chunk_bytes=chunk_bytes)
         return
-    parts = [_Part(s, min(s + part_bytes, end)) for s in range(start, end, part_bytes)]
+    # The first parts, one per request, are small: the bytes a reader needs
+    # first (the first batch) then come over every connection at once, not
+    # over the first part's alone.
+    first_bytes = min(part_bytes, MIN_PART_BYTES)
+    parts: list[_Part] = []
+    pos = start
+    while pos < end:
+        size = first_bytes if len(parts) < options.max_concurrent_requests else part_bytes
+        parts.append(_Part(pos, min(pos + size, end)))
+        pos += size
     cond = threading.Condition()
     stop = threading.Event()
     outer = current_stop()  # the reader this range is read for was closed: stop too

@@ -60,6 +60,20 @@ def test_whole_object_in_parallel_parts(http_server):
     assert all(r and r.startswith("bytes=") for r in gets)
 
 
+def test_the_start_of_a_range_comes_over_every_connection(http_server):
+    # The first parts, one per request, are small (MIN_PART_BYTES), so what a
+    # reader needs first arrives over all its connections; then full parts.
+    from shardkit.io.ranged import MIN_PART_BYTES
+
+    data = blob(9 * MIN_PART_BYTES + 5)
+    url = http_server.add("/big.tar", data)
+    options = dataclasses.replace(PATIENT, part_bytes=4 * MIN_PART_BYTES, max_concurrent_requests=3)
+    assert read(url, options) == data
+    lengths = [range_length(r) for r in http_server.gets("/big.tar")[1:]]
+    assert lengths[:3] == [MIN_PART_BYTES] * 3 and sum(lengths) == len(data)
+    assert max(lengths[3:]) > MIN_PART_BYTES  # then the usual, larger parts
+
+
 def test_sub_range_and_chunk_sizes(http_server):
     data = blob(300_000)
     url = http_server.add("/a.tar", data)
