@@ -42,6 +42,7 @@ import hashlib
 import math
 import numbers
 import os
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from fractions import Fraction
@@ -292,6 +293,10 @@ class MixSchedule:
         return offsets[epoch][stream]
 
 
+#: Held while a walk's passes are computed or read (see :meth:`WalkLayout.pass_arrays`).
+_WALKS = threading.Lock()
+
+
 class _Passes:
     """The passes of one stream's walk, computed in order (see :class:`WalkLayout`).
 
@@ -416,10 +421,14 @@ class WalkLayout:
     def pass_arrays(self, number: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Pass ``number`` of the walk as arrays of pieces in order:
         shards, first samples, stops (no Python object per shard)."""
-        passes = self._passes.get("chain")
-        if passes is None:
-            passes = self._passes["chain"] = _Passes(self)
-        return passes.get(number)
+        # The walk is computed once, pass after pass, and shared by the
+        # threads that read the stream's parts (each interleaved part's
+        # read-ahead thread cuts its pieces from it): one at a time.
+        with _WALKS:
+            passes = self._passes.get("chain")
+            if passes is None:
+                passes = self._passes["chain"] = _Passes(self)
+            return passes.get(number)
 
     def pass_pieces(self, number: int) -> list[Piece]:
         """Pass ``number`` of the walk, as pieces in order (for tests and

@@ -248,3 +248,34 @@ def test_a_pass_asked_again_after_later_ones_is_the_same_pass():
     for pieces in fresh:  # each pass covers every sample once
         samples = sorted((p.shard, i) for p in pieces for i in range(p.start, p.stop))
         assert samples == [(s, i) for s, n in enumerate(counts) for i in range(n)]
+
+
+def test_a_walk_read_by_several_threads_at_once_gives_each_the_same_passes():
+    # Each interleaved read part cuts its pieces from its stream's walk in its
+    # own read-ahead thread; the walk is computed pass after pass and shared.
+    import sys
+    import threading
+
+    counts = np.array([7, 3, 9, 5, 8, 2, 6, 4] * 4)
+    schedule = MixSchedule(_streams([0.7, 0.3]), (int(counts.sum()), 50), samples_per_epoch=37)
+    expected = {n: _layout(counts, schedule, 0).pass_arrays(n) for n in range(12)}
+    shared = _layout(counts, schedule, 0)
+    wrong: list[int] = []
+
+    def read(numbers: list[int]) -> None:
+        for n in numbers:
+            got = shared.pass_arrays(n)
+            if not all(np.array_equal(a, b) for a, b in zip(got, expected[n])):
+                wrong.append(n)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        threads = [threading.Thread(target=read, args=([*range(12), *range(11, -1, -1)] * 20,)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert wrong == []
