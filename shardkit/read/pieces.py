@@ -50,8 +50,8 @@ import contextlib
 import logging
 import threading
 import weakref
-from concurrent.futures import Future
 from collections import deque
+from concurrent.futures import Future
 from itertools import chain
 from collections.abc import Callable, Iterator
 from typing import Literal
@@ -187,7 +187,7 @@ class PieceReader:
         the offset index (``index``, if already loaded), or a whole shard up
         to the manifest's size."""
         if self.catalog.has_indexes:
-            index = index or self._load_index(job.piece.shard)
+            index = index if index is not None else self._load_index(job.piece.shard)
             self._use_index(job, index)
             job.whole = job.piece.stop == len(index.bounds) - 1
             job.byte_start = int(index.bounds[job.piece.start])
