@@ -300,7 +300,7 @@ def bytes_array_columns(names: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarr
     if n == 0 or width == 0:
         return offsets, np.zeros(0, dtype=np.uint8)
     cells = np.ascontiguousarray(names).view(np.uint8).reshape(n, width)
-    lengths = np.strings.str_len(names).astype(np.int64)
+    lengths = np.char.str_len(names).astype(np.int64)  # np.char: numpy 1.24 and later
     np.cumsum(lengths, out=offsets[1:])
     blob = cells[np.arange(width)[None, :] < lengths[:, None]]
     return offsets, blob

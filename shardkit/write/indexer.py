@@ -134,9 +134,11 @@ def index_name_for(names: np.ndarray) -> np.ndarray:
     other suffixes keep theirs: ``b.tar.gz`` -> ``b.tar.gz.idx``), as arrays."""
     if len(names) == 0:
         return names
-    plain = np.strings.endswith(names, b".tar")
-    stems = np.where(plain, np.strings.slice(names, 0, np.strings.str_len(names) - 4), names)
-    return np.strings.add(stems, INDEX_SUFFIX.encode())
+    # np.char throughout: shardkit supports numpy 1.24 and later.
+    parts = np.char.rpartition(names, b".tar")
+    plain = (parts[:, 1] == b".tar") & (parts[:, 2] == b"")
+    stems = np.where(plain, parts[:, 0], names)
+    return np.char.add(stems, INDEX_SUFFIX.encode())
 
 
 _NUMBERED = re.compile(rb"^([A-Za-z0-9_.-]*?)(\d{1,9})\.tar$")
@@ -153,8 +155,8 @@ def numbered(names: np.ndarray) -> np.ndarray | None:
     prefix, width = match.group(1), len(match.group(2))
     if len(names) > 10**width:
         return None
-    digits = np.strings.zfill(np.arange(len(names)).astype(f"S{width}"), width)
-    expected = np.strings.add(np.strings.add(prefix, digits), b".tar")
+    digits = np.char.zfill(np.arange(len(names)).astype(f"S{width}"), width)
+    expected = np.char.add(np.char.add(prefix, digits), b".tar")
     if not np.array_equal(expected.astype(names.dtype), names):
         return None
     try:
@@ -169,8 +171,8 @@ def naming_names(naming: Naming, n: int) -> tuple[np.ndarray, np.ndarray]:
     for pattern in (naming.shard, naming.index):
         head, rest = pattern.split("{:0", 1)
         width, tail = int(rest[0]), rest.split("}", 1)[1]
-        digits = np.strings.zfill(np.arange(n).astype(f"S{max(width, len(str(max(n - 1, 0))))}"), width)
-        out.append(np.strings.add(np.strings.add(head.encode(), digits), tail.encode()))
+        digits = np.char.zfill(np.arange(n).astype(f"S{max(width, len(str(max(n - 1, 0))))}"), width)
+        out.append(np.char.add(np.char.add(head.encode(), digits), tail.encode()))
     return out[0], out[1]
 
 
@@ -533,10 +535,10 @@ def _count_compressed(names: np.ndarray, compressed: np.ndarray) -> int:
     """Compressed shards: found so this run, or named so (kept from a previous run)."""
     if len(names) == 0:
         return 0
-    lower = np.strings.lower(names)
+    lower = np.char.lower(names)
     named = np.zeros(len(names), dtype=bool)
     for suffix in SHARD_SUFFIXES:
-        named |= np.strings.endswith(lower, suffix.encode())
+        named |= np.char.endswith(lower, suffix.encode())
     return int((compressed | named).sum())
 
 
