@@ -99,3 +99,9 @@ def test_options_are_checked():
         ImageOptions(resize=0)
     with pytest.raises(UsageError, match="quality"):
         ImageOptions(quality=101)
+
+
+def test_missing_pillow_names_the_extra(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "PIL", None)
+    with pytest.raises(ImportError, match=r"pip install 'shardkit\[images\]'"):
+        prepare_image(b"x", ImageOptions())

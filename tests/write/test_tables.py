@@ -198,3 +198,11 @@ def test_rows_of_urls_become_samples_in_row_order_with_failures_recorded(tmp_pat
                       "width": 85, "height": 64, "similarity": 0.0}  # fmt: skip
     skip = results[1].skipped_input(table.source)
     assert skip.path.endswith("meta.parquet#row=1") and skip.reason.startswith("http_404: jpg http://127.0.0.1")
+
+
+def test_missing_pyarrow_names_the_extra(tmp_path, monkeypatch):
+    write_parquet(tmp_path / "t.parquet", {"url": ["x"]}, 1)
+    for name in ("pyarrow", "pyarrow.parquet", "pyarrow.ipc"):
+        monkeypatch.setitem(__import__("sys").modules, name, None)
+    with pytest.raises(ImportError, match=r"pip install 'shardkit\[tables\]'"):
+        open_table(str(tmp_path / "t.parquet"))
