@@ -134,6 +134,11 @@ class DownloadOptions:
             for more ends the URL as ``http_429``/``http_503`` at once (30).
         max_redirects: Redirects followed for one URL (5).
         max_bytes: Largest body accepted (64 MiB); more is ``too_large``.
+        max_ahead: Items :meth:`Downloader.map_ordered` starts ahead of the
+            one it hands over (256): results wait in input order, so one
+            URL that hangs until its timeout holds up the hand-over, and the
+            others go on only while this many are ahead. Memory: up to this
+            many bodies. Make it about the download rate times the timeouts.
         respect_opt_out: Leave out answers whose ``X-Robots-Tag`` says
             ``noai``/``noimageai`` (True).
         user_agent_contact: Appended to the ``User-Agent``
@@ -154,13 +159,14 @@ class DownloadOptions:
     max_retry_after_s: float = 30.0
     max_redirects: int = 5
     max_bytes: int = 64 << 20
+    max_ahead: int = 256
     respect_opt_out: bool = True
     user_agent_contact: str | None = None
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("num_threads", "max_connections_per_host", "max_attempts", "max_bytes"):
+        for name in ("num_threads", "max_connections_per_host", "max_attempts", "max_bytes", "max_ahead"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise UsageError(f"DownloadOptions.{name} must be an integer of at least 1, got {value!r}")
@@ -346,12 +352,14 @@ class Downloader:
         """``fn(item)`` for each item, run on the downloader's threads, yielded
         in the order of ``items``.
 
-        At most ``window`` calls (default: twice ``num_threads``) are started
-        ahead of the one being yielded, so memory stays bounded however long
-        ``items`` is. ``fn`` should not raise (an exception it raises comes
+        At most ``window`` calls (default: ``max_ahead``) are started ahead
+        of the one being yielded, so memory stays bounded however long
+        ``items`` is. Feed one long stream (a worker's rows across its
+        shards) rather than one per shard: the end of a stream waits for its
+        slowest item, with nothing else in flight. ``fn`` should not raise (an exception it raises comes
         out here, at its item's turn).
         """
-        window = window or 2 * self.options.num_threads
+        window = window or max(self.options.max_ahead, self.options.num_threads)
         pending: collections.deque[Future[R]] = collections.deque()
         try:
             for item in items:
