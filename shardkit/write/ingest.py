@@ -34,6 +34,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from shardkit.errors import SourceError
 from shardkit.format.manifest import SkippedInput
 from shardkit.io.urls import redact_url
 from shardkit.write.detect import IMAGE_EXTENSIONS
@@ -81,6 +82,15 @@ class SkippedRow:
         where = f" {self.ext}" if self.ext else ""
         url = f" {self.url}" if self.url else ""
         return SkippedInput(path=f"{source}#row={self.position}", reason=f"{self.reason}:{where}{url}: {self.detail}")
+
+    def error(self, source: str) -> SourceError:
+        """The error to raise for it under ``on_error="raise"``."""
+        skipped = self.skipped_input(source)
+        return SourceError(
+            f"{source}: row {self.position} (key {self.key}): {skipped.reason}. Fix the row, or pass "
+            "--on-error skip to leave such rows out (they are counted by reason in the manifest)",
+            path=source,
+        )
 
 
 def ingest_rows(

@@ -4,6 +4,7 @@ partitions; column-to-field maps; rows of URLs turned into samples."""
 from __future__ import annotations
 
 import json
+import pickle
 
 import pytest
 
@@ -41,6 +42,9 @@ def test_parquet_file_folder_and_pattern_read_every_row_once_with_positions(tmp_
         assert len(table.partitions) == 9  # 3 row groups (2+2+1) per file
         assert [(p.first_row, p.num_rows) for p in table.partitions[:3]] == [(0, 2), (2, 2), (4, 1)]
         assert all_rows(table) == expected
+    copy = pickle.loads(pickle.dumps(table))  # what a worker process or a Ray task gets
+    assert copy.partitions == table.partitions and all_rows(copy) == expected
+    assert copy.partitions.array.shape == (9, 6) and copy.partitions[-1].path.endswith("p2.parquet")
     one = open_table(str(tmp_path / "parts" / "p1.parquet"))
     assert all_rows(one, ["caption"])[0] == (0, {"caption": "c10"})
 
@@ -198,6 +202,9 @@ def test_rows_of_urls_become_samples_in_row_order_with_failures_recorded(tmp_pat
                       "width": 85, "height": 64, "similarity": 0.0}  # fmt: skip
     skip = results[1].skipped_input(table.source)
     assert skip.path.endswith("meta.parquet#row=1") and skip.reason.startswith("http_404: jpg http://127.0.0.1")
+    error = results[1].error(table.source)  # what on_error="raise" raises
+    assert isinstance(error, SourceError) and "meta.parquet: row 1 (key 000000001): http_404" in str(error)
+    assert "--on-error skip" in str(error)
 
 
 def test_missing_pyarrow_names_the_extra(tmp_path, monkeypatch):
