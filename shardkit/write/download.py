@@ -91,6 +91,9 @@ REASONS = {
 #: ``X-Robots-Tag`` directives that keep an answer out of a dataset.
 OPT_OUT_DIRECTIVES = frozenset({"noai", "noimageai"})
 
+#: ``X-Robots-Tag`` directives written ``NAME: VALUE`` (not agent names).
+_DIRECTIVES_WITH_VALUES = frozenset({"unavailable_after", "max-snippet", "max-image-preview", "max-video-preview"})
+
 #: The agent name an ``X-Robots-Tag: NAME: directive`` must give to be meant for us.
 AGENT_NAME = "shardkit"
 
@@ -235,14 +238,11 @@ class _Failure(Exception):
         self.status = status
 
 
-class _Retry(Exception):
-    """A fault worth another attempt."""
+class _Retry(_Failure):
+    """A fault worth another attempt (``Retry-After`` seconds, when the server said)."""
 
     def __init__(self, reason: str, detail: str, *, status: int | None = None, retry_after_s: float | None = None):
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-        self.status = status
+        super().__init__(reason, detail, status=status)
         self.retry_after_s = retry_after_s
 
 
@@ -256,14 +256,12 @@ def opted_out(values: Iterable[str]) -> bool:
     (True, False, True)
     """
     for value in values:
-        agent = None
-        for part in value.split(","):
-            part = part.strip().lower()
-            name, colon, rest = part.partition(":")
-            if colon and " " not in name.strip() and name.strip() not in ("unavailable_after", "max-snippet",
-                                                                          "max-image-preview", "max-video-preview"):
-                agent, part = name.strip(), rest.strip()
-            if part in OPT_OUT_DIRECTIVES and agent in (None, AGENT_NAME):
+        agent = None  # an "AGENT:" prefix holds for the directives after it in the value
+        for part in value.lower().split(","):
+            name, colon, rest = (p.strip() for p in part.partition(":"))
+            if colon and name and " " not in name and name not in _DIRECTIVES_WITH_VALUES:
+                agent, part = name, rest
+            if part.strip() in OPT_OUT_DIRECTIVES and agent in (None, AGENT_NAME):
                 return True
     return False
 
@@ -399,8 +397,6 @@ class Downloader:
             attempt += 1
             try:
                 return attempt_once(url, bare)
-            except _Failure as failure:
-                return Fetched(url=bare, reason=failure.reason, detail=failure.detail, status=failure.status)
             except _Retry as fault:
                 o = self.options
                 if fault.retry_after_s is not None and fault.retry_after_s > o.max_retry_after_s:
@@ -414,6 +410,8 @@ class Downloader:
                 logger.debug("%s: %s; attempt %d in %.2fs", shown, fault.detail, attempt + 1, delay)
                 if self._stop.wait(delay):
                     return Fetched(url=bare, reason="cancelled", detail="the downloader was closed", status=fault.status)
+            except _Failure as failure:
+                return Fetched(url=bare, reason=failure.reason, detail=failure.detail, status=failure.status)
 
     # --- http(s) -----------------------------------------------------------
 
@@ -489,7 +487,7 @@ class Downloader:
             if not data:
                 raise _Failure("empty", "the answer has no body", status=status)
             return Fetched(url=url, data=data, status=status, content_type=response.headers.get("Content-Type"))
-        except (_Failure, _Retry) as problem:
+        except _Failure as problem:
             if problem.status is None:
                 problem.status = response.status
             raise
@@ -532,10 +530,7 @@ class Downloader:
     # --- s3 ----------------------------------------------------------------
 
     def _s3_attempt(self, url: str, bare: str) -> Fetched:
-        try:
-            from shardkit.io.s3 import S3Fetcher, classify_s3_error
-        except ImportError as exc:  # pragma: no cover - s3.py itself imports nothing optional
-            raise _Failure("s3_error", str(exc)) from None
+        from shardkit.io.s3 import S3Fetcher, classify_s3_error  # boto3 itself only once a client is made
         if self._s3_options is None:
             self._s3_options = self.options.source_options()
         host = _host_of(url)
@@ -559,7 +554,7 @@ class Downloader:
                     parts.append(piece)
             finally:
                 response.close()
-        except (_Failure, _Retry):
+        except _Failure:
             raise
         except TransientFault as fault:
             raise _Retry(_s3_reason(fault.status, "connection"), fault.cause, status=fault.status) from None
