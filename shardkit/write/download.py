@@ -387,9 +387,16 @@ class Downloader:
                 reason="bad_url",
                 detail=f"{shown[:200]!r} is not an http(s):// or s3:// URL",
             )
-        bare = split_userinfo(url)[0] if scheme != "s3" else url
-        if scheme != "s3" and not urllib.parse.urlsplit(bare).hostname:
-            return Fetched(url=bare, reason="bad_url", detail=f"{shown}: no host in the URL")
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in url):  # would break the request line
+            return Fetched(url=url, reason="bad_url", detail=f"{shown[:200]!r} holds a control character")
+        try:
+            bare = split_userinfo(url)[0] if scheme != "s3" else url
+            if scheme != "s3":
+                url_origin(bare)  # raises on a port that is not a number
+                if not urllib.parse.urlsplit(bare).hostname:
+                    return Fetched(url=bare, reason="bad_url", detail=f"{shown}: no host in the URL")
+        except ValueError as exc:  # a bad IPv6 literal, a port out of range
+            return Fetched(url=shown, reason="bad_url", detail=f"{shown[:200]}: not a valid URL ({exc})")
         attempt_once = self._s3_attempt if scheme == "s3" else self._http_attempt
         rng = random.Random(zlib.crc32(bare.encode("utf-8", "replace")))  # jitter only spaces retries in time
         attempt = 0

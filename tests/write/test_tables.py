@@ -3,6 +3,7 @@ partitions; column-to-field maps; rows of URLs turned into samples."""
 
 from __future__ import annotations
 
+import io
 import json
 import pickle
 
@@ -18,6 +19,12 @@ from tests.write.url_servers import Answer, ScriptedServer, photo_jpeg
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
+
+
+def image_size(data: bytes) -> tuple[int, int]:
+    from PIL import Image
+
+    return Image.open(io.BytesIO(data)).size
 
 
 def all_rows(table, columns=None):
@@ -133,6 +140,13 @@ def test_datasets_folder_keeps_image_bytes_as_they_are(tmp_path):
     samples = [fields.sample(pos, row, source=table.source) for pos, row in all_rows(table, fields.columns_read(table.columns))]
     assert [s.key for s in samples] == ["000000000", "000000001", "000000002"]
     assert samples[2].fields == (("cls", b"2"), ("jpg", jpeg), ("txt", b"c"))
+    with Downloader(DownloadOptions(num_threads=2)) as downloader:
+        as_is = list(ingest_rows(samples, downloader=downloader))
+        resized = list(ingest_rows(samples, downloader=downloader, images=ImageOptions(resize=16)))
+    assert as_is[2].fields == samples[2].fields  # no URL, no --resize: stored as they are, no json added
+    fields_out = dict(resized[2].fields)
+    assert image_size(fields_out["jpg"]) == (21, 16)
+    assert json.loads(fields_out["json"]) == {"original_width": 32, "original_height": 24, "width": 21, "height": 16}
     datasets.DatasetDict({"train": ds, "test": ds}).save_to_disk(str(tmp_path / "dd"))
     with pytest.raises(SourceError, match=r"a DatasetDict with splits .*train.*; pass one split's folder"):
         open_table(str(tmp_path / "dd"))
