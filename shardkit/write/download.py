@@ -65,6 +65,7 @@ from shardkit.io.http import hide_query_strings_in_urllib3_logs
 from shardkit.io.ranged import is_transient_status
 from shardkit.io.retry import TransientFault
 from shardkit.io.urls import redact_url, split_userinfo, url_origin
+from shardkit.write.manners import HostSlots, default_user_agent, opted_out
 
 logger = logging.getLogger(__name__)
 
@@ -88,33 +89,8 @@ REASONS = {
     "cancelled": "the downloader was closed before the URL was fetched",
 }
 
-#: ``X-Robots-Tag`` directives that keep an answer out of a dataset.
-OPT_OUT_DIRECTIVES = frozenset({"noai", "noimageai"})
-
-#: ``X-Robots-Tag`` directives written ``NAME: VALUE`` (not agent names).
-_DIRECTIVES_WITH_VALUES = frozenset({"unavailable_after", "max-snippet", "max-image-preview", "max-video-preview"})
-
-#: The agent name an ``X-Robots-Tag: NAME: directive`` must give to be meant for us.
-AGENT_NAME = "shardkit"
-
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _READ_BYTES = 64 << 10
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("shardkit")
-    except Exception:  # not installed (a source checkout on PYTHONPATH)
-        return "0"
-
-
-def default_user_agent(contact: str | None = None) -> str:
-    """``shardkit/VERSION``, with ``(+CONTACT)`` when a contact (a URL or an
-    address site owners can write to) is given."""
-    agent = f"{AGENT_NAME}/{_version()}"
-    return f"{agent} (+{contact})" if contact else agent
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -246,26 +222,6 @@ class _Retry(_Failure):
         self.retry_after_s = retry_after_s
 
 
-def opted_out(values: Iterable[str]) -> bool:
-    """Whether ``X-Robots-Tag`` header values forbid use for AI training.
-
-    Each value is a comma-separated list of directives, optionally led by
-    ``AGENT:``; directives for other agents than ``shardkit`` are ignored.
-
-    >>> opted_out(["noindex, noai"]), opted_out(["otherbot: noai"]), opted_out(["shardkit: noimageai"])
-    (True, False, True)
-    """
-    for value in values:
-        agent = None  # an "AGENT:" prefix holds for the directives after it in the value
-        for part in value.lower().split(","):
-            name, colon, rest = (p.strip() for p in part.partition(":"))
-            if colon and name and " " not in name and name not in _DIRECTIVES_WITH_VALUES:
-                agent, part = name, rest
-            if part.strip() in OPT_OUT_DIRECTIVES and agent in (None, AGENT_NAME):
-                return True
-    return False
-
-
 def _retry_after(value: str | None) -> float | None:
     # Seconds only; the HTTP-date form is rare on 429/503 answers.
     try:
@@ -278,33 +234,6 @@ def _host_of(url: str) -> tuple[str, str, int | None]:
     if url.startswith("s3://"):
         return ("s3", url[5:].partition("/")[0], None)
     return url_origin(url)
-
-
-class _HostSlots:
-    """At most ``limit`` holders per host at once; memory only for hosts in use."""
-
-    def __init__(self, limit: int):
-        self._limit = limit
-        self._active: dict[tuple, int] = {}
-        self._changed = threading.Condition()
-
-    def acquire(self, host: tuple, stop: threading.Event) -> bool:
-        with self._changed:
-            while self._active.get(host, 0) >= self._limit:
-                if stop.is_set():
-                    return False
-                self._changed.wait(0.1)
-            self._active[host] = self._active.get(host, 0) + 1
-            return True
-
-    def release(self, host: tuple) -> None:
-        with self._changed:
-            left = self._active[host] - 1
-            if left:
-                self._active[host] = left
-            else:
-                del self._active[host]
-            self._changed.notify_all()
 
 
 class Downloader:
@@ -322,7 +251,7 @@ class Downloader:
         self.options = options or DownloadOptions()
         o = self.options
         self._stop = threading.Event()
-        self._slots = _HostSlots(o.max_connections_per_host)
+        self._slots = HostSlots(o.max_connections_per_host)
         self._timeout = urllib3.Timeout(connect=o.connect_timeout_s, read=o.read_timeout_s)
         hide_query_strings_in_urllib3_logs()
         # Pools per host kept: enough for the hosts in flight at once; an
@@ -596,13 +525,4 @@ def _network_fault(exc: BaseException) -> _Retry:
     return _Retry("connection", f"connection failed ({type(exc).__name__})")
 
 
-__all__ = [
-    "AGENT_NAME",
-    "DownloadOptions",
-    "Downloader",
-    "Fetched",
-    "OPT_OUT_DIRECTIVES",
-    "REASONS",
-    "default_user_agent",
-    "opted_out",
-]
+__all__ = ["DownloadOptions", "Downloader", "Fetched", "REASONS"]

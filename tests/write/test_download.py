@@ -11,7 +11,8 @@ import time
 import pytest
 
 from shardkit.errors import UsageError
-from shardkit.write.download import Downloader, DownloadOptions, default_user_agent, opted_out
+from shardkit.write.download import Downloader, DownloadOptions
+from shardkit.write.manners import default_user_agent, opted_out
 from tests.write.url_servers import Answer, ScriptedServer
 
 #: Quick to give up: tiny timeouts and backoff, so every fault ends within a test's time.
