@@ -164,7 +164,11 @@ class ShardTable:
         self.file = file
         self._columns = columns
         self._keep = keep  # the mmap or bytes the arrays view
-        self._encoded: bytes | None = keep if isinstance(keep, bytes) else None
+        # A table decoded from bytes, or mapped from its file, encodes as
+        # those bytes (no copy of a mapped file: hashing or writing it reads
+        # the file's pages).
+        self._encoded: bytes | mmap.mmap | None = keep if isinstance(keep, (bytes, mmap.mmap)) else None
+        self._sha256: str | None = None
         self._size = len(keep) if keep is not None else None
         #: How a receiver gets this table again when it is pickled, if not
         #: by mapping ``file`` (a table fetched from a remote dataset: fetch
@@ -228,8 +232,9 @@ class ShardTable:
             digest.update(f"{self.path(i)}\0{self.sha256_hex(i)}\0{int(self.counts[i])}\n".encode())
         return digest.hexdigest()
 
-    def encode(self) -> bytes:
-        """The table file's bytes (the same for the same columns)."""
+    def encode(self) -> bytes | mmap.mmap:
+        """The table file's bytes (the same for the same columns; a mapped
+        table's file as it is, a read-only buffer)."""
         if self._encoded is None:
             names = _NUMERIC if self.naming is not None else _NUMERIC + _STRINGS
             self._encoded = encode_columns([self._columns[name] for name in names])
@@ -237,7 +242,9 @@ class ShardTable:
 
     def file_sha256(self) -> str:
         """Hex SHA-256 of :meth:`encode`."""
-        return hashlib.sha256(self.encode()).hexdigest()
+        if self._sha256 is None:
+            self._sha256 = hashlib.sha256(self.encode()).hexdigest()
+        return self._sha256
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self.reopen is not None:
@@ -272,6 +279,56 @@ def encode_columns(arrays: Sequence[np.ndarray]) -> bytes:
         np.lib.format.write_array(out, np.ascontiguousarray(array), allow_pickle=False)
         out.write(b"\0" * (_align(out.tell()) - out.tell()))
     return out.getvalue()
+
+
+class ColumnWriter:
+    """Writes a table file's columns one piece at a time, as
+    :func:`encode_columns` lays them out (the same bytes), hashing as it goes:
+    a table of any size written in constant memory.
+
+    Call :meth:`begin` with each column's dtype and shape, then :meth:`add`
+    its values (in order, any number of pieces), then :meth:`finish`.
+    """
+
+    def __init__(self, f: Any):
+        self._f = f
+        self._digest = hashlib.sha256()
+        self.size = 0
+        self._left = 0
+
+    def _write(self, data: bytes | memoryview) -> None:
+        self._f.write(data)
+        self._digest.update(data)
+        self.size += len(data)
+
+    def begin(self, dtype: np.dtype, shape: tuple[int, ...]) -> None:
+        """Start a column (after the previous one got all its values)."""
+        self._pad()
+        header = io.BytesIO()
+        fields = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": shape}
+        np.lib.format.write_array_header_1_0(header, fields)
+        self._write(header.getvalue())
+        self._dtype = np.dtype(dtype)
+        self._left = int(np.prod(shape, dtype=np.int64)) * self._dtype.itemsize
+
+    def add(self, values: np.ndarray) -> None:
+        """The column's next values (C order)."""
+        data = memoryview(np.ascontiguousarray(values, dtype=self._dtype)).cast("B")
+        if len(data) > self._left:
+            raise ValueError(f"{len(data)} bytes more for a column that takes {self._left} more")
+        self._left -= len(data)
+        self._write(data)
+
+    def _pad(self) -> None:
+        if self._left:
+            raise ValueError(f"the column still takes {self._left} bytes")
+        if self.size % ALIGN:
+            self._write(b"\0" * (_align(self.size) - self.size))
+
+    def finish(self) -> str:
+        """Pad the last column; returns the file's hex SHA-256."""
+        self._pad()
+        return self._digest.hexdigest()
 
 
 def _strings_to_columns(strings: Iterable[str] | np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -572,7 +629,9 @@ def open_table(
         _check_columns(columns, naming)
     except _Bad as exc:
         raise ManifestError(f"{file}: damaged shard table: {exc}; {TABLE_ADVICE}", path=file) from None
-    return ShardTable(columns, naming, file=file, keep=mapped)
+    table = ShardTable(columns, naming, file=file, keep=mapped)
+    table._sha256 = expected_sha256  # checked above (None: hashed when asked)
+    return table
 
 
 def check_totals(table: ShardTable, *, num_shards: int, num_samples: int, num_bytes: int, where: str) -> None:

@@ -97,11 +97,11 @@ class _Columns:
         self._names: list[np.ndarray] = []
         self._numbers: list[np.ndarray] = []
         self._batch: list[bytes] = []
-        self._batch_numbers: list[tuple[int, int]] = []
+        self._batch_numbers: list[int] = []
 
     def add(self, name: str, size: int, version: int) -> None:
         self._batch.append(name.encode("utf-8", "surrogateescape"))
-        self._batch_numbers.append((size, version))
+        self._batch_numbers += (size, version)
         if len(self._batch) >= _BATCH:
             self._pack()
 
@@ -112,16 +112,20 @@ class _Columns:
             self._batch, self._batch_numbers = [], []
 
     def arrays(self, *, sort: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Names, sizes and versions (sorted by name when ``sort``); one
+        column at a time is copied, so the peak stays near the result's size."""
         self._pack()
         if not self._names:
             return np.zeros(0, dtype="S1"), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        width = max(a.dtype.itemsize for a in self._names)
-        names = np.concatenate([a.astype(f"S{width}") for a in self._names])
-        numbers = np.concatenate(self._numbers)
-        if sort:
-            order = np.argsort(names, kind="stable")
-            names, numbers = names[order], numbers[order]
-        return names, np.ascontiguousarray(numbers[:, 0]), np.ascontiguousarray(numbers[:, 1])
+        names = np.concatenate(self._names, dtype=f"S{max(a.dtype.itemsize for a in self._names)}")
+        self._names = []
+        order = np.argsort(names, kind="stable") if sort else slice(None)
+        names = names[order]
+        columns = []
+        for column in (0, 1):
+            columns.append(np.concatenate([a[:, column] for a in self._numbers])[order])
+        self._numbers = []
+        return names, columns[0], columns[1]
 
 
 def _walk_local(root: str, skip: str | None, outside: list[tuple[str, str]]) -> Iterator[tuple[str, os.stat_result]]:

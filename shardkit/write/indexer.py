@@ -33,11 +33,12 @@ the reason; the others are indexed.
 
 from __future__ import annotations
 
-import io
+import dataclasses
 import itertools
 import logging
 import os
-import re
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -47,16 +48,37 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import DestinationError, ShardkitError, UsageError
-from shardkit.format.compression import SHARD_SUFFIXES
-from shardkit.format.index import INDEX_SUFFIX
 from shardkit.format.location import resolve_inside
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, SkippedInput
-from shardkit.format.table import TABLE_NAME, TABLE_SUFFIX, Naming, build_table
-from shardkit.io.atomic import atomic_write_bytes, remove_quietly
+from shardkit.format.table import (
+    TABLE_NAME,
+    TABLE_SUFFIX,
+    Naming,
+    ShardTable,
+    decode_table,
+    open_table,
+    table_name,
+)
+from shardkit.io.atomic import commit, remove_quietly
 from shardkit.io.base import SourceOptions
 from shardkit.io.manifest import fetch_manifest
 from shardkit.io.registry import open_destination
 from shardkit.io.urls import is_local, local_path, redact_url
+from shardkit.write.index_columns import (
+    CHUNK_ROWS,
+    INDEXED,
+    KEPT,
+    RECORD,
+    SKIPPED,
+    TO_READ,
+    ShardResults,
+    count_compressed,
+    index_name_for,
+    numbered,
+    published,
+    write_table,
+    write_versions,
+)
 from shardkit.write.index_shard import IndexResult, IndexTask, index_shard, index_shards
 from shardkit.write.index_source import ShardListing, join, list_shards
 from shardkit.write.publish import publish_manifest
@@ -127,42 +149,6 @@ class IndexReport:
     bytes_read: int
     seconds: float
     skipped: tuple[SkippedInput, ...] = ()
-
-
-def index_name_for(names: np.ndarray) -> np.ndarray:
-    """Offset-index names for shard names (``a/b.tar`` -> ``a/b.idx``;
-    other suffixes keep theirs: ``b.tar.gz`` -> ``b.tar.gz.idx``), as arrays."""
-    if len(names) == 0:
-        return names
-    # np.char throughout: shardkit supports numpy 1.24 and later.
-    parts = np.char.rpartition(names, b".tar")
-    plain = (parts[:, 1] == b".tar") & (parts[:, 2] == b"")
-    stems = np.where(plain, parts[:, 0], names)
-    return np.char.add(stems, INDEX_SUFFIX.encode())
-
-
-_NUMBERED = re.compile(rb"^([A-Za-z0-9_.-]*?)(\d{1,9})\.tar$")
-
-
-def numbered(names: np.ndarray) -> np.ndarray | None:
-    """``names`` made from their positions (``00000.tar``, ``00001.tar``...,
-    img2dataset's and shardkit's naming) as a :class:`Naming`'s names, or None."""
-    if len(names) == 0:
-        return None
-    match = _NUMBERED.match(bytes(names[0]))
-    if match is None or int(match.group(2)) != 0:
-        return None
-    prefix, width = match.group(1), len(match.group(2))
-    if len(names) > 10**width:
-        return None
-    digits = np.char.zfill(np.arange(len(names)).astype(f"S{width}"), width)
-    expected = np.char.add(np.char.add(prefix, digits), b".tar")
-    if not np.array_equal(expected.astype(names.dtype), names):
-        return None
-    try:
-        return Naming(shard=f"{prefix.decode()}{{:0{width}d}}.tar", index=f"{prefix.decode()}{{:0{width}d}}.idx")
-    except ValueError:  # a prefix a naming pattern cannot hold (a leading dot)
-        return None
 
 
 def naming_names(naming: Naming, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -421,153 +407,217 @@ def index_dataset(
     if is_local(target):
         os.makedirs(target, exist_ok=True)
     previous = _previous(target, listing.base, out, options.source)
-    n = listing.num_shards
-    index_names = index_name_for(listing.names)
-    counts = np.zeros(n, dtype=np.int64)
-    sizes = listing.sizes.copy()
-    versions = listing.versions.copy()
-    sha256 = np.zeros((n, 32), dtype=np.uint8)
-    state = np.zeros(n, dtype=np.int8)  # 0 to read, 1 kept, 2 indexed, 3 skipped
-    compressed = np.zeros(n, dtype=bool)
     if previous is not None and len(previous.names) == 0:
         previous = None
-    rows = np.full(n, -1, dtype=np.int64)
-    known = np.full(n, -1, dtype=np.int64)  # a remote shard's size last time, when its listing gave none
-    if previous is not None:
-        rows = previous.match(listing.names)
-        found = rows >= 0
-        same = found & (previous.sizes[rows] == sizes) & (previous.versions[rows] == versions) & (versions >= 0)
-        same &= previous.index_names[rows] == index_names
-        keep = np.flatnonzero(same)
-        counts[keep] = previous.counts[rows[keep]]
-        sha256[keep] = previous.sha256[rows[keep]]
-        state[keep] = 1
-        remote_unknown = found & (listing.sizes < 0)
-        known[remote_unknown] = previous.sizes[rows[remote_unknown]]
-    todo = np.flatnonzero(state == 0)
-
-    def tasks() -> Iterator[IndexTask]:
-        for i in todo:  # numpy scalars one at a time (no list of 10^5 ints)
-            yield IndexTask(
-                number=int(i),
-                url=listing.url(i),
-                index_name=bytes(index_names[i]).decode("utf-8", "surrogateescape"),
-                index_dest=target,
-                known_size=int(known[i]),
+    work = tempfile.mkdtemp(prefix=".shardkit-index-", dir=target if is_local(target) else None)
+    try:
+        with ShardResults(os.path.join(work, "results"), listing.num_shards) as results:
+            num_kept = _keep_unchanged(results, listing, previous)
+            run = _index_changed(results, listing, previous, target, options, progress)
+            table, versions_file = _write_table(results, listing, target, work)
+            manifest = Manifest.from_table(
+                table,
+                extensions=tuple(sorted(run.extensions | (set(previous.extensions) if num_kept else set()))),
+                source={"format": INDEX_SOURCE_FORMAT, "path": redact_url(listing.base)},
+                skipped=tuple(
+                    [SkippedInput(path=name, reason=reason) for name, reason in listing.left_out]
+                    + [SkippedInput(path=listing.name(i), reason=run.reasons[i]) for i in sorted(run.reasons)]
+                ),
+                shards_base=listing.base if out is not None else None,
             )
-
-    workers = options.workers or os.cpu_count() or 1
-    workers = max(1, min(workers, len(todo)))
-    batch = max(1, min(_MAX_BATCH, len(todo) // (workers * _BATCHES_PER_WORKER)))
-    if options.engine == "ray":
-        results = _run_ray(tasks(), options)
-    else:
-        results = _run_local(tasks(), workers, options.source, batch=batch)
-    extensions: set[str] = set()
-    reasons: dict[int, str] = {}
-    bytes_read = 0
-    for result in results:
-        i = result.number
-        if result.reason is not None:
-            state[i] = 3
-            reasons[i] = result.reason
-        elif result.unchanged:
-            r = rows[i]
-            counts[i], sizes[i], sha256[i], state[i] = previous.counts[r], previous.sizes[r], previous.sha256[r], 1  # type: ignore[union-attr]
-        else:
-            counts[i], sizes[i] = result.num_samples, result.num_bytes
-            if result.version >= 0:  # the file read; else the listing's (an object's ETag)
-                versions[i] = result.version
-            sha256[i] = np.frombuffer(result.sha256, dtype=np.uint8)
-            compressed[i] = result.compressed
-            state[i] = 2
-            bytes_read += result.num_bytes
-            extensions.update(result.extensions)
-        if progress is not None:
-            progress(result)
-    if previous is not None and (state == 1).any():
-        extensions.update(previous.extensions)
-    ok = (state == 1) | (state == 2)
-    skipped = tuple(
-        [SkippedInput(path=name, reason=reason) for name, reason in listing.left_out]
-        + [SkippedInput(path=listing.name(i), reason=reasons[i]) for i in sorted(reasons)]
-    )
-    for item in skipped:
-        logger.warning("%s: not indexed: %s", item.path, item.reason)
-    num_compressed = _count_compressed(listing.names[ok], compressed[ok])
-    naming = numbered(listing.names[ok])  # then the table stores no path strings
-    if naming is not None:
-        table = build_table(counts[ok], sizes[ok], sha256[ok], naming=naming)
-    else:
-        table = build_table(
-            counts[ok], sizes[ok], sha256[ok], paths=listing.names[ok], index_paths=index_names[ok], naming=None
-        )
-    manifest = Manifest.from_table(
-        table,
-        extensions=tuple(sorted(extensions)),
-        source={"format": INDEX_SOURCE_FORMAT, "path": redact_url(listing.base)},
-        skipped=skipped,
-        shards_base=listing.base if out is not None else None,
-    )
-    _publish(target, manifest, versions[ok], options.source)
-    num_removed = _remove_dropped(target, previous, index_names[ok]) if previous is not None else 0
+            for item in manifest.skipped:
+                logger.warning("%s: not indexed: %s", item.path, item.reason)
+            num_compressed = sum(
+                count_compressed(listing.names[start : start + len(records)][published(records)],
+                                 records["compressed"][published(records)])
+                for start, records in results.chunks()
+            )
+            _publish(target, manifest, versions_file, options.source)
+            num_removed = _remove_dropped(target, previous, results, listing) if previous is not None else 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if not is_local(target):  # the table came from a temporary file: hold it in memory
+        manifest = dataclasses.replace(manifest, shards=decode_table(table.encode()[:], table.naming))
     if num_compressed:
         logger.warning(
             "%d of %d shards are compressed (.tar.gz, .tar.zst): counted, but stream-only (no offset index); the "
             "reader reads the dataset whole, shard by shard. Reshard them uncompressed with `shardkit write` for "
             "sample-level splits, IndexedDataset and resume inside a shard",
-            num_compressed, int(ok.sum()),
+            num_compressed, manifest.num_shards,
         )
     return IndexReport(
         manifest=manifest,
         location=redact_url(target),
-        num_indexed=int((state == 2).sum()),
-        num_unchanged=int((state == 1).sum()),
+        num_indexed=run.num_indexed,
+        num_unchanged=num_kept + run.num_unchanged,
         num_removed=num_removed,
         num_compressed=num_compressed,
-        bytes_read=bytes_read,
+        bytes_read=run.bytes_read,
         seconds=time.perf_counter() - started,
-        skipped=skipped,
+        skipped=manifest.skipped,
     )
 
 
-def _count_compressed(names: np.ndarray, compressed: np.ndarray) -> int:
-    """Compressed shards: found so this run, or named so (kept from a previous run)."""
-    if len(names) == 0:
+def _keep_unchanged(results: ShardResults, listing: ShardListing, previous: _Previous | None) -> int:
+    """Mark the shards the previous run indexed and that have not changed
+    since (same size, version and index name) as kept; returns how many."""
+    if previous is None:
         return 0
-    lower = np.char.lower(names)
-    named = np.zeros(len(names), dtype=bool)
-    for suffix in SHARD_SUFFIXES:
-        named |= np.char.endswith(lower, suffix.encode())
-    return int((compressed | named).sum())
+    kept = 0
+    for start in range(0, listing.num_shards, CHUNK_ROWS):
+        stop = min(listing.num_shards, start + CHUNK_ROWS)
+        names, sizes, versions = listing.names[start:stop], listing.sizes[start:stop], listing.versions[start:stop]
+        rows = previous.match(names)
+        same = (rows >= 0) & (previous.sizes[rows] == sizes) & (previous.versions[rows] == versions) & (versions >= 0)
+        same &= previous.index_names[rows] == index_name_for(names)
+        if same.any():
+            records = np.zeros(stop - start, dtype=RECORD)
+            records["count"][same] = previous.counts[rows[same]]
+            records["size"][same] = sizes[same]
+            records["version"][same] = versions[same]
+            records["sha256"][same] = previous.sha256[rows[same]]
+            records["state"][same] = KEPT
+            results.put(start, records)
+            kept += int(same.sum())
+    return kept
 
 
-def _publish(target: str, manifest: Manifest, versions: np.ndarray, options: SourceOptions) -> None:
-    """The versions sidecar, then (after one sync of the offset indexes) the table and manifest."""
+@dataclass
+class _Run:
+    """What reading the changed shards found."""
+
+    num_indexed: int = 0
+    num_unchanged: int = 0
+    bytes_read: int = 0
+    extensions: set[str] = dataclasses.field(default_factory=set)
+    reasons: dict[int, str] = dataclasses.field(default_factory=dict)  # skipped shards only
+
+
+def _tasks(results: ShardResults, listing: ShardListing, previous: _Previous | None, target: str) -> Iterator[IndexTask]:
+    """A task per shard still to read, drawn from the results file a chunk at a time."""
+    for start, records in results.chunks():
+        todo = np.flatnonzero(records["state"] == TO_READ) + start
+        if len(todo) == 0:
+            continue
+        index_names = index_name_for(listing.names[todo])
+        known = np.full(len(todo), -1, dtype=np.int64)  # a remote shard's size last time, when its listing gave none
+        if previous is not None:
+            rows = previous.match(listing.names[todo])
+            unknown = (rows >= 0) & (listing.sizes[todo] < 0)
+            known[unknown] = previous.sizes[rows[unknown]]
+        for j, i in enumerate(todo):  # numpy scalars one at a time (no list of 10^5 ints)
+            yield IndexTask(
+                number=int(i),
+                url=listing.url(i),
+                index_name=bytes(index_names[j]).decode("utf-8", "surrogateescape"),
+                index_dest=target,
+                known_size=int(known[j]),
+            )
+
+
+def _index_changed(
+    results: ShardResults,
+    listing: ShardListing,
+    previous: _Previous | None,
+    target: str,
+    options: IndexOptions,
+    progress: Callable[[IndexResult], None] | None,
+) -> _Run:
+    """Read the shards still to read, in parallel; each result goes into its row of ``results``."""
+    num_todo = sum(int((records["state"] == TO_READ).sum()) for _, records in results.chunks())
+    run = _Run()
+    if num_todo == 0:
+        return run
+    workers = max(1, min(options.workers or os.cpu_count() or 1, num_todo))
+    if options.engine == "ray":
+        done = _run_ray(_tasks(results, listing, previous, target), options)
+    else:
+        batch = max(1, min(_MAX_BATCH, num_todo // (workers * _BATCHES_PER_WORKER)))
+        done = _run_local(_tasks(results, listing, previous, target), workers, options.source, batch=batch)
+    record = np.zeros(1, dtype=RECORD)
+    for result in done:
+        i = result.number
+        record[0] = np.zeros((), dtype=RECORD)
+        if result.reason is not None:
+            record["state"] = SKIPPED
+            run.reasons[i] = result.reason
+        elif result.unchanged:
+            assert previous is not None
+            r = int(previous.match(listing.names[i : i + 1])[0])
+            record["count"], record["size"], record["sha256"] = previous.counts[r], previous.sizes[r], previous.sha256[r]
+            record["version"], record["state"] = listing.versions[i], KEPT
+            run.num_unchanged += 1
+        else:
+            record["count"], record["size"] = result.num_samples, result.num_bytes
+            # the file's mtime as read; else the listing's version (an object's ETag)
+            record["version"] = result.version if result.version >= 0 else listing.versions[i]
+            record["sha256"] = np.frombuffer(result.sha256, dtype=np.uint8)
+            record["compressed"], record["state"] = result.compressed, INDEXED
+            run.num_indexed += 1
+            run.bytes_read += result.num_bytes
+            run.extensions.update(result.extensions)
+        results.put(i, record)
+        if progress is not None:
+            progress(result)
+    return run
+
+
+def _write_table(results: ShardResults, listing: ShardListing, target: str, work: str) -> tuple[ShardTable, str]:
+    """Write the table (to its final name in a local ``target``, else into
+    ``work``) and the versions sidecar (into ``work``); returns the table,
+    mapped from its file, and the sidecar's path."""
+    naming = numbered(
+        listing.names[start : start + len(records)][published(records)] for start, records in results.chunks()
+    )
+    part = os.path.join(work, "table")
+    with open(part, "wb") as f:
+        sha256, size = write_table(f, results, listing.names, naming)
+        f.flush()
+        os.fsync(f.fileno())
+    path = part
+    if is_local(target):
+        path = os.path.join(target, table_name(sha256))
+        commit(part, path)
+    versions_file = os.path.join(work, "versions")
+    with open(versions_file, "wb") as f:
+        write_versions(f, results, listing.names)
+        f.flush()
+        os.fsync(f.fileno())
+    return open_table(path, naming=naming, expected_size=size, expected_sha256=sha256), versions_file
+
+
+def _publish(target: str, manifest: Manifest, versions_file: str, options: SourceOptions) -> None:
+    """The versions sidecar, then (after one sync of the offset indexes) the
+    table (a remote one; a local one is in place already) and manifest."""
     table_file = manifest.table_file()[0]
-    buffer = io.BytesIO()
-    np.save(buffer, np.ascontiguousarray(versions, dtype=np.int64), allow_pickle=False)
     if is_local(target):
         os.sync()  # the offset indexes, written without fsync, reach the disk before the manifest names them
-        atomic_write_bytes(os.path.join(target, versions_name(table_file)), buffer.getvalue())
-        publish_manifest(target, manifest)
+        commit(versions_file, os.path.join(target, versions_name(table_file)))
+        publish_manifest(target, manifest, table_in_place=True)
         for name in os.listdir(target):
             if name.endswith(VERSIONS_SUFFIX) and name != versions_name(table_file):
                 remove_quietly(os.path.join(target, name))
     else:
         destination = open_destination(target, options=options)
-        destination.put_bytes(versions_name(table_file), buffer.getvalue())
-        publish_manifest(destination, manifest)
+        destination.put_file(versions_file, versions_name(table_file))
+        destination.put_file(manifest.table.file, table_file)
+        publish_manifest(destination, manifest, table_in_place=True)
 
 
-def _remove_dropped(target: str, previous: _Previous, kept: np.ndarray) -> int:
-    """Remove the offset indexes of shards gone since the previous run (locally); return how many went."""
-    width = max(previous.index_names.dtype.itemsize, kept.dtype.itemsize if len(kept) else 1)
-    gone = ~np.isin(previous.index_names.astype(f"S{width}"), kept.astype(f"S{width}"))
+def _remove_dropped(target: str, previous: _Previous, results: ShardResults, listing: ShardListing) -> int:
+    """Remove the offset indexes of the previous run's shards that are not
+    in the table now, under the same index name (locally); return how many went."""
+    here = np.zeros(len(previous.names), dtype=bool)
+    for start, records in results.chunks():
+        names = listing.names[start : start + len(records)][published(records)]
+        rows = previous.match(names)
+        found = rows >= 0
+        found &= previous.index_names[rows] == index_name_for(names)
+        here[rows[found]] = True
     if is_local(target):
-        for raw in previous.index_names[gone].tolist():
+        for raw in previous.index_names[~here].tolist():
             try:  # names from the folder's previous manifest: only files inside the folder
                 remove_quietly(resolve_inside(target, raw.decode("utf-8", "surrogateescape"), what="offset index"))
             except ShardkitError:
                 pass
-    return int(gone.sum())
+    return int((~here).sum())

@@ -40,20 +40,26 @@ from shardkit.io.urls import redact_url, url_scheme
 logger = logging.getLogger(__name__)
 
 
-def publish_manifest(destination: Destination | str, manifest: Manifest) -> None:
+def publish_manifest(destination: Destination | str, manifest: Manifest, *, table_in_place: bool = False) -> None:
     """Write ``manifest``'s table and then ``manifest.json`` into a dataset
     folder, then its dataset card (see :func:`write_dataset_card`).
 
     Args:
         destination: A local folder path, or a :class:`Destination`.
         manifest: The manifest to publish.
+        table_in_place: The table file is already there under its name (a
+            table written piece by piece, as ``shardkit index`` does): only
+            ``manifest.json`` and the card are written.
     """
     files = manifest.to_files()
+    table_file = files[0][0]
+    if table_in_place:
+        files = files[1:]
     local = destination if isinstance(destination, str) else destination.local_dir
     if local is not None:
         for name, data in files:
             atomic_write_bytes(os.path.join(local, name), data)
-        remove_stale_tables(local, keep=files[0][0])
+        remove_stale_tables(local, keep=table_file)
     else:
         assert not isinstance(destination, str)
         for name, data in files:
