@@ -30,8 +30,8 @@ RECORD = np.dtype(
 )
 #: Row states: not read yet, kept from the previous run, indexed now, left out.
 TO_READ, KEPT, INDEXED, SKIPPED = 0, 1, 2, 3
-#: Rows read or written at a time (about 1.9 MB of records).
-CHUNK_ROWS = 1 << 15
+#: Rows read or written at a time (about 0.5 MB of records).
+CHUNK_ROWS = 1 << 13
 
 
 class ShardResults:

@@ -594,9 +594,10 @@ def _publish(target: str, manifest: Manifest, versions_file: str, options: Sourc
         os.sync()  # the offset indexes, written without fsync, reach the disk before the manifest names them
         commit(versions_file, os.path.join(target, versions_name(table_file)))
         publish_manifest(target, manifest, table_in_place=True)
-        for name in os.listdir(target):
-            if name.endswith(VERSIONS_SUFFIX) and name != versions_name(table_file):
-                remove_quietly(os.path.join(target, name))
+        with os.scandir(target) as entries:  # one name at a time: the folder holds an offset index per shard
+            stale = [e.path for e in entries if e.name.endswith(VERSIONS_SUFFIX) and e.name != versions_name(table_file)]
+        for path in stale:
+            remove_quietly(path)
     else:
         destination = open_destination(target, options=options)
         destination.put_file(versions_file, versions_name(table_file))

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from shardkit.errors import UsageError
 from shardkit.format.manifest import FORMAT_VERSION, UPGRADE_HINT, Manifest
 from shardkit.format.manifest import logger as manifest_logger
-from shardkit.format.table import TABLE_NAME
+from shardkit.format.table import TABLE_NAME, TABLE_PREFIX
 from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes
 from shardkit.io.base import Destination, SourceOptions
 from shardkit.io.manifest import fetch_manifest
@@ -185,7 +185,9 @@ def _is_shardkit_card(path: str) -> bool:
 def remove_stale_tables(folder: str, *, keep: str) -> list[str]:
     """Remove shard tables (and their temporaries) other than ``keep`` from ``folder``."""
     removed = []
-    for name in os.listdir(folder):
+    with os.scandir(folder) as entries:  # one name at a time: an index's folder holds an offset index per shard
+        names = [entry.name for entry in entries if entry.name.startswith(TABLE_PREFIX)]
+    for name in names:
         stem = name[: -len(TMP_SUFFIX)] if name.endswith(TMP_SUFFIX) else name
         if TABLE_NAME.match(stem) and name != keep:
             try:
