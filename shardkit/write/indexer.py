@@ -187,9 +187,14 @@ class _Previous:
         if len(self.names) == 0 or len(names) == 0:
             return np.full(len(names), -1, dtype=np.int64)
         width = max(self.names.dtype.itemsize, names.dtype.itemsize)
-        mine, theirs = self.names.astype(f"S{width}"), names.astype(f"S{width}")
+        mine, theirs = self.names.astype(f"S{width}", copy=False), names.astype(f"S{width}", copy=False)
         rows = np.minimum(np.searchsorted(mine, theirs), len(mine) - 1)
         return np.where(mine[rows] == theirs, rows, -1).astype(np.int64)
+
+    def names_only(self) -> _Previous:
+        """Without the columns mapped from the previous table (which is then unmapped)."""
+        empty = np.zeros(0, dtype=np.int64)
+        return _Previous(self.names, empty, empty, empty, empty, self.index_names, self.extensions)
 
 
 def _names_of(offsets: np.ndarray, blob: np.ndarray) -> np.ndarray:
@@ -254,21 +259,19 @@ def _previous(target: str, base: str, out: str | None, options: SourceOptions) -
     versions = np.full(table.num_shards, -1, dtype=np.int64)
     if local is not None and table.file is not None:
         try:
-            stored = np.load(os.path.join(local, versions_name(os.path.basename(table.file))), allow_pickle=False)
+            stored = np.load(os.path.join(local, versions_name(os.path.basename(table.file))), mmap_mode="r",
+                             allow_pickle=False)
             if stored.shape == versions.shape and stored.dtype == versions.dtype:
                 versions = stored
         except (OSError, ValueError):
             pass  # no sidecar: every shard is read again
-    order = np.argsort(names, kind="stable")
-    return _Previous(
-        names=names[order],
-        counts=np.asarray(table.counts)[order],
-        sizes=np.asarray(table.num_bytes)[order],
-        sha256=np.asarray(table.sha256)[order],
-        versions=versions[order],
-        index_names=index_names[order],
-        extensions=tuple(manifest.extensions),
-    )
+    columns = (names, np.asarray(table.counts), np.asarray(table.num_bytes), np.asarray(table.sha256), versions,
+               index_names)
+    if len(names) > 1 and not (names[1:] >= names[:-1]).all():  # a list's order: sorted copies for lookups
+        order = np.argsort(names, kind="stable")
+        columns = tuple(column[order] for column in columns)
+    # else (a folder's, a numbered listing's order) the table's and the sidecar's mapped columns as they are
+    return _Previous(*columns, extensions=tuple(manifest.extensions))
 
 
 # ------------------------------------------------------------------ running
@@ -414,10 +417,13 @@ def index_dataset(
         with ShardResults(os.path.join(work, "results"), listing.num_shards) as results:
             num_kept = _keep_unchanged(results, listing, previous)
             run = _index_changed(results, listing, previous, target, options, progress)
+            extensions = previous.extensions if previous is not None else ()
+            if previous is not None:
+                previous = previous.names_only()  # the previous table's pages go before the new table's come
             table, versions_file = _write_table(results, listing, target, work)
             manifest = Manifest.from_table(
                 table,
-                extensions=tuple(sorted(run.extensions | (set(previous.extensions) if num_kept else set()))),
+                extensions=tuple(sorted(run.extensions | (set(extensions) if num_kept else set()))),
                 source={"format": INDEX_SOURCE_FORMAT, "path": redact_url(listing.base)},
                 skipped=tuple(
                     [SkippedInput(path=name, reason=reason) for name, reason in listing.left_out]
