@@ -506,18 +506,21 @@ def _tasks(results: ShardResults, listing: ShardListing, previous: _Previous | N
         if len(todo) == 0:
             continue
         index_names = index_name_for(listing.names[todo])
-        known = np.full(len(todo), -1, dtype=np.int64)  # a remote shard's size last time, when its listing gave none
+        # a remote shard's size and version last time, when its listing gave no size
+        known = np.full((len(todo), 2), -1, dtype=np.int64)
         if previous is not None:
             rows = previous.match(listing.names[todo])
             unknown = (rows >= 0) & (listing.sizes[todo] < 0)
-            known[unknown] = previous.sizes[rows[unknown]]
+            known[unknown, 0] = previous.sizes[rows[unknown]]
+            known[unknown, 1] = previous.versions[rows[unknown]]
         for j, i in enumerate(todo):  # numpy scalars one at a time (no list of 10^5 ints)
             yield IndexTask(
                 number=int(i),
                 url=listing.url(i),
                 index_name=bytes(index_names[j]).decode("utf-8", "surrogateescape"),
                 index_dest=target,
-                known_size=int(known[j]),
+                known_size=int(known[j, 0]),
+                known_version=int(known[j, 1]),
             )
 
 
@@ -551,11 +554,12 @@ def _index_changed(
             assert previous is not None
             r = int(previous.match(listing.names[i : i + 1])[0])
             record["count"], record["size"], record["sha256"] = previous.counts[r], previous.sizes[r], previous.sha256[r]
-            record["version"], record["state"] = listing.versions[i], KEPT
+            record["version"] = result.version if result.version >= 0 else listing.versions[i]
+            record["state"] = KEPT
             run.num_unchanged += 1
         else:
             record["count"], record["size"] = result.num_samples, result.num_bytes
-            # the file's mtime as read; else the listing's version (an object's ETag)
+            # the file's mtime as read, an http object's ETag; else the listing's version (an S3 ETag)
             record["version"] = result.version if result.version >= 0 else listing.versions[i]
             record["sha256"] = np.frombuffer(result.sha256, dtype=np.uint8)
             record["compressed"], record["state"] = result.compressed, INDEXED

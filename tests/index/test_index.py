@@ -4,6 +4,7 @@ indexed in place or into --out, then read by every reader feature as webdataset 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import shutil
@@ -248,6 +249,38 @@ def test_remote_shards_over_http_indexed_into_out(tmp_path, published, http_serv
     assert report.num_indexed == 5 and load_manifest(out).shards_base == http_server.base_url + "/data"
     assert as_dict(ShardDataset(out, mode="exact", shuffle=False)) == wds_samples(shards)
     assert index_dataset(url, out=out, options=ONE).num_unchanged == 5  # same sizes: not read again
+
+
+@pytest.mark.parametrize("validator", ["ETag", "Last-Modified"])
+def test_http_rerun_reads_a_shard_again_when_its_etag_or_last_modified_changes(tmp_path, published, http_server,
+                                                                               validator):
+    """Rewritten in place with the same size, an object is read again when the
+    server's ETag (or, without one, Last-Modified) says it changed; the size
+    alone would keep a stale entry."""
+    src, shards = published
+    paths = ["/data/" + os.path.basename(shard) for shard in shards]
+    for n, (path, shard) in enumerate(zip(paths, shards)):
+        http_server.add(path, open(shard, "rb").read())
+        http_server.extra_headers[path] = {validator: f'"v1-{n}"' if validator == "ETag" else
+                                           f"Mon, 0{n + 1} Jan 2024 00:00:00 GMT"}
+    url = http_server.base_url + "/data/s-{00000..00004}.tar"
+    out = str(tmp_path / "idx")
+    assert index_dataset(url, out=out, options=ONE).num_indexed == 5
+    again = index_dataset(url, out=out, options=ONE)
+    assert again.num_unchanged == 5 and again.num_indexed == 0
+    # shard 1 rewritten in place: the same size, its first sample's payload reversed
+    old = http_server.objects[paths[1]]
+    first = list(wds_samples([shards[1]]).values())[0]["jpg"]
+    new = old.replace(first, first[::-1], 1)
+    assert new != old and len(new) == len(old)
+    http_server.objects[paths[1]] = new
+    http_server.extra_headers[paths[1]] = {validator: '"v2-1"' if validator == "ETag" else
+                                           "Tue, 02 Jan 2024 00:00:00 GMT"}
+    third = index_dataset(url, out=out, options=ONE)
+    assert third.num_indexed == 1 and third.num_unchanged == 4
+    manifest = load_manifest(out)
+    assert manifest.shards[1].sha256 == hashlib.sha256(new).hexdigest()
+    assert manifest.shards[2].sha256 == hashlib.sha256(http_server.objects[paths[2]]).hexdigest()
 
 
 def test_cli_index_runs_as_a_module(tmp_path, published):
