@@ -177,6 +177,32 @@ def test_compressed_shards_are_counted_and_stream_only(tmp_path, published, capl
     assert len(keys) == 28 and len(set(keys)) == 23
 
 
+def test_verify_checks_compressed_shards_whole_and_warns_they_are_stream_only(tmp_path, published, capsys):
+    from shardkit.verify import verify_dataset
+
+    src, shards = published
+    gz = os.path.join(src, "z-00000.tar.gz")
+    with open(shards[0], "rb") as f, gzip.GzipFile(gz, "wb", mtime=0) as g:
+        g.write(f.read())
+    index_dataset(str(src), options=ONE)
+    report = verify_dataset(str(src))
+    assert report.num_shards_checked == 6 and report.num_samples_checked == 28 and report.num_stream_only == 1
+    assert [w for w in report.warnings if "stream-only" in w] == [
+        f"{gz}: gzip-compressed, stream-only: size, SHA-256, tar structure and sample count checked; no offset "
+        "index or per-sample checksums to check (readers read it whole, shard by shard)"
+    ]
+    assert main(["verify", str(src), "-q"]) == 0
+    captured = capsys.readouterr()
+    assert "(1 compressed shards stream-only: no offset index to check)" in captured.out
+    assert f"WARNING: {gz}: gzip-compressed, stream-only" in captured.err
+    # what it can check, it does: a byte changed inside the compressed stream fails, naming the shard
+    data = bytearray(open(gz, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(gz, "wb").write(bytes(data))
+    assert main(["verify", str(src), "-q"]) == 1
+    assert f"FAILED: {gz}: " in capsys.readouterr().err
+
+
 def test_truncated_shard_is_skipped_with_its_reason_and_the_others_indexed(tmp_path, published, capsys):
     src, shards = published
     with open(shards[2], "r+b") as f:
