@@ -491,7 +491,7 @@ def plot(record: dict, path: str) -> None:
     colors = ["#888" if n.startswith("cat") else "#c63" if "http" in n else "#36c" for n in names]
     ax.barh(names, [rows[n]["gb_s"] for n in names], color=colors)
     ax.set_xscale("log")
-    ax.set_xlabel("GB/s over the same shards (log scale; orange: over the emulated object store)")
+    ax.set_xlabel("GB/s over the same shards (log scale; orange: emulated object store)")
     ax.invert_yaxis()
     ax.set_title("Indexing published shards")
     fig.tight_layout()
