@@ -35,7 +35,7 @@ from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes
 from shardkit.io.base import Destination, SourceOptions
 from shardkit.io.manifest import fetch_manifest
 from shardkit.io.registry import open_destination
-from shardkit.io.urls import redact_url, url_scheme
+from shardkit.io.urls import is_local, local_path, redact_url, url_scheme
 
 logger = logging.getLogger(__name__)
 
@@ -78,17 +78,36 @@ CARD_MARKER = (
 _FORMAT_FIELD = re.compile(r"\{[^{}]*\}")
 
 
-def card_data_files(manifest: Manifest) -> list[str]:
-    """Glob patterns, relative to the manifest's folder (under the declared
-    ``shards_base`` of an index written with ``--out``), that match the
-    dataset's plain tar shards: the naming pattern with its number as ``*``
-    (``shard-*.tar``), else ``*.tar`` in each folder that holds shards.
-    Compressed shards are left out (``datasets`` reads plain tars only)."""
+def card_data_files(manifest: Manifest, *, folder: str | None = None) -> list[str]:
+    """Glob patterns that match the dataset's plain tar shards: the naming
+    pattern with its number as ``*`` (``shard-*.tar``), else ``*.tar`` in
+    each folder that holds shards. Compressed shards are left out
+    (``datasets`` reads plain tars only).
+
+    The patterns are relative to the card's folder when the shards are in
+    it or under it. Shards elsewhere (an index written with ``--out``,
+    declaring its ``shards_base``) keep that base: an absolute local path,
+    which ``datasets.load_dataset`` reads on this machine (the Hub cannot:
+    the files are not in the repository), or a URL, which ``datasets``
+    globs through fsspec (where the server lists the folder).
+
+    Args:
+        manifest: The dataset's manifest.
+        folder: The local folder the card goes into (None: not local).
+    """
     table = manifest.table
     if table.num_shards == 0:
         return []
-    # shards indexed with `shardkit index --out` lie under their declared base, not beside the card
-    base = "" if manifest.shards_base is None else manifest.shards_base.rstrip("/") + "/"
+    base = ""
+    if manifest.shards_base is not None:
+        shards_base = manifest.shards_base.rstrip("/")
+        base = shards_base + "/"
+        if folder is not None and is_local(shards_base):
+            inside = os.path.relpath(os.path.abspath(local_path(shards_base)), os.path.abspath(folder))
+            if inside == os.curdir:
+                base = ""
+            elif inside != os.pardir and not inside.startswith(os.pardir + os.sep):
+                base = inside.replace(os.sep, "/") + "/"
     if table.naming is not None:
         pattern = _FORMAT_FIELD.sub("*", table.naming.shard)
         return [base + pattern] if pattern.endswith(".tar") else []
@@ -96,8 +115,8 @@ def card_data_files(manifest: Manifest) -> list[str]:
     for shard in range(table.num_shards):
         name = table.path(shard)
         if name.endswith(".tar"):
-            folder = posixpath.dirname(name)
-            patterns[base + (f"{folder}/*.tar" if folder else "*.tar")] = None
+            parent = posixpath.dirname(name)
+            patterns[base + (f"{parent}/*.tar" if parent else "*.tar")] = None
     return list(patterns)
 
 
@@ -156,11 +175,11 @@ def write_dataset_card(
         Whether the card was written (False: the user's README was kept, or
         no plain tar shard to name).
     """
-    patterns = card_data_files(manifest) if data_files is None else list(data_files)
+    local = destination if isinstance(destination, str) else destination.local_dir
+    patterns = card_data_files(manifest, folder=local) if data_files is None else list(data_files)
     if not patterns:
         logger.debug("no plain tar shards: no dataset card written")
         return False
-    local = destination if isinstance(destination, str) else destination.local_dir
     if local is not None:
         path = os.path.join(local, CARD_NAME)
         if os.path.exists(path) and not _is_shardkit_card(path):

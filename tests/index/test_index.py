@@ -309,6 +309,56 @@ def test_http_rerun_reads_a_shard_again_when_its_etag_or_last_modified_changes(t
     assert manifest.shards[2].sha256 == hashlib.sha256(http_server.objects[paths[2]]).hexdigest()
 
 
+def _card_data_files(folder) -> list[str]:
+    import yaml
+
+    card = (folder / "README.md").read_text()
+    return yaml.safe_load(card.split("---\n")[1])["configs"][0]["data_files"][0]["path"]
+
+
+def test_card_of_an_out_index_names_shards_under_it_relatively_and_others_by_their_base(tmp_path, published):
+    """What the Hub and `datasets` get from the card an `--out` index writes:
+    shards under the card's folder by relative patterns (the folder works
+    wherever it is copied or uploaded); shards elsewhere by the declared
+    base: an absolute path (`datasets` on this machine reads it, the Hub has
+    no such file) or a URL (`datasets` globs it through fsspec)."""
+    import functools
+    import http.server
+    import threading
+
+    datasets = pytest.importorskip("datasets")
+    src, shards = published
+    expected = {k: v["cls"] for k, v in wds_samples(shards).items()}
+
+    def rows(folder) -> dict[str, bytes]:
+        loaded = datasets.load_dataset(str(folder), split="train", cache_dir=str(tmp_path / "hf" / folder.name))
+        return {row["__key__"]: str(row["cls"]).encode() for row in loaded.select_columns(["__key__", "cls"])}
+
+    # shards under the card's folder: relative, as for a dataset `write` made
+    index_dataset(str(src), out=str(tmp_path), options=ONE)
+    assert _card_data_files(tmp_path) == ["src/s-*.tar"]
+    assert rows(tmp_path) == expected
+    # shards elsewhere on this machine: the absolute base
+    elsewhere = tmp_path / "elsewhere"
+    index_dataset(str(src), out=str(elsewhere), options=ONE)
+    assert _card_data_files(elsewhere) == [f"{src}/s-*.tar"]
+    assert rows(elsewhere) == expected
+    # shards behind a URL: the URL, which `datasets` globs where the server lists the folder
+    serve = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(src))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), serve)
+    server.RequestHandlerClass.log_message = lambda *args: None
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        remote = tmp_path / "remote"
+        index_dataset(base + "/s-{00000..00004}.tar", out=str(remote), options=ONE)
+        assert _card_data_files(remote) == [f"{base}/s-*.tar"]
+        assert rows(remote) == expected
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_cli_index_runs_as_a_module(tmp_path, published):
     src, _ = published
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
