@@ -499,7 +499,9 @@ class _Run:
     reasons: dict[int, str] = dataclasses.field(default_factory=dict)  # skipped shards only
 
 
-def _tasks(results: ShardResults, listing: ShardListing, previous: _Previous | None, target: str) -> Iterator[IndexTask]:
+def _tasks(
+    results: ShardResults, listing: ShardListing, previous: _Previous | None, target: str
+) -> Iterator[IndexTask]:
     """A task per shard still to read, drawn from the results file a chunk at a time."""
     for start, records in results.chunks():
         todo = np.flatnonzero(records["state"] == TO_READ) + start
@@ -553,7 +555,8 @@ def _index_changed(
         elif result.unchanged:
             assert previous is not None
             r = int(previous.match(listing.names[i : i + 1])[0])
-            record["count"], record["size"], record["sha256"] = previous.counts[r], previous.sizes[r], previous.sha256[r]
+            record["count"], record["size"] = previous.counts[r], previous.sizes[r]
+            record["sha256"] = previous.sha256[r]
             record["version"] = result.version if result.version >= 0 else listing.versions[i]
             record["state"] = KEPT
             run.num_unchanged += 1
@@ -605,7 +608,8 @@ def _publish(target: str, manifest: Manifest, versions_file: str, options: Sourc
         commit(versions_file, os.path.join(target, versions_name(table_file)))
         publish_manifest(target, manifest, table_in_place=True)
         with os.scandir(target) as entries:  # one name at a time: the folder holds an offset index per shard
-            stale = [e.path for e in entries if e.name.endswith(VERSIONS_SUFFIX) and e.name != versions_name(table_file)]
+            keep = versions_name(table_file)
+            stale = [e.path for e in entries if e.name.endswith(VERSIONS_SUFFIX) and e.name != keep]
         for path in stale:
             remove_quietly(path)
     else:
