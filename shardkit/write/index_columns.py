@@ -195,11 +195,11 @@ def write_table(f: Any, results: ShardResults, names: np.ndarray, naming: Naming
     return writer.finish(), writer.size
 
 
-def write_versions(f: Any, results: ShardResults, names: np.ndarray) -> None:
+def write_versions(f: Any, results: ShardResults) -> None:
     """Write the published rows' versions as one ``.npy`` int64 array into the open binary file ``f``."""
     n = sum(int(published(records).sum()) for _, records in results.chunks())
     writer = ColumnWriter(f)
     writer.begin(np.dtype("<i8"), (n,))
-    for records, _ in _published_pieces(results, names):
-        writer.add(records["version"])
+    for _, records in results.chunks():
+        writer.add(records["version"][published(records)])
     writer.finish()

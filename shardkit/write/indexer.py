@@ -404,16 +404,19 @@ def index_dataset(
     """
     options = options or IndexOptions()
     started = time.perf_counter()
-    listing = list_shards(source, options=options.source, skip=out if out is not None and is_local(out) else None)
-    _check_base(listing.base)
-    target = _target(listing, out)
-    if is_local(target):
-        os.makedirs(target, exist_ok=True)
-    previous = _previous(target, listing.base, out, options.source)
-    if previous is not None and len(previous.names) == 0:
-        previous = None
-    work = tempfile.mkdtemp(prefix=".shardkit-index-", dir=target if is_local(target) else None)
+    work = tempfile.mkdtemp(prefix=".shardkit-index-", dir=_work_parent(source, out))
+    listing: ShardListing | None = None
+    versions_file: str | None = None
     try:
+        skip = out if out is not None and is_local(out) else None
+        listing = list_shards(source, options=options.source, skip=skip, spill=work)
+        _check_base(listing.base)
+        target = _target(listing, out)
+        if is_local(target):
+            os.makedirs(target, exist_ok=True)
+        previous = _previous(target, listing.base, out, options.source)
+        if previous is not None and len(previous.names) == 0:
+            previous = None
         with ShardResults(os.path.join(work, "results"), listing.num_shards) as results:
             num_kept = _keep_unchanged(results, listing, previous)
             run = _index_changed(results, listing, previous, target, options, progress)
@@ -441,6 +444,10 @@ def index_dataset(
             _publish(target, manifest, versions_file, options.source)
             num_removed = _remove_dropped(target, previous, results, listing) if previous is not None else 0
     finally:
+        if listing is not None:
+            listing.close()
+        if versions_file is not None:
+            remove_quietly(versions_file)  # left only when publishing failed (else renamed or in ``work``)
         shutil.rmtree(work, ignore_errors=True)
     if not is_local(target):  # the table came from a temporary file: hold it in memory
         manifest = dataclasses.replace(manifest, shards=decode_table(table.encode()[:], table.naming))
@@ -462,6 +469,20 @@ def index_dataset(
         seconds=time.perf_counter() - started,
         skipped=manifest.skipped,
     )
+
+
+def _work_parent(source: str | Sequence[str], out: str | None) -> str | None:
+    """Where the temporary folder for the listing and the results goes: in
+    the index's folder (an existing local ``out``, or the shards' folder when
+    indexing in place) when it can be written, else the system's temporary
+    folder (None)."""
+    if out is not None:
+        folder = local_path(out) if is_local(out) else None
+    else:
+        folder = local_path(source) if isinstance(source, str) and is_local(source) else None
+    if folder is not None and os.path.isdir(folder) and os.access(folder, os.W_OK):
+        return folder
+    return None
 
 
 def _keep_unchanged(results: ShardResults, listing: ShardListing, previous: _Previous | None) -> int:
@@ -577,26 +598,33 @@ def _index_changed(
 
 def _write_table(results: ShardResults, listing: ShardListing, target: str, work: str) -> tuple[ShardTable, str]:
     """Write the table (to its final name in a local ``target``, else into
-    ``work``) and the versions sidecar (into ``work``); returns the table,
-    mapped from its file, and the sidecar's path."""
+    ``work``) and the versions sidecar (a temporary file beside the table);
+    returns the table, mapped from its file, and the sidecar's path."""
     naming = numbered(
         listing.names[start : start + len(records)][published(records)] for start, records in results.chunks()
     )
-    part = os.path.join(work, "table")
-    with open(part, "wb") as f:
-        sha256, size = write_table(f, results, listing.names, naming)
-        f.flush()
-        os.fsync(f.fileno())
-    path = part
+    folder = target if is_local(target) else work  # the temporaries are renamed within their folder
+    table_part, (sha256, size) = _write_part(folder, lambda f: write_table(f, results, listing.names, naming))
+    versions_part, _ = _write_part(folder, lambda f: write_versions(f, results))
+    path = table_part
     if is_local(target):
         path = os.path.join(target, table_name(sha256))
-        commit(part, path)
-    versions_file = os.path.join(work, "versions")
-    with open(versions_file, "wb") as f:
-        write_versions(f, results, listing.names)
-        f.flush()
-        os.fsync(f.fileno())
-    return open_table(path, naming=naming, expected_size=size, expected_sha256=sha256), versions_file
+        commit(table_part, path)
+    return open_table(path, naming=naming, expected_size=size, expected_sha256=sha256), versions_part
+
+
+def _write_part(folder: str, write: Callable[[Any], Any]) -> tuple[str, Any]:
+    """A temporary file in ``folder`` filled by ``write(f)`` and synced; returns its path and what ``write`` returned."""
+    fd, part = tempfile.mkstemp(prefix=".shardkit-index-", suffix=".part", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            written = write(f)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        remove_quietly(part)
+        raise
+    return part, written
 
 
 def _publish(target: str, manifest: Manifest, versions_file: str, options: SourceOptions) -> None:

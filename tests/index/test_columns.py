@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import tracemalloc
 
 import numpy as np
@@ -17,6 +19,7 @@ from shardkit.write.index_columns import (
     write_table,
     write_versions,
 )
+from shardkit.write.index_source import list_shards
 from shardkit.write.indexer import _names_of, _Previous, index_name_for, naming_names, numbered
 
 N = 100_000
@@ -84,7 +87,7 @@ def test_table_written_piece_by_piece_is_the_table_built_in_memory(tmp_path, num
         with open(tmp_path / "table", "wb") as f:
             sha, size = write_table(f, results, names, naming)
         with open(tmp_path / "versions", "wb") as f:
-            write_versions(f, results, names)
+            write_versions(f, results)
     paths = {} if naming else {"paths": names[ok], "index_paths": index_name_for(names[ok])}
     expected = build_table(rows["count"][ok], rows["size"][ok], rows["sha256"][ok], naming=naming, **paths)
     data = (tmp_path / "table").read_bytes()
@@ -111,7 +114,7 @@ def test_table_building_memory_is_flat_in_the_number_of_shards(tmp_path, monkeyp
         with open(tmp_path / "table", "wb") as f:
             write_table(f, results, names, naming)
         with open(tmp_path / "versions", "wb") as f:
-            write_versions(f, results, names)
+            write_versions(f, results)
         return naming
 
     with _synthetic_results(tmp_path / "warm", 3000, skip_every=11) as results:
@@ -126,3 +129,58 @@ def test_table_building_memory_is_flat_in_the_number_of_shards(tmp_path, monkeyp
     assert naming is None
     assert open_table(str(tmp_path / "table"), naming=None).num_shards == n - len(range(0, n, 11))
     assert peak < 600_000, f"table building peaked at {peak} bytes for {n} shards"
+
+
+def _shard_tree(root, n: int) -> None:
+    """``n`` empty-named shards (hard links to one file) in two folders, plus files that are no shards."""
+    root.mkdir()
+    seed = root / "seed.bin"
+    seed.write_bytes(b"\0" * 1024)
+    for folder in ("b", "a/c"):
+        (root / folder).mkdir(parents=True)
+    for i in range(n):
+        os.link(seed, root / ("b" if i % 3 else "a/c") / f"{(i * 7919) % n:06d}.tar")
+    (root / "b" / "000000.parquet").write_bytes(b"PAR1")
+
+
+def test_a_spilled_listing_is_the_listing_in_memory(tmp_path, monkeypatch):
+    import shardkit.write.index_source as source
+
+    _shard_tree(tmp_path / "src", 1000)
+    monkeypatch.setattr(source, "RUN_ROWS", 97)  # 11 sorted runs to merge
+    (tmp_path / "spill").mkdir()
+    spilled = list_shards(str(tmp_path / "src"), spill=str(tmp_path / "spill"))
+    memory = list_shards(str(tmp_path / "src"))
+    try:
+        assert spilled.num_shards == memory.num_shards == 1000
+        for column in ("names", "sizes", "versions"):
+            assert np.array_equal(getattr(spilled, column)[0:1000], getattr(memory, column))
+        assert memory.names[0].startswith(b"a/c/") and (memory.names[1:] > memory.names[:-1]).all()  # sorted
+        picked = np.array([5, 17, 999])
+        assert np.array_equal(spilled.names[picked], memory.names[picked]) and spilled.name(-1) == memory.name(-1)
+        assert sorted(os.listdir(tmp_path / "spill")) == ["listing.names", "listing.sizes", "listing.versions"]
+    finally:
+        spilled.close()
+
+
+def test_listing_a_folder_memory_is_flat_in_the_number_of_shards(tmp_path, monkeypatch):
+    """Spilled, the listing of 2*10^4 shards peaks under what a Python object
+    per shard (a list of their names alone: ~1 MB) would take."""
+    import shardkit.write.index_source as source
+
+    monkeypatch.setattr(source, "RUN_ROWS", 1024)
+    n = 20_000
+    _shard_tree(tmp_path / "src", n)
+    (tmp_path / "spill").mkdir()
+    list_shards(str(tmp_path / "src"), spill=str(tmp_path / "spill")).close()  # first-call costs, not counted
+    shutil.rmtree(tmp_path / "spill")
+    (tmp_path / "spill").mkdir()
+    tracemalloc.start()
+    try:
+        listing = list_shards(str(tmp_path / "src"), spill=str(tmp_path / "spill"))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    listing.close()
+    assert listing.num_shards == n
+    assert peak < 700_000, f"listing peaked at {peak} bytes for {n} shards"
