@@ -219,6 +219,15 @@ def write_many(folder: str, *, num_shards: int, real: int) -> list[str]:
 SECTIONS = ("real", "disk", "many", "remote")
 
 
+def index_row(rows: dict, name: str, suffix: str, src: str, out: str, workers: int, args: argparse.Namespace) -> None:
+    """``shardkit index SRC --out OUT`` with ``workers``, as the row ``NAME, N workers SUFFIX``."""
+    res = run_index(src, out, workers)
+    assert res["samples"] == args.samples and res["skipped"] == 0, res
+    rows[f"{name}, {workers} worker{'s' if workers > 1 else ''}{suffix}"] = {
+        "seconds": res["seconds"], "workers": workers, "driver_peak_rss_mb": res["driver_peak_rss_mb"]
+    }
+
+
 def run_real(record: dict, args: argparse.Namespace, work: str, src: str, shards: list[str]) -> None:
     total = sum(os.path.getsize(s) for s in shards)
     rows = {}
@@ -228,11 +237,7 @@ def run_real(record: dict, args: argparse.Namespace, work: str, src: str, shards
         for workers in sorted({1, args.workers}):
             if cold:
                 evict(src)
-            res = run_index(src, os.path.join(work, "idx"), workers)
-            assert res["samples"] == args.samples and res["skipped"] == 0, res
-            rows[f"shardkit index, {workers} worker{'s' if workers > 1 else ''} ({temperature})"] = {
-                "seconds": res["seconds"], "workers": workers, "driver_peak_rss_mb": res["driver_peak_rss_mb"]
-            }
+            index_row(rows, "shardkit index", f" ({temperature})", src, os.path.join(work, "idx"), workers, args)
     wids_work = os.path.join(work, "wids")
     os.makedirs(wids_work)
     rows["widsindex create (hot)"] = {"seconds": widsindex_seconds(shards, wids_work), "workers": 1}
@@ -316,11 +321,7 @@ def run_remote(record: dict, args: argparse.Namespace, work: str, src: str, shar
         urls = [f"{base}/{os.path.basename(s)}" for s in shards]
         rows = {}
         for workers in sorted({1, args.workers, 4}):
-            res = run_index(pattern, os.path.join(work, "idx-http"), workers)
-            assert res["samples"] == args.samples and res["skipped"] == 0, res
-            rows[f"shardkit index over http, {workers} worker{'s' if workers > 1 else ''}"] = {
-                "seconds": res["seconds"], "workers": workers, "driver_peak_rss_mb": res["driver_peak_rss_mb"]
-            }
+            index_row(rows, "shardkit index over http", "", pattern, os.path.join(work, "idx-http"), workers, args)
         wids_work = os.path.join(work, "wids-http")
         os.makedirs(wids_work)
         rows["widsindex create over http"] = {"seconds": widsindex_seconds(urls, wids_work), "workers": 1}

@@ -158,31 +158,49 @@ def etag_version(etag: str | None) -> int:
     return int.from_bytes(hashlib.sha256(etag.strip('"').encode()).digest()[:7], "little")
 
 
-class _Columns:
-    """Gathers (name, size, version) rows into arrays, a batch at a time."""
+class _Gather:
+    """Gathers (name, size, version) rows; every ``limit`` rows go to :meth:`_flush`."""
 
-    def __init__(self) -> None:
-        self._names: list[np.ndarray] = []
-        self._numbers: list[np.ndarray] = []
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
         self._batch: list[bytes] = []
         self._batch_numbers: list[int] = []
 
     def add(self, name: str, size: int, version: int) -> None:
         self._batch.append(name.encode("utf-8", "surrogateescape"))
         self._batch_numbers += (size, version)
-        if len(self._batch) >= _BATCH:
-            self._pack()
+        if len(self._batch) >= self._limit:
+            self._flush()
 
-    def _pack(self) -> None:
+    def _flush(self) -> None:
+        raise NotImplementedError
+
+    def _take(self) -> tuple[np.ndarray, np.ndarray]:
+        """The rows gathered since the last call: names, and (size, version) pairs."""
+        names = np.array(self._batch, dtype=np.bytes_)
+        numbers = np.array(self._batch_numbers, dtype=np.int64).reshape(-1, 2)
+        self._batch, self._batch_numbers = [], []
+        return names, numbers
+
+
+class _Columns(_Gather):
+    """Gathers rows into arrays in memory, a batch at a time."""
+
+    def __init__(self) -> None:
+        super().__init__(_BATCH)
+        self._names: list[np.ndarray] = []
+        self._numbers: list[np.ndarray] = []
+
+    def _flush(self) -> None:
         if self._batch:
-            self._names.append(np.array(self._batch, dtype=np.bytes_))
-            self._numbers.append(np.array(self._batch_numbers, dtype=np.int64).reshape(-1, 2))
-            self._batch, self._batch_numbers = [], []
+            names, numbers = self._take()
+            self._names.append(names)
+            self._numbers.append(numbers)
 
     def arrays(self, *, sort: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Names, sizes and versions (sorted by name when ``sort``); one
         column at a time is copied, so the peak stays near the result's size."""
-        self._pack()
+        self._flush()
         if not self._names:
             return np.zeros(0, dtype="S1"), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         names = np.concatenate(self._names, dtype=f"S{max(a.dtype.itemsize for a in self._names)}")
@@ -196,28 +214,19 @@ class _Columns:
         return names, columns[0], columns[1]
 
 
-class _SortedSpill:
-    """Gathers (name, size, version) rows into files under ``folder``, sorted
-    by name: runs of :data:`RUN_ROWS` rows sorted in memory, then merged."""
+class _SortedSpill(_Gather):
+    """Gathers rows into files under ``folder``, sorted by name: runs of
+    :data:`RUN_ROWS` rows sorted in memory, then merged."""
 
     def __init__(self, folder: str) -> None:
+        super().__init__(RUN_ROWS)
         self._folder = folder
         self._runs: list[tuple[str, str, int, int]] = []  # names file, numbers file, rows, name width
-        self._batch: list[bytes] = []
-        self._numbers: list[int] = []
 
-    def add(self, name: str, size: int, version: int) -> None:
-        self._batch.append(name.encode("utf-8", "surrogateescape"))
-        self._numbers += (size, version)
-        if len(self._batch) >= RUN_ROWS:
-            self._spill()
-
-    def _spill(self) -> None:
+    def _flush(self) -> None:
         if not self._batch:
             return
-        names = np.array(self._batch, dtype=np.bytes_)
-        numbers = np.array(self._numbers, dtype=np.int64).reshape(-1, 2)
-        self._batch, self._numbers = [], []
+        names, numbers = self._take()
         order = np.argsort(names, kind="stable")
         stem = os.path.join(self._folder, f"listing-run-{len(self._runs)}")
         names[order].tofile(stem + ".names")
@@ -254,7 +263,7 @@ class _SortedSpill:
         """The sorted columns: names, sizes, versions. Runs are merged
         :data:`_FAN_IN` at a time (a pass more for each 16 times as many),
         so the merge holds a block of at most that many runs."""
-        self._spill()
+        self._flush()
         runs, passes = self._runs, 0
         while len(runs) > 1:
             passes += 1

@@ -3,17 +3,29 @@
 Steps:
 
 1. :func:`~shardkit.write.index_source.list_shards` lists SOURCE's shards
-   (columnar: names, sizes, versions).
+   (columnar: names, sizes, versions; a folder's listing in files).
 2. Shards that a previous run of ``index`` already indexed, unchanged since
    (same size and version: a local file's ``mtime_ns``, an object's ETag; or,
-   for a remote shard listed without a version, the same size), keep their
-   entries; the others are read once each, in parallel (a process pool here,
-   or one Ray task per shard), by
+   for an http(s) shard, listed without either, the same size and the same
+   ETag or Last-Modified when the server sends one), keep their entries; the
+   others are read once each, in parallel (a process pool here, or one Ray
+   task per shard; a bounded number in flight), by
    :func:`~shardkit.write.index_shard.index_shard`, which writes their
    offset indexes. Shards gone from SOURCE drop out, with their indexes.
-3. The shard table is built from arrays, and published with the manifest
+3. The shard table is written a chunk at a time from the results
+   (:mod:`~shardkit.write.index_columns`), and published with the manifest
    (format 2) through :func:`~shardkit.write.publish.publish_manifest`: the
    table first, ``manifest.json`` last.
+
+The driver holds no per-shard column in memory for a folder's first index:
+the listing, each shard's result and the table being written live in files
+in a temporary folder inside the index's folder (``.shardkit-index-*``,
+removed at the end), read and written a chunk at a time, so its memory
+stays flat in the number of shards (what grows is the mapped table it
+returns: page cache, shared with every reader). A list or pattern of
+shards is held as one bytes array (like the list itself), and a rerun holds
+the previous run's shard and index names as bytes arrays; the previous
+table's other columns are mapped, not copied.
 
 Without ``out`` the manifest, table and offset indexes go beside the shards
 (SOURCE must be a local, writable folder): the folder becomes a shardkit
@@ -420,13 +432,14 @@ def index_dataset(
         with ShardResults(os.path.join(work, "results"), listing.num_shards) as results:
             num_kept = _keep_unchanged(results, listing, previous)
             run = _index_changed(results, listing, previous, target, options, progress)
-            extensions = previous.extensions if previous is not None else ()
+            # the fields of the entries kept from the previous run
+            kept = set(previous.extensions) if previous is not None and num_kept + run.num_unchanged else set()
             if previous is not None:
                 previous = previous.names_only()  # the previous table's pages go before the new table's come
             table, versions_file = _write_table(results, listing, target, work)
             manifest = Manifest.from_table(
                 table,
-                extensions=tuple(sorted(run.extensions | (set(extensions) if num_kept else set()))),
+                extensions=tuple(sorted(run.extensions | kept)),
                 source={"format": INDEX_SOURCE_FORMAT, "path": redact_url(listing.base)},
                 skipped=tuple(
                     [SkippedInput(path=name, reason=reason) for name, reason in listing.left_out]

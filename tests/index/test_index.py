@@ -294,6 +294,7 @@ def test_http_rerun_reads_a_shard_again_when_its_etag_or_last_modified_changes(t
     assert index_dataset(url, out=out, options=ONE).num_indexed == 5
     again = index_dataset(url, out=out, options=ONE)
     assert again.num_unchanged == 5 and again.num_indexed == 0
+    assert again.manifest.extensions == ("cls", "jpg", "json")  # kept with the entries
     # shard 1 rewritten in place: the same size, its first sample's payload reversed
     old = http_server.objects[paths[1]]
     first = list(wds_samples([shards[1]]).values())[0]["jpg"]
