@@ -132,6 +132,52 @@ def numbered(names: np.ndarray | Iterable[np.ndarray]) -> Naming | None:
     return naming
 
 
+class NumberedNames:
+    """The names one pattern of a :class:`Naming` gives rows ``0..n-1``,
+    made only for the rows asked for (no array of all of them): a previous
+    run's shard or index names when its table stores none.
+
+    Args:
+        pattern: ``naming.shard`` or ``naming.index`` (``HEAD{:0Nd}TAIL``).
+        length: Rows.
+    """
+
+    def __init__(self, pattern: str, length: int):
+        head, rest = pattern.split("{:0", 1)
+        self._head, self._tail = head.encode(), rest.split("}", 1)[1].encode()
+        self._width = int(rest.split("d}", 1)[0])
+        self._length = length
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        """The names of ``rows`` (positions, or a mask)."""
+        rows = np.asarray(rows)
+        if rows.dtype == bool:
+            rows = np.flatnonzero(rows)
+        if len(rows) == 0:
+            return np.zeros(0, dtype="S1")
+        digits = np.char.zfill(rows.astype(f"S{max(self._width, len(str(max(self._length - 1, 0))))}"), self._width)
+        return np.char.add(np.char.add(self._head, digits), self._tail)
+
+    def rows_of(self, names: np.ndarray) -> np.ndarray:
+        """Each name's row, or -1 (a name this pattern does not make for a row)."""
+        n, digits_at = len(names), len(self._head)
+        size = digits_at + self._width + len(self._tail)
+        rows = np.full(n, -1, dtype=np.int64)
+        if n == 0 or names.dtype.itemsize < size:
+            return rows
+        cells = np.ascontiguousarray(names).view(np.uint8).reshape(n, names.dtype.itemsize)
+        digits = cells[:, digits_at : digits_at + self._width].astype(np.int64) - ord("0")
+        fits = (np.char.str_len(names) == size) & ((digits >= 0) & (digits <= 9)).all(axis=1)
+        fits &= np.char.startswith(names, self._head) & np.char.endswith(names, self._tail)
+        numbers = digits @ (10 ** np.arange(self._width - 1, -1, -1, dtype=np.int64))
+        fits &= numbers < self._length
+        rows[fits] = numbers[fits]
+        return rows
+
+
 def count_compressed(names: np.ndarray, compressed: np.ndarray) -> int:
     """Compressed shards: found so this run, or named so (kept from a previous run)."""
     if len(names) == 0:

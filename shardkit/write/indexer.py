@@ -80,6 +80,7 @@ from shardkit.write.index_columns import (
     CHUNK_ROWS,
     INDEXED,
     KEPT,
+    NumberedNames,
     RECORD,
     SKIPPED,
     TO_READ,
@@ -184,18 +185,20 @@ def versions_name(table_file: str) -> str:
 
 @dataclass(frozen=True)
 class _Previous:
-    """The previous run's entries, sorted by name for lookups."""
+    """The previous run's entries, sorted by name for lookups (or numbered)."""
 
-    names: np.ndarray
+    names: np.ndarray | NumberedNames
     counts: np.ndarray
     sizes: np.ndarray
     sha256: np.ndarray
     versions: np.ndarray
-    index_names: np.ndarray
+    index_names: np.ndarray | NumberedNames
     extensions: tuple[str, ...]
 
     def match(self, names: np.ndarray) -> np.ndarray:
         """Each name's row here, or -1."""
+        if isinstance(self.names, NumberedNames):
+            return self.names.rows_of(names)
         if len(self.names) == 0 or len(names) == 0:
             return np.full(len(names), -1, dtype=np.int64)
         width = max(self.names.dtype.itemsize, names.dtype.itemsize)
@@ -263,8 +266,11 @@ def _previous(target: str, base: str, out: str | None, options: SourceOptions) -
             path=where,
         )
     table = manifest.table
-    if table.naming is not None:
-        names, index_names = naming_names(table.naming, table.num_shards)
+    names: np.ndarray | NumberedNames
+    index_names: np.ndarray | NumberedNames
+    if table.naming is not None:  # names made for the rows looked up, from their numbers
+        names = NumberedNames(table.naming.shard, table.num_shards)
+        index_names = NumberedNames(table.naming.index, table.num_shards)
     else:
         names = _names_of(table._columns["path_offsets"], table._columns["path_bytes"])
         index_names = _names_of(table._columns["index_offsets"], table._columns["index_bytes"])
@@ -279,10 +285,11 @@ def _previous(target: str, base: str, out: str | None, options: SourceOptions) -
             pass  # no sidecar: every shard is read again
     columns = (names, np.asarray(table.counts), np.asarray(table.num_bytes), np.asarray(table.sha256), versions,
                index_names)
-    if len(names) > 1 and not (names[1:] >= names[:-1]).all():  # a list's order: sorted copies for lookups
+    if isinstance(names, np.ndarray) and len(names) > 1 and not (names[1:] >= names[:-1]).all():
+        # a list's order: sorted copies for lookups
         order = np.argsort(names, kind="stable")
         columns = tuple(column[order] for column in columns)
-    # else (a folder's, a numbered listing's order) the table's and the sidecar's mapped columns as they are
+    # else (a folder's order, numbered names) the table's and the sidecar's mapped columns as they are
     return _Previous(*columns, extensions=tuple(manifest.extensions))
 
 

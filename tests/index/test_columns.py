@@ -13,6 +13,7 @@ from shardkit.format.table import Naming, build_table, open_table
 from shardkit.write.index_columns import (
     INDEXED,
     RECORD,
+    NumberedNames,
     SKIPPED,
     ShardResults,
     published,
@@ -184,3 +185,21 @@ def test_listing_a_folder_memory_is_flat_in_the_number_of_shards(tmp_path, monke
     listing.close()
     assert listing.num_shards == n
     assert peak < 700_000, f"listing peaked at {peak} bytes for {n} shards"
+
+
+def test_a_numbered_previous_run_is_matched_without_an_array_of_its_names():
+    naming = Naming(shard="part-{:05d}.tar", index="part-{:05d}.idx")
+    shards, indexes = naming_names(naming, N)
+    names = NumberedNames(naming.shard, N)
+    assert len(names) == N and np.array_equal(names[np.arange(N)], shards)
+    assert np.array_equal(NumberedNames(naming.index, N)[np.array([0, N - 1])], indexes[[0, N - 1]])
+    mask = np.zeros(N, dtype=bool)
+    mask[[3, 77]] = True
+    assert list(names[mask]) == [b"part-00003.tar", b"part-00077.tar"]
+    asked = np.array([b"part-00042.tar", b"part-99999.tar", b"part-0042.tar", b"part-00042.tar.gz", b"x/part-00001.tar",
+                      b"part-0004a.tar", b"part-00000.tar", b"Part-00001.tar"])
+    assert list(names.rows_of(asked)) == [42, N - 1, -1, -1, -1, -1, 0, -1]
+    assert list(NumberedNames(naming.shard, 50).rows_of(asked[:2])) == [42, -1]  # past the table's rows
+    previous = _Previous(names, np.arange(N), np.zeros(N, np.int64), np.zeros((N, 32), np.uint8),
+                         np.zeros(N, np.int64), NumberedNames(naming.index, N), ())
+    assert list(previous.match(shards[[5, 6]])) == [5, 6]
