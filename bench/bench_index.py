@@ -401,15 +401,19 @@ def _from(record: dict, section: str) -> str:
 
 
 def render(record: dict) -> str:
-    lines = ["# `shardkit index` vs `widsindex` vs resharding\n"]
+    lines = [
+        "# `shardkit index` vs `widsindex` vs resharding\n",
+        f"Run at commit {record['commit']} (1-minute load average before: {record.get('load_average_1min_before', '?')};"
+        " sections marked as kept come from an earlier run).\n",
+    ]
     real = record.get("real")
     if real:
         lines += [
             f"{real['shards']} webdataset.ShardWriter shards, {real['samples']} samples of "
             f"{real['payload_bytes']:,}-byte JPEG-size payloads, {real['bytes'] / 1e6:.0f} MB, local disk; cold: the "
             "shards' pages evicted from the page cache before the run (posix_fadvise DONTNEED on these files only), "
-            f"hot: in the page cache. {record['machine']['cpus']} cores (shared), commit {record['commit']}"
-            f"{_from(record, 'real')}; 'vs cat' compares with `cat` at the same temperature.\n",
+            f"hot: in the page cache. {record['machine']['cpus']} cores (shared); 'vs cat' compares with `cat` at "
+            f"the same temperature{_from(record, 'real')}.\n",
             "| run | seconds | shards/s | GB/s | GB/s per worker | vs cat | driver peak RSS |",
             "|---|---|---|---|---|---|---|",
         ]
