@@ -281,56 +281,6 @@ def encode_columns(arrays: Sequence[np.ndarray]) -> bytes:
     return out.getvalue()
 
 
-class ColumnWriter:
-    """Writes a table file's columns one piece at a time, as
-    :func:`encode_columns` lays them out (the same bytes), hashing as it goes:
-    a table of any size written in constant memory.
-
-    Call :meth:`begin` with each column's dtype and shape, then :meth:`add`
-    its values (in order, any number of pieces), then :meth:`finish`.
-    """
-
-    def __init__(self, f: Any):
-        self._f = f
-        self._digest = hashlib.sha256()
-        self.size = 0
-        self._left = 0
-
-    def _write(self, data: bytes | memoryview) -> None:
-        self._f.write(data)
-        self._digest.update(data)
-        self.size += len(data)
-
-    def begin(self, dtype: np.dtype, shape: tuple[int, ...]) -> None:
-        """Start a column (after the previous one got all its values)."""
-        self._pad()
-        header = io.BytesIO()
-        fields = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": shape}
-        np.lib.format.write_array_header_1_0(header, fields)
-        self._write(header.getvalue())
-        self._dtype = np.dtype(dtype)
-        self._left = int(np.prod(shape, dtype=np.int64)) * self._dtype.itemsize
-
-    def add(self, values: np.ndarray) -> None:
-        """The column's next values (C order)."""
-        data = memoryview(np.ascontiguousarray(values, dtype=self._dtype)).cast("B")
-        if len(data) > self._left:
-            raise ValueError(f"{len(data)} bytes more for a column that takes {self._left} more")
-        self._left -= len(data)
-        self._write(data)
-
-    def _pad(self) -> None:
-        if self._left:
-            raise ValueError(f"the column still takes {self._left} bytes")
-        if self.size % ALIGN:
-            self._write(b"\0" * (_align(self.size) - self.size))
-
-    def finish(self) -> str:
-        """Pad the last column; returns the file's hex SHA-256."""
-        self._pad()
-        return self._digest.hexdigest()
-
-
 def _strings_to_columns(strings: Iterable[str] | np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(strings, np.ndarray) and strings.dtype.kind == "S":
         return bytes_array_columns(strings, n)

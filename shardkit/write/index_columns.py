@@ -6,7 +6,7 @@ state, sample count, size, version and SHA-256) goes into
 :class:`ShardResults`, one fixed-size record per shard in a file in the
 index's temporary folder, written where the shard's row is as results come
 back. The shard table and the versions sidecar are then written from that
-file :data:`CHUNK_ROWS` rows at a time (:class:`~shardkit.format.table.ColumnWriter`):
+file :data:`CHUNK_ROWS` rows at a time (:class:`~shardkit.format.table_writer.ColumnWriter`):
 the driver's memory does not grow with the number of shards.
 """
 
@@ -21,7 +21,8 @@ import numpy as np
 
 from shardkit.format.compression import SHARD_SUFFIXES
 from shardkit.format.index import INDEX_SUFFIX
-from shardkit.format.table import ColumnWriter, Naming, bytes_array_columns
+from shardkit.format.table import Naming, bytes_array_columns
+from shardkit.format.table_writer import ColumnWriter
 
 #: A shard's row in the results file.
 RECORD = np.dtype(

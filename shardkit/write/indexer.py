@@ -59,28 +59,18 @@ from typing import Any
 
 import numpy as np
 
-from shardkit.errors import DestinationError, ShardkitError, UsageError
+from shardkit.errors import ShardkitError, UsageError
 from shardkit.format.location import resolve_inside
-from shardkit.format.manifest import MANIFEST_NAME, Manifest, SkippedInput
-from shardkit.format.table import (
-    TABLE_NAME,
-    TABLE_SUFFIX,
-    Naming,
-    ShardTable,
-    decode_table,
-    open_table,
-    table_name,
-)
+from shardkit.format.manifest import Manifest, SkippedInput
+from shardkit.format.table import ShardTable, decode_table, open_table, table_name
 from shardkit.io.atomic import commit, remove_quietly
 from shardkit.io.base import SourceOptions
-from shardkit.io.manifest import fetch_manifest
 from shardkit.io.registry import open_destination
 from shardkit.io.urls import is_local, local_path, redact_url
 from shardkit.write.index_columns import (
     CHUNK_ROWS,
     INDEXED,
     KEPT,
-    NumberedNames,
     RECORD,
     SKIPPED,
     TO_READ,
@@ -92,16 +82,19 @@ from shardkit.write.index_columns import (
     write_table,
     write_versions,
 )
+from shardkit.write.index_previous import (
+    INDEX_SOURCE_FORMAT,
+    VERSIONS_SUFFIX,
+    PreviousRun,
+    load_previous,
+    versions_name,
+)
 from shardkit.write.index_shard import IndexResult, IndexTask, index_shard, index_shards
-from shardkit.write.index_source import ShardListing, join, list_shards
+from shardkit.write.index_source import ShardListing, list_shards
 from shardkit.write.publish import publish_manifest
 
 logger = logging.getLogger(__name__)
 
-#: ``manifest.source["format"]`` of a dataset ``shardkit index`` wrote.
-INDEX_SOURCE_FORMAT = "index"
-#: Suffix of the per-shard versions sidecar (replaces the table's ``.table``).
-VERSIONS_SUFFIX = ".versions.npy"
 ENGINES = ("local", "ray")
 #: Tasks in flight per worker (enough that no worker waits for the driver).
 _IN_FLIGHT_PER_WORKER = 4
@@ -162,135 +155,6 @@ class IndexReport:
     bytes_read: int
     seconds: float
     skipped: tuple[SkippedInput, ...] = ()
-
-
-def naming_names(naming: Naming, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The shard and index names a :class:`Naming` gives ``n`` shards, as arrays."""
-    out = []
-    for pattern in (naming.shard, naming.index):
-        head, rest = pattern.split("{:0", 1)
-        width, tail = int(rest[0]), rest.split("}", 1)[1]
-        digits = np.char.zfill(np.arange(n).astype(f"S{max(width, len(str(max(n - 1, 0))))}"), width)
-        out.append(np.char.add(np.char.add(head.encode(), digits), tail.encode()))
-    return out[0], out[1]
-
-
-def versions_name(table_file: str) -> str:
-    """The versions sidecar of a table file name."""
-    return table_file[: -len(TABLE_SUFFIX)] + VERSIONS_SUFFIX
-
-
-# ------------------------------------------------------------- previous run
-
-
-@dataclass(frozen=True)
-class _Previous:
-    """The previous run's entries, sorted by name for lookups (or numbered)."""
-
-    names: np.ndarray | NumberedNames
-    counts: np.ndarray
-    sizes: np.ndarray
-    sha256: np.ndarray
-    versions: np.ndarray
-    index_names: np.ndarray | NumberedNames
-    extensions: tuple[str, ...]
-
-    def match(self, names: np.ndarray) -> np.ndarray:
-        """Each name's row here, or -1."""
-        if isinstance(self.names, NumberedNames):
-            return self.names.rows_of(names)
-        if len(self.names) == 0 or len(names) == 0:
-            return np.full(len(names), -1, dtype=np.int64)
-        width = max(self.names.dtype.itemsize, names.dtype.itemsize)
-        mine, theirs = self.names.astype(f"S{width}", copy=False), names.astype(f"S{width}", copy=False)
-        rows = np.minimum(np.searchsorted(mine, theirs), len(mine) - 1)
-        return np.where(mine[rows] == theirs, rows, -1).astype(np.int64)
-
-    def names_only(self) -> _Previous:
-        """Without the columns mapped from the previous table (which is then unmapped)."""
-        empty = np.zeros(0, dtype=np.int64)
-        return _Previous(self.names, empty, empty, empty, empty, self.index_names, self.extensions)
-
-
-def _names_of(offsets: np.ndarray, blob: np.ndarray) -> np.ndarray:
-    """A table's path column as a fixed-width bytes array (one copy, no Python string per path)."""
-    n = len(offsets) - 1
-    lengths = np.diff(offsets)
-    width = max(int(lengths.max()) if n else 1, 1)
-    cells = np.zeros((n, width), dtype=np.uint8)
-    columns = np.arange(width)[None, :]
-    mask = columns < lengths[:, None]
-    cells[mask] = blob
-    return cells.view(f"S{width}").reshape(n)
-
-
-def _same_dataset(manifest: Manifest, base: str, out: str | None) -> bool:
-    if manifest.source.get("format") != INDEX_SOURCE_FORMAT:
-        return False
-    if out is None:
-        return manifest.shards_base is None
-    return manifest.shards_base is not None and manifest.shards_base.rstrip("/") == base.rstrip("/")
-
-
-def _previous(target: str, base: str, out: str | None, options: SourceOptions) -> _Previous | None:
-    """The previous index in ``target``, or None; refuses another dataset's."""
-    where = redact_url(target)
-    local = local_path(target) if is_local(target) else None
-    if local is not None and not os.path.exists(os.path.join(local, MANIFEST_NAME)):
-        stray = [n for n in os.listdir(local) if TABLE_NAME.match(n)] if os.path.isdir(local) else []
-        if stray:
-            raise DestinationError(
-                f"{where}: holds a shard table ({stray[0]}) but no manifest.json; it is another dataset's or a "
-                "broken one. Index into an empty --out folder, or remove it",
-                path=where,
-            )
-        return None
-    try:
-        manifest = fetch_manifest(target, options=options)
-    except ShardkitError:
-        if local is not None:
-            raise DestinationError(
-                f"{where}: holds a manifest.json that is not a valid shardkit manifest; index into an empty --out "
-                "folder, or remove it",
-                path=where,
-            ) from None
-        return None  # a remote folder without a manifest
-    if not _same_dataset(manifest, base, out):
-        if manifest.source.get("format") == INDEX_SOURCE_FORMAT:
-            what = f"an index of {redact_url(str(manifest.shards_base or manifest.source.get('path')))}"
-        else:
-            what = "a dataset written by `shardkit write`"
-        raise DestinationError(
-            f"{where}: already holds another dataset's manifest and shard table ({what}); "
-            "pass an empty --out folder (or that dataset's own SOURCE)",
-            path=where,
-        )
-    table = manifest.table
-    names: np.ndarray | NumberedNames
-    index_names: np.ndarray | NumberedNames
-    if table.naming is not None:  # names made for the rows looked up, from their numbers
-        names = NumberedNames(table.naming.shard, table.num_shards)
-        index_names = NumberedNames(table.naming.index, table.num_shards)
-    else:
-        names = _names_of(table._columns["path_offsets"], table._columns["path_bytes"])
-        index_names = _names_of(table._columns["index_offsets"], table._columns["index_bytes"])
-    versions = np.full(table.num_shards, -1, dtype=np.int64)
-    if local is not None and table.file is not None:
-        try:
-            stored = np.load(os.path.join(local, versions_name(os.path.basename(table.file))), mmap_mode="r",
-                             allow_pickle=False)
-            if stored.shape == versions.shape and stored.dtype == versions.dtype:
-                versions = stored
-        except (OSError, ValueError):
-            pass  # no sidecar: every shard is read again
-    columns = (names, np.asarray(table.counts), np.asarray(table.num_bytes), np.asarray(table.sha256), versions,
-               index_names)
-    if isinstance(names, np.ndarray) and len(names) > 1 and not (names[1:] >= names[:-1]).all():
-        # a list's order: sorted copies for lookups
-        order = np.argsort(names, kind="stable")
-        columns = tuple(column[order] for column in columns)
-    # else (a folder's order, numbered names) the table's and the sidecar's mapped columns as they are
-    return _Previous(*columns, extensions=tuple(manifest.extensions))
 
 
 # ------------------------------------------------------------------ running
@@ -433,7 +297,7 @@ def index_dataset(
         target = _target(listing, out)
         if is_local(target):
             os.makedirs(target, exist_ok=True)
-        previous = _previous(target, listing.base, out, options.source)
+        previous = load_previous(target, listing.base, out, options.source)
         if previous is not None and len(previous.names) == 0:
             previous = None
         with ShardResults(os.path.join(work, "results"), listing.num_shards) as results:
@@ -505,7 +369,7 @@ def _work_parent(source: str | Sequence[str], out: str | None) -> str | None:
     return None
 
 
-def _keep_unchanged(results: ShardResults, listing: ShardListing, previous: _Previous | None) -> int:
+def _keep_unchanged(results: ShardResults, listing: ShardListing, previous: PreviousRun | None) -> int:
     """Mark the shards the previous run indexed and that have not changed
     since (same size, version and index name) as kept; returns how many."""
     if previous is None:
@@ -541,7 +405,7 @@ class _Run:
 
 
 def _tasks(
-    results: ShardResults, listing: ShardListing, previous: _Previous | None, target: str
+    results: ShardResults, listing: ShardListing, previous: PreviousRun | None, target: str
 ) -> Iterator[IndexTask]:
     """A task per shard still to read, drawn from the results file a chunk at a time."""
     for start, records in results.chunks():
@@ -570,7 +434,7 @@ def _tasks(
 def _index_changed(
     results: ShardResults,
     listing: ShardListing,
-    previous: _Previous | None,
+    previous: PreviousRun | None,
     target: str,
     options: IndexOptions,
     progress: Callable[[IndexResult], None] | None,
@@ -667,7 +531,7 @@ def _publish(target: str, manifest: Manifest, versions_file: str, options: Sourc
         publish_manifest(destination, manifest, table_in_place=True)
 
 
-def _remove_dropped(target: str, previous: _Previous, results: ShardResults, listing: ShardListing) -> int:
+def _remove_dropped(target: str, previous: PreviousRun, results: ShardResults, listing: ShardListing) -> int:
     """Remove the offset indexes of the previous run's shards that are not
     in the table now, under the same index name (locally); return how many went."""
     here = np.zeros(len(previous.names), dtype=bool)

@@ -21,7 +21,8 @@ from shardkit.write.index_columns import (
     write_versions,
 )
 from shardkit.write.index_source import list_shards
-from shardkit.write.indexer import _names_of, _Previous, index_name_for, naming_names, numbered
+from shardkit.write.index_columns import index_name_for, numbered
+from shardkit.write.index_previous import PreviousRun, names_of
 
 N = 100_000
 
@@ -31,15 +32,15 @@ def test_paths_from_a_bytes_array_round_trip_through_the_table():
     table = build_table(np.ones(N), np.ones(N), np.zeros((N, 32), np.uint8), paths=names,
                         index_paths=index_name_for(names), naming=None)
     assert table.path(0) == "part-0/ü000000.tar" and table.index_path(N - 1) == f"part-{(N - 1) % 7}/ü{N - 1:06d}.idx"
-    assert np.array_equal(_names_of(table._columns["path_offsets"], table._columns["path_bytes"]), names)
+    assert np.array_equal(names_of(table._columns["path_offsets"], table._columns["path_bytes"]), names)
 
 
 def test_numbered_shards_get_a_naming_pattern_and_others_do_not():
     names = np.array([f"{i:05d}.tar".encode() for i in range(N)])
     naming = numbered(names)
     assert naming is not None and naming.shard == "{:05d}.tar" and naming.index == "{:05d}.idx"
-    shards, indexes = naming_names(naming, N)
-    assert np.array_equal(shards, names) and indexes[-1] == b"99999.idx"
+    assert np.array_equal(NumberedNames(naming.shard, N)[np.arange(N)], names)
+    assert NumberedNames(naming.index, N)[np.array([N - 1])][0] == b"99999.idx"
     gap = np.delete(names, 500)  # img2dataset leaves a gap where a shard failed
     assert numbered(gap) is None
     assert numbered(np.array([b"00001.tar", b"00002.tar"])) is None
@@ -48,7 +49,7 @@ def test_numbered_shards_get_a_naming_pattern_and_others_do_not():
 
 def test_previous_run_is_matched_by_name_whatever_the_widths():
     old = np.sort(np.array([f"{i:06d}.tar".encode() for i in range(0, N, 2)]))
-    previous = _Previous(old, np.arange(len(old)), np.zeros(len(old), np.int64), np.zeros((len(old), 32), np.uint8),
+    previous = PreviousRun(old, np.arange(len(old)), np.zeros(len(old), np.int64), np.zeros((len(old), 32), np.uint8),
                          np.zeros(len(old), np.int64), index_name_for(old), ())
     now = np.array([f"{i:06d}.tar".encode() for i in range(N)] + [b"a-much-longer-name.tar"])
     rows = previous.match(now)
@@ -189,10 +190,10 @@ def test_listing_a_folder_memory_is_flat_in_the_number_of_shards(tmp_path, monke
 
 def test_a_numbered_previous_run_is_matched_without_an_array_of_its_names():
     naming = Naming(shard="part-{:05d}.tar", index="part-{:05d}.idx")
-    shards, indexes = naming_names(naming, N)
+    shards = np.array([f"part-{i:05d}.tar".encode() for i in range(N)])
     names = NumberedNames(naming.shard, N)
     assert len(names) == N and np.array_equal(names[np.arange(N)], shards)
-    assert np.array_equal(NumberedNames(naming.index, N)[np.array([0, N - 1])], indexes[[0, N - 1]])
+    assert list(NumberedNames(naming.index, N)[np.array([0, N - 1])]) == [b"part-00000.idx", b"part-99999.idx"]
     mask = np.zeros(N, dtype=bool)
     mask[[3, 77]] = True
     assert list(names[mask]) == [b"part-00003.tar", b"part-00077.tar"]
@@ -200,6 +201,6 @@ def test_a_numbered_previous_run_is_matched_without_an_array_of_its_names():
                       b"part-0004a.tar", b"part-00000.tar", b"Part-00001.tar"])
     assert list(names.rows_of(asked)) == [42, N - 1, -1, -1, -1, -1, 0, -1]
     assert list(NumberedNames(naming.shard, 50).rows_of(asked[:2])) == [42, -1]  # past the table's rows
-    previous = _Previous(names, np.arange(N), np.zeros(N, np.int64), np.zeros((N, 32), np.uint8),
+    previous = PreviousRun(names, np.arange(N), np.zeros(N, np.int64), np.zeros((N, 32), np.uint8),
                          np.zeros(N, np.int64), NumberedNames(naming.index, N), ())
     assert list(previous.match(shards[[5, 6]])) == [5, 6]
