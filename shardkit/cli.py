@@ -396,7 +396,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     """Check every shard's size, checksum, tar structure, sample count and offset index."""
     from shardkit.io.base import SourceOptions
     from shardkit.io.manifest import fetch_manifest
-    from shardkit.verify import SkippedEntries, verify_shard
+    from shardkit.verify import SkippedEntries, StreamOnlyShard, verify_shard
 
     from shardkit.config import parse_size
     from shardkit.format.compression import DEFAULT_MAX_MEMBER_BYTES
@@ -411,12 +411,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
         bar = tqdm(total=manifest.num_bytes, unit="B", unit_scale=True, desc="verify", file=sys.stderr)
     samples = 0
     skipped: list[SkippedEntries] = []
+    stream_only: list[StreamOnlyShard] = []
     try:
         for number in range(manifest.num_shards):  # one entry at a time, from the shard table
             entry = manifest.table.entry(number)
             try:
                 samples += verify_shard(
-                    manifest, entry, options=options, number=number, max_member_bytes=limit, skipped=skipped
+                    manifest, entry, options=options, number=number, max_member_bytes=limit, skipped=skipped,
+                    stream_only=stream_only,
                 )
             except VerifyError as exc:
                 print(f"FAILED: {shown(exc)}", file=sys.stderr)
@@ -426,10 +428,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
-    for item in skipped:
+    for item in [*skipped, *stream_only]:
         print(f"WARNING: {shown(item.warning())}", file=sys.stderr)
     entries = sum(item.count for item in skipped)
     note = f" ({entries} entries that belong to no sample skipped in {len(skipped)} shards)" if skipped else ""
+    if stream_only:
+        note += f" ({len(stream_only)} compressed shards stream-only: no offset index to check)"
     print(f"OK: {manifest.num_shards} shards, {samples} samples, {_human_bytes(manifest.num_bytes)} verified{note}")
     return EXIT_OK
 

@@ -15,11 +15,19 @@ Entries that belong to no sample (directories, links, files without a
 ``KEY.EXT`` name such as ``README``; see :mod:`shardkit.format.tar`) are
 skipped by every reader, as webdataset skips them: verify counts them per
 shard and reports them as warnings, not failures.
+
+A compressed shard (gzip or zstd, found by its first bytes, as the readers
+find it: ``shardkit index`` counts such shards and writes them no offset
+index) is stream-only: verify checks its size and SHA-256, inflates it piece
+by piece and parses it to the end, and checks its sample count; it has no
+offset index or per-sample checksums to compare, which verify reports as a
+warning, not a failure.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +35,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardkit.errors import CorruptShardError, ManifestError, MemberTooLargeError, VerifyError
-from shardkit.format.compression import DEFAULT_MAX_MEMBER_BYTES, iter_decompressed, member_compression
+from shardkit.format.compression import (
+    DEFAULT_MAX_MEMBER_BYTES,
+    MAGIC_BYTES,
+    ChunkDecompressor,
+    detect_compression,
+    iter_decompressed,
+    member_compression,
+)
 from shardkit.format.index import OffsetIndex
 from shardkit.format.manifest import Manifest, ShardEntry
 from shardkit.format.tar import RawSample, SampleParser
@@ -49,7 +64,9 @@ class VerifyReport:
         num_entries_skipped: Tar entries that belong to no sample
             (directories, links, files without a ``KEY.EXT`` name), summed
             over the shards; the readers skip them.
-        warnings: One line per shard holding such entries.
+        num_stream_only: Compressed shards, checked without an offset index.
+        warnings: One line per shard holding such entries, and per
+            compressed shard.
     """
 
     manifest: Manifest
@@ -57,6 +74,22 @@ class VerifyReport:
     num_samples_checked: int
     num_entries_skipped: int = 0
     warnings: tuple[str, ...] = ()
+    num_stream_only: int = 0
+
+
+@dataclass(frozen=True)
+class StreamOnlyShard:
+    """A compressed shard: checked whole, without an offset index."""
+
+    path: str
+    kind: str
+
+    def warning(self) -> str:
+        """The line verify reports for the shard."""
+        return (
+            f"{self.path}: {self.kind}-compressed, stream-only: size, SHA-256, tar structure and sample count "
+            "checked; no offset index or per-sample checksums to check (readers read it whole, shard by shard)"
+        )
 
 
 @dataclass(frozen=True)
@@ -139,6 +172,7 @@ def verify_shard(
     number: int | None = None,
     max_member_bytes: int | None = DEFAULT_MAX_MEMBER_BYTES,
     skipped: list[SkippedEntries] | None = None,
+    stream_only: list[StreamOnlyShard] | None = None,
 ) -> int:
     """Check one shard; return its sample count.
 
@@ -152,6 +186,8 @@ def verify_shard(
             (default 256 MiB, the readers' default; None: no limit).
         skipped: Where to add the shard's :class:`SkippedEntries` when it
             holds entries that belong to no sample.
+        stream_only: Where to add a :class:`StreamOnlyShard` when the shard
+            is compressed (checked without an offset index).
 
     Raises:
         VerifyError: naming the shard and what is wrong with it.
@@ -164,7 +200,8 @@ def verify_shard(
     if is_local(path) and not os.path.lexists(local_path(path)):
         raise VerifyError(f"{path}: shard listed in the manifest is missing", path=path)
     index_path = manifest.resolve(entry.index, allowed_prefixes=allowed, what=f"{shard} index")
-    index = _load_index(path, index_path, entry, options)
+    index: OffsetIndex | None = None
+    decompressor: ChunkDecompressor | None = None
     digest = hashlib.sha256()
     parser = SampleParser(path=path)
     bounds = [0]
@@ -172,19 +209,31 @@ def verify_shard(
     check = manifest.member_compression is not None
 
     def take(samples: list[RawSample]) -> None:
-        _check_sums(path, index, len(bounds) - 1, samples)
+        if index is not None:
+            _check_sums(path, index, len(bounds) - 1, samples)
         bounds.extend(s.end for s in (_check_members(path, samples, max_member_bytes) if check else samples))
 
     try:
         # No expected size: the bytes are counted and compared below, with the checksum.
-        for chunk in open_source(path, options=options).iter_range(0, None, chunk_bytes=HASH_CHUNK_BYTES):
+        chunks = open_source(path, options=options).iter_range(0, None, chunk_bytes=HASH_CHUNK_BYTES)
+        first = next(chunks, b"")
+        kind = detect_compression(first[:MAGIC_BYTES]) if len(first) >= MAGIC_BYTES else None
+        if kind is None:
+            index = _load_index(path, index_path, entry, options)
+        else:
+            decompressor = ChunkDecompressor(kind, path=path)
+            parser = SampleParser(path=path, offset_name="uncompressed byte")
+        for chunk in itertools.chain([first], chunks):
             size += len(chunk)
             digest.update(chunk)
-            take(parser.feed(chunk))
+            for piece in [chunk] if decompressor is None else decompressor.pieces(chunk):
+                take(parser.feed(piece))
         if size != entry.num_bytes:
             raise VerifyError(
                 f"{path}: size is {size} bytes, manifest says {entry.num_bytes} (truncated or replaced?)", path=path
             )
+        if decompressor is not None:
+            decompressor.finish()
         take(parser.finish())
     except CorruptShardError as exc:
         raise VerifyError(f"{path}: does not parse as a tar shard: {exc}", path=path) from exc
@@ -195,7 +244,10 @@ def verify_shard(
     count = len(bounds) - 1
     if count != entry.num_samples:
         raise VerifyError(f"{path}: holds {count} samples, manifest says {entry.num_samples}", path=path)
-    if len(index.bounds) != len(bounds) or not np.array_equal(np.asarray(index.bounds), np.asarray(bounds, dtype=index.bounds.dtype)):
+    if index is None:
+        if stream_only is not None:
+            stream_only.append(StreamOnlyShard(path, decompressor.kind if decompressor is not None else "?"))
+    elif len(index.bounds) != len(bounds) or not np.array_equal(np.asarray(index.bounds), np.asarray(bounds, dtype=index.bounds.dtype)):
         raise VerifyError(
             f"{index_path}: offset index does not match the sample boundaries of {entry.path}", path=index_path
         )
@@ -228,10 +280,12 @@ def verify_dataset(
     manifest = fetch_manifest(path, options=options)
     samples = 0
     skipped: list[SkippedEntries] = []
+    stream_only: list[StreamOnlyShard] = []
     for number in range(manifest.num_shards):  # one entry at a time, from the shard table
         entry = manifest.table.entry(number)
         samples += verify_shard(
-            manifest, entry, options=options, number=number, max_member_bytes=max_member_bytes, skipped=skipped
+            manifest, entry, options=options, number=number, max_member_bytes=max_member_bytes, skipped=skipped,
+            stream_only=stream_only,
         )
         if progress is not None:
             progress(entry)
@@ -240,5 +294,6 @@ def verify_dataset(
         num_shards_checked=manifest.num_shards,
         num_samples_checked=samples,
         num_entries_skipped=sum(s.count for s in skipped),
-        warnings=tuple(s.warning() for s in skipped),
+        warnings=tuple(s.warning() for s in [*skipped, *stream_only]),
+        num_stream_only=len(stream_only),
     )

@@ -164,7 +164,11 @@ class ShardTable:
         self.file = file
         self._columns = columns
         self._keep = keep  # the mmap or bytes the arrays view
-        self._encoded: bytes | None = keep if isinstance(keep, bytes) else None
+        # A table decoded from bytes, or mapped from its file, encodes as
+        # those bytes (no copy of a mapped file: hashing or writing it reads
+        # the file's pages).
+        self._encoded: bytes | mmap.mmap | None = keep if isinstance(keep, (bytes, mmap.mmap)) else None
+        self._sha256: str | None = None
         self._size = len(keep) if keep is not None else None
         #: How a receiver gets this table again when it is pickled, if not
         #: by mapping ``file`` (a table fetched from a remote dataset: fetch
@@ -228,8 +232,9 @@ class ShardTable:
             digest.update(f"{self.path(i)}\0{self.sha256_hex(i)}\0{int(self.counts[i])}\n".encode())
         return digest.hexdigest()
 
-    def encode(self) -> bytes:
-        """The table file's bytes (the same for the same columns)."""
+    def encode(self) -> bytes | mmap.mmap:
+        """The table file's bytes (the same for the same columns; a mapped
+        table's file as it is, a read-only buffer)."""
         if self._encoded is None:
             names = _NUMERIC if self.naming is not None else _NUMERIC + _STRINGS
             self._encoded = encode_columns([self._columns[name] for name in names])
@@ -237,7 +242,9 @@ class ShardTable:
 
     def file_sha256(self) -> str:
         """Hex SHA-256 of :meth:`encode`."""
-        return hashlib.sha256(self.encode()).hexdigest()
+        if self._sha256 is None:
+            self._sha256 = hashlib.sha256(self.encode()).hexdigest()
+        return self._sha256
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self.reopen is not None:
@@ -572,7 +579,9 @@ def open_table(
         _check_columns(columns, naming)
     except _Bad as exc:
         raise ManifestError(f"{file}: damaged shard table: {exc}; {TABLE_ADVICE}", path=file) from None
-    return ShardTable(columns, naming, file=file, keep=mapped)
+    table = ShardTable(columns, naming, file=file, keep=mapped)
+    table._sha256 = expected_sha256  # checked above (None: hashed when asked)
+    return table
 
 
 def check_totals(table: ShardTable, *, num_shards: int, num_samples: int, num_bytes: int, where: str) -> None:

@@ -102,6 +102,12 @@ def _warn_skipped(path: str, name: str, offset: int) -> None:
     )
 
 
+def field_name(stored_ext: str) -> str:
+    """The field a member's stored extension becomes: lower-cased, as
+    webdataset and Hugging Face read it (``KEY.JPG`` -> ``jpg``)."""
+    return stored_ext.lower()
+
+
 def split_key(name: str) -> tuple[str, str] | None:
     """Split a member name into ``(key, extension)`` by webdataset's rule.
 
@@ -542,7 +548,7 @@ class SampleParser:
                     _warn_skipped(self.path, name, member_start)
                 continue
             key, stored_ext = parts
-            ext = stored_ext.lower()
+            ext = field_name(stored_ext)
             self._stray = None
             if key != self._key:
                 out.extend(self._flush())

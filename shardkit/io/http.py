@@ -143,6 +143,9 @@ class HttpFetcher:
         self._retries = urllib3.Retry(
             total=None, connect=0, read=0, status=0, other=0, redirect=0, raise_on_status=False
         )
+        #: The object's ``ETag`` (or, without one, its ``Last-Modified``) as
+        #: the last :meth:`size` answer gave it; None when it gave neither.
+        self.validator: str | None = None
 
     def _send(self, method: str, url: str, headers: dict[str, str]) -> urllib3.BaseHTTPResponse:
         if self._authorization is not None and url_origin(url) == self._origin:
@@ -235,6 +238,8 @@ class HttpFetcher:
                 return 0
             raise
         try:
+            etag, modified = response.headers.get("ETag"), response.headers.get("Last-Modified")
+            self.validator = f"etag:{etag}" if etag else f"modified:{modified}" if modified else None
             if response.status == 206:
                 match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
                 if match is not None and match.group(3) != "*":

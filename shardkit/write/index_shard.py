@@ -32,6 +32,7 @@ from shardkit.format.tar import SampleParser, sample_checksum
 from shardkit.io.base import SourceOptions
 from shardkit.io.registry import open_destination, open_source
 from shardkit.io.urls import is_local, local_path, redact_url
+from shardkit.write.index_source import etag_version
 
 #: Bytes read at a time from a local shard. Reads this small let the
 #: kernel's read-ahead fetch the next ones while a chunk is hashed and
@@ -53,7 +54,9 @@ class IndexTask:
         index_dest: The folder (path or URL) that receives offset indexes.
         known_size: The size of the previous run's entry, or -1: a remote
             shard of that size is taken as unchanged without being read
-            (its listing gave no version to compare).
+            (its listing gave no version to compare), if its version agrees.
+        known_version: The previous run's version of a remote shard (a hash
+            of its ETag or Last-Modified), or -1: then the size alone decides.
     """
 
     number: int
@@ -61,6 +64,7 @@ class IndexTask:
     index_name: str
     index_dest: str
     known_size: int = -1
+    known_version: int = -1
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,8 @@ class IndexResult:
         num_bytes: Its size in bytes.
         sha256: Its SHA-256 (32 bytes; empty when unchanged or skipped).
         version: Its ``mtime_ns`` when local (taken on the descriptor that
-            was read), else -1.
+            was read); a hash of an http(s) object's ETag, or else of its
+            Last-Modified, when the server gave one; else -1.
         compressed: It is gzip or zstd compressed (no offset index written).
         extensions: Field extensions seen.
         unchanged: Same size as ``known_size``; not read.
@@ -148,14 +153,23 @@ def index_shard(task: IndexTask, options: SourceOptions | None = None) -> IndexR
             chunks = _local_chunks(local_path(task.url), facts)
         else:
             source = open_source(task.url, options=options)
-            if task.known_size >= 0 and source.size() == task.known_size:
-                return IndexResult(task.number, num_bytes=task.known_size, unchanged=True)
+            size = source.size()
+            facts["version"] = etag_version(_validator(source))
+            same_version = task.known_version < 0 or facts["version"] < 0 or facts["version"] == task.known_version
+            if task.known_size >= 0 and size == task.known_size and same_version:
+                return IndexResult(task.number, num_bytes=task.known_size, version=facts["version"], unchanged=True)
             chunks = source.iter_range(0, None, chunk_bytes=options.chunk_bytes)
         return _index_chunks(task, name, chunks, facts)
     except FileNotFoundError:
         return IndexResult(task.number, reason="the shard vanished before it was read")
     except (ShardkitError, OSError) as exc:
         return IndexResult(task.number, reason=" ".join(str(exc).split()))
+
+
+def _validator(source: object) -> str | None:
+    """The ETag or Last-Modified an http(s) source's size request saw (None
+    for other sources, and for servers that send neither)."""
+    return getattr(getattr(source, "fetcher", None), "validator", None)
 
 
 def index_shards(tasks: list[IndexTask], options: SourceOptions | None = None) -> list[IndexResult]:

@@ -3,17 +3,29 @@
 Steps:
 
 1. :func:`~shardkit.write.index_source.list_shards` lists SOURCE's shards
-   (columnar: names, sizes, versions).
+   (columnar: names, sizes, versions; a folder's listing in files).
 2. Shards that a previous run of ``index`` already indexed, unchanged since
    (same size and version: a local file's ``mtime_ns``, an object's ETag; or,
-   for a remote shard listed without a version, the same size), keep their
-   entries; the others are read once each, in parallel (a process pool here,
-   or one Ray task per shard), by
+   for an http(s) shard, listed without either, the same size and the same
+   ETag or Last-Modified when the server sends one), keep their entries; the
+   others are read once each, in parallel (a process pool here, or one Ray
+   task per shard; a bounded number in flight), by
    :func:`~shardkit.write.index_shard.index_shard`, which writes their
    offset indexes. Shards gone from SOURCE drop out, with their indexes.
-3. The shard table is built from arrays, and published with the manifest
+3. The shard table is written a chunk at a time from the results
+   (:mod:`~shardkit.write.index_columns`), and published with the manifest
    (format 2) through :func:`~shardkit.write.publish.publish_manifest`: the
    table first, ``manifest.json`` last.
+
+The driver holds no per-shard column in memory for a folder's first index:
+the listing, each shard's result and the table being written live in files
+in a temporary folder inside the index's folder (``.shardkit-index-*``,
+removed at the end), read and written a chunk at a time, so its memory
+stays flat in the number of shards (what grows is the mapped table it
+returns: page cache, shared with every reader). A list or pattern of
+shards is held as one bytes array (like the list itself), and a rerun holds
+the previous run's shard and index names as bytes arrays; the previous
+table's other columns are mapped, not copied.
 
 Without ``out`` the manifest, table and offset indexes go beside the shards
 (SOURCE must be a local, writable folder): the folder becomes a shardkit
@@ -33,11 +45,12 @@ the reason; the others are indexed.
 
 from __future__ import annotations
 
-import io
+import dataclasses
 import itertools
 import logging
 import os
-import re
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -46,27 +59,42 @@ from typing import Any
 
 import numpy as np
 
-from shardkit.errors import DestinationError, ShardkitError, UsageError
-from shardkit.format.compression import SHARD_SUFFIXES
-from shardkit.format.index import INDEX_SUFFIX
+from shardkit.errors import ShardkitError, UsageError
 from shardkit.format.location import resolve_inside
-from shardkit.format.manifest import MANIFEST_NAME, Manifest, SkippedInput
-from shardkit.format.table import TABLE_NAME, TABLE_SUFFIX, Naming, build_table
-from shardkit.io.atomic import atomic_write_bytes, remove_quietly
+from shardkit.format.manifest import Manifest, SkippedInput
+from shardkit.format.table import ShardTable, decode_table, open_table, table_name
+from shardkit.io.atomic import commit, remove_quietly
 from shardkit.io.base import SourceOptions
-from shardkit.io.manifest import fetch_manifest
 from shardkit.io.registry import open_destination
 from shardkit.io.urls import is_local, local_path, redact_url
+from shardkit.write.index_columns import (
+    CHUNK_ROWS,
+    INDEXED,
+    KEPT,
+    RECORD,
+    SKIPPED,
+    TO_READ,
+    ShardResults,
+    count_compressed,
+    index_name_for,
+    numbered,
+    published,
+    write_table,
+    write_versions,
+)
+from shardkit.write.index_previous import (
+    INDEX_SOURCE_FORMAT,
+    VERSIONS_SUFFIX,
+    PreviousRun,
+    load_previous,
+    versions_name,
+)
 from shardkit.write.index_shard import IndexResult, IndexTask, index_shard, index_shards
-from shardkit.write.index_source import ShardListing, join, list_shards
+from shardkit.write.index_source import ShardListing, list_shards
 from shardkit.write.publish import publish_manifest
 
 logger = logging.getLogger(__name__)
 
-#: ``manifest.source["format"]`` of a dataset ``shardkit index`` wrote.
-INDEX_SOURCE_FORMAT = "index"
-#: Suffix of the per-shard versions sidecar (replaces the table's ``.table``).
-VERSIONS_SUFFIX = ".versions.npy"
 ENGINES = ("local", "ray")
 #: Tasks in flight per worker (enough that no worker waits for the driver).
 _IN_FLIGHT_PER_WORKER = 4
@@ -127,162 +155,6 @@ class IndexReport:
     bytes_read: int
     seconds: float
     skipped: tuple[SkippedInput, ...] = ()
-
-
-def index_name_for(names: np.ndarray) -> np.ndarray:
-    """Offset-index names for shard names (``a/b.tar`` -> ``a/b.idx``;
-    other suffixes keep theirs: ``b.tar.gz`` -> ``b.tar.gz.idx``), as arrays."""
-    if len(names) == 0:
-        return names
-    # np.char throughout: shardkit supports numpy 1.24 and later.
-    parts = np.char.rpartition(names, b".tar")
-    plain = (parts[:, 1] == b".tar") & (parts[:, 2] == b"")
-    stems = np.where(plain, parts[:, 0], names)
-    return np.char.add(stems, INDEX_SUFFIX.encode())
-
-
-_NUMBERED = re.compile(rb"^([A-Za-z0-9_.-]*?)(\d{1,9})\.tar$")
-
-
-def numbered(names: np.ndarray) -> np.ndarray | None:
-    """``names`` made from their positions (``00000.tar``, ``00001.tar``...,
-    img2dataset's and shardkit's naming) as a :class:`Naming`'s names, or None."""
-    if len(names) == 0:
-        return None
-    match = _NUMBERED.match(bytes(names[0]))
-    if match is None or int(match.group(2)) != 0:
-        return None
-    prefix, width = match.group(1), len(match.group(2))
-    if len(names) > 10**width:
-        return None
-    digits = np.char.zfill(np.arange(len(names)).astype(f"S{width}"), width)
-    expected = np.char.add(np.char.add(prefix, digits), b".tar")
-    if not np.array_equal(expected.astype(names.dtype), names):
-        return None
-    try:
-        return Naming(shard=f"{prefix.decode()}{{:0{width}d}}.tar", index=f"{prefix.decode()}{{:0{width}d}}.idx")
-    except ValueError:  # a prefix a naming pattern cannot hold (a leading dot)
-        return None
-
-
-def naming_names(naming: Naming, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The shard and index names a :class:`Naming` gives ``n`` shards, as arrays."""
-    out = []
-    for pattern in (naming.shard, naming.index):
-        head, rest = pattern.split("{:0", 1)
-        width, tail = int(rest[0]), rest.split("}", 1)[1]
-        digits = np.char.zfill(np.arange(n).astype(f"S{max(width, len(str(max(n - 1, 0))))}"), width)
-        out.append(np.char.add(np.char.add(head.encode(), digits), tail.encode()))
-    return out[0], out[1]
-
-
-def versions_name(table_file: str) -> str:
-    """The versions sidecar of a table file name."""
-    return table_file[: -len(TABLE_SUFFIX)] + VERSIONS_SUFFIX
-
-
-# ------------------------------------------------------------- previous run
-
-
-@dataclass(frozen=True)
-class _Previous:
-    """The previous run's entries, sorted by name for lookups."""
-
-    names: np.ndarray
-    counts: np.ndarray
-    sizes: np.ndarray
-    sha256: np.ndarray
-    versions: np.ndarray
-    index_names: np.ndarray
-    extensions: tuple[str, ...]
-
-    def match(self, names: np.ndarray) -> np.ndarray:
-        """Each name's row here, or -1."""
-        if len(self.names) == 0 or len(names) == 0:
-            return np.full(len(names), -1, dtype=np.int64)
-        width = max(self.names.dtype.itemsize, names.dtype.itemsize)
-        mine, theirs = self.names.astype(f"S{width}"), names.astype(f"S{width}")
-        rows = np.minimum(np.searchsorted(mine, theirs), len(mine) - 1)
-        return np.where(mine[rows] == theirs, rows, -1).astype(np.int64)
-
-
-def _names_of(offsets: np.ndarray, blob: np.ndarray) -> np.ndarray:
-    """A table's path column as a fixed-width bytes array (one copy, no Python string per path)."""
-    n = len(offsets) - 1
-    lengths = np.diff(offsets)
-    width = max(int(lengths.max()) if n else 1, 1)
-    cells = np.zeros((n, width), dtype=np.uint8)
-    columns = np.arange(width)[None, :]
-    mask = columns < lengths[:, None]
-    cells[mask] = blob
-    return cells.view(f"S{width}").reshape(n)
-
-
-def _same_dataset(manifest: Manifest, base: str, out: str | None) -> bool:
-    if manifest.source.get("format") != INDEX_SOURCE_FORMAT:
-        return False
-    if out is None:
-        return manifest.shards_base is None
-    return manifest.shards_base is not None and manifest.shards_base.rstrip("/") == base.rstrip("/")
-
-
-def _previous(target: str, base: str, out: str | None, options: SourceOptions) -> _Previous | None:
-    """The previous index in ``target``, or None; refuses another dataset's."""
-    where = redact_url(target)
-    local = local_path(target) if is_local(target) else None
-    if local is not None and not os.path.exists(os.path.join(local, MANIFEST_NAME)):
-        stray = [n for n in os.listdir(local) if TABLE_NAME.match(n)] if os.path.isdir(local) else []
-        if stray:
-            raise DestinationError(
-                f"{where}: holds a shard table ({stray[0]}) but no manifest.json; it is another dataset's or a "
-                "broken one. Index into an empty --out folder, or remove it",
-                path=where,
-            )
-        return None
-    try:
-        manifest = fetch_manifest(target, options=options)
-    except ShardkitError:
-        if local is not None:
-            raise DestinationError(
-                f"{where}: holds a manifest.json that is not a valid shardkit manifest; index into an empty --out "
-                "folder, or remove it",
-                path=where,
-            ) from None
-        return None  # a remote folder without a manifest
-    if not _same_dataset(manifest, base, out):
-        if manifest.source.get("format") == INDEX_SOURCE_FORMAT:
-            what = f"an index of {redact_url(str(manifest.shards_base or manifest.source.get('path')))}"
-        else:
-            what = "a dataset written by `shardkit write`"
-        raise DestinationError(
-            f"{where}: already holds another dataset's manifest and shard table ({what}); "
-            "pass an empty --out folder (or that dataset's own SOURCE)",
-            path=where,
-        )
-    table = manifest.table
-    if table.naming is not None:
-        names, index_names = naming_names(table.naming, table.num_shards)
-    else:
-        names = _names_of(table._columns["path_offsets"], table._columns["path_bytes"])
-        index_names = _names_of(table._columns["index_offsets"], table._columns["index_bytes"])
-    versions = np.full(table.num_shards, -1, dtype=np.int64)
-    if local is not None and table.file is not None:
-        try:
-            stored = np.load(os.path.join(local, versions_name(os.path.basename(table.file))), allow_pickle=False)
-            if stored.shape == versions.shape and stored.dtype == versions.dtype:
-                versions = stored
-        except (OSError, ValueError):
-            pass  # no sidecar: every shard is read again
-    order = np.argsort(names, kind="stable")
-    return _Previous(
-        names=names[order],
-        counts=np.asarray(table.counts)[order],
-        sizes=np.asarray(table.num_bytes)[order],
-        sha256=np.asarray(table.sha256)[order],
-        versions=versions[order],
-        index_names=index_names[order],
-        extensions=tuple(manifest.extensions),
-    )
 
 
 # ------------------------------------------------------------------ running
@@ -415,159 +287,264 @@ def index_dataset(
     """
     options = options or IndexOptions()
     started = time.perf_counter()
-    listing = list_shards(source, options=options.source, skip=out if out is not None and is_local(out) else None)
-    _check_base(listing.base)
-    target = _target(listing, out)
-    if is_local(target):
-        os.makedirs(target, exist_ok=True)
-    previous = _previous(target, listing.base, out, options.source)
-    n = listing.num_shards
-    index_names = index_name_for(listing.names)
-    counts = np.zeros(n, dtype=np.int64)
-    sizes = listing.sizes.copy()
-    versions = listing.versions.copy()
-    sha256 = np.zeros((n, 32), dtype=np.uint8)
-    state = np.zeros(n, dtype=np.int8)  # 0 to read, 1 kept, 2 indexed, 3 skipped
-    compressed = np.zeros(n, dtype=bool)
-    if previous is not None and len(previous.names) == 0:
-        previous = None
-    rows = np.full(n, -1, dtype=np.int64)
-    known = np.full(n, -1, dtype=np.int64)  # a remote shard's size last time, when its listing gave none
-    if previous is not None:
-        rows = previous.match(listing.names)
-        found = rows >= 0
-        same = found & (previous.sizes[rows] == sizes) & (previous.versions[rows] == versions) & (versions >= 0)
-        same &= previous.index_names[rows] == index_names
-        keep = np.flatnonzero(same)
-        counts[keep] = previous.counts[rows[keep]]
-        sha256[keep] = previous.sha256[rows[keep]]
-        state[keep] = 1
-        remote_unknown = found & (listing.sizes < 0)
-        known[remote_unknown] = previous.sizes[rows[remote_unknown]]
-    todo = np.flatnonzero(state == 0)
-
-    def tasks() -> Iterator[IndexTask]:
-        for i in todo:  # numpy scalars one at a time (no list of 10^5 ints)
-            yield IndexTask(
-                number=int(i),
-                url=listing.url(i),
-                index_name=bytes(index_names[i]).decode("utf-8", "surrogateescape"),
-                index_dest=target,
-                known_size=int(known[i]),
+    work = tempfile.mkdtemp(prefix=".shardkit-index-", dir=_work_parent(source, out))
+    listing: ShardListing | None = None
+    versions_file: str | None = None
+    try:
+        skip = out if out is not None and is_local(out) else None
+        listing = list_shards(source, options=options.source, skip=skip, spill=work)
+        _check_base(listing.base)
+        target = _target(listing, out)
+        if is_local(target):
+            os.makedirs(target, exist_ok=True)
+        previous = load_previous(target, listing.base, out, options.source)
+        if previous is not None and len(previous.names) == 0:
+            previous = None
+        with ShardResults(os.path.join(work, "results"), listing.num_shards) as results:
+            num_kept = _keep_unchanged(results, listing, previous)
+            run = _index_changed(results, listing, previous, target, options, progress)
+            # the fields of the entries kept from the previous run
+            kept = set(previous.extensions) if previous is not None and num_kept + run.num_unchanged else set()
+            if previous is not None:
+                previous = previous.names_only()  # the previous table's pages go before the new table's come
+            table, versions_file = _write_table(results, listing, target, work)
+            manifest = Manifest.from_table(
+                table,
+                extensions=tuple(sorted(run.extensions | kept)),
+                source={"format": INDEX_SOURCE_FORMAT, "path": redact_url(listing.base)},
+                skipped=tuple(
+                    [SkippedInput(path=name, reason=reason) for name, reason in listing.left_out]
+                    + [SkippedInput(path=listing.name(i), reason=run.reasons[i]) for i in sorted(run.reasons)]
+                ),
+                shards_base=listing.base if out is not None else None,
             )
-
-    workers = options.workers or os.cpu_count() or 1
-    workers = max(1, min(workers, len(todo)))
-    batch = max(1, min(_MAX_BATCH, len(todo) // (workers * _BATCHES_PER_WORKER)))
-    if options.engine == "ray":
-        results = _run_ray(tasks(), options)
-    else:
-        results = _run_local(tasks(), workers, options.source, batch=batch)
-    extensions: set[str] = set()
-    reasons: dict[int, str] = {}
-    bytes_read = 0
-    for result in results:
-        i = result.number
-        if result.reason is not None:
-            state[i] = 3
-            reasons[i] = result.reason
-        elif result.unchanged:
-            r = rows[i]
-            counts[i], sizes[i], sha256[i], state[i] = previous.counts[r], previous.sizes[r], previous.sha256[r], 1  # type: ignore[union-attr]
-        else:
-            counts[i], sizes[i] = result.num_samples, result.num_bytes
-            if result.version >= 0:  # the file read; else the listing's (an object's ETag)
-                versions[i] = result.version
-            sha256[i] = np.frombuffer(result.sha256, dtype=np.uint8)
-            compressed[i] = result.compressed
-            state[i] = 2
-            bytes_read += result.num_bytes
-            extensions.update(result.extensions)
-        if progress is not None:
-            progress(result)
-    if previous is not None and (state == 1).any():
-        extensions.update(previous.extensions)
-    ok = (state == 1) | (state == 2)
-    skipped = tuple(
-        [SkippedInput(path=name, reason=reason) for name, reason in listing.left_out]
-        + [SkippedInput(path=listing.name(i), reason=reasons[i]) for i in sorted(reasons)]
-    )
-    for item in skipped:
-        logger.warning("%s: not indexed: %s", item.path, item.reason)
-    num_compressed = _count_compressed(listing.names[ok], compressed[ok])
-    naming = numbered(listing.names[ok])  # then the table stores no path strings
-    if naming is not None:
-        table = build_table(counts[ok], sizes[ok], sha256[ok], naming=naming)
-    else:
-        table = build_table(
-            counts[ok], sizes[ok], sha256[ok], paths=listing.names[ok], index_paths=index_names[ok], naming=None
-        )
-    manifest = Manifest.from_table(
-        table,
-        extensions=tuple(sorted(extensions)),
-        source={"format": INDEX_SOURCE_FORMAT, "path": redact_url(listing.base)},
-        skipped=skipped,
-        shards_base=listing.base if out is not None else None,
-    )
-    _publish(target, manifest, versions[ok], options.source)
-    num_removed = _remove_dropped(target, previous, index_names[ok]) if previous is not None else 0
+            for item in manifest.skipped:
+                logger.warning("%s: not indexed: %s", item.path, item.reason)
+            num_compressed = sum(
+                count_compressed(listing.names[start : start + len(records)][published(records)],
+                                 records["compressed"][published(records)])
+                for start, records in results.chunks()
+            )
+            _publish(target, manifest, versions_file, options.source)
+            num_removed = _remove_dropped(target, previous, results, listing) if previous is not None else 0
+    finally:
+        if listing is not None:
+            listing.close()
+        if versions_file is not None:
+            remove_quietly(versions_file)  # left only when publishing failed (else renamed or in ``work``)
+        shutil.rmtree(work, ignore_errors=True)
+    if not is_local(target):  # the table came from a temporary file: hold it in memory
+        manifest = dataclasses.replace(manifest, shards=decode_table(table.encode()[:], table.naming))
     if num_compressed:
         logger.warning(
             "%d of %d shards are compressed (.tar.gz, .tar.zst): counted, but stream-only (no offset index); the "
             "reader reads the dataset whole, shard by shard. Reshard them uncompressed with `shardkit write` for "
             "sample-level splits, IndexedDataset and resume inside a shard",
-            num_compressed, int(ok.sum()),
+            num_compressed, manifest.num_shards,
         )
     return IndexReport(
         manifest=manifest,
         location=redact_url(target),
-        num_indexed=int((state == 2).sum()),
-        num_unchanged=int((state == 1).sum()),
+        num_indexed=run.num_indexed,
+        num_unchanged=num_kept + run.num_unchanged,
         num_removed=num_removed,
         num_compressed=num_compressed,
-        bytes_read=bytes_read,
+        bytes_read=run.bytes_read,
         seconds=time.perf_counter() - started,
-        skipped=skipped,
+        skipped=manifest.skipped,
     )
 
 
-def _count_compressed(names: np.ndarray, compressed: np.ndarray) -> int:
-    """Compressed shards: found so this run, or named so (kept from a previous run)."""
-    if len(names) == 0:
+def _work_parent(source: str | Sequence[str], out: str | None) -> str | None:
+    """Where the temporary folder for the listing and the results goes: in
+    the index's folder (an existing local ``out``, or the shards' folder when
+    indexing in place) when it can be written, else the system's temporary
+    folder (None)."""
+    if out is not None:
+        folder = local_path(out) if is_local(out) else None
+    else:
+        folder = local_path(source) if isinstance(source, str) and is_local(source) else None
+    if folder is not None and os.path.isdir(folder) and os.access(folder, os.W_OK):
+        return folder
+    return None
+
+
+def _keep_unchanged(results: ShardResults, listing: ShardListing, previous: PreviousRun | None) -> int:
+    """Mark the shards the previous run indexed and that have not changed
+    since (same size, version and index name) as kept; returns how many."""
+    if previous is None:
         return 0
-    lower = np.char.lower(names)
-    named = np.zeros(len(names), dtype=bool)
-    for suffix in SHARD_SUFFIXES:
-        named |= np.char.endswith(lower, suffix.encode())
-    return int((compressed | named).sum())
+    kept = 0
+    for start in range(0, listing.num_shards, CHUNK_ROWS):
+        stop = min(listing.num_shards, start + CHUNK_ROWS)
+        names, sizes, versions = listing.names[start:stop], listing.sizes[start:stop], listing.versions[start:stop]
+        rows = previous.match(names)
+        same = (rows >= 0) & (previous.sizes[rows] == sizes) & (previous.versions[rows] == versions) & (versions >= 0)
+        same &= previous.index_names[rows] == index_name_for(names)
+        if same.any():
+            records = np.zeros(stop - start, dtype=RECORD)
+            records["count"][same] = previous.counts[rows[same]]
+            records["size"][same] = sizes[same]
+            records["version"][same] = versions[same]
+            records["sha256"][same] = previous.sha256[rows[same]]
+            records["state"][same] = KEPT
+            results.put(start, records)
+            kept += int(same.sum())
+    return kept
 
 
-def _publish(target: str, manifest: Manifest, versions: np.ndarray, options: SourceOptions) -> None:
-    """The versions sidecar, then (after one sync of the offset indexes) the table and manifest."""
+@dataclass
+class _Run:
+    """What reading the changed shards found."""
+
+    num_indexed: int = 0
+    num_unchanged: int = 0
+    bytes_read: int = 0
+    extensions: set[str] = dataclasses.field(default_factory=set)
+    reasons: dict[int, str] = dataclasses.field(default_factory=dict)  # skipped shards only
+
+
+def _tasks(
+    results: ShardResults, listing: ShardListing, previous: PreviousRun | None, target: str
+) -> Iterator[IndexTask]:
+    """A task per shard still to read, drawn from the results file a chunk at a time."""
+    for start, records in results.chunks():
+        todo = np.flatnonzero(records["state"] == TO_READ) + start
+        if len(todo) == 0:
+            continue
+        index_names = index_name_for(listing.names[todo])
+        # a remote shard's size and version last time, when its listing gave no size
+        known = np.full((len(todo), 2), -1, dtype=np.int64)
+        if previous is not None:
+            rows = previous.match(listing.names[todo])
+            unknown = (rows >= 0) & (listing.sizes[todo] < 0)
+            known[unknown, 0] = previous.sizes[rows[unknown]]
+            known[unknown, 1] = previous.versions[rows[unknown]]
+        for j, i in enumerate(todo):  # numpy scalars one at a time (no list of 10^5 ints)
+            yield IndexTask(
+                number=int(i),
+                url=listing.url(i),
+                index_name=bytes(index_names[j]).decode("utf-8", "surrogateescape"),
+                index_dest=target,
+                known_size=int(known[j, 0]),
+                known_version=int(known[j, 1]),
+            )
+
+
+def _index_changed(
+    results: ShardResults,
+    listing: ShardListing,
+    previous: PreviousRun | None,
+    target: str,
+    options: IndexOptions,
+    progress: Callable[[IndexResult], None] | None,
+) -> _Run:
+    """Read the shards still to read, in parallel; each result goes into its row of ``results``."""
+    num_todo = sum(int((records["state"] == TO_READ).sum()) for _, records in results.chunks())
+    run = _Run()
+    if num_todo == 0:
+        return run
+    workers = max(1, min(options.workers or os.cpu_count() or 1, num_todo))
+    if options.engine == "ray":
+        done = _run_ray(_tasks(results, listing, previous, target), options)
+    else:
+        batch = max(1, min(_MAX_BATCH, num_todo // (workers * _BATCHES_PER_WORKER)))
+        done = _run_local(_tasks(results, listing, previous, target), workers, options.source, batch=batch)
+    record = np.zeros(1, dtype=RECORD)
+    for result in done:
+        i = result.number
+        record[0] = np.zeros((), dtype=RECORD)
+        if result.reason is not None:
+            record["state"] = SKIPPED
+            run.reasons[i] = result.reason
+        elif result.unchanged:
+            assert previous is not None
+            r = int(previous.match(listing.names[i : i + 1])[0])
+            record["count"], record["size"] = previous.counts[r], previous.sizes[r]
+            record["sha256"] = previous.sha256[r]
+            record["version"] = result.version if result.version >= 0 else listing.versions[i]
+            record["state"] = KEPT
+            run.num_unchanged += 1
+        else:
+            record["count"], record["size"] = result.num_samples, result.num_bytes
+            # the file's mtime as read, an http object's ETag; else the listing's version (an S3 ETag)
+            record["version"] = result.version if result.version >= 0 else listing.versions[i]
+            record["sha256"] = np.frombuffer(result.sha256, dtype=np.uint8)
+            record["compressed"], record["state"] = result.compressed, INDEXED
+            run.num_indexed += 1
+            run.bytes_read += result.num_bytes
+            run.extensions.update(result.extensions)
+        results.put(i, record)
+        if progress is not None:
+            progress(result)
+    return run
+
+
+def _write_table(results: ShardResults, listing: ShardListing, target: str, work: str) -> tuple[ShardTable, str]:
+    """Write the table (to its final name in a local ``target``, else into
+    ``work``) and the versions sidecar (a temporary file beside the table);
+    returns the table, mapped from its file, and the sidecar's path."""
+    naming = numbered(
+        listing.names[start : start + len(records)][published(records)] for start, records in results.chunks()
+    )
+    folder = target if is_local(target) else work  # the temporaries are renamed within their folder
+    table_part, (sha256, size) = _write_part(folder, lambda f: write_table(f, results, listing.names, naming))
+    versions_part, _ = _write_part(folder, lambda f: write_versions(f, results))
+    path = table_part
+    if is_local(target):
+        path = os.path.join(target, table_name(sha256))
+        commit(table_part, path)
+    return open_table(path, naming=naming, expected_size=size, expected_sha256=sha256), versions_part
+
+
+def _write_part(folder: str, write: Callable[[Any], Any]) -> tuple[str, Any]:
+    """A temporary file in ``folder`` filled by ``write(f)`` and synced; returns its path and what ``write`` returned."""
+    fd, part = tempfile.mkstemp(prefix=".shardkit-index-", suffix=".part", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            written = write(f)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        remove_quietly(part)
+        raise
+    return part, written
+
+
+def _publish(target: str, manifest: Manifest, versions_file: str, options: SourceOptions) -> None:
+    """The versions sidecar, then (after one sync of the offset indexes) the
+    table (a remote one; a local one is in place already) and manifest."""
     table_file = manifest.table_file()[0]
-    buffer = io.BytesIO()
-    np.save(buffer, np.ascontiguousarray(versions, dtype=np.int64), allow_pickle=False)
     if is_local(target):
         os.sync()  # the offset indexes, written without fsync, reach the disk before the manifest names them
-        atomic_write_bytes(os.path.join(target, versions_name(table_file)), buffer.getvalue())
-        publish_manifest(target, manifest)
-        for name in os.listdir(target):
-            if name.endswith(VERSIONS_SUFFIX) and name != versions_name(table_file):
-                remove_quietly(os.path.join(target, name))
+        commit(versions_file, os.path.join(target, versions_name(table_file)))
+        publish_manifest(target, manifest, table_in_place=True)
+        with os.scandir(target) as entries:  # one name at a time: the folder holds an offset index per shard
+            keep = versions_name(table_file)
+            stale = [e.path for e in entries if e.name.endswith(VERSIONS_SUFFIX) and e.name != keep]
+        for path in stale:
+            remove_quietly(path)
     else:
         destination = open_destination(target, options=options)
-        destination.put_bytes(versions_name(table_file), buffer.getvalue())
-        publish_manifest(destination, manifest)
+        destination.put_file(versions_file, versions_name(table_file))
+        destination.put_file(manifest.table.file, table_file)
+        publish_manifest(destination, manifest, table_in_place=True)
 
 
-def _remove_dropped(target: str, previous: _Previous, kept: np.ndarray) -> int:
-    """Remove the offset indexes of shards gone since the previous run (locally); return how many went."""
-    width = max(previous.index_names.dtype.itemsize, kept.dtype.itemsize if len(kept) else 1)
-    gone = ~np.isin(previous.index_names.astype(f"S{width}"), kept.astype(f"S{width}"))
+def _remove_dropped(target: str, previous: PreviousRun, results: ShardResults, listing: ShardListing) -> int:
+    """Remove the offset indexes of the previous run's shards that are not
+    in the table now, under the same index name (locally); return how many went."""
+    here = np.zeros(len(previous.names), dtype=bool)
+    for start, records in results.chunks():
+        names = listing.names[start : start + len(records)][published(records)]
+        rows = previous.match(names)
+        found = rows >= 0
+        found &= previous.index_names[rows] == index_name_for(names)
+        here[rows[found]] = True
     if is_local(target):
-        for raw in previous.index_names[gone].tolist():
+        for raw in previous.index_names[~here].tolist():
             try:  # names from the folder's previous manifest: only files inside the folder
                 remove_quietly(resolve_inside(target, raw.decode("utf-8", "surrogateescape"), what="offset index"))
             except ShardkitError:
                 pass
-    return int(gone.sum())
+    return int((~here).sum())

@@ -36,7 +36,7 @@ from shardkit.format.compression import COMPRESSIONS, Compression, compress, com
 from shardkit.format.index import index_path_for
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, ShardEntry, SkippedInput, load_manifest
 from shardkit.format.table import TABLE_NAME
-from shardkit.format.tar import SampleParser
+from shardkit.format.tar import SampleParser, field_name
 from shardkit.io.local import LocalFile, file_sha256
 from shardkit.io.registry import open_destination
 from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes, remove_quietly
@@ -523,7 +523,8 @@ def _write_scanned(
         for r in ordered:
             skipped.extend(r.skipped)
         kind = options.compress_members
-        extensions = sorted({compressed_extension(f.ext, kind) for s in scanned.samples for f in s.fields})
+        # the fields readers give (KEY.JPG is read as jpg)
+        extensions = sorted({field_name(compressed_extension(f.ext, kind)) for s in scanned.samples for f in s.fields})
         manifest = Manifest(
             shards=tuple(r.entry for r in ordered),
             extensions=tuple(extensions),

@@ -30,30 +30,36 @@ from dataclasses import dataclass
 from shardkit.errors import UsageError
 from shardkit.format.manifest import FORMAT_VERSION, UPGRADE_HINT, Manifest
 from shardkit.format.manifest import logger as manifest_logger
-from shardkit.format.table import TABLE_NAME
+from shardkit.format.table import TABLE_NAME, TABLE_PREFIX
 from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes
 from shardkit.io.base import Destination, SourceOptions
 from shardkit.io.manifest import fetch_manifest
 from shardkit.io.registry import open_destination
-from shardkit.io.urls import redact_url, url_scheme
+from shardkit.io.urls import is_local, local_path, redact_url, url_scheme
 
 logger = logging.getLogger(__name__)
 
 
-def publish_manifest(destination: Destination | str, manifest: Manifest) -> None:
+def publish_manifest(destination: Destination | str, manifest: Manifest, *, table_in_place: bool = False) -> None:
     """Write ``manifest``'s table and then ``manifest.json`` into a dataset
     folder, then its dataset card (see :func:`write_dataset_card`).
 
     Args:
         destination: A local folder path, or a :class:`Destination`.
         manifest: The manifest to publish.
+        table_in_place: The table file is already there under its name (a
+            table written piece by piece, as ``shardkit index`` does): only
+            ``manifest.json`` and the card are written.
     """
     files = manifest.to_files()
+    table_file = files[0][0]
+    if table_in_place:
+        files = files[1:]
     local = destination if isinstance(destination, str) else destination.local_dir
     if local is not None:
         for name, data in files:
             atomic_write_bytes(os.path.join(local, name), data)
-        remove_stale_tables(local, keep=files[0][0])
+        remove_stale_tables(local, keep=table_file)
     else:
         assert not isinstance(destination, str)
         for name, data in files:
@@ -72,17 +78,36 @@ CARD_MARKER = (
 _FORMAT_FIELD = re.compile(r"\{[^{}]*\}")
 
 
-def card_data_files(manifest: Manifest) -> list[str]:
-    """Glob patterns, relative to the manifest's folder (under the declared
-    ``shards_base`` of an index written with ``--out``), that match the
-    dataset's plain tar shards: the naming pattern with its number as ``*``
-    (``shard-*.tar``), else ``*.tar`` in each folder that holds shards.
-    Compressed shards are left out (``datasets`` reads plain tars only)."""
+def card_data_files(manifest: Manifest, *, folder: str | None = None) -> list[str]:
+    """Glob patterns that match the dataset's plain tar shards: the naming
+    pattern with its number as ``*`` (``shard-*.tar``), else ``*.tar`` in
+    each folder that holds shards. Compressed shards are left out
+    (``datasets`` reads plain tars only).
+
+    The patterns are relative to the card's folder when the shards are in
+    it or under it. Shards elsewhere (an index written with ``--out``,
+    declaring its ``shards_base``) keep that base: an absolute local path,
+    which ``datasets.load_dataset`` reads on this machine (the Hub cannot:
+    the files are not in the repository), or a URL, which ``datasets``
+    globs through fsspec (where the server lists the folder).
+
+    Args:
+        manifest: The dataset's manifest.
+        folder: The local folder the card goes into (None: not local).
+    """
     table = manifest.table
     if table.num_shards == 0:
         return []
-    # shards indexed with `shardkit index --out` lie under their declared base, not beside the card
-    base = "" if manifest.shards_base is None else manifest.shards_base.rstrip("/") + "/"
+    base = ""
+    if manifest.shards_base is not None:
+        shards_base = manifest.shards_base.rstrip("/")
+        base = shards_base + "/"
+        if folder is not None and is_local(shards_base):
+            inside = os.path.relpath(os.path.abspath(local_path(shards_base)), os.path.abspath(folder))
+            if inside == os.curdir:
+                base = ""
+            elif inside != os.pardir and not inside.startswith(os.pardir + os.sep):
+                base = inside.replace(os.sep, "/") + "/"
     if table.naming is not None:
         pattern = _FORMAT_FIELD.sub("*", table.naming.shard)
         return [base + pattern] if pattern.endswith(".tar") else []
@@ -90,8 +115,8 @@ def card_data_files(manifest: Manifest) -> list[str]:
     for shard in range(table.num_shards):
         name = table.path(shard)
         if name.endswith(".tar"):
-            folder = posixpath.dirname(name)
-            patterns[base + (f"{folder}/*.tar" if folder else "*.tar")] = None
+            parent = posixpath.dirname(name)
+            patterns[base + (f"{parent}/*.tar" if parent else "*.tar")] = None
     return list(patterns)
 
 
@@ -150,11 +175,11 @@ def write_dataset_card(
         Whether the card was written (False: the user's README was kept, or
         no plain tar shard to name).
     """
-    patterns = card_data_files(manifest) if data_files is None else list(data_files)
+    local = destination if isinstance(destination, str) else destination.local_dir
+    patterns = card_data_files(manifest, folder=local) if data_files is None else list(data_files)
     if not patterns:
         logger.debug("no plain tar shards: no dataset card written")
         return False
-    local = destination if isinstance(destination, str) else destination.local_dir
     if local is not None:
         path = os.path.join(local, CARD_NAME)
         if os.path.exists(path) and not _is_shardkit_card(path):
@@ -179,7 +204,9 @@ def _is_shardkit_card(path: str) -> bool:
 def remove_stale_tables(folder: str, *, keep: str) -> list[str]:
     """Remove shard tables (and their temporaries) other than ``keep`` from ``folder``."""
     removed = []
-    for name in os.listdir(folder):
+    with os.scandir(folder) as entries:  # one name at a time: an index's folder holds an offset index per shard
+        names = [entry.name for entry in entries if entry.name.startswith(TABLE_PREFIX)]
+    for name in names:
         stem = name[: -len(TMP_SUFFIX)] if name.endswith(TMP_SUFFIX) else name
         if TABLE_NAME.match(stem) and name != keep:
             try:

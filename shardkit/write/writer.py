@@ -19,7 +19,7 @@ from typing import Any
 from shardkit.errors import UsageError
 from shardkit.format.codecs import encode_value
 from shardkit.format.manifest import Manifest
-from shardkit.format.tar import encoded_sample_size, member_name_problem, split_key
+from shardkit.format.tar import encoded_sample_size, field_name, member_name_problem, split_key
 from shardkit.write.destination import prepare_destination, shard_name
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
 from shardkit.write.publish import publish_manifest
@@ -105,7 +105,7 @@ class ShardWriter:
             self._roll()
         assert self._current is not None
         self._current.add(key, fields)
-        self._extensions.update(ext for ext, _ in fields)
+        self._extensions.update(field_name(ext) for ext, _ in fields)  # as readers give them
 
     def _roll(self) -> None:
         if self._current is not None:

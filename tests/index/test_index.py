@@ -4,6 +4,7 @@ indexed in place or into --out, then read by every reader feature as webdataset 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import shutil
@@ -176,6 +177,32 @@ def test_compressed_shards_are_counted_and_stream_only(tmp_path, published, capl
     assert len(keys) == 28 and len(set(keys)) == 23
 
 
+def test_verify_checks_compressed_shards_whole_and_warns_they_are_stream_only(tmp_path, published, capsys):
+    from shardkit.verify import verify_dataset
+
+    src, shards = published
+    gz = os.path.join(src, "z-00000.tar.gz")
+    with open(shards[0], "rb") as f, gzip.GzipFile(gz, "wb", mtime=0) as g:
+        g.write(f.read())
+    index_dataset(str(src), options=ONE)
+    report = verify_dataset(str(src))
+    assert report.num_shards_checked == 6 and report.num_samples_checked == 28 and report.num_stream_only == 1
+    assert [w for w in report.warnings if "stream-only" in w] == [
+        f"{gz}: gzip-compressed, stream-only: size, SHA-256, tar structure and sample count checked; no offset "
+        "index or per-sample checksums to check (readers read it whole, shard by shard)"
+    ]
+    assert main(["verify", str(src), "-q"]) == 0
+    captured = capsys.readouterr()
+    assert "(1 compressed shards stream-only: no offset index to check)" in captured.out
+    assert f"WARNING: {gz}: gzip-compressed, stream-only" in captured.err
+    # what it can check, it does: a byte changed inside the compressed stream fails, naming the shard
+    data = bytearray(open(gz, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(gz, "wb").write(bytes(data))
+    assert main(["verify", str(src), "-q"]) == 1
+    assert f"FAILED: {gz}: " in capsys.readouterr().err
+
+
 def test_truncated_shard_is_skipped_with_its_reason_and_the_others_indexed(tmp_path, published, capsys):
     src, shards = published
     with open(shards[2], "r+b") as f:
@@ -248,6 +275,89 @@ def test_remote_shards_over_http_indexed_into_out(tmp_path, published, http_serv
     assert report.num_indexed == 5 and load_manifest(out).shards_base == http_server.base_url + "/data"
     assert as_dict(ShardDataset(out, mode="exact", shuffle=False)) == wds_samples(shards)
     assert index_dataset(url, out=out, options=ONE).num_unchanged == 5  # same sizes: not read again
+
+
+@pytest.mark.parametrize("validator", ["ETag", "Last-Modified"])
+def test_http_rerun_reads_a_shard_again_when_its_etag_or_last_modified_changes(tmp_path, published, http_server,
+                                                                               validator):
+    """Rewritten in place with the same size, an object is read again when the
+    server's ETag (or, without one, Last-Modified) says it changed; the size
+    alone would keep a stale entry."""
+    src, shards = published
+    paths = ["/data/" + os.path.basename(shard) for shard in shards]
+    for n, (path, shard) in enumerate(zip(paths, shards)):
+        http_server.add(path, open(shard, "rb").read())
+        http_server.extra_headers[path] = {validator: f'"v1-{n}"' if validator == "ETag" else
+                                           f"Mon, 0{n + 1} Jan 2024 00:00:00 GMT"}
+    url = http_server.base_url + "/data/s-{00000..00004}.tar"
+    out = str(tmp_path / "idx")
+    assert index_dataset(url, out=out, options=ONE).num_indexed == 5
+    again = index_dataset(url, out=out, options=ONE)
+    assert again.num_unchanged == 5 and again.num_indexed == 0
+    assert again.manifest.extensions == ("cls", "jpg", "json")  # kept with the entries
+    # shard 1 rewritten in place: the same size, its first sample's payload reversed
+    old = http_server.objects[paths[1]]
+    first = list(wds_samples([shards[1]]).values())[0]["jpg"]
+    new = old.replace(first, first[::-1], 1)
+    assert new != old and len(new) == len(old)
+    http_server.objects[paths[1]] = new
+    http_server.extra_headers[paths[1]] = {validator: '"v2-1"' if validator == "ETag" else
+                                           "Tue, 02 Jan 2024 00:00:00 GMT"}
+    third = index_dataset(url, out=out, options=ONE)
+    assert third.num_indexed == 1 and third.num_unchanged == 4
+    manifest = load_manifest(out)
+    assert manifest.shards[1].sha256 == hashlib.sha256(new).hexdigest()
+    assert manifest.shards[2].sha256 == hashlib.sha256(http_server.objects[paths[2]]).hexdigest()
+
+
+def _card_data_files(folder) -> list[str]:
+    import yaml
+
+    card = (folder / "README.md").read_text()
+    return yaml.safe_load(card.split("---\n")[1])["configs"][0]["data_files"][0]["path"]
+
+
+def test_card_of_an_out_index_names_shards_under_it_relatively_and_others_by_their_base(tmp_path, published):
+    """What the Hub and `datasets` get from the card an `--out` index writes:
+    shards under the card's folder by relative patterns (the folder works
+    wherever it is copied or uploaded); shards elsewhere by the declared
+    base: an absolute path (`datasets` on this machine reads it, the Hub has
+    no such file) or a URL (`datasets` globs it through fsspec)."""
+    import functools
+    import http.server
+    import threading
+
+    datasets = pytest.importorskip("datasets")
+    src, shards = published
+    expected = {k: v["cls"] for k, v in wds_samples(shards).items()}
+
+    def rows(folder) -> dict[str, bytes]:
+        loaded = datasets.load_dataset(str(folder), split="train", cache_dir=str(tmp_path / "hf" / folder.name))
+        return {row["__key__"]: str(row["cls"]).encode() for row in loaded.select_columns(["__key__", "cls"])}
+
+    # shards under the card's folder: relative, as for a dataset `write` made
+    index_dataset(str(src), out=str(tmp_path), options=ONE)
+    assert _card_data_files(tmp_path) == ["src/s-*.tar"]
+    assert rows(tmp_path) == expected
+    # shards elsewhere on this machine: the absolute base
+    elsewhere = tmp_path / "elsewhere"
+    index_dataset(str(src), out=str(elsewhere), options=ONE)
+    assert _card_data_files(elsewhere) == [f"{src}/s-*.tar"]
+    assert rows(elsewhere) == expected
+    # shards behind a URL: the URL, which `datasets` globs where the server lists the folder
+    serve = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(src))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), serve)
+    server.RequestHandlerClass.log_message = lambda *args: None
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        remote = tmp_path / "remote"
+        index_dataset(base + "/s-{00000..00004}.tar", out=str(remote), options=ONE)
+        assert _card_data_files(remote) == [f"{base}/s-*.tar"]
+        assert rows(remote) == expected
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_cli_index_runs_as_a_module(tmp_path, published):

@@ -102,6 +102,8 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self.send_response(200)
         self.send_header("Content-Length", str(end - start))
+        for name, value in self.server.extra_headers.get(self.path.split("?", 1)[0], {}).items():
+            self.send_header(name, value)
         self.end_headers()
         body = memoryview(data)[start:end]
         cut = min(x for x in (drop, stall, len(body)) if x is not None)
@@ -152,6 +154,7 @@ class FaultyHTTPServer(ThreadingHTTPServer):
         self.faults: dict[str, Faults] = {}
         self.requests: list[tuple[str, str, str | None]] = []
         self.sent: dict[str, int] = {}  # body bytes handed to the socket per request path
+        self.extra_headers: dict[str, dict[str, str]] = {}  # sent with each GET answer per path (ETag...)
         self.stalls_held = 0  # responses stalling right now (Faults.stall_after)
         # Re-entrant, so that a wait_for() predicate may call gets().
         self.lock = threading.RLock()

@@ -1,0 +1,252 @@
+"""Per-shard results of ``shardkit index`` kept in a file, and the shard table written from it piece by piece.
+
+The driver of ``shardkit index`` holds no per-shard column beyond the
+listing's names, sizes and versions. What each shard's indexing found (its
+state, sample count, size, version and SHA-256) goes into
+:class:`ShardResults`, one fixed-size record per shard in a file in the
+index's temporary folder, written where the shard's row is as results come
+back. The shard table and the versions sidecar are then written from that
+file :data:`CHUNK_ROWS` rows at a time (:class:`~shardkit.format.table_writer.ColumnWriter`):
+the driver's memory does not grow with the number of shards.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from shardkit.format.compression import SHARD_SUFFIXES
+from shardkit.format.index import INDEX_SUFFIX
+from shardkit.format.table import Naming, bytes_array_columns
+from shardkit.format.table_writer import ColumnWriter
+
+#: A shard's row in the results file.
+RECORD = np.dtype(
+    [("count", "<i8"), ("size", "<i8"), ("version", "<i8"), ("sha256", "u1", (32,)), ("state", "i1"),
+     ("compressed", "?")]
+)
+#: Row states: not read yet, kept from the previous run, indexed now, left out.
+TO_READ, KEPT, INDEXED, SKIPPED = 0, 1, 2, 3
+#: Rows read or written at a time (about 0.5 MB of records).
+CHUNK_ROWS = 1 << 13
+
+
+class ShardResults:
+    """One :data:`RECORD` per shard in a file, all ``TO_READ`` at first.
+
+    Args:
+        path: The file (created; the caller removes it).
+        num_shards: Rows.
+    """
+
+    def __init__(self, path: str, num_shards: int):
+        self.path = path
+        self.num_shards = num_shards
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.ftruncate(self._fd, num_shards * RECORD.itemsize)  # zero bytes: state TO_READ
+
+    def put(self, row: int, records: np.ndarray) -> None:
+        """Write ``records`` (a :data:`RECORD` array) from row ``row`` on."""
+        assert 0 <= row and row + len(records) <= self.num_shards
+        os.pwrite(self._fd, np.ascontiguousarray(records, dtype=RECORD).tobytes(), row * RECORD.itemsize)
+
+    def get(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)`` (read-only)."""
+        size = (stop - start) * RECORD.itemsize
+        data = os.pread(self._fd, size, start * RECORD.itemsize)
+        assert len(data) == size, (len(data), size)
+        return np.frombuffer(data, dtype=RECORD)
+
+    def chunks(self, rows: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+        """``(first row, records)`` pieces of at most ``rows`` rows (default
+        :data:`CHUNK_ROWS`), in order."""
+        rows = rows or CHUNK_ROWS
+        for start in range(0, self.num_shards, rows):
+            yield start, self.get(start, min(self.num_shards, start + rows))
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> ShardResults:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def published(records: np.ndarray) -> np.ndarray:
+    """Which rows go into the table: kept or indexed."""
+    state = records["state"]
+    return (state == KEPT) | (state == INDEXED)
+
+
+def index_name_for(names: np.ndarray) -> np.ndarray:
+    """Offset-index names for shard names (``a/b.tar`` -> ``a/b.idx``;
+    other suffixes keep theirs: ``b.tar.gz`` -> ``b.tar.gz.idx``), as arrays."""
+    if len(names) == 0:
+        return names
+    # np.char throughout: shardkit supports numpy 1.24 and later.
+    parts = np.char.rpartition(names, b".tar")
+    plain = (parts[:, 1] == b".tar") & (parts[:, 2] == b"")
+    stems = np.where(plain, parts[:, 0], names)
+    return np.char.add(stems, INDEX_SUFFIX.encode())
+
+
+_NUMBERED = re.compile(rb"^([A-Za-z0-9_.-]*?)(\d{1,9})\.tar$")
+
+
+def numbered(names: np.ndarray | Iterable[np.ndarray]) -> Naming | None:
+    """The :class:`Naming` of shards named by their positions (``00000.tar``,
+    ``00001.tar``..., img2dataset's and shardkit's naming), or None.
+
+    Args:
+        names: The names (a bytes array), or the pieces they come in, in order.
+    """
+    pieces = [names] if isinstance(names, np.ndarray) else names
+    naming, position, prefix, width = None, 0, b"", 0
+    for piece in pieces:
+        if len(piece) == 0:
+            continue
+        if naming is None:
+            match = _NUMBERED.match(bytes(piece[0]))
+            if match is None or int(match.group(2)) != 0:
+                return None
+            prefix, width = match.group(1), len(match.group(2))
+            try:
+                naming = Naming(
+                    shard=f"{prefix.decode()}{{:0{width}d}}.tar", index=f"{prefix.decode()}{{:0{width}d}}.idx"
+                )
+            except ValueError:  # a prefix a naming pattern cannot hold (a leading dot)
+                return None
+        if position + len(piece) > 10**width:
+            return None
+        digits = np.char.zfill(np.arange(position, position + len(piece)).astype(f"S{width}"), width)
+        if not np.array_equal(np.char.add(np.char.add(prefix, digits), b".tar"), piece):
+            return None
+        position += len(piece)
+    return naming
+
+
+class NumberedNames:
+    """The names one pattern of a :class:`Naming` gives rows ``0..n-1``,
+    made only for the rows asked for (no array of all of them): a previous
+    run's shard or index names when its table stores none.
+
+    Args:
+        pattern: ``naming.shard`` or ``naming.index`` (``HEAD{:0Nd}TAIL``).
+        length: Rows.
+    """
+
+    def __init__(self, pattern: str, length: int):
+        head, rest = pattern.split("{:0", 1)
+        self._head, self._tail = head.encode(), rest.split("}", 1)[1].encode()
+        self._width = int(rest.split("d}", 1)[0])
+        self._length = length
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        """The names of ``rows`` (positions, or a mask)."""
+        rows = np.asarray(rows)
+        if rows.dtype == bool:
+            rows = np.flatnonzero(rows)
+        if len(rows) == 0:
+            return np.zeros(0, dtype="S1")
+        digits = np.char.zfill(rows.astype(f"S{max(self._width, len(str(max(self._length - 1, 0))))}"), self._width)
+        return np.char.add(np.char.add(self._head, digits), self._tail)
+
+    def rows_of(self, names: np.ndarray) -> np.ndarray:
+        """Each name's row, or -1 (a name this pattern does not make for a row)."""
+        n, digits_at = len(names), len(self._head)
+        size = digits_at + self._width + len(self._tail)
+        rows = np.full(n, -1, dtype=np.int64)
+        if n == 0 or names.dtype.itemsize < size:
+            return rows
+        cells = np.ascontiguousarray(names).view(np.uint8).reshape(n, names.dtype.itemsize)
+        digits = cells[:, digits_at : digits_at + self._width].astype(np.int64) - ord("0")
+        fits = (np.char.str_len(names) == size) & ((digits >= 0) & (digits <= 9)).all(axis=1)
+        fits &= np.char.startswith(names, self._head) & np.char.endswith(names, self._tail)
+        numbers = digits @ (10 ** np.arange(self._width - 1, -1, -1, dtype=np.int64))
+        fits &= numbers < self._length
+        rows[fits] = numbers[fits]
+        return rows
+
+
+def count_compressed(names: np.ndarray, compressed: np.ndarray) -> int:
+    """Compressed shards: found so this run, or named so (kept from a previous run)."""
+    if len(names) == 0:
+        return 0
+    lower = np.char.lower(names)
+    named = np.zeros(len(names), dtype=bool)
+    for suffix in SHARD_SUFFIXES:
+        named |= np.char.endswith(lower, suffix.encode())
+    return int((compressed | named).sum())
+
+
+def _published_pieces(results: ShardResults, names: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``(records, names)`` of the published rows, a chunk at a time."""
+    for start, records in results.chunks():
+        ok = published(records)
+        yield records[ok], names[start : start + len(records)][ok]
+
+
+def _offsets(writer: ColumnWriter, pieces: Iterable[np.ndarray], n: int) -> None:
+    """A column of ``n + 1`` running totals of ``pieces``' values, from 0."""
+    writer.begin(np.dtype("<i8"), (n + 1,))
+    writer.add(np.zeros(1, dtype=np.int64))
+    total = 0
+    for values in pieces:
+        if len(values):
+            sums = total + np.cumsum(values, dtype=np.int64)
+            writer.add(sums)
+            total = int(sums[-1])
+
+
+def write_table(f: Any, results: ShardResults, names: np.ndarray, naming: Naming | None) -> tuple[str, int]:
+    """Write the table file of the published rows of ``results`` (in row
+    order; ``names`` are the listing's) into the open binary file ``f``.
+
+    Args:
+        naming: The shards' naming (the table stores no paths), or None.
+
+    Returns:
+        The file's hex SHA-256 and its size in bytes.
+    """
+    n, path_bytes, index_bytes = 0, 0, 0
+    for records, chosen in _published_pieces(results, names):
+        n += len(records)
+        if naming is None and len(chosen):
+            path_bytes += int(np.char.str_len(chosen).sum())
+            index_bytes += int(np.char.str_len(index_name_for(chosen)).sum())
+    writer = ColumnWriter(f)
+    _offsets(writer, (records["count"] for records, _ in _published_pieces(results, names)), n)  # starts
+    for field, shape, dtype in (("count", (n,), "<i8"), ("size", (n,), "<i8"), ("sha256", (n, 32), "u1")):
+        writer.begin(np.dtype(dtype), shape)
+        for records, _ in _published_pieces(results, names):
+            writer.add(records[field])
+    if naming is None:
+        for total, convert in ((path_bytes, lambda a: a), (index_bytes, index_name_for)):
+            pieces = (convert(chosen) for _, chosen in _published_pieces(results, names))
+            _offsets(writer, (np.char.str_len(p).astype(np.int64) for p in pieces if len(p)), n)
+            writer.begin(np.dtype("u1"), (total,))
+            for _, chosen in _published_pieces(results, names):
+                if len(chosen):
+                    writer.add(bytes_array_columns(convert(chosen), len(chosen))[1])
+    return writer.finish(), writer.size
+
+
+def write_versions(f: Any, results: ShardResults) -> None:
+    """Write the published rows' versions as one ``.npy`` int64 array into the open binary file ``f``."""
+    n = sum(int(published(records).sum()) for _, records in results.chunks())
+    writer = ColumnWriter(f)
+    writer.begin(np.dtype("<i8"), (n,))
+    for _, records in results.chunks():
+        writer.add(records["version"][published(records)])
+    writer.finish()
