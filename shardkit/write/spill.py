@@ -1,0 +1,177 @@
+"""A partition's scanned samples on disk: fixed-size records plus a string blob.
+
+Scanning a partition writes, in its spill folder:
+
+``p-NNNNNN.rec.npy``
+    One record per sample (:data:`RECORD`), sorted by the seeded hash of the
+    key: the shuffle's order inside the partition, and what makes a bucket
+    (a range of hashes) a contiguous slice of every partition.
+``p-NNNNNN.src.npy``
+    For each sample in source order, its position among the records (the
+    ``--no-shuffle`` order).
+``p-NNNNNN.str``
+    Keys and names (UTF-8), which records point into.
+``p-NNNNNN.json``
+    The partition's summary, written last: its presence marks the spill
+    complete (``--resume`` reuses it while the input is unchanged).
+
+Nothing holds a Python object per sample: columns are ``array`` buffers while
+scanning and memory-mapped numpy arrays when read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from array import array
+
+import numpy as np
+
+from shardkit.io.atomic import atomic_write_bytes
+
+#: A sample's record. ``hash``: seeded hash of the key (the shuffle order);
+#: ``key_off``/``key_len`` and then ``name_len`` bytes: the key and the name
+#: (relative file paths, ``\\0``-separated) in the blob; ``offset``/``length``:
+#: the sample's bytes in the partition's file (a JSONL line, a tar sample);
+#: ``size``: its tar size in a shard; ``digest``: a hash of what it holds, for
+#: the shard fingerprints of ``--resume``.
+RECORD = np.dtype(
+    [
+        ("hash", "<u8"),
+        ("key_off", "<u8"),
+        ("key_len", "<u4"),
+        ("name_len", "<u4"),
+        ("offset", "<u8"),
+        ("length", "<u8"),
+        ("size", "<u8"),
+        ("digest", "<u8"),
+    ]
+)
+
+
+def spill_prefix(folder: str, index: int) -> str:
+    """Path prefix of partition ``index``'s spill files in ``folder``."""
+    return os.path.join(folder, f"p-{index:06d}")
+
+
+def key_hash_seed(seed: int) -> bytes:
+    """The blake2b key that seeds the hashes of sample keys."""
+    return b"shardkit-shuffle:" + str(seed).encode("ascii")
+
+
+def short_digest(data: bytes) -> bytes:
+    """8 bytes identifying ``data`` (for fingerprints, not security)."""
+    return hashlib.blake2b(data, digest_size=8).digest()
+
+
+class SpillWriter:
+    """Collect one partition's records, then write them sorted by key hash."""
+
+    def __init__(self, prefix: str, seed: int):
+        self.prefix = prefix
+        self._hash_key = key_hash_seed(seed)
+        self._hashes = bytearray()
+        self._digests = bytearray()
+        self._blob = bytearray()
+        self._key_off = array("Q")
+        self._key_len = array("I")
+        self._name_len = array("I")
+        self._offset = array("Q")
+        self._length = array("Q")
+        self._size = array("Q")
+
+    def __len__(self) -> int:
+        return len(self._size)
+
+    def add(self, key: bytes, name: bytes, offset: int, length: int, size: int, digest: bytes) -> None:
+        """Append one sample (in source order)."""
+        self._hashes += hashlib.blake2b(key, digest_size=8, key=self._hash_key).digest()
+        self._digests += digest
+        self._key_off.append(len(self._blob))
+        self._key_len.append(len(key))
+        self._name_len.append(len(name))
+        self._blob += key
+        self._blob += name
+        self._offset.append(offset)
+        self._length.append(length)
+        self._size.append(size)
+
+    def finish(self, summary: dict) -> None:
+        """Write the spill files, the summary last (each atomically).
+
+        Raises:
+            OSError: The folder is full or not writable (the caller names it).
+        """
+        records = np.empty(len(self), dtype=RECORD)
+        records["hash"] = np.frombuffer(bytes(self._hashes), dtype="<u8")
+        records["digest"] = np.frombuffer(bytes(self._digests), dtype="<u8")
+        for name in ("key_off", "key_len", "name_len", "offset", "length", "size"):
+            records[name] = np.frombuffer(getattr(self, "_" + name), dtype=records.dtype[name].newbyteorder("="))
+        order = np.argsort(records["hash"], kind="stable")
+        by_source = np.empty_like(order)
+        by_source[order] = np.arange(len(order))
+        _save(self.prefix + ".rec.npy", records[order])
+        _save(self.prefix + ".src.npy", by_source.astype("<i8"))
+        atomic_write_bytes(self.prefix + ".str", bytes(self._blob), sync_dir=False)
+        atomic_write_bytes(self.prefix + ".json", json.dumps(summary, sort_keys=True).encode(), sync_dir=False)
+
+
+def _save(path: str, array_: np.ndarray) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        np.save(f, array_, allow_pickle=False)
+    os.replace(tmp, path)
+
+
+class SpillReader:
+    """One partition's spill, memory-mapped."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.records = _load(prefix + ".rec.npy")
+        self._by_source: np.ndarray | None = None
+        self._blob: np.ndarray | None = None
+
+    @property
+    def by_source(self) -> np.ndarray:
+        if self._by_source is None:
+            self._by_source = _load(self.prefix + ".src.npy")
+        return self._by_source
+
+    @property
+    def blob(self) -> np.ndarray:
+        if self._blob is None:
+            self._blob = _load_bytes(self.prefix + ".str")
+        return self._blob
+
+    def key(self, row: int) -> bytes:
+        rec = self.records[row]
+        start = int(rec["key_off"])
+        return self.blob[start : start + int(rec["key_len"])].tobytes()
+
+    def name(self, row: int) -> bytes:
+        rec = self.records[row]
+        start = int(rec["key_off"]) + int(rec["key_len"])
+        return self.blob[start : start + int(rec["name_len"])].tobytes()
+
+
+def _load(path: str) -> np.ndarray:
+    array_ = np.load(path, mmap_mode="r", allow_pickle=False)
+    return array_ if len(array_) else np.load(path, allow_pickle=False)
+
+
+def _load_bytes(path: str) -> np.ndarray:
+    if os.path.getsize(path) == 0:
+        return np.zeros(0, dtype=np.uint8)
+    return np.memmap(path, dtype=np.uint8, mode="r")
+
+
+def load_summary(prefix: str) -> dict | None:
+    """A complete partition spill's summary, or None when there is none (or a torn one)."""
+    try:
+        with open(prefix + ".json", "rb") as f:
+            summary = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
