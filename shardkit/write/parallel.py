@@ -23,12 +23,10 @@ the driver's memory with the number of samples.
 
 from __future__ import annotations
 
-import json
 import logging
 import multiprocessing
 import functools
 import os
-import re
 import shutil
 import threading
 import tempfile
@@ -36,25 +34,29 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from shardkit.errors import InputFileError, ShardkitError, UsageError
 from shardkit.format.compression import COMPRESSIONS, Compression, compress, compressed_extension, should_compress
-from shardkit.format.index import index_path_for
-from shardkit.format.manifest import MANIFEST_NAME, Manifest, ShardEntry, SkippedInput, load_manifest
-from shardkit.format.table import TABLE_NAME
-from shardkit.io.local import file_sha256
+from shardkit.format.manifest import MANIFEST_NAME, Manifest, SkippedInput
 from shardkit.io.registry import open_destination
-from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes, remove_quietly
 from shardkit.write.destination import (
     JOURNAL_DIR,
     check_destination,
     check_free_space,
-    is_shardkit_name,
     output_error,
     prepare_destination,
 )
 from shardkit.write.inputs import DEFAULT_MAX_UNPACK_BYTES, load_sample
+from shardkit.write.journal import (
+    ShardResult,
+    clear_journal,
+    finished_entries,
+    journal_record,
+    remove_stale,
+    remove_temporaries,
+    reusable_result,
+)
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
 from shardkit.write.partition import PARTITION_BYTES
 from shardkit.write.plan import PlanReader, ShardTask, plan_shards
@@ -67,17 +69,6 @@ log = logging.getLogger(__name__)
 
 ON_ERROR_POLICIES = ("raise", "skip")
 ENGINES = ("local", "ray")
-
-
-@dataclass(frozen=True)
-class ShardResult:
-    """What writing one shard produced."""
-
-    index: int
-    entry: ShardEntry
-    fingerprint: str
-    skipped: tuple[SkippedInput, ...] = ()
-    reused: bool = False
 
 
 @dataclass(frozen=True)
@@ -265,7 +256,7 @@ def write_shard(
         result = ShardResult(
             index=task.index, entry=written.entry(), fingerprint=task.fingerprint, skipped=tuple(skipped)
         )
-        _journal_record(dest, result)
+        journal_record(dest, result)
     except ShardkitError:
         raise
     except OSError as exc:
@@ -286,82 +277,6 @@ _worker_stop: Any = None
 def _init_worker(stop: Any) -> None:
     global _worker_stop
     _worker_stop = stop
-
-
-# ------------------------------------------------------------------ journal
-
-
-def _journal_path(dest: str, task_name: str) -> str:
-    return os.path.join(dest, JOURNAL_DIR, task_name + ".json")
-
-
-def _journal_record(dest: str, result: ShardResult) -> None:
-    os.makedirs(os.path.join(dest, JOURNAL_DIR), exist_ok=True)
-    record = {
-        "fingerprint": result.fingerprint,
-        "entry": asdict(result.entry),
-        "skipped": [asdict(s) for s in result.skipped],
-    }
-    atomic_write_bytes(_journal_path(dest, result.entry.path), json.dumps(record, sort_keys=True).encode())
-
-
-def _reusable(dest: str, task: ShardTask, finished: Callable[[str], ShardEntry | None]) -> ShardResult | None:
-    """The result of a finished shard from an earlier run, if it is intact."""
-    path = os.path.join(dest, task.name)
-    if not os.path.isfile(path) or not os.path.isfile(index_path_for(path)):
-        return None
-    skipped: tuple[SkippedInput, ...] = ()
-    try:
-        with open(_journal_path(dest, task.name), "rb") as f:
-            record = json.load(f)
-        if record["fingerprint"] != task.fingerprint:
-            return None
-        entry = ShardEntry(**record["entry"])
-        skipped = tuple(SkippedInput(**s) for s in record["skipped"])
-    except (OSError, ValueError, KeyError, TypeError):
-        entry = finished(task.name)  # a completed run: trust its manifest entry
-        if entry is None:
-            return None
-    if os.path.getsize(path) != entry.num_bytes or file_sha256(path) != entry.sha256:
-        return None
-    return ShardResult(task.index, entry, task.fingerprint, skipped, reused=True)
-
-
-def _finished_entries(dest: str, source_info: dict, options: WriteOptions) -> Callable[[str], ShardEntry | None]:
-    """Looks up shard entries (by name) of a complete earlier run with the same
-    source and options, in its manifest of format 1 or 2."""
-    try:
-        old = load_manifest(dest)
-    except (OSError, ValueError):
-        return lambda name: None
-    if dict(old.source) != source_info or dict(old.options) != options.recorded() or old.seed != (options.seed if options.shuffle else None):
-        return lambda name: None
-    table = old.table
-
-    def lookup(name: str) -> ShardEntry | None:
-        match = _SHARD_NUMBER.match(name)
-        if match is None or int(match.group(1)) >= table.num_shards:
-            return None
-        entry = table.entry(int(match.group(1)))
-        return entry if entry.path == name else None
-
-    return lookup
-
-
-_SHARD_NUMBER = re.compile(r"^shard-(\d{6,})\.tar$")
-
-
-def _remove_stale(dest: str, keep: set[str]) -> None:
-    """Drop temporaries and shards of an earlier run that the plan no longer has."""
-    for name in os.listdir(dest):
-        path = os.path.join(dest, name)
-        stale_tmp = name.endswith(TMP_SUFFIX)
-        stale_shard = name.startswith("shard-") and name.endswith((".tar", ".idx"))
-        if TABLE_NAME.match(name):
-            continue  # the manifest that names it may still be there; publishing removes stale tables
-        stem = name[: -len(".idx")] + ".tar" if name.endswith(".idx") else name
-        if stale_tmp or (stale_shard and stem not in keep):
-            os.unlink(path)
 
 
 # ---------------------------------------------------------------- the driver
@@ -502,16 +417,16 @@ def _write_planned(
     try:
         todo = tasks
         if options.resume:
-            finished = _finished_entries(dest, source_info, options)
+            finished = finished_entries(dest, source_info, options)
             todo = []
             for task in tasks:
-                reused = _reusable(dest, task, finished)
+                reused = reusable_result(dest, task, finished)
                 if reused is None:
                     todo.append(task)
                 else:
                     results[task.index] = reused
                     _report(progress, reused, total)
-            _remove_stale(dest, keep={t.name for t in tasks})
+            remove_stale(dest, keep={t.name for t in tasks})
             if os.path.exists(os.path.join(dest, MANIFEST_NAME)) and todo:
                 os.unlink(os.path.join(dest, MANIFEST_NAME))
         if check_space:
@@ -555,11 +470,11 @@ def _write_planned(
             publish_manifest(dest, manifest)
         except OSError as exc:
             raise output_error(exc, manifest_path) from exc
-        _clear_journal(dest)
+        clear_journal(dest)
     except BaseException as exc:
         remove_temporaries(dest)
         if not options.resume and not any(not r.reused for r in results.values()):
-            _clear_journal(dest)  # refused before any shard was written: nothing to resume
+            clear_journal(dest)  # refused before any shard was written: nothing to resume
         if isinstance(exc, OSError) and not isinstance(exc, ShardkitError):
             raise output_error(exc, dest) from exc
         raise
@@ -588,27 +503,9 @@ _MANIFEST_ALLOWANCE_BYTES = 64 << 10
 _MANIFEST_BYTES_PER_SHARD = 512
 
 
-def remove_temporaries(dest: str) -> None:
-    """Remove the temporary files of shardkit's own outputs in ``dest``
-    (shards, indexes, manifest, journal records) after a failed run."""
-    work = os.path.join(dest, JOURNAL_DIR)
-    for folder in (dest, work, os.path.join(work, "scan"), os.path.join(work, "plan")):
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            continue
-        for name in names:
-            if name.endswith(TMP_SUFFIX) and (folder != dest or is_shardkit_name(name)):
-                remove_quietly(os.path.join(folder, name))
-
-
 def _report(progress: Callable[[Progress], None] | None, result: ShardResult, total: int) -> None:
     if progress is not None:
         progress(Progress(result.entry.path, result.entry.num_samples, result.entry.num_bytes, result.reused, total))
-
-
-def _clear_journal(dest: str) -> None:
-    shutil.rmtree(os.path.join(dest, JOURNAL_DIR), ignore_errors=True)
 
 
 def _pool_context() -> multiprocessing.context.BaseContext:
