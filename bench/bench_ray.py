@@ -261,15 +261,13 @@ def peak_rss_mb() -> float:
 
 def _plan_only(jsonl: str) -> dict:
     """In a fresh process: scan and plan like the driver does; report peak RSS."""
-    from shardkit.write.inputs import scan_source
-    from shardkit.write.limits import ShardLimits
-    from shardkit.write.plan import plan_shards
+    from shardkit.write.dry_run import plan_dataset
+    from shardkit.write.parallel import WriteOptions
 
     base = peak_rss_mb()
     started = time.perf_counter()
-    scanned = scan_source(jsonl, format="jsonl", on_error="raise", unpack_dir=None)
-    tasks, _ = plan_shards(scanned.samples, limits=ShardLimits(max_samples=10_000, max_bytes=None), seed=0, shuffle=True)
-    return {"samples": len(scanned.samples), "shards": len(tasks), "seconds": time.perf_counter() - started,
+    plan = plan_dataset(jsonl, options=WriteOptions(format="jsonl", max_samples=10_000, max_bytes=None))
+    return {"samples": plan.num_samples, "shards": plan.num_shards, "seconds": time.perf_counter() - started,
             "peak_rss_mb": peak_rss_mb(), "rss_before_mb": base}
 
 

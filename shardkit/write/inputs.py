@@ -42,8 +42,10 @@ understood, auto-detected by :func:`~shardkit.write.detect.detect_format`:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
@@ -93,6 +95,7 @@ class _Scan:
         self.extensions: set[str] = set()
         self.num_bytes = 0
         self.files: set[str] = set()
+        self._last_exts: tuple[str, ...] = ()
 
     def skip_or_raise(self, error: SourceError, default_path: str) -> None:
         if self.on_error == "raise":
@@ -100,10 +103,30 @@ class _Scan:
         self.skipped.append([error.path or default_path, str(error)])
 
     def add(self, key: str, name: bytes, offset: int, length: int, fields: list[tuple[str, int]], digest: bytes) -> None:
-        size = encoded_sample_size(key, fields)
+        size = _sample_size(key, fields)
         self.spill.add(key.encode(*_ENC), name, offset, length, size, digest)
         self.num_bytes += size
-        self.extensions.update(ext for ext, _ in fields)
+        exts = tuple(ext for ext, _ in fields)
+        if exts != self._last_exts:  # rows mostly repeat the extensions of the row before
+            self._last_exts = exts
+            self.extensions.update(exts)
+
+
+def _sample_size(key: str, fields: list[tuple[str, int]]) -> int:
+    """:func:`~shardkit.format.tar.encoded_sample_size`, with the common case
+    (short ASCII names, sizes an octal field holds: one 512-byte header per
+    member) done inline: it runs once per sample scanned."""
+    if key.isascii():
+        total = 0
+        for ext, size in fields:
+            if len(key) + len(ext) >= 100 or size > _MAX_OCTAL_SIZE or not ext.isascii():
+                return encoded_sample_size(key, fields)
+            total += 512 + size + (-size % 512)
+        return total
+    return encoded_sample_size(key, fields)
+
+
+_MAX_OCTAL_SIZE = 8**11 - 1  # what a ustar header's size field holds
 
 
 def scan_partition(
@@ -259,21 +282,24 @@ def _scan_jsonl(part: Partition, scan: _Scan) -> None:
     with open(path, "rb") as f:
         position = _first_line_start(f, part.start)
         number = 0  # lines read in this partition
-        while position < part.end:
-            line = f.readline()
-            if not line:
+        for line in f:
+            if position >= part.end:
                 break
             offset, position = position, position + len(line)
             number += 1
-            if not line.strip():
+            if line.isspace():
                 continue
             try:
                 key, fields = _jsonl_fields(line, path, base, lambda: lines.number(number))
             except SourceError as exc:
                 scan.skip_or_raise(exc, path)
                 continue
-            scan.files.update(p for _, _, p, _ in fields if p is not None)
-            scan.add(key, b"", offset, len(line), [(ext, size) for ext, size, _, _ in fields], short_digest(line))
+            sizes = []
+            for ext, size, file, _ in fields:
+                sizes.append((ext, size))
+                if file is not None:
+                    scan.files.add(file)
+            scan.add(key, b"", offset, len(line), sizes, short_digest(line))
 
 
 def duplicate_lines_error(path: str, key: str, first: int, second: int) -> DuplicateSampleError:
@@ -331,23 +357,24 @@ def _jsonl_fields(line: bytes, path: str, base: str, number: Callable[[], int]) 
     """A JSONL row's key and fields (sizes, and a path or inline bytes each);
     ``number()`` gives the line's number for an error message."""
     try:
-        row = json.loads(line)
+        row = _JSON_DECODER.decode(line.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         n = number()
         reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
         raise SourceError(f"{path}:{n}: line {n} is not valid JSON ({reason})", path=path, line=n) from exc
-    if not isinstance(row, dict):
+    if type(row) is not dict:
         n = number()
         raise SourceError(f"{path}:{n}: line {n} is not a JSON object", path=path, line=n)
     key = row.get("__key__")
-    if not isinstance(key, str) or not key:
+    if type(key) is not str or not key:
         n = number()
         raise SourceError(f"{path}:{n}: line {n} has no string \"__key__\"", path=path, line=n)
     fields: list[_Field] = []
+    key_ok = _stem_problem(key) is None
     for ext in sorted(row):
         if ext.startswith("__"):
             continue
-        if split_key(f"{key}.{ext}") != (key, ext) or member_name_problem(f"{key}.{ext}") is not None:
+        if not key_ok or _extension_problem(ext) is not None:
             n = number()
             raise SourceError(
                 f"{path}:{n}: line {n}: key {key!r} with extension {ext!r} does not form a valid member name "
@@ -356,7 +383,7 @@ def _jsonl_fields(line: bytes, path: str, base: str, number: Callable[[], int]) 
                 line=n,
             )
         value = row[ext]
-        if isinstance(value, str) and ext not in TEXT_EXTENSIONS:
+        if type(value) is str and ext not in TEXT_EXTENSIONS:
             file = os.path.join(base, value)
             try:
                 size = _file_size(file)
@@ -374,6 +401,31 @@ def _jsonl_fields(line: bytes, path: str, base: str, number: Callable[[], int]) 
         raise SourceError(f"{path}:{n}: line {n} has no fields besides __key__", path=path, line=n)
     return key, fields
 
+
+_JSON_DECODER = json.JSONDecoder()
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_\-]+(?:/[A-Za-z0-9_\-]+)*")
+
+
+def _stem_problem(key: str) -> str | None:
+    """Why ``key`` cannot start member names (checked with a stand-in extension), or None."""
+    if _PLAIN_KEY.fullmatch(key):
+        return None  # no dot, no control character, no empty or leading path part: nothing to refuse
+    name = f"{key}.x"
+    if split_key(name) != (key, "x"):
+        return "the key may not have a dot in its last path part"
+    return member_name_problem(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _extension_problem(ext: str) -> str | None:
+    """Why ``ext`` cannot end member names (checked with a stand-in key), or
+    None. With a key that passes :func:`_stem_problem` (and so has no dot in
+    its last path part) and an extension without ``/`` that passes this, the
+    member name ``KEY.EXT`` passes both checks too."""
+    name = f"k.{ext}"
+    if "/" in ext or split_key(name) != ("k", ext):
+        return "not a valid extension"
+    return member_name_problem(name)
 
 # ------------------------------------------------------------------ tar
 
