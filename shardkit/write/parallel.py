@@ -47,7 +47,7 @@ from shardkit.write.destination import (
     output_error,
     prepare_destination,
 )
-from shardkit.write.inputs import DEFAULT_MAX_UNPACK_BYTES, load_sample
+from shardkit.write.inputs import load_sample
 from shardkit.write.journal import (
     ShardResult,
     clear_journal,
@@ -58,6 +58,7 @@ from shardkit.write.journal import (
     reusable_result,
 )
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
+from shardkit.write.tar_inputs import DEFAULT_MAX_UNPACK_BYTES
 from shardkit.write.partition import PARTITION_BYTES
 from shardkit.write.plan import PlanReader, ShardTask, plan_shards
 from shardkit.write.scan import ScanResult, scan_dataset

@@ -24,7 +24,8 @@ from shardkit.errors import DestinationError, SourceError, UsageError
 from shardkit.format.manifest import SkippedInput
 from shardkit.io.urls import is_local, redact_url
 from shardkit.write.detect import detect_format
-from shardkit.write.inputs import DEFAULT_MAX_UNPACK_BYTES, FORMATS, UnpackBudget, scan_partition
+from shardkit.write.inputs import FORMATS, scan_partition
+from shardkit.write.tar_inputs import DEFAULT_MAX_UNPACK_BYTES, UnpackBudget
 from shardkit.write.partition import PARTITION_BYTES, Partition, list_partitions
 from shardkit.write.spill import SpillReader, load_summary, spill_prefix
 
