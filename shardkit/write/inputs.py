@@ -434,33 +434,37 @@ def _read_file(path: str) -> bytes:
         ) from exc
 
 
-def _load_jsonl_row(part: Partition, key: str, offset: int, length: int, digest: bytes) -> list[tuple[str, bytes]]:
+def _load_jsonl_row(part: Partition, key: str, rec: Any, read_range: ReadRange) -> list[tuple[str, bytes]]:
     path = part.path
     try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            line = f.read(length)
+        line = read_range(path, rec.offset, rec.length)
     except OSError as exc:
         raise InputFileError(
             f"{path}: cannot read the JSONL file ({exc.strerror or exc}); "
             "restore it, or pass --on-error skip to leave its rows out",
             path=path,
         ) from exc
-    if short_digest(line) != digest:
+    if short_digest(line) != rec.digest.to_bytes(8, "little"):
         raise InputFileError(
-            f"{path}: changed since it was scanned (the row of key {key!r} at byte {offset} differs); "
+            f"{path}: changed since it was scanned (the row of key {key!r} at byte {rec.offset} differs); "
             "rerun the write without --resume, or restore the file",
             path=path,
         )
     base = os.path.dirname(os.path.abspath(path))
     try:
-        _, fields = _jsonl_fields(line, path, base, lambda: line_number(path, offset))
+        _, fields = _jsonl_fields(line, path, base, lambda: line_number(path, rec.offset))
     except SourceError as exc:  # a file the row names vanished
         raise InputFileError(f"{exc}; restore it, or pass --on-error skip to leave the row out", path=path) from exc
     return [(ext, data if data is not None else _read_file(file or "")) for ext, _, file, data in fields]
 
 
-def load_sample(part: Partition, read_path: str, key: str, name: str, rec: Any) -> list[tuple[str, bytes]]:
+#: Reads ``length`` bytes of a file at an offset (the shard writer keeps its input files open).
+ReadRange = Callable[[str, int, int], bytes]
+
+
+def load_sample(
+    part: Partition, read_path: str, key: str, name: str, rec: Any, read_range: ReadRange
+) -> list[tuple[str, bytes]]:
     """A scanned sample's ``(extension, bytes)`` members, read from its input.
 
     Args:
@@ -469,23 +473,23 @@ def load_sample(part: Partition, read_path: str, key: str, name: str, rec: Any) 
             shard's unpacked copy, when it was compressed).
         key: Its key.
         name: Its name from the spill (relative file paths).
-        rec: Its spill record (:data:`~shardkit.write.spill.RECORD`).
+        rec: Its spill record (a :data:`~shardkit.write.spill.Record`).
+        read_range: Reads a byte range of a file.
 
     Raises:
         InputFileError: An input vanished, became unreadable, or changed
             since it was scanned (its size or, for JSONL, its line).
     """
-    offset, length = int(rec["offset"]), int(rec["length"])
     if part.kind == "jsonl":
-        fields = _load_jsonl_row(part, key, offset, length, int(rec["digest"]).to_bytes(8, "little"))
+        fields = _load_jsonl_row(part, key, rec, read_range)
     elif part.kind == "tar":
-        fields = load_tar_sample(part, read_path, key, offset, length)
+        fields = load_tar_sample(part, read_path, key, rec.offset, rec.length, read_range)
     elif part.kind == "imagefolder":
         fields = _load_class_file(part, key, name)
     else:
         fields = _load_directory_files(part, key, name)
-    if encoded_sample_size(key, [(ext, len(data)) for ext, data in fields]) != int(rec["size"]):
-        where = record_origin(part, read_path, name, offset)
+    if _sample_size(key, [(ext, len(data)) for ext, data in fields]) != rec.size:
+        where = record_origin(part, read_path, name, rec.offset)
         raise InputFileError(
             f"{where}: input changed size since it was scanned (sample {key!r}); rerun the write", path=where
         )

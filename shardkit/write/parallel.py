@@ -237,16 +237,12 @@ def write_shard(
     skipped = []
     path = os.path.join(dest, task.name)
     try:
-        plan = PlanReader.open(task)
-        with ShardFile(path) as shard:
-            for part, row in plan.rows(task):
+        with PlanReader(task) as plan, ShardFile(path) as shard:
+            for part, key, name, rec in plan.samples(task):
                 if stop is not None and stop.is_set():
                     raise _Stopped(task.name)
-                spill = plan.spill(part)
-                key = spill.key(row).decode("utf-8", "surrogateescape")
-                name = spill.name(row).decode("utf-8", "surrogateescape")
                 try:
-                    fields = load_sample(plan.partitions[part], plan.read_paths[part], key, name, spill.records[row])
+                    fields = load_sample(plan.partitions[part], plan.read_paths[part], key, name, rec, plan.read_range)
                 except InputFileError as exc:
                     if on_error == "raise":
                         raise

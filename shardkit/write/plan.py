@@ -28,7 +28,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from shardkit.write.inputs import duplicate_error, record_origin
 from shardkit.write.limits import ShardLimits
 from shardkit.write.partition import Partition
 from shardkit.write.scan import ScanResult
-from shardkit.write.spill import SpillReader, spill_prefix
+from shardkit.write.spill import RECORD, Record, SpillReader, spill_prefix
 
 #: Samples per bucket of the shuffle, about: what the driver holds at once
 #: (~40 bytes each).
@@ -267,22 +267,19 @@ class _Cutter:
         return self.tasks
 
 
-@dataclass
 class PlanReader:
-    """A plan read back by a shard writer: the partitions, their spills and the order files."""
+    """A plan read back by a shard writer: the partitions, their spills, the
+    order files, and the input files it reads from (kept open until :meth:`close`)."""
 
-    plan_dir: str
-    spill_dir: str
-    partitions: list[Partition] = field(default_factory=list)
-    read_paths: list[str] = field(default_factory=list)
-    _spills: dict[int, SpillReader] = field(default_factory=dict)
-
-    @classmethod
-    def open(cls, task: ShardTask) -> PlanReader:
+    def __init__(self, task: ShardTask):
         with open(os.path.join(task.plan_dir, PARTITIONS_FILE), "rb") as f:
             rows = json.load(f)
-        read_paths = [row.pop("read_path") for row in rows]
-        return cls(task.plan_dir, task.spill_dir, [Partition(**row) for row in rows], read_paths)
+        self.read_paths: list[str] = [row.pop("read_path") for row in rows]
+        self.partitions = [Partition(**row) for row in rows]
+        self.plan_dir = task.plan_dir
+        self.spill_dir = task.spill_dir
+        self._spills: dict[int, SpillReader] = {}
+        self._files: dict[str, int] = {}
 
     def spill(self, part: int) -> SpillReader:
         reader = self._spills.get(part)
@@ -290,8 +287,38 @@ class PlanReader:
             reader = self._spills[part] = SpillReader(spill_prefix(self.spill_dir, part))
         return reader
 
-    def rows(self, task: ShardTask) -> Iterator[tuple[int, int]]:
-        """``(partition, record)`` of the task's samples, in write order."""
+    def samples(self, task: ShardTask) -> Iterator[tuple[int, str, str, Record]]:
+        """``(partition, key, name, record)`` of the task's samples, in write order."""
         for chunk, start, end in task.segments:
             order = np.load(order_path(self.plan_dir, chunk), mmap_mode="r", allow_pickle=False)[start:end]
-            yield from zip(order["part"].tolist(), order["rec"].tolist())
+            parts = np.asarray(order["part"])
+            records = np.empty(len(parts), dtype=RECORD)
+            for part in np.unique(parts).tolist():  # one gather per partition, not one lookup per sample
+                where = parts == part
+                records[where] = self.spill(part).records[np.asarray(order["rec"])[where]]
+            for part, row in zip(parts.tolist(), records.tolist()):
+                rec = Record(*row)
+                key, name = self.spill(part).key_and_name(rec)
+                yield part, key.decode("utf-8", "surrogateescape"), name.decode("utf-8", "surrogateescape"), rec
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """``length`` bytes of ``path`` at ``offset`` (fewer at its end), the file kept open.
+
+        Raises:
+            OSError: The file cannot be opened or read.
+        """
+        fd = self._files.get(path)
+        if fd is None:
+            fd = self._files[path] = os.open(path, os.O_RDONLY)
+        return os.pread(fd, length, offset)
+
+    def close(self) -> None:
+        for fd in self._files.values():
+            os.close(fd)
+        self._files.clear()
+
+    def __enter__(self) -> PlanReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

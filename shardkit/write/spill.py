@@ -21,8 +21,10 @@ scanning and memory-mapped numpy arrays when read.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
+import mmap
 import os
 from array import array
 
@@ -124,6 +126,10 @@ def _save(path: str, array_: np.ndarray) -> None:
     os.replace(tmp, path)
 
 
+#: A record as a tuple with named fields (what :meth:`SpillReader.fetch` gives).
+Record = collections.namedtuple("Record", RECORD.names)
+
+
 class SpillReader:
     """One partition's spill, memory-mapped."""
 
@@ -131,7 +137,7 @@ class SpillReader:
         self.prefix = prefix
         self.records = _load(prefix + ".rec.npy")
         self._by_source: np.ndarray | None = None
-        self._blob: np.ndarray | None = None
+        self._blob: mmap.mmap | bytes | None = None
 
     @property
     def by_source(self) -> np.ndarray:
@@ -140,31 +146,33 @@ class SpillReader:
         return self._by_source
 
     @property
-    def blob(self) -> np.ndarray:
+    def blob(self) -> mmap.mmap | bytes:
+        """Keys and names; slicing gives ``bytes``."""
         if self._blob is None:
-            self._blob = _load_bytes(self.prefix + ".str")
+            with open(self.prefix + ".str", "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                self._blob = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
         return self._blob
 
     def key(self, row: int) -> bytes:
         rec = self.records[row]
         start = int(rec["key_off"])
-        return self.blob[start : start + int(rec["key_len"])].tobytes()
+        return self.blob[start : start + int(rec["key_len"])]
 
     def name(self, row: int) -> bytes:
         rec = self.records[row]
         start = int(rec["key_off"]) + int(rec["key_len"])
-        return self.blob[start : start + int(rec["name_len"])].tobytes()
+        return self.blob[start : start + int(rec["name_len"])]
+
+    def key_and_name(self, rec: Record) -> tuple[bytes, bytes]:
+        """A fetched record's key and name."""
+        middle = rec.key_off + rec.key_len
+        return self.blob[rec.key_off : middle], self.blob[middle : middle + rec.name_len]
 
 
 def _load(path: str) -> np.ndarray:
     array_ = np.load(path, mmap_mode="r", allow_pickle=False)
     return array_ if len(array_) else np.load(path, allow_pickle=False)
-
-
-def _load_bytes(path: str) -> np.ndarray:
-    if os.path.getsize(path) == 0:
-        return np.zeros(0, dtype=np.uint8)
-    return np.memmap(path, dtype=np.uint8, mode="r")
 
 
 def load_summary(prefix: str) -> dict | None:

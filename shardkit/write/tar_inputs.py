@@ -82,14 +82,18 @@ def _add_tar_sample(scan: Any, raw: RawSample, path: str, *, compressed: bool) -
     scan.add(raw.key, b"", raw.start, raw.end - raw.start, sizes, digest)
 
 
-def load_tar_sample(part: Partition, read_path: str, key: str, offset: int, length: int) -> list[tuple[str, bytes]]:
+def load_tar_sample(
+    part: Partition, read_path: str, key: str, offset: int, length: int, read_range: Callable[[str, int, int], bytes]
+) -> list[tuple[str, bytes]]:
+    """A tar input's sample, parsed from its byte range of ``read_path``.
+
+    Raises:
+        InputFileError: The input shard cannot be read, or changed since it was scanned.
+    """
     named = part.path  # an unpacked copy is named by its input
     parser = SampleParser(path=read_path, base_offset=offset)
-    raws: list[RawSample] = []
     try:
-        for chunk in LocalFile(read_path).iter_range(offset, offset + length, chunk_bytes=max(length, 1)):
-            raws += parser.feed(chunk)
-        raws += parser.finish(expect_end_marker=False)
+        raws = parser.feed(read_range(read_path, offset, length)) + parser.finish(expect_end_marker=False)
     except OSError as exc:
         raise InputFileError(
             f"{named}: cannot read input shard ({exc.strerror or exc}); "
