@@ -55,7 +55,7 @@ from shardkit.format.tar import encoded_sample_size, member_name_problem, split_
 from shardkit.write.detect import IMAGE_EXTENSIONS
 from shardkit.write.detect import walk_files as _walk_files
 from shardkit.write.partition import Partition
-from shardkit.write.spill import SpillWriter, short_digest
+from shardkit.write.spill import SpillWriter, short_digest, spill_error
 from shardkit.write.tar_inputs import (  # noqa: F401  (re-exported: the limits are documented here)
     DEFAULT_MAX_UNPACK_BYTES,
     UNPACK_RESERVE_BYTES,
@@ -152,9 +152,8 @@ def scan_partition(
 
     Raises:
         SourceError: Malformed input or a refused name (under ``"raise"``),
-            a duplicate inside the partition, a compressed input that
-            unpacks past its limit; :class:`OSError` when the spill cannot be
-            written (the caller names the folder).
+            a compressed input that unpacks past its limit.
+        DestinationError: The spill cannot be written (full, read-only).
     """
     scan = _Scan(SpillWriter(prefix, seed), on_error)
     read_path, unpacked = part.path, 0
@@ -176,7 +175,10 @@ def scan_partition(
         "read_path": read_path,
         "unpacked_bytes": unpacked,
     }
-    scan.spill.finish(summary)
+    try:
+        scan.spill.finish(summary)
+    except OSError as exc:
+        raise spill_error(exc, os.path.dirname(prefix), part.path) from exc
     return summary
 
 

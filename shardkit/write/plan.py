@@ -42,8 +42,8 @@ from shardkit.write.scan import ScanResult
 from shardkit.write.spill import RECORD, Record, SpillReader, spill_prefix
 
 #: Samples per bucket of the shuffle, about: what the driver holds at once
-#: (~40 bytes each).
-BUCKET_ROWS = 1 << 20
+#: (~40 bytes each, ~10 MB a bucket).
+BUCKET_ROWS = 1 << 18
 
 #: A row of an order file: which partition's spill, which record of it.
 ORDER = np.dtype([("part", "<u4"), ("rec", "<u8")])
@@ -120,10 +120,10 @@ def plan_shards(
             pass
         for chunk, reader in enumerate(readers):
             by_source = np.asarray(reader.by_source)
-            records = reader.records[by_source] if len(by_source) else reader.records[:0]
             parts = np.full(len(by_source), chunk, dtype="<u4")
             _save_order(plan_dir, chunk, parts, by_source)
-            cutter.feed(chunk, parts, by_source, records["size"], records["digest"])
+            sizes, digests = (reader.records[name][by_source] for name in ("size", "digest"))
+            cutter.feed(chunk, parts, by_source, sizes, digests)
     return cutter.finish(), cutter.oversized
 
 
@@ -161,25 +161,30 @@ def _buckets(
     bits = max(0, int(np.ceil(np.log2(max(num_samples, 1) / BUCKET_ROWS))))
     hashes = [r.records["hash"] for r in readers]
     for bucket in range(1 << bits):
-        parts, recs, columns = [], [], []
-        for index, (reader, column) in enumerate(zip(readers, hashes)):
+        slices = []
+        for index, column in enumerate(hashes):
             lo, hi = _bucket_range(column, bucket, bits)
             if hi > lo:
-                parts.append(np.full(hi - lo, index, dtype="<u4"))
-                recs.append(np.arange(lo, hi, dtype="<u8"))
-                columns.append(reader.records[lo:hi][["hash", "size", "digest"]])
-        if not parts:
+                slices.append((index, lo, hi))
+        if not slices:
             continue
-        rows = np.concatenate(columns)
-        order = np.argsort(rows["hash"], kind="stable")
-        part, rec, rows = np.concatenate(parts)[order], np.concatenate(recs)[order], rows[order]
-        hashes_sorted = rows["hash"]
+        # One column at a time, each put in hash order at once: the driver holds
+        # about 40 bytes per sample of one bucket.
+        hashes_sorted = np.concatenate([hashes[i][lo:hi] for i, lo, hi in slices])
+        order = np.argsort(hashes_sorted, kind="stable")
+        hashes_sorted = hashes_sorted[order]
+        part = np.concatenate([np.full(hi - lo, i, dtype="<u4") for i, lo, hi in slices])[order]
+        rec = np.concatenate([np.arange(lo, hi, dtype="<u8") for i, lo, hi in slices])[order]
+        sizes = np.concatenate([readers[i].records["size"][lo:hi] for i, lo, hi in slices])[order]
+        digests = np.concatenate([readers[i].records["digest"][lo:hi] for i, lo, hi in slices])[order]
+        del order
         for i in np.flatnonzero(hashes_sorted[1:] == hashes_sorted[:-1]).tolist():
             first, second = (int(part[i]), int(rec[i])), (int(part[i + 1]), int(rec[i + 1]))
             key = context.key(*first)
             if key == context.key(*second):  # else two keys whose 64-bit hashes collide
                 raise duplicate_error(key.decode("utf-8", "surrogateescape"), context.where(*first), context.where(*second))
-        yield part, rec, rows["size"], rows["digest"]
+        del hashes_sorted
+        yield part, rec, sizes, digests
 
 
 def _bucket_range(column: np.ndarray, bucket: int, bits: int) -> tuple[int, int]:

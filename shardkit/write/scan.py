@@ -14,13 +14,12 @@ workers.
 
 from __future__ import annotations
 
-import errno
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
-from shardkit.errors import DestinationError, SourceError, UsageError
+from shardkit.errors import ShardkitError, SourceError, UsageError
 from shardkit.format.manifest import SkippedInput
 from shardkit.io.urls import is_local, redact_url
 from shardkit.write.detect import detect_format
@@ -158,24 +157,16 @@ def _scan_one(
     unpack_dir: str | None,
     max_unpack_bytes: int | None,
 ) -> dict:
-    """Scan one partition, naming the spill folder when it cannot be written."""
+    """Scan one partition; an unexpected OS error names its input."""
     try:
         return scan_partition(
             part, spill_prefix(spill_dir, part.index), seed=seed, on_error=on_error, signature=signature,
             unpack_dir=unpack_dir, max_unpack_bytes=max_unpack_bytes,
         )
-    except SourceError:
+    except ShardkitError:
         raise
     except OSError as exc:
-        if exc.filename is not None and str(exc.filename).startswith(spill_dir) or exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
-            raise DestinationError(
-                f"{spill_dir}: cannot write the scan's spill while scanning {part.path} "
-                f"({'no space left' if full else exc.strerror or exc}); the spill takes about 64 bytes per sample "
-                "plus its key: free space where DEST is (or choose another DEST), then rerun with --resume",
-                path=spill_dir,
-            ) from exc
-        raise SourceError(f"{part.path}: cannot read input ({exc.strerror or exc})", path=part.path) from exc
+        raise SourceError(f"{part.path}: scanning it failed ({exc.strerror or exc})", path=part.path) from exc
 
 
 def _check_unpacked(partitions: list[Partition], summaries: list[dict], unpack_dir: str | None, limit: int | None) -> None:

@@ -22,6 +22,7 @@ scanning and memory-mapped numpy arrays when read.
 from __future__ import annotations
 
 import collections
+import errno
 import hashlib
 import json
 import mmap
@@ -30,6 +31,7 @@ from array import array
 
 import numpy as np
 
+from shardkit.errors import DestinationError
 from shardkit.io.atomic import atomic_write_bytes
 
 #: A sample's record. ``hash``: seeded hash of the key (the shuffle order);
@@ -50,6 +52,17 @@ RECORD = np.dtype(
         ("digest", "<u8"),
     ]
 )
+
+
+def spill_error(exc: OSError, folder: str, input_path: str) -> DestinationError:
+    """The one-line error for a spill that could not be written while scanning ``input_path``."""
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT) or "written" in str(exc)  # numpy's short write has no errno
+    return DestinationError(
+        f"{folder}: cannot write the scan's spill while scanning {input_path} "
+        f"({'no space left' if full else exc.strerror or exc}); the spill takes about 64 bytes per sample plus "
+        "its key: free space where DEST is (or choose another DEST), then rerun",
+        path=folder,
+    )
 
 
 def spill_prefix(folder: str, index: int) -> str:
@@ -105,15 +118,16 @@ class SpillWriter:
         Raises:
             OSError: The folder is full or not writable (the caller names it).
         """
-        records = np.empty(len(self), dtype=RECORD)
-        records["hash"] = np.frombuffer(bytes(self._hashes), dtype="<u8")
-        records["digest"] = np.frombuffer(bytes(self._digests), dtype="<u8")
+        hashes = np.frombuffer(self._hashes, dtype="<u8")
+        order = np.argsort(hashes, kind="stable")
+        records = np.empty(len(self), dtype=RECORD)  # filled column by column, already in hash order
+        records["hash"] = hashes[order]
+        records["digest"] = np.frombuffer(self._digests, dtype="<u8")[order]
         for name in ("key_off", "key_len", "name_len", "offset", "length", "size"):
-            records[name] = np.frombuffer(getattr(self, "_" + name), dtype=records.dtype[name].newbyteorder("="))
-        order = np.argsort(records["hash"], kind="stable")
+            records[name] = np.frombuffer(getattr(self, "_" + name), dtype=RECORD[name].newbyteorder("="))[order]
         by_source = np.empty_like(order)
         by_source[order] = np.arange(len(order))
-        _save(self.prefix + ".rec.npy", records[order])
+        _save(self.prefix + ".rec.npy", records)
         _save(self.prefix + ".src.npy", by_source.astype("<i8"))
         atomic_write_bytes(self.prefix + ".str", bytes(self._blob), sync_dir=False)
         atomic_write_bytes(self.prefix + ".json", json.dumps(summary, sort_keys=True).encode(), sync_dir=False)

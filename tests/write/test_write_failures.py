@@ -191,3 +191,14 @@ def test_input_vanishing_library_error_keeps_the_cause(imagefolder, tmp_path):
     journal = os.path.join(dest, ".shardkit-journal")
     records = [n for n in os.listdir(journal) if n.endswith(".json")] if os.path.isdir(journal) else []
     assert all(json.load(open(os.path.join(journal, n))) for n in records)
+
+
+def test_spill_space_running_out_is_one_line_naming_the_input_and_leaves_nothing(small_fs, tmp_path, capsys):
+    source = tmp_path / "rows.jsonl"
+    source.write_text("".join(json.dumps({"__key__": f"row{i:08d}", "txt": "x"}) + "\n" for i in range(20_000)))
+    dest = os.path.join(small_fs("fs", "size=256k"), "out")  # the spill needs about 1.5 MB
+    code, _, err = run(capsys, "write", str(source), dest, "-q")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert f"{dest}/.shardkit-journal/scan: cannot write the scan's spill while scanning {source}" in err
+    assert "no space left" in err and "free space where DEST is" in err
+    assert not os.path.exists(dest)
