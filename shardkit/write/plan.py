@@ -119,11 +119,12 @@ def plan_shards(
         for _ in buckets:  # duplicates are found in buckets; the order is the source's
             pass
         for chunk, reader in enumerate(readers):
-            by_source = np.asarray(reader.by_source)
+            by_source = reader.read_by_source()
             parts = np.full(len(by_source), chunk, dtype="<u4")
             _save_order(plan_dir, chunk, parts, by_source)
-            sizes, digests = (reader.records[name][by_source] for name in ("size", "digest"))
-            cutter.feed(chunk, parts, by_source, sizes, digests)
+            records = reader.read_rows(0, len(by_source))
+            cutter.feed(chunk, parts, by_source, records["size"][by_source], records["digest"][by_source])
+            del records
     return cutter.finish(), cutter.oversized
 
 
@@ -168,15 +169,14 @@ def _buckets(
                 slices.append((index, lo, hi))
         if not slices:
             continue
-        # One column at a time, each put in hash order at once: the driver holds
-        # about 40 bytes per sample of one bucket.
-        hashes_sorted = np.concatenate([hashes[i][lo:hi] for i, lo, hi in slices])
-        order = np.argsort(hashes_sorted, kind="stable")
-        hashes_sorted = hashes_sorted[order]
+        # Read into memory of its own (a bucket's records, ~64 bytes each), then
+        # kept as the columns the plan needs, in hash order.
+        rows = np.concatenate([readers[i].read_rows(lo, hi) for i, lo, hi in slices])
+        order = np.argsort(rows["hash"], kind="stable")
+        hashes_sorted, sizes, digests = (rows[name][order] for name in ("hash", "size", "digest"))
+        del rows
         part = np.concatenate([np.full(hi - lo, i, dtype="<u4") for i, lo, hi in slices])[order]
         rec = np.concatenate([np.arange(lo, hi, dtype="<u8") for i, lo, hi in slices])[order]
-        sizes = np.concatenate([readers[i].records["size"][lo:hi] for i, lo, hi in slices])[order]
-        digests = np.concatenate([readers[i].records["digest"][lo:hi] for i, lo, hi in slices])[order]
         del order
         for i in np.flatnonzero(hashes_sorted[1:] == hashes_sorted[:-1]).tolist():
             first, second = (int(part[i]), int(rec[i])), (int(part[i + 1]), int(rec[i + 1]))

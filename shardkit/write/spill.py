@@ -168,6 +168,21 @@ class SpillReader:
                 self._blob = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
         return self._blob
 
+    def read_rows(self, lo: int, hi: int) -> np.ndarray:
+        """Records ``[lo, hi)`` read into memory of their own: the driver reads
+        slices this way, so the spill's pages do not stay in its resident set."""
+        with open(self.prefix + ".rec.npy", "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            _, _, dtype = read_header(f)
+            assert dtype == RECORD, f"{self.prefix}.rec.npy: not a spill of this shardkit"
+            f.seek(f.tell() + lo * RECORD.itemsize)
+            return np.fromfile(f, dtype=RECORD, count=hi - lo)
+
+    def read_by_source(self) -> np.ndarray:
+        """The source order (see :attr:`by_source`), read into memory of its own."""
+        return np.load(self.prefix + ".src.npy", allow_pickle=False)
+
     def key(self, row: int) -> bytes:
         rec = self.records[row]
         start = int(rec["key_off"])
