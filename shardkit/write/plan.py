@@ -160,21 +160,28 @@ def _buckets(
     """Each bucket's samples sorted by hash: ``(partitions, records, sizes,
     digests)``; raises :class:`DuplicateSampleError` on a key met twice."""
     bits = max(0, int(np.ceil(np.log2(max(num_samples, 1) / BUCKET_ROWS))))
-    hashes = [r.records["hash"] for r in readers]
+    bounds = [_bucket_bounds(reader, bits) for reader in readers]
     for bucket in range(1 << bits):
         slices = []
-        for index, column in enumerate(hashes):
-            lo, hi = _bucket_range(column, bucket, bits)
+        for index, edges in enumerate(bounds):
+            lo, hi = int(edges[bucket]), int(edges[bucket + 1])
             if hi > lo:
                 slices.append((index, lo, hi))
         if not slices:
             continue
-        # Read into memory of its own (a bucket's records, ~64 bytes each), then
-        # kept as the columns the plan needs, in hash order.
-        rows = np.concatenate([readers[i].read_rows(lo, hi) for i, lo, hi in slices])
-        order = np.argsort(rows["hash"], kind="stable")
-        hashes_sorted, sizes, digests = (rows[name][order] for name in ("hash", "size", "digest"))
+        # Read into memory of its own, one partition's slice at a time, keeping
+        # the columns the plan needs (24 bytes a sample), then put in hash order.
+        total = sum(hi - lo for _, lo, hi in slices)
+        columns = {name: np.empty(total, dtype="<u8") for name in ("hash", "size", "digest")}
+        start = 0
+        for i, lo, hi in slices:
+            rows = readers[i].read_rows(lo, hi)
+            for name, column in columns.items():
+                column[start : start + hi - lo] = rows[name]
+            start += hi - lo
         del rows
+        order = np.argsort(columns["hash"], kind="stable")
+        hashes_sorted, sizes, digests = (columns.pop(name)[order] for name in ("hash", "size", "digest"))
         part = np.concatenate([np.full(hi - lo, i, dtype="<u4") for i, lo, hi in slices])[order]
         rec = np.concatenate([np.arange(lo, hi, dtype="<u8") for i, lo, hi in slices])[order]
         del order
@@ -187,15 +194,23 @@ def _buckets(
         yield part, rec, sizes, digests
 
 
-def _bucket_range(column: np.ndarray, bucket: int, bits: int) -> tuple[int, int]:
-    if bits == 0:
-        return 0, len(column)
-    shift = 64 - bits
-    lo = np.uint64(bucket << shift)
-    lo_i = int(np.searchsorted(column, lo, side="left"))
-    if bucket + 1 == 1 << bits:
-        return lo_i, len(column)
-    return lo_i, int(np.searchsorted(column, np.uint64((bucket + 1) << shift), side="left"))
+def _bucket_bounds(reader: SpillReader, bits: int) -> np.ndarray:
+    """Where each of the ``2**bits`` buckets starts in a partition's records
+    (sorted by hash), and its end: ``2**bits + 1`` row numbers.
+
+    The hashes are read in slices of :data:`BUCKET_ROWS` rows into memory of
+    the driver's own and searched there, once per partition: searching the
+    memory-mapped spill would leave its pages in the driver's resident set.
+    """
+    num_rows = len(reader.records)
+    starts = np.zeros(1, dtype=np.uint64) if bits == 0 else np.arange(1 << bits, dtype=np.uint64) << np.uint64(64 - bits)
+    first = np.full(len(starts), num_rows, dtype=np.int64)
+    for lo in range(0, num_rows, BUCKET_ROWS):
+        hashes = reader.read_rows(lo, min(num_rows, lo + BUCKET_ROWS))["hash"]
+        where = np.searchsorted(hashes, starts)
+        found = (first == num_rows) & (where < len(hashes))
+        first[found] = lo + where[found]
+    return np.append(first, num_rows)
 
 
 class _Cutter:
