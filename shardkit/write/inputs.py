@@ -452,12 +452,25 @@ def _load_jsonl_row(part: Partition, key: str, rec: Any, read_range: ReadRange) 
             "rerun the write without --resume, or restore the file",
             path=path,
         )
-    base = os.path.dirname(os.path.abspath(path))
-    try:
-        _, fields = _jsonl_fields(line, path, base, lambda: line_number(path, rec.offset))
-    except SourceError as exc:  # a file the row names vanished
-        raise InputFileError(f"{exc}; restore it, or pass --on-error skip to leave the row out", path=path) from exc
-    return [(ext, data if data is not None else _read_file(file or "")) for ext, _, file, data in fields]
+    # The line is the one scanned (its digest matches), so it was checked then:
+    # only its members are built here.
+    row = _JSON_DECODER.decode(line.decode("utf-8"))
+    members = []
+    for ext in sorted(row):
+        if ext.startswith("__"):
+            continue
+        value = row[ext]
+        if type(value) is str and ext not in TEXT_EXTENSIONS:
+            members.append((ext, _read_file(os.path.join(_folder_of(path), value))))
+        else:
+            members.append((ext, encode_value(value)))
+    return members
+
+
+@functools.lru_cache(maxsize=64)
+def _folder_of(path: str) -> str:
+    """The folder JSONL rows' file paths are relative to (once per file, not per row)."""
+    return os.path.dirname(os.path.abspath(path))
 
 
 #: Reads ``length`` bytes of a file at an offset (the shard writer keeps its input files open).

@@ -104,9 +104,9 @@ class ShardFile:
             self._drain()
 
     def _drain(self) -> None:
-        for part in self._pending:
-            self._hash.update(part)
-            self._file.write(part)
+        data = b"".join(self._pending)  # one write and one hash update, not one per member
+        self._hash.update(data)
+        self._file.write(data)
         self._pending.clear()
         self._pending_size = 0
 
