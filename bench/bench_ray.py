@@ -50,7 +50,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 sys.path.insert(0, ROOT)
 
 from bench.bench_writer import warm  # noqa: E402  (the writer set is bench_writer's, warmed its way)
-from bench.common import machine, plot_path, save_record  # noqa: E402
+from bench.common import machine, peak_rss_mb, plot_path, save_record  # noqa: E402
 
 HEAD_PORT = 6379
 SAMPLES_PER_SHARD = 250
@@ -248,15 +248,6 @@ def make_jsonl(path: str, num_samples: int) -> None:
         for i in range(num_samples):
             f.write(f'{{"__key__": "k{i:09d}", "cls": {i % 1000}}}\n')
     os.replace(path + ".tmp", path)
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident set (VmHWM; ru_maxrss would carry the parent's over fork + exec)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def _plan_only(jsonl: str) -> dict:

@@ -35,6 +35,9 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO_ROOT = os.path.dirname(HERE)
 CLASSES = 100
 
+sys.path.insert(0, REPO_ROOT)
+from bench.common import peak_rss_mb  # noqa: E402
+
 
 def rows_file(workdir: str, num_rows: int, *, classes: bool = False) -> str:
     """A cached JSONL of ``num_rows`` rows (class-sorted with a ``cls`` field when ``classes``)."""
@@ -56,14 +59,6 @@ def rows_file(workdir: str, num_rows: int, *, classes: bool = False) -> str:
             f.write("\n".join(batch) + "\n")
     os.replace(path + ".tmp", path)
     return path
-
-
-def peak_rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def cpu_s() -> float:
@@ -97,18 +92,23 @@ def cell_write(rows: str, workers: int, dest: str) -> dict[str, Any]:
             "driver_peak_mb": peak_rss_mb()}
 
 
+def _loop(rows: str, sink: Any, key_name: str) -> dict[str, Any]:
+    """Write every row through ``sink.write`` (one process, ``json.loads`` per line), timed."""
+    wall, count = time.perf_counter(), 0
+    with sink, open(rows) as f:
+        for line in f:
+            row = json.loads(line)
+            sink.write({key_name: row["__key__"], "txt": row["txt"], "json": row["json"]})
+            count += 1
+    wall = time.perf_counter() - wall
+    return {"samples": count, "seconds": wall, "samples_per_s": count / wall, "driver_peak_mb": peak_rss_mb()}
+
+
 def cell_webdataset(rows: str, dest: str) -> dict[str, Any]:
     import webdataset as wds
 
     os.makedirs(dest, exist_ok=True)
-    wall, count = time.perf_counter(), 0
-    with wds.ShardWriter(os.path.join(dest, "shard-%06d.tar"), maxsize=256 << 20, verbose=0) as sink, open(rows) as f:
-        for line in f:
-            row = json.loads(line)
-            sink.write({"__key__": row["__key__"], "txt": row["txt"], "json": row["json"]})
-            count += 1
-    wall = time.perf_counter() - wall
-    return {"samples": count, "seconds": wall, "samples_per_s": count / wall, "driver_peak_mb": peak_rss_mb()}
+    return _loop(rows, wds.ShardWriter(os.path.join(dest, "shard-%06d.tar"), maxsize=256 << 20, verbose=0), "__key__")
 
 
 def _litdata_row(line: str) -> dict[str, Any]:
@@ -131,15 +131,8 @@ def cell_litdata(rows: str, workers: int, dest: str) -> dict[str, Any]:
 def cell_mosaic(rows: str, dest: str) -> dict[str, Any]:
     from streaming import MDSWriter
 
-    wall, count = time.perf_counter(), 0
     columns = {"key": "str", "txt": "str", "json": "json"}
-    with MDSWriter(out=dest, columns=columns, size_limit=256 << 20) as sink, open(rows) as f:
-        for line in f:
-            row = json.loads(line)
-            sink.write({"key": row["__key__"], "txt": row["txt"], "json": row["json"]})
-            count += 1
-    wall = time.perf_counter() - wall
-    return {"samples": count, "seconds": wall, "samples_per_s": count / wall, "driver_peak_mb": peak_rss_mb()}
+    return _loop(rows, MDSWriter(out=dest, columns=columns, size_limit=256 << 20), "key")
 
 
 def cell_quality(rows: str, dest: str) -> dict[str, Any]:
@@ -220,32 +213,28 @@ def measure(args: Any) -> dict[str, Any]:
     return record
 
 
+def _row(cell: dict[str, Any], lead: str, body: Any) -> str:
+    """A Markdown table row: ``lead`` cells, then ``body(cell)`` or the cell's error."""
+    return f"| {lead} | {'error: ' + cell['error'] if 'error' in cell else body(cell)} |"
+
+
 def table(record: dict[str, Any]) -> str:
     lines = [f"# Writer at scale (commit {record['commit']}, {record['machine']['cpus']} CPUs)", "",
              "## Scan + plan (`shardkit write --dry-run`)", "",
              "| rows | workers | driver peak MB | seconds | rows/s (wall) | rows per CPU second |",
              "|---:|---:|---:|---:|---:|---:|"]
-    for c in record["plan"]:
-        if "error" in c:
-            lines.append(f"| {c['rows']:,} | {c['workers']} | error: {c['error']} | | | |")
-            continue
-        lines.append(f"| {c['rows']:,} | {c['workers']} | {c['driver_peak_mb']:.0f} | {c['seconds']:.1f} | "
-                     f"{c['rows_per_s']:,.0f} | {c['rows_per_cpu_s']:,.0f} |")
+    lines += [_row(c, f"{c['rows']:,} | {c['workers']}", lambda c: f"{c['driver_peak_mb']:.0f} | {c['seconds']:.1f} | "
+                   f"{c['rows_per_s']:,.0f} | {c['rows_per_cpu_s']:,.0f}") for c in record["plan"]]
     lines += ["", "## End to end (default shard size 256 MB)", "", "| rows | writer | workers | seconds | samples/s |",
               "|---:|---|---:|---:|---:|"]
-    for c in record["write"]:
-        shown = f"error: {c['error']}" if "error" in c else f"{c['seconds']:.1f} | {c['samples_per_s']:,.0f}"
-        lines.append(f"| {c['rows']:,} | {c['peer']} | {c['workers']} | {shown} |")
+    lines += [_row(c, f"{c['rows']:,} | {c['peer']} | {c['workers']}", lambda c: f"{c['seconds']:.1f} | {c['samples_per_s']:,.0f}")
+              for c in record["write"]]
     if record["quality"]:
         lines += ["", "## Shuffle of class-sorted rows (100 classes, shards of 1,000)", "",
                   "| writer | rows | shuffle_quality (1.0 = i.i.d.) | classes in the least mixed shard | mean classes per shard |",
                   "|---|---:|---:|---:|---:|"]
-        for c in record["quality"]:
-            if "error" in c:
-                lines.append(f"| {c['writer']} | {c['rows']:,} | error: {c['error']} | | |")
-                continue
-            lines.append(f"| {c['writer']} | {c['rows']:,} | {c['shuffle_quality']:.3f} | {c['min_classes_per_shard']} | "
-                         f"{c['mean_classes_per_shard']:.1f} |")
+        lines += [_row(c, f"{c['writer']} | {c['rows']:,}", lambda c: f"{c['shuffle_quality']:.3f} | "
+                       f"{c['min_classes_per_shard']} | {c['mean_classes_per_shard']:.1f}") for c in record["quality"]]
     return "\n".join(lines) + "\n"
 
 

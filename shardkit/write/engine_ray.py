@@ -16,10 +16,12 @@ the finished ones, which feed the progress bar), so the object store never
 holds the whole plan; a task names rows of the plan's files, which live in
 DEST's work folder (``.shardkit-journal/``), so it pickles small.
 
-Every node must see the inputs and the output: before any shard is written a
-zero-CPU probe task runs on each alive node and checks a local source path
-and a probe file the driver put into DEST (for an ``s3://``/fsspec DEST the
-tasks upload their shards themselves and only the source is checked).
+Every node must see the inputs, the plan and the output: before any shard is
+written a zero-CPU probe task runs on each alive node and checks a local
+source path, the plan's folder (in DEST's work folder) and a probe file the
+driver put into DEST. For an ``s3://``/fsspec DEST the tasks upload their
+shards themselves, but they still read the plan from the driver's staging
+folder: ``TMPDIR`` must then be on a file system the nodes share.
 
 Ray is imported only when this engine runs; without it the error names
 ``pip install 'shardkit[ray]'``.
