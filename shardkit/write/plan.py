@@ -39,7 +39,7 @@ from shardkit.write.inputs import duplicate_error, record_origin
 from shardkit.write.limits import ShardLimits
 from shardkit.write.partition import Partition
 from shardkit.write.scan import ScanResult
-from shardkit.write.spill import RECORD, Record, SpillReader, spill_prefix
+from shardkit.write.spill import Record, SpillFetcher, SpillReader, spill_prefix
 
 #: Samples per bucket of the shuffle, about: what the driver holds at once
 #: (~40 bytes each, ~10 MB a bucket).
@@ -49,6 +49,9 @@ BUCKET_ROWS = 1 << 18
 ORDER = np.dtype([("part", "<u4"), ("rec", "<u8")])
 
 PARTITIONS_FILE = "partitions.json"
+
+#: Samples a shard writer fetches records for at once.
+_BLOCK_ROWS = 8192
 
 
 @dataclass(frozen=True)
@@ -298,28 +301,30 @@ class PlanReader:
         self.partitions = [Partition(**row) for row in rows]
         self.plan_dir = task.plan_dir
         self.spill_dir = task.spill_dir
-        self._spills: dict[int, SpillReader] = {}
+        self._spills: dict[int, SpillFetcher] = {}
         self._files: dict[str, int] = {}
 
-    def spill(self, part: int) -> SpillReader:
-        reader = self._spills.get(part)
-        if reader is None:
-            reader = self._spills[part] = SpillReader(spill_prefix(self.spill_dir, part))
-        return reader
+    def spill(self, part: int) -> SpillFetcher:
+        fetcher = self._spills.get(part)
+        if fetcher is None:
+            fetcher = self._spills[part] = SpillFetcher(spill_prefix(self.spill_dir, part))
+        return fetcher
 
     def samples(self, task: ShardTask) -> Iterator[tuple[int, str, str, Record]]:
         """``(partition, key, name, record)`` of the task's samples, in write order."""
         for chunk, start, end in task.segments:
-            order = np.load(order_path(self.plan_dir, chunk), mmap_mode="r", allow_pickle=False)[start:end]
-            parts = np.asarray(order["part"])
-            records = np.empty(len(parts), dtype=RECORD)
-            for part in np.unique(parts).tolist():  # one gather per partition, not one lookup per sample
-                where = parts == part
-                records[where] = self.spill(part).records[np.asarray(order["rec"])[where]]
-            for part, row in zip(parts.tolist(), records.tolist()):
-                rec = Record(*row)
-                key, name = self.spill(part).key_and_name(rec)
-                yield part, key.decode("utf-8", "surrogateescape"), name.decode("utf-8", "surrogateescape"), rec
+            order = np.load(order_path(self.plan_dir, chunk), mmap_mode="r", allow_pickle=False)
+            for block in range(start, end, _BLOCK_ROWS):  # a block of samples at a time: memory stays small
+                rows = np.array(order[block : min(end, block + _BLOCK_ROWS)])
+                parts = rows["part"].tolist()
+                fetched: dict[int, Iterator[Record]] = {}
+                for part in set(parts):  # one batch of reads per partition
+                    fetched[part] = iter(self.spill(part).fetch(rows["rec"][rows["part"] == part].tolist()))
+                for part in parts:
+                    rec = next(fetched[part])
+                    key, name = self.spill(part).key_and_name(rec)
+                    yield part, key.decode("utf-8", "surrogateescape"), name.decode("utf-8", "surrogateescape"), rec
+            del order
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
         """``length`` bytes of ``path`` at ``offset`` (fewer at its end), the file kept open.
@@ -336,6 +341,9 @@ class PlanReader:
         for fd in self._files.values():
             os.close(fd)
         self._files.clear()
+        for fetcher in self._spills.values():
+            fetcher.close()
+        self._spills.clear()
 
     def __enter__(self) -> PlanReader:
         return self

@@ -28,6 +28,7 @@ import json
 import mmap
 import os
 from array import array
+from typing import BinaryIO
 
 import numpy as np
 
@@ -172,11 +173,7 @@ class SpillReader:
         """Records ``[lo, hi)`` read into memory of their own: the driver reads
         slices this way, so the spill's pages do not stay in its resident set."""
         with open(self.prefix + ".rec.npy", "rb") as f:
-            version = np.lib.format.read_magic(f)
-            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            _, _, dtype = read_header(f)
-            assert dtype == RECORD, f"{self.prefix}.rec.npy: not a spill of this shardkit"
-            f.seek(f.tell() + lo * RECORD.itemsize)
+            f.seek(_records_start(f) + lo * RECORD.itemsize)
             return np.fromfile(f, dtype=RECORD, count=hi - lo)
 
     def read_by_source(self) -> np.ndarray:
@@ -193,10 +190,42 @@ class SpillReader:
         start = int(rec["key_off"]) + int(rec["key_len"])
         return self.blob[start : start + int(rec["name_len"])]
 
+
+def _records_start(f: BinaryIO) -> int:
+    """Where the records begin in an open ``.rec.npy`` file (after its header)."""
+    f.seek(0)
+    version = np.lib.format.read_magic(f)
+    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    _, _, dtype = read_header(f)
+    assert dtype == RECORD, f"{getattr(f, 'name', '?')}: not a spill of this shardkit"
+    return f.tell()
+
+
+class SpillFetcher:
+    """Random reads of one partition's records, keys and names by ``pread``
+    (what a shard writer needs: its samples are spread over every partition,
+    and memory-mapped reads would leave those pages in its resident set).
+    Close it when done."""
+
+    def __init__(self, prefix: str):
+        with open(prefix + ".rec.npy", "rb") as f:
+            self._start = _records_start(f)
+        self._records = os.open(prefix + ".rec.npy", os.O_RDONLY)
+        self._strings = os.open(prefix + ".str", os.O_RDONLY)
+
+    def fetch(self, rows: list[int]) -> list[Record]:
+        """The records of ``rows``, in that order."""
+        size = RECORD.itemsize
+        data = b"".join(os.pread(self._records, size, self._start + row * size) for row in rows)
+        return [Record(*row) for row in np.frombuffer(data, dtype=RECORD).tolist()]
+
     def key_and_name(self, rec: Record) -> tuple[bytes, bytes]:
-        """A fetched record's key and name."""
-        middle = rec.key_off + rec.key_len
-        return self.blob[rec.key_off : middle], self.blob[middle : middle + rec.name_len]
+        data = os.pread(self._strings, rec.key_len + rec.name_len, rec.key_off)
+        return data[: rec.key_len], data[rec.key_len :]
+
+    def close(self) -> None:
+        os.close(self._records)
+        os.close(self._strings)
 
 
 def _load(path: str) -> np.ndarray:
