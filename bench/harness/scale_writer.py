@@ -220,6 +220,7 @@ def _row(cell: dict[str, Any], lead: str, body: Any) -> str:
 
 def table(record: dict[str, Any]) -> str:
     lines = [f"# Writer at scale (commit {record['commit']}, {record['machine']['cpus']} CPUs)", "",
+             *[f"- {note}" for note in record.get("notes", [])], *([""] if record.get("notes") else []),
              "## Scan + plan (`shardkit write --dry-run`)", "",
              "| rows | workers | driver peak MB | seconds | rows/s (wall) | rows per CPU second |",
              "|---:|---:|---:|---:|---:|---:|"]
