@@ -50,7 +50,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 sys.path.insert(0, ROOT)
 
 from bench.bench_writer import warm  # noqa: E402  (the writer set is bench_writer's, warmed its way)
-from bench.common import machine, plot_path, save_record  # noqa: E402
+from bench.common import machine, peak_rss_mb, plot_path, save_record  # noqa: E402
 
 HEAD_PORT = 6379
 SAMPLES_PER_SHARD = 250
@@ -250,26 +250,15 @@ def make_jsonl(path: str, num_samples: int) -> None:
     os.replace(path + ".tmp", path)
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident set (VmHWM; ru_maxrss would carry the parent's over fork + exec)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
-
-
 def _plan_only(jsonl: str) -> dict:
     """In a fresh process: scan and plan like the driver does; report peak RSS."""
-    from shardkit.write.inputs import scan_source
-    from shardkit.write.limits import ShardLimits
-    from shardkit.write.plan import plan_shards
+    from shardkit.write.dry_run import plan_dataset
+    from shardkit.write.parallel import WriteOptions
 
     base = peak_rss_mb()
     started = time.perf_counter()
-    scanned = scan_source(jsonl, format="jsonl", on_error="raise", unpack_dir=None)
-    tasks, _ = plan_shards(scanned.samples, limits=ShardLimits(max_samples=10_000, max_bytes=None), seed=0, shuffle=True)
-    return {"samples": len(scanned.samples), "shards": len(tasks), "seconds": time.perf_counter() - started,
+    plan = plan_dataset(jsonl, options=WriteOptions(format="jsonl", max_samples=10_000, max_bytes=None))
+    return {"samples": plan.num_samples, "shards": plan.num_shards, "seconds": time.perf_counter() - started,
             "peak_rss_mb": peak_rss_mb(), "rss_before_mb": base}
 
 

@@ -50,6 +50,10 @@ Writes ``bench/results/scale.json`` / ``.md`` / ``.png``::
                                                      # +7 min the first time to make ~3 GB of metadata in bench/work/scale
     .venv/bin/python bench/bench_scale.py --quick    # 10^3 and 10^4 shards
     .venv/bin/python bench/bench_scale.py --sizes 1000,500000 --peers shardkit,webdataset
+
+The writer part (issue #23: scan + plan memory and rate, end-to-end writing
+against peers, shuffle quality) is ``bench_scale.py --writer [--help]``; see
+``bench/harness/scale_writer.py``. It writes ``bench/results/scale-writer.*``.
 """
 
 from __future__ import annotations
@@ -564,6 +568,11 @@ def parse_list(text: str, cast: Callable[[str], Any]) -> list[Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["--writer"]:
+        from bench.harness.scale_writer import main as writer_main
+
+        return writer_main(given[1:])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cell", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help=f"sizes {QUICK_SIZES}, shorter timeout")

@@ -17,6 +17,15 @@ def machine() -> dict[str, Any]:
     return {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()}
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident set in MB (VmHWM; ru_maxrss would carry the parent's over fork + exec)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def git_commit() -> str:
     """The short commit of the checkout the benchmark runs in, or "unknown"."""
     try:

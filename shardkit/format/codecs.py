@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+# One encoder for every call: json.dumps with options builds a new one each time.
+_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
 
 def encode_value(value: Any) -> bytes:
     """Encode one field value as member bytes.
@@ -27,7 +30,7 @@ def encode_value(value: Any) -> bytes:
     if isinstance(value, (int, float)):
         return str(value).encode("ascii")
     if value is None or isinstance(value, (dict, list)):
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        return _JSON.encode(value).encode("utf-8")
     raise TypeError(
         f"cannot store a {type(value).__name__} as a member: pass bytes, str, int, float, dict or list"
     )

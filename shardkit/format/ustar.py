@@ -50,19 +50,29 @@ def _octal_field(value: int, width: int) -> bytes:
     return digits.encode("ascii") + b"\x00"
 
 
-def _ustar_header(name: bytes, prefix: bytes, size: int, typeflag: bytes) -> bytes:
+def _header_template() -> bytes:
+    """A header block with the fields every member shares (mode, owner,
+    mtime, magic, device numbers) filled in and the checksum field blank."""
     header = bytearray(BLOCK_SIZE)
-    header[0 : len(name)] = name
     header[100:108] = _octal_field(MEMBER_MODE, 8)
     header[108:116] = _octal_field(0, 8)
     header[116:124] = _octal_field(0, 8)
-    header[124:136] = _octal_field(size, 12)
     header[136:148] = _octal_field(MEMBER_MTIME, 12)
     header[148:156] = b" " * 8
-    header[156:157] = typeflag
     header[257:265] = _USTAR_MAGIC
     header[329:337] = _octal_field(0, 8)
     header[337:345] = _octal_field(0, 8)
+    return bytes(header)
+
+
+_HEADER_TEMPLATE = _header_template()
+
+
+def _ustar_header(name: bytes, prefix: bytes, size: int, typeflag: bytes) -> bytes:
+    header = bytearray(_HEADER_TEMPLATE)
+    header[0 : len(name)] = name
+    header[124:136] = _octal_field(size, 12)
+    header[156:157] = typeflag
     header[345 : 345 + len(prefix)] = prefix
     header[148:156] = format(byte_sum(header), "06o").encode("ascii") + b"\x00 "
     return bytes(header)

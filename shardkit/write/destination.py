@@ -36,24 +36,19 @@ def shard_name(index: int) -> str:
     return SHARD_PATTERN.format(index)
 
 
-def prepare_destination(dest: str, *, overwrite: bool, resume: bool) -> None:
-    """Make sure ``dest`` is a directory we may write into.
-
-    Args:
-        dest: Output directory.
-        overwrite: Remove an earlier shardkit output found there.
-        resume: Keep what is there (the writer checks it shard by shard).
+def check_destination(dest: str, *, overwrite: bool, resume: bool, keep: str | None = None) -> None:
+    """Refuse a ``dest`` that :func:`prepare_destination` would refuse, changing nothing
+    (``keep``: an entry that does not count).
 
     Raises:
-        DestinationError: ``dest`` is a file, or is not empty and neither
-            ``overwrite`` nor ``resume`` was given, or ``overwrite`` would
-            remove files shardkit did not write.
+        DestinationError: As :func:`prepare_destination`.
     """
     if os.path.exists(dest) and not os.path.isdir(dest):
         raise DestinationError(f"{dest}: destination exists and is not a directory", path=dest)
+    if not os.path.exists(dest):
+        return
     try:
-        os.makedirs(dest, exist_ok=True)
-        entries = sorted(os.listdir(dest))
+        entries = sorted(e for e in os.listdir(dest) if e != keep)
     except OSError as exc:
         raise output_error(exc, dest, resume_hint=False) from exc
     if not entries or resume:
@@ -72,8 +67,33 @@ def prepare_destination(dest: str, *, overwrite: bool, resume: bool) -> None:
             f"(e.g. {foreign[0]!r}); move them or choose another directory",
             path=dest,
         )
+
+
+def prepare_destination(dest: str, *, overwrite: bool, resume: bool, keep: str | None = None) -> None:
+    """Make sure ``dest`` is a directory we may write into.
+
+    Args:
+        dest: Output directory.
+        overwrite: Remove an earlier shardkit output found there.
+        resume: Keep what is there (the writer checks it shard by shard).
+        keep: An entry ``overwrite`` leaves in place (the write's own work
+            folder, made before).
+
+    Raises:
+        DestinationError: ``dest`` is a file, or is not empty and neither
+            ``overwrite`` nor ``resume`` was given, or ``overwrite`` would
+            remove files shardkit did not write.
+    """
+    check_destination(dest, overwrite=overwrite, resume=resume, keep=keep)
+    try:
+        os.makedirs(dest, exist_ok=True)
+        entries = sorted(os.listdir(dest))
+    except OSError as exc:
+        raise output_error(exc, dest, resume_hint=False) from exc
+    if resume:
+        return
     for entry in entries:
-        if entry == CARD_NAME:
+        if entry in (CARD_NAME, keep):
             continue
         path = os.path.join(dest, entry)
         try:

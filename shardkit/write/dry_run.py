@@ -13,14 +13,10 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shardkit.format.manifest import SkippedInput
-from shardkit.write.inputs import InputSample
-from shardkit.write.limits import ShardLimits
-from shardkit.write.parallel import WriteOptions, scan_for_write
-from shardkit.write.plan import plan_shards
+from shardkit.write.parallel import WriteOptions, scan_and_plan
 
 
 @dataclass(frozen=True)
@@ -29,9 +25,10 @@ class WritePlanSummary:
 
     Attributes:
         format: The source format scanned (``"imagefolder"``, ``"jsonl"``...).
-        num_inputs: Distinct input files the shards would be read from (a
-            JSONL file and the files its rows name; the images of an
-            ImageFolder; the input shards).
+        num_inputs: Input files the shards would be read from (a JSONL
+            file and the files its rows name; the images of an ImageFolder;
+            the input shards); a file named by rows of two JSONL partitions
+            counts twice.
         num_samples: Samples planned; a write's manifest holds as many
             (fewer only when an input vanishes before it is read and
             ``on_error="skip"`` leaves it out).
@@ -73,30 +70,18 @@ def plan_dataset(source: str, *, options: WriteOptions | None = None) -> WritePl
     """
     options = options or WriteOptions()
     started = time.perf_counter()
+    # The spills, the plan and unpacked copies of compressed inputs live in
+    # temporary folders, gone when this returns.
     with tempfile.TemporaryDirectory(prefix="shardkit-unpack-") as unpack_dir:
-        scanned = scan_for_write(source, options, unpack_dir=unpack_dir)
-    limits = ShardLimits(max_samples=options.max_samples, max_bytes=options.max_bytes)
-    tasks, oversized = plan_shards(scanned.samples, limits=limits, seed=options.seed, shuffle=options.shuffle)
+        with tempfile.TemporaryDirectory(prefix="shardkit-plan-") as work:
+            scanned, tasks, oversized = scan_and_plan(source, options, work=work, unpack_dir=unpack_dir)
     return WritePlanSummary(
         format=scanned.format,
-        num_inputs=count_input_files(scanned.samples),
-        num_samples=len(scanned.samples),
+        num_inputs=scanned.num_files,
+        num_samples=scanned.num_samples,
         num_shards=len(tasks),
         num_bytes=sum(task.planned_bytes for task in tasks),
         skipped=tuple(scanned.skipped),
-        oversized=tuple(f"{s.origin} (sample {s.key!r})" for s in oversized),
+        oversized=tuple(oversized),
         seconds=time.perf_counter() - started,
     )
-
-
-def count_input_files(samples: Sequence[InputSample]) -> int:
-    """Distinct files the samples' bytes come from: a field's own file, else
-    the input shard, else the file the sample was read from (a JSONL row's)."""
-    files: set[str] = set()
-    for sample in samples:
-        if sample.tar_range is not None:
-            files.add(sample.tar_origin or sample.tar_range[0])
-            continue
-        for field in sample.fields:
-            files.add(field.path if field.path is not None else sample.origin)
-    return len(files)

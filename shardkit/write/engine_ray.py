@@ -1,7 +1,8 @@
 """The Ray engine of :func:`~shardkit.write.parallel.write_dataset`: one Ray task per shard.
 
-The driver scans and plans exactly as with the local engine; only the step
-"run these :class:`~shardkit.write.plan.ShardTask` objects" changes. Each task
+The driver scans and plans exactly as with the local engine (its scanning
+processes run on the driver's machine); only the step "run these
+:class:`~shardkit.write.plan.ShardTask` objects" changes. Each task
 is submitted as a Ray task that calls
 :func:`~shardkit.write.parallel.write_shard` on whichever node Ray picks, with
 ``max_retries`` (a lost worker or node, or an error inside the task, runs it
@@ -12,12 +13,15 @@ manifest is still written last, by the driver.
 
 Only ``max_in_flight`` tasks are submitted at a time (``ray.wait`` hands back
 the finished ones, which feed the progress bar), so the object store never
-holds the whole plan and each task carries its own shard's inputs only.
+holds the whole plan; a task names rows of the plan's files, which live in
+DEST's work folder (``.shardkit-journal/``), so it pickles small.
 
-Every node must see the inputs and the output: before any shard is written a
-zero-CPU probe task runs on each alive node and checks a local source path
-and a probe file the driver put into DEST (for an ``s3://``/fsspec DEST the
-tasks upload their shards themselves and only the source is checked).
+Every node must see the inputs, the plan and the output: before any shard is
+written a zero-CPU probe task runs on each alive node and checks a local
+source path, the plan's folder (in DEST's work folder) and a probe file the
+driver put into DEST. For an ``s3://``/fsspec DEST the tasks upload their
+shards themselves, but they still read the plan from the driver's staging
+folder: ``TMPDIR`` must then be on a file system the nodes share.
 
 Ray is imported only when this engine runs; without it the error names
 ``pip install 'shardkit[ray]'``.
@@ -178,16 +182,6 @@ def check_visible(paths: list[str]) -> None:
             )
 
 
-def _local_inputs(tasks: list[ShardTask]) -> list[str]:
-    """Input files of the first and the last task's edge samples (what workers must see)."""
-    paths: list[str] = []
-    for sample in (tasks[0].samples[0], tasks[-1].samples[-1]) if tasks else ():
-        if sample.tar_range is not None:
-            paths.append(sample.tar_range[0])
-        paths += [f.path for f in sample.fields if f.path is not None]
-    return sorted(set(paths))
-
-
 def default_max_in_flight(ray: Any) -> int:
     """Tasks submitted at once: two per CPU of the cluster, so workers never wait for the driver."""
     return max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
@@ -201,6 +195,7 @@ def run_tasks_on_ray(
     write_shard: Callable[..., Any],
     publish_url: str | None = None,
     max_in_flight: int | None = None,
+    inputs: list[str] | None = None,
 ) -> Iterator[Any]:
     """Run shard tasks as Ray tasks, yielding each :class:`ShardResult` as it finishes.
 
@@ -215,6 +210,8 @@ def run_tasks_on_ray(
             shard on its own node and uploads it there.
         max_in_flight: Tasks submitted at once (default: ``options.workers``
             when set, else two per cluster CPU).
+        inputs: Local paths every node must see (the plan's folder, an
+            input file); checked on each node before any task runs.
 
     Raises:
         ImportError: Ray is not installed.
@@ -228,7 +225,7 @@ def run_tasks_on_ray(
     in_flight: dict[Any, ShardTask] = {}
     probe_path = None
     try:
-        visible = _local_inputs(tasks)
+        visible = sorted(set(inputs or []))
         if publish_url is None:
             probe_path = os.path.join(dest, PROBE_PREFIX + uuid.uuid4().hex)
             with open(probe_path, "wb"):

@@ -1,9 +1,12 @@
-"""Reading a source dataset into a list of samples to write.
+"""Scanning one partition of a source into a spill, and loading a sample back.
 
 Scanning only looks at metadata (names and sizes; for tar inputs, headers):
-member bytes are read later, by the process that writes the shard. Four
-formats are understood, auto-detected by
-:func:`~shardkit.write.detect.detect_format`:
+member bytes are read later, by the process that writes the shard, from
+where the spill record says they are (:func:`load_sample`). A worker scans a
+partition (see :mod:`shardkit.write.partition`) with :func:`scan_partition`,
+writing one record per sample to the partition's spill (see
+:mod:`shardkit.write.spill`) and returning a small summary. Four formats are
+understood, auto-detected by :func:`~shardkit.write.detect.detect_format`:
 
 ``imagefolder``
     ``ROOT/CLASS/.../IMAGE.EXT`` (detected when every file is an image under
@@ -20,176 +23,163 @@ formats are understood, auto-detected by
     "cls": 3, "json": {...}}``. A string value is a file path (relative to the
     JSONL file) except under a text extension (``txt``, ``json``, ``cls``...,
     see :data:`TEXT_EXTENSIONS`) where it is the value itself. Numbers are
-    stored as text, objects and lists as JSON.
+    stored as text, objects and lists as JSON. The spill keeps where the
+    line is, not its values: the writer parses the line again.
 ``tar``
     Existing shards (webdataset's or shardkit's): a ``.tar`` file, a brace
     pattern, or a directory of ``.tar`` files, to be resharded. Shards
     compressed whole (``.tar.gz``, ``.tgz``, ``.tar.zst``, recognised by
     their first bytes whatever their name) cannot be read by byte range: they
-    are decompressed once while scanning, into a plain tar in ``unpack_dir``
-    (see :func:`scan_source`), and read by byte range from there; memory does
-    not grow with their size. Temporary space does: all the unpacked copies
-    together may take at most ``max_unpack_bytes``
-    (:data:`DEFAULT_MAX_UNPACK_BYTES`, 64 GiB), and never leave less than
-    :data:`UNPACK_RESERVE_BYTES` (1 GiB, or a twentieth of a smaller file
-    system) free where they are written; past either,
-    scanning stops with a :class:`~shardkit.errors.SourceError` naming the
-    input, the limit and what to do (nothing is written yet).
+    are decompressed once while scanning, into a plain tar in ``unpack_dir``,
+    and read by byte range from there; memory does not grow with their size.
+    Temporary space does: all the unpacked copies together may take at most
+    ``max_unpack_bytes`` (:data:`DEFAULT_MAX_UNPACK_BYTES`, 64 GiB), and never
+    leave less than :data:`UNPACK_RESERVE_BYTES` (1 GiB, or a twentieth of a
+    smaller file system) free where they are written; past either, scanning
+    stops with a :class:`~shardkit.errors.SourceError` naming the input, the
+    limit and what to do (nothing is written yet).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import shutil
-import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import BinaryIO
+import re
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
-from braceexpand import braceexpand
-
-from shardkit.errors import DuplicateSampleError, SourceError, UsageError
+from shardkit.errors import DuplicateSampleError, InputFileError, SourceError
 from shardkit.format.codecs import encode_value
-from shardkit.format.compression import (
-    Compression,
-    ChunkDecompressor,
-    file_compression,
-)
-from shardkit.format.manifest import SkippedInput
-from shardkit.format.tar import RawSample, SampleParser, member_name_problem, split_key
-from shardkit.io.atomic import remove_quietly
-from shardkit.io.local import LocalFile
-from shardkit.io.urls import is_local, redact_url
-from shardkit.write.detect import IMAGE_EXTENSIONS, TAR_SUFFIXES, detect_format
+from shardkit.format.tar import encoded_sample_size, member_name_problem, split_key
+from shardkit.write.detect import IMAGE_EXTENSIONS
 from shardkit.write.detect import walk_files as _walk_files
+from shardkit.write.partition import Partition
+from shardkit.write.spill import SpillWriter, short_digest, spill_error
+from shardkit.write.tar_inputs import (  # noqa: F401  (re-exported: the limits are documented here)
+    DEFAULT_MAX_UNPACK_BYTES,
+    UNPACK_RESERVE_BYTES,
+    load_tar_sample,
+    scan_tar,
+)
 
 FORMATS = ("imagefolder", "directory", "jsonl", "tar")
 
 #: Extensions whose JSONL string values are content, not file paths.
 TEXT_EXTENSIONS = frozenset({"txt", "text", "caption", "json", "cls", "id", "md", "html", "csv", "label"})
 
-_TAR_SCAN_CHUNK = 4 << 20
-
-#: Default of ``max_unpack_bytes``: most bytes the unpacked copies of input
-#: shards compressed whole may take in the temporary folder, all together.
-DEFAULT_MAX_UNPACK_BYTES = 64 << 30
-#: Free space unpacking always leaves in the temporary folder, whatever
-#: ``max_unpack_bytes`` says (it may be a RAM-backed ``/tmp``): this, or a
-#: twentieth of the file system where that is less.
-UNPACK_RESERVE_BYTES = 1 << 30
-#: How often (in bytes unpacked) the folder's free space is looked at.
-_FREE_SPACE_CHECK_BYTES = 64 << 20
-
-@dataclass(frozen=True, slots=True)
-class Field:
-    """One member of a sample to write: a file on disk or bytes in hand."""
-
-    ext: str
-    size: int
-    path: str | None = None
-    data: bytes | None = None
-
-    def __post_init__(self) -> None:
-        # One string per extension, not one per sample: 10^7 samples hold
-        # 10^7 fields, and a fresh "jpg" costs 52 bytes each.
-        object.__setattr__(self, "ext", sys.intern(self.ext))
 
 
-@dataclass(frozen=True, slots=True)
-class InputSample:
-    """One sample to write.
+_ENC = ("utf-8", "surrogateescape")
 
-    Attributes:
-        key: The sample key.
-        fields: Members sorted by extension; their sizes are known up front.
-        tar_range: For tar inputs, ``(path, start, end)`` of the sample's
-            bytes in the input shard; the fields then carry sizes only.
-        origin: Where it came from, for error messages: the input file (for
-            JSONL rows the JSONL file, whose row the key names).
-        tar_origin: When ``tar_range`` points into an unpacked copy of a
-            compressed input shard, that input's path (what identifies the
-            sample in the plan's fingerprint); None otherwise.
-    """
-
-    key: str
-    fields: tuple[Field, ...]
-    tar_range: tuple[str, int, int] | None = None
-    origin: str = ""
-    tar_origin: str | None = None
+# A field as scanned: (extension, size, file path or None, inline bytes or None).
+_Field = tuple[str, int, "str | None", "bytes | None"]
 
 
-@dataclass
-class ScannedSource:
-    """What scanning found: samples in source order and what was left out."""
+class _Scan:
+    """What one partition's scan collects besides the records: skips,
+    extensions, input files (a worker-side helper of :func:`scan_partition`)."""
 
-    format: str
-    samples: list[InputSample]
-    class_names: tuple[str, ...] | None = None
-    skipped: list[SkippedInput] = field(default_factory=list)
+    def __init__(self, spill: SpillWriter, on_error: str):
+        self.spill = spill
+        self.on_error = on_error
+        self.skipped: list[list[str]] = []
+        self.extensions: set[str] = set()
+        self.num_bytes = 0
+        self.files: set[str] = set()
+        self._last_exts: tuple[str, ...] = ()
+
+    def skip_or_raise(self, error: SourceError, default_path: str) -> None:
+        if self.on_error == "raise":
+            raise error
+        self.skipped.append([error.path or default_path, str(error)])
+
+    def add(self, key: str, name: bytes, offset: int, length: int, fields: list[tuple[str, int]], digest: bytes) -> None:
+        size = _sample_size(key, fields)
+        self.spill.add(key.encode(*_ENC), name, offset, length, size, digest)
+        self.num_bytes += size
+        exts = tuple(ext for ext, _ in fields)
+        if exts != self._last_exts:  # rows mostly repeat the extensions of the row before
+            self._last_exts = exts
+            self.extensions.update(exts)
 
 
-def scan_source(
-    source: str,
+def _sample_size(key: str, fields: list[tuple[str, int]]) -> int:
+    """:func:`~shardkit.format.tar.encoded_sample_size`, with the common case
+    (short ASCII names, sizes an octal field holds: one 512-byte header per
+    member) done inline: it runs once per sample scanned."""
+    if key.isascii():
+        total = 0
+        for ext, size in fields:
+            if len(key) + len(ext) >= 100 or size > _MAX_OCTAL_SIZE or not ext.isascii():
+                return encoded_sample_size(key, fields)
+            total += 512 + size + (-size % 512)
+        return total
+    return encoded_sample_size(key, fields)
+
+
+_MAX_OCTAL_SIZE = 8**11 - 1  # what a ustar header's size field holds
+
+
+def scan_partition(
+    part: Partition,
+    prefix: str,
     *,
-    format: str | None = None,
-    on_error: str = "raise",
+    seed: int,
+    on_error: str,
+    signature: dict,
     unpack_dir: str | None = None,
     max_unpack_bytes: int | None = DEFAULT_MAX_UNPACK_BYTES,
-) -> ScannedSource:
-    """List the samples of ``source``.
+) -> dict:
+    """Scan one partition, writing its spill at ``prefix``; return its summary.
 
     Args:
-        source: Path to the input (see the module docstring for each format).
-        format: One of :data:`FORMATS`, or None to detect it.
+        part: The partition.
+        prefix: Path prefix of its spill files (see :func:`~shardkit.write.spill.spill_prefix`).
+        seed: Shuffle seed (the records are sorted by the seeded key hash).
         on_error: ``"raise"`` to stop at the first unusable input,
             ``"skip"`` to leave it out and record it with the reason.
-        unpack_dir: Where input shards compressed whole are decompressed
-            to, one plain tar each, for the writers to read by byte range;
-            it must outlive the write. Required when there are such inputs.
-        max_unpack_bytes: Most bytes those copies may take, all together
-            (None: no limit but the folder's free space, of which
-            :data:`UNPACK_RESERVE_BYTES` is always left).
+        signature: The partition's input signature, stored in the summary.
+        unpack_dir: Where an input shard compressed whole is unpacked to.
+        max_unpack_bytes: Most bytes that copy may take (None: no limit but
+            the folder's free space).
+
+    Returns:
+        ``num_samples``, ``num_bytes`` (planned tar bytes), ``skipped``
+        (``[path, reason]`` pairs in scan order), ``extensions``,
+        ``num_files``, ``read_path`` (the file the records' offsets point
+        into), ``unpacked_bytes`` and ``signature``.
 
     Raises:
-        UsageError: Unknown format or policy.
-        SourceError: Missing or empty source, malformed input, duplicates,
-            or compressed inputs that unpack past ``max_unpack_bytes`` or
-            the folder's free space (whatever ``on_error`` says: it is not
-            a fault of one input).
+        SourceError: Malformed input or a refused name (under ``"raise"``),
+            a compressed input that unpacks past its limit.
+        DestinationError: The spill cannot be written (full, read-only).
     """
-    if on_error not in ("raise", "skip"):
-        raise UsageError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    if not is_local(source):
-        raise SourceError(
-            f"{redact_url(source)}: `write` reads local sources only (a path or file:// URL); "
-            "copy the data to a local or mounted folder first",
-            path=redact_url(source),
-        )
-    if format is None:
-        format = detect_format(source)
-    if format not in FORMATS:
-        raise UsageError(f"unknown source format {format!r}; choose one of {', '.join(FORMATS)}")
-    if format != "tar" and not os.path.exists(source):
-        raise SourceError(f"{source}: source does not exist", path=source)
-    skipped: list[SkippedInput] = []
-
-    def skip_or_raise(error: SourceError) -> None:
-        if on_error == "raise":
-            raise error
-        skipped.append(SkippedInput(path=error.path or source, reason=str(error)))
-
-    scanner: Callable[[str, Callable[[SourceError], None]], ScannedSource] = {
-        "imagefolder": _scan_imagefolder,
-        "directory": _scan_directory,
-        "jsonl": _scan_jsonl,
-        "tar": lambda src, skip: _scan_tars(src, skip, unpack_dir=unpack_dir, max_unpack_bytes=max_unpack_bytes),
-    }[format]
-    scanned = scanner(source, skip_or_raise)
-    scanned.skipped = skipped + scanned.skipped
-    if not scanned.samples:
-        raise SourceError(f"{source}: no samples found (format {format})", path=source)
-    return scanned
+    scan = _Scan(SpillWriter(prefix, seed), on_error)
+    read_path, unpacked = part.path, 0
+    if part.kind == "jsonl":
+        _scan_jsonl(part, scan)
+    elif part.kind == "imagefolder":
+        _scan_class_folder(part, scan)
+    elif part.kind == "directory":
+        _scan_directory(part, scan)
+    else:
+        read_path, unpacked = scan_tar(part, scan, unpack_dir=unpack_dir, max_unpack_bytes=max_unpack_bytes)
+    summary = {
+        "signature": signature,
+        "num_samples": len(scan.spill),
+        "num_bytes": scan.num_bytes,
+        "skipped": scan.skipped,
+        "extensions": sorted(scan.extensions),
+        "num_files": len(scan.files),
+        "read_path": read_path,
+        "unpacked_bytes": unpacked,
+    }
+    try:
+        scan.spill.finish(summary)
+    except OSError as exc:
+        raise spill_error(exc, os.path.dirname(prefix), part.path) from exc
+    return summary
 
 
 def _file_size(path: str) -> int:
@@ -202,309 +192,344 @@ def _file_size(path: str) -> int:
     return st.st_size
 
 
-def _scan_imagefolder(root: str, skip_or_raise: Callable[[SourceError], None]) -> ScannedSource:
-    classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
-    if not classes:
-        raise SourceError(f"{root}: no class folders found for an ImageFolder source", path=root)
-    samples = []
-    seen: dict[str, str] = {}
-    for label, name in enumerate(classes):
-        label_field = Field("cls", len(str(label)), data=str(label).encode("ascii"))
-        for path in _walk_files(os.path.join(root, name)):
-            stem, dot, ext = os.path.basename(path).rpartition(".")
-            if not dot or ext.lower() not in IMAGE_EXTENSIONS:
-                continue  # not an image: ImageFolder ignores it too
-            rel_dir = os.path.relpath(os.path.dirname(path), root)
-            key = os.path.join(rel_dir, stem.replace(".", "_")).replace(os.sep, "/")
-            if key in seen:
-                raise DuplicateSampleError(
-                    f"{seen[key]} and {path} both map to sample key {key!r}; rename one of them",
-                    first=seen[key],
-                    second=path,
-                )
-            try:
-                size = _file_size(path)
-            except SourceError as exc:
-                skip_or_raise(exc)
-                continue
-            seen[key] = path
-            samples.append(InputSample(key, (Field(ext.lower(), size, path=path), label_field), origin=path))
-    return ScannedSource("imagefolder", samples, class_names=tuple(classes))
+# ------------------------------------------------------------------ imagefolder
 
 
-def _scan_directory(root: str, skip_or_raise: Callable[[SourceError], None]) -> ScannedSource:
-    groups: dict[str, dict[str, Field]] = {}
+def _scan_class_folder(part: Partition, scan: _Scan) -> None:
+    label = str(part.label).encode("ascii")
+    for path in _walk_files(part.path):
+        stem, dot, ext = os.path.basename(path).rpartition(".")
+        if not dot or ext.lower() not in IMAGE_EXTENSIONS:
+            continue  # not an image: ImageFolder ignores it too
+        rel = os.path.relpath(path, part.root)
+        key = os.path.join(os.path.dirname(rel), stem.replace(".", "_")).replace(os.sep, "/")
+        try:
+            size = _file_size(path)
+        except SourceError as exc:
+            scan.skip_or_raise(exc, path)
+            continue
+        name = rel.encode(*_ENC)
+        scan.files.add(path)
+        scan.add(key, name, 0, size, [(ext.lower(), size), ("cls", len(label))], short_digest(name + b"\0%d" % size))
+
+
+def _load_class_file(part: Partition, key: str, name: str) -> list[tuple[str, bytes]]:
+    path = os.path.join(part.root, name)
+    ext = name.rpartition(".")[2].lower()
+    return [(ext, _read_file(path)), ("cls", str(part.label).encode("ascii"))]
+
+
+# ------------------------------------------------------------------ directory
+
+
+def _scan_directory(part: Partition, scan: _Scan) -> None:
+    root = part.path
+    groups: dict[str, dict[str, tuple[str, int]]] = {}
     for path in _walk_files(root):
         parts = split_key(os.path.basename(path))
         if parts is None:
-            skip_or_raise(SourceError(f"{path}: file name has no KEY.EXT form, so it fits no sample", path=path))
+            scan.skip_or_raise(SourceError(f"{path}: file name has no KEY.EXT form, so it fits no sample", path=path), path)
             continue
         problem = member_name_problem(os.path.basename(path))
         if problem is not None:
-            skip_or_raise(SourceError(f"{path!r}: file name refused as a member name: {problem}", path=path))
+            scan.skip_or_raise(SourceError(f"{path!r}: file name refused as a member name: {problem}", path=path), path)
             continue
         key, ext = parts
         fields = groups.setdefault(key, {})
         if ext in fields:
             raise DuplicateSampleError(
-                f"{fields[ext].path} and {path} both map to sample {key!r} extension {ext!r}; "
+                f"{fields[ext][0]} and {path} both map to sample {key!r} extension {ext!r}; "
                 "rename one of them or write the folders separately",
-                first=fields[ext].path or "",
+                first=fields[ext][0],
                 second=path,
             )
         try:
-            fields[ext] = Field(ext, _file_size(path), path=path)
+            fields[ext] = (path, _file_size(path))
         except SourceError as exc:
-            skip_or_raise(exc)
-    samples = [
-        InputSample(key, tuple(f for _, f in sorted(fields.items())), origin=next(iter(fields.values())).path or "")
-        for key, fields in sorted(groups.items())
-        if fields
-    ]
-    return ScannedSource("directory", samples)
+            scan.skip_or_raise(exc, path)
+    for key, fields in sorted(groups.items()):
+        if not fields:
+            continue
+        ordered = sorted(fields.items())
+        name = "\0".join(os.path.relpath(path, root) for _, (path, _) in ordered).encode(*_ENC)
+        sizes = [(ext, size) for ext, (_, size) in ordered]
+        scan.files.update(path for _, (path, _) in ordered)
+        scan.add(key, name, 0, sum(s for _, s in sizes), sizes, short_digest(name + repr(sizes).encode()))
 
 
-def _scan_jsonl(path: str, skip_or_raise: Callable[[SourceError], None]) -> ScannedSource:
-    base = os.path.dirname(os.path.abspath(path))
-    samples = []
-    seen: set[str] = set()  # a set, not key -> line: the first line is looked up only on a duplicate
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                sample = _jsonl_row(line, where=where, base=base, path=path, number=number)
-            except DuplicateSampleError:
-                raise
-            except SourceError as exc:
-                skip_or_raise(exc)
-                continue
-            if sample.key in seen:
-                first = _first_line_with_key(path, sample.key)
-                raise DuplicateSampleError(
-                    f"{path}: lines {first} and {number} both have __key__ {sample.key!r}",
-                    first=f"{path}:{first}",
-                    second=where,
-                )
-            seen.add(sample.key)
-            samples.append(sample)
-    return ScannedSource("jsonl", samples)
-
-
-def _first_line_with_key(path: str, key: str) -> int:
-    """The number of the first line of a JSONL file whose ``__key__`` is ``key``."""
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(row, dict) and row.get("__key__") == key:
-                return number
-    raise AssertionError(f"{path}: key {key!r} was seen but is not found again")
-
-
-def _jsonl_row(line: str, *, where: str, base: str, path: str, number: int) -> InputSample:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise SourceError(f"{where}: line {number} is not valid JSON ({exc.msg})", path=path, line=number) from exc
-    if not isinstance(row, dict):
-        raise SourceError(f"{where}: line {number} is not a JSON object", path=path, line=number)
-    key = row.get("__key__")
-    if not isinstance(key, str) or not key:
-        raise SourceError(f"{where}: line {number} has no string \"__key__\"", path=path, line=number)
+def _load_directory_files(part: Partition, key: str, name: str) -> list[tuple[str, bytes]]:
     fields = []
+    for rel in name.split("\0"):
+        parts = split_key(os.path.basename(rel))
+        assert parts is not None  # the scan checked it
+        fields.append((parts[1], _read_file(os.path.join(part.path, rel))))
+    return fields
+
+
+# ------------------------------------------------------------------ jsonl
+
+
+def _scan_jsonl(part: Partition, scan: _Scan) -> None:
+    path = part.path
+    base = os.path.dirname(os.path.abspath(path))
+    lines = _LineNumbers(path, part.start)
+    with open(path, "rb") as f:
+        position = _first_line_start(f, part.start)
+        number = 0  # lines read in this partition
+        for line in f:
+            if position >= part.end:
+                break
+            offset, position = position, position + len(line)
+            number += 1
+            if line.isspace():
+                continue
+            try:
+                key, fields = _jsonl_fields(line, path, base, lambda: lines.number(number))
+            except SourceError as exc:
+                scan.skip_or_raise(exc, path)
+                continue
+            sizes = []
+            for ext, size, file, _ in fields:
+                sizes.append((ext, size))
+                if file is not None:
+                    scan.files.add(file)
+            scan.add(key, b"", offset, len(line), sizes, short_digest(line))
+
+
+def duplicate_lines_error(path: str, key: str, first: int, second: int) -> DuplicateSampleError:
+    return DuplicateSampleError(
+        f"{path}: lines {first} and {second} both have __key__ {key!r}; give each row its own key",
+        first=f"{path}:{first}",
+        second=f"{path}:{second}",
+    )
+
+
+def _first_line_start(f: BinaryIO, start: int) -> int:
+    """Seek ``f`` to the first line that begins at or after ``start``; return its offset."""
+    if start == 0:
+        return 0
+    f.seek(start - 1)
+    if f.read(1) == b"\n":
+        return start
+    return start + len(f.readline())
+
+
+class _LineNumbers:
+    """Absolute line numbers of a partition's lines, counted from the file's
+    start only when one is needed (for an error message)."""
+
+    def __init__(self, path: str, start: int):
+        self.path = path
+        self.start = start
+        self._base: int | None = None
+
+    def number(self, nth: int) -> int:
+        if self._base is None:
+            self._base = line_number(self.path, _first_line_offset(self.path, self.start)) - 1
+        return self._base + nth
+
+
+def _first_line_offset(path: str, start: int) -> int:
+    with open(path, "rb") as f:
+        return _first_line_start(f, start)
+
+
+def line_number(path: str, offset: int) -> int:
+    """The number (from 1) of the line of ``path`` that begins at byte ``offset``."""
+    count, done = 0, 0
+    with open(path, "rb") as f:
+        while done < offset:
+            chunk = f.read(min(4 << 20, offset - done))
+            if not chunk:
+                break
+            count += chunk.count(b"\n")
+            done += len(chunk)
+    return count + 1
+
+
+def _jsonl_fields(line: bytes, path: str, base: str, number: Callable[[], int]) -> tuple[str, list[_Field]]:
+    """A JSONL row's key and fields (sizes, and a path or inline bytes each);
+    ``number()`` gives the line's number for an error message."""
+    try:
+        row = _JSON_DECODER.decode(line.decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        n = number()
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+        raise SourceError(f"{path}:{n}: line {n} is not valid JSON ({reason})", path=path, line=n) from exc
+    if type(row) is not dict:
+        n = number()
+        raise SourceError(f"{path}:{n}: line {n} is not a JSON object", path=path, line=n)
+    key = row.get("__key__")
+    if type(key) is not str or not key:
+        n = number()
+        raise SourceError(f"{path}:{n}: line {n} has no string \"__key__\"", path=path, line=n)
+    fields: list[_Field] = []
+    key_ok = _stem_problem(key) is None
     for ext in sorted(row):
         if ext.startswith("__"):
             continue
-        if split_key(f"{key}.{ext}") != (key, ext) or member_name_problem(f"{key}.{ext}") is not None:
+        if not key_ok or _extension_problem(ext) is not None:
+            n = number()
             raise SourceError(
-                f"{where}: line {number}: key {key!r} with extension {ext!r} does not form a valid member name "
+                f"{path}:{n}: line {n}: key {key!r} with extension {ext!r} does not form a valid member name "
                 f"({member_name_problem(f'{key}.{ext}') or 'the key may not have a dot in its last path part'})",
                 path=path,
-                line=number,
+                line=n,
             )
         value = row[ext]
-        if isinstance(value, str) and ext not in TEXT_EXTENSIONS:
+        if type(value) is str and ext not in TEXT_EXTENSIONS:
             file = os.path.join(base, value)
             try:
                 size = _file_size(file)
             except SourceError as exc:
+                n = number()
                 raise SourceError(
-                    f"{where}: line {number}: field {ext!r} refers to {file}: {exc}", path=path, line=number
+                    f"{path}:{n}: line {n}: field {ext!r} refers to {file}: {exc}", path=path, line=n
                 ) from exc
-            fields.append(Field(ext, size, path=file))
+            fields.append((ext, size, file, None))
         else:
             data = encode_value(value)
-            fields.append(Field(ext, len(data), data=data))
+            fields.append((ext, len(data), None, data))
     if not fields:
-        raise SourceError(f"{where}: line {number} has no fields besides __key__", path=path, line=number)
-    # The origin is the JSONL file itself, one string shared by every row (the
-    # key names the row): a "path:line" string per row would be ~100 bytes each.
-    return InputSample(key, tuple(fields), origin=path)
+        n = number()
+        raise SourceError(f"{path}:{n}: line {n} has no fields besides __key__", path=path, line=n)
+    return key, fields
 
 
-def _tar_paths(source: str) -> list[str]:
-    if "{" in source and "}" in source:
-        return list(braceexpand(source))
-    if os.path.isdir(source):
-        return sorted(os.path.join(source, n) for n in os.listdir(source) if n.endswith(TAR_SUFFIXES))
-    return [source]
+_JSON_DECODER = json.JSONDecoder()
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_\-]+(?:/[A-Za-z0-9_\-]+)*")
 
 
-def _scan_tars(
-    source: str,
-    skip_or_raise: Callable[[SourceError], None],
-    *,
-    unpack_dir: str | None = None,
-    max_unpack_bytes: int | None = DEFAULT_MAX_UNPACK_BYTES,
-) -> ScannedSource:
-    paths = _tar_paths(source)
-    budget = _UnpackBudget(max_unpack_bytes)
-    if not paths:
-        raise SourceError(f"{source}: no .tar files found", path=source)
-    samples = []
-    seen: dict[str, str] = {}
-    for number, path in enumerate(paths):
-        if not os.path.isfile(path):
-            raise SourceError(f"{path}: input shard does not exist", path=path)
-        kind = file_compression(path)
-        parser = SampleParser(path=path, offset_name="uncompressed byte" if kind else "byte")
-        chunks = LocalFile(path).iter_range(0, None, chunk_bytes=_TAR_SCAN_CHUNK)
-        if kind is None:
-            for raw in _parse_all(parser, chunks):
-                _add_tar_sample(samples, skip_or_raise, raw, path, seen)
-            continue
-        if unpack_dir is None:
-            raise UsageError(f"{path} is compressed ({kind}): scanning it needs an unpack_dir to decompress into")
-        unpacked = os.path.join(unpack_dir, f"input-{number:06d}.tar")
-        try:
-            with open(unpacked, "wb") as out:
-                copied = _copied(_decompressed(chunks, kind, path), out, budget.taker(path, unpack_dir))
-                for raw in _parse_all(parser, copied):
-                    _add_tar_sample(samples, skip_or_raise, raw, unpacked, seen, tar_origin=path)
-        except BaseException:
-            remove_quietly(unpacked)  # no partial copy left behind, whoever owns the folder
-            raise
-    return ScannedSource("tar", samples)
+def _stem_problem(key: str) -> str | None:
+    """Why ``key`` cannot start member names (checked with a stand-in extension), or None."""
+    if _PLAIN_KEY.fullmatch(key):
+        return None  # no dot, no control character, no empty or leading path part: nothing to refuse
+    name = f"{key}.x"
+    if split_key(name) != (key, "x"):
+        return "the key may not have a dot in its last path part"
+    return member_name_problem(name)
 
 
-class _UnpackBudget:
-    """The temporary space the unpacked copies of compressed inputs may
-    take, all together: ``limit`` bytes (None: no limit), and never so much
-    that less than :data:`UNPACK_RESERVE_BYTES` stays free in the folder."""
+@functools.lru_cache(maxsize=4096)
+def _extension_problem(ext: str) -> str | None:
+    """Why ``ext`` cannot end member names (checked with a stand-in key), or
+    None. With a key that passes :func:`_stem_problem` (and so has no dot in
+    its last path part) and an extension without ``/`` that passes this, the
+    member name ``KEY.EXT`` passes both checks too."""
+    name = f"k.{ext}"
+    if "/" in ext or split_key(name) != ("k", ext):
+        return "not a valid extension"
+    return member_name_problem(name)
 
-    def __init__(self, limit: int | None):
-        self.limit = limit
-        self.used = 0
+# ------------------------------------------------------------------ writing side
 
-    def taker(self, path: str, folder: str) -> Callable[[int], None]:
-        """The function that counts ``n`` more bytes of input ``path``'s copy in ``folder``.
 
-        Raises (from the function):
-            SourceError: Over the limit, or the folder nearly full.
-        """
-        self._check_free(path, folder)
-        next_check = self.used + _FREE_SPACE_CHECK_BYTES
+def _read_file(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise InputFileError(
+            f"{path}: cannot read input file ({exc.strerror or exc}); "
+            "restore it, or pass --on-error skip to leave it out",
+            path=path,
+        ) from exc
 
-        def take(n: int) -> None:
-            nonlocal next_check
-            self.used += n
-            if self.limit is not None and self.used > self.limit:
-                raise self._error(path, folder, f"more than max_unpack_bytes={self.limit} ({self.limit:,} bytes)")
-            if self.used >= next_check:
-                self._check_free(path, folder)
-                next_check = self.used + _FREE_SPACE_CHECK_BYTES
 
-        return take
-
-    def _check_free(self, path: str, folder: str) -> None:
-        usage = shutil.disk_usage(folder)
-        reserve = min(UNPACK_RESERVE_BYTES, usage.total // 20)
-        if usage.free < reserve:
-            raise self._error(
-                path, folder, f"nearly all the space there: {usage.free:,} bytes are free, {reserve:,} must stay so"
-            )
-
-    def _error(self, path: str, folder: str, over: str) -> SourceError:
-        return SourceError(
-            f"{path}: this input is compressed whole, so it is unpacked to a temporary plain tar to be read by "
-            f"byte range; with it the unpacked inputs take {self.used:,} bytes so far in {folder}, {over}. "
-            "Raise max_unpack_bytes (`shardkit write --max-unpack-bytes 200GB`), set TMPDIR to a folder with "
-            "more room, or decompress the inputs first (plain .tar inputs are read where they are, with no copy). "
-            "Nothing was written.",
+def _load_jsonl_row(part: Partition, key: str, rec: Any, read_range: ReadRange) -> list[tuple[str, bytes]]:
+    path = part.path
+    try:
+        line = read_range(path, rec.offset, rec.length)
+    except OSError as exc:
+        raise InputFileError(
+            f"{path}: cannot read the JSONL file ({exc.strerror or exc}); "
+            "restore it, or pass --on-error skip to leave its rows out",
+            path=path,
+        ) from exc
+    if short_digest(line) != rec.digest.to_bytes(8, "little"):
+        raise InputFileError(
+            f"{path}: changed since it was scanned (the row of key {key!r} at byte {rec.offset} differs); "
+            "rerun the write without --resume, or restore the file",
             path=path,
         )
+    # The line is the one scanned (its digest matches), so it was checked then:
+    # only its members are built here.
+    row = _JSON_DECODER.decode(line.decode("utf-8"))
+    members = []
+    for ext in sorted(row):
+        if ext.startswith("__"):
+            continue
+        value = row[ext]
+        if type(value) is str and ext not in TEXT_EXTENSIONS:
+            members.append((ext, _read_file(os.path.join(_folder_of(path), value))))
+        else:
+            members.append((ext, encode_value(value)))
+    return members
 
 
-def _parse_all(parser: SampleParser, chunks: Iterator[bytes]) -> Iterator[RawSample]:
-    """Every sample of a tar stream, up to its end-of-archive marker."""
-    for chunk in chunks:
-        yield from parser.feed(chunk)
-        if parser.ended:
-            break
-    yield from parser.finish()
+@functools.lru_cache(maxsize=64)
+def _folder_of(path: str) -> str:
+    """The folder JSONL rows' file paths are relative to (once per file, not per row)."""
+    return os.path.dirname(os.path.abspath(path))
 
 
-def _copied(chunks: Iterator[bytes], out: BinaryIO, take: Callable[[int], None]) -> Iterator[bytes]:
-    """Pass ``chunks`` on, writing each to ``out`` first once ``take`` (which
-    may refuse) has counted it."""
-    for chunk in chunks:
-        take(len(chunk))
-        out.write(chunk)
-        yield chunk
+#: Reads ``length`` bytes of a file at an offset (the shard writer keeps its input files open).
+ReadRange = Callable[[str, int, int], bytes]
 
 
-def _decompressed(chunks: Iterator[bytes], kind: Compression, path: str) -> Iterator[bytes]:
-    """Decompress a compressed shard's chunks; a truncated or corrupt one is
-    a :class:`~shardkit.errors.CorruptShardError` naming the compressed offset."""
-    stream = ChunkDecompressor(kind, path=path)
-    for chunk in chunks:
-        yield from stream.pieces(chunk)  # bounded pieces, whatever the ratio
-    stream.finish()
+def load_sample(
+    part: Partition, read_path: str, key: str, name: str, rec: Any, read_range: ReadRange
+) -> list[tuple[str, bytes]]:
+    """A scanned sample's ``(extension, bytes)`` members, read from its input.
 
+    Args:
+        part: Its partition.
+        read_path: The file the partition's offsets point into (an input
+            shard's unpacked copy, when it was compressed).
+        key: Its key.
+        name: Its name from the spill (relative file paths).
+        rec: Its spill record (a :data:`~shardkit.write.spill.Record`).
+        read_range: Reads a byte range of a file.
 
-def _add_tar_sample(
-    samples: list[InputSample],
-    skip_or_raise: Callable[[SourceError], None],
-    raw: RawSample,
-    path: str,
-    seen: dict[str, str],
-    *,
-    tar_origin: str | None = None,
-) -> None:
-    """Add a tar input's sample, unless a member name is one a shard must not
-    carry (``..``, absolute, NUL or control characters): that sample is
-    refused (``--on-error skip`` records it)."""
-    for ext in raw.fields:
-        name = f"{raw.key}.{ext}"
-        problem = member_name_problem(name)
-        if problem is not None:
-            named = tar_origin or path
-            skip_or_raise(
-                SourceError(
-                    f"{named}: member {name!r} at {'uncompressed ' if tar_origin else ''}byte {raw.start}: "
-                    f"name refused ({problem}); rename it or rerun with --on-error skip",
-                    path=named,
-                )
-            )
-            return
-    samples.append(_tar_sample(raw, path, seen, tar_origin=tar_origin))
-
-
-def _tar_sample(raw: RawSample, path: str, seen: dict[str, str], *, tar_origin: str | None = None) -> InputSample:
-    """A tar input's sample, read later from ``path`` by byte range
-    (``tar_origin``: the compressed input that ``path`` unpacks)."""
-    named = tar_origin or path
-    if raw.key in seen:
-        raise DuplicateSampleError(
-            f"sample key {raw.key!r} appears in both {seen[raw.key]} and {named}",
-            first=seen[raw.key],
-            second=named,
+    Raises:
+        InputFileError: An input vanished, became unreadable, or changed
+            since it was scanned (its size or, for JSONL, its line).
+    """
+    if part.kind == "jsonl":
+        fields = _load_jsonl_row(part, key, rec, read_range)
+    elif part.kind == "tar":
+        fields = load_tar_sample(part, read_path, key, rec.offset, rec.length, read_range)
+    elif part.kind == "imagefolder":
+        fields = _load_class_file(part, key, name)
+    else:
+        fields = _load_directory_files(part, key, name)
+    if _sample_size(key, [(ext, len(data)) for ext, data in fields]) != rec.size:
+        where = record_origin(part, read_path, name, rec.offset)
+        raise InputFileError(
+            f"{where}: input changed size since it was scanned (sample {key!r}); rerun the write", path=where
         )
-    seen[raw.key] = named
-    fields = tuple(Field(ext, len(data)) for ext, data in sorted(raw.fields.items()))
-    where = f"{named}@{raw.start}" + (" (uncompressed)" if tar_origin else "")
-    return InputSample(raw.key, fields, tar_range=(path, raw.start, raw.end), origin=where, tar_origin=tar_origin)
+    return fields
+
+
+def record_origin(part: Partition, read_path: str, name: str, offset: int) -> str:
+    """Where a sample came from, for messages: its file, or ``shard@byte`` for a tar input."""
+    if part.kind == "jsonl":
+        return part.path
+    if part.kind == "tar":
+        return f"{part.path}@{offset}" + (" (uncompressed)" if read_path != part.path else "")
+    if part.kind == "imagefolder":
+        return os.path.join(part.root, name)
+    return os.path.join(part.path, name.split("\0")[0])
+
+
+def duplicate_error(key: str, first: tuple[Partition, str, str, int], second: tuple[Partition, str, str, int]) -> DuplicateSampleError:
+    """The error for two samples with one key: ``(partition, read path, name, offset)`` each."""
+    if first[0].kind == "jsonl" and second[0].kind == "jsonl":
+        path = first[0].path
+        return duplicate_lines_error(path, key, line_number(path, first[3]), line_number(path, second[3]))
+    a, b = record_origin(*first), record_origin(*second)
+    return DuplicateSampleError(
+        f"sample key {key!r} appears in both {a} and {b}; rename one of them (keys are unique in a dataset)",
+        first=a,
+        second=b,
+    )

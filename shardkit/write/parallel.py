@@ -2,54 +2,67 @@
 
 Steps, each a separate unit:
 
-1. :func:`~shardkit.write.inputs.scan_source` lists the samples (metadata only).
-2. :func:`~shardkit.write.plan.plan_shards` assigns samples to shards.
+1. :func:`~shardkit.write.scan.scan_dataset` cuts the source into partitions
+   that worker processes scan in parallel, each into a spill file (metadata
+   only); the driver keeps one summary per partition.
+2. :func:`~shardkit.write.plan.plan_shards` orders the samples (a seeded hash
+   sort done bucket by bucket, or source order) and cuts shards by arithmetic.
 3. :func:`write_shard` writes one shard; a process pool runs them. Tasks and
-   results are plain picklable dataclasses, so another executor (Ray, a batch
-   system) can run the same plan shard by shard.
+   results are plain picklable dataclasses that name rows of the plan's
+   files, so another executor (Ray, a batch system) can run the same plan
+   shard by shard.
 4. The manifest is written last, atomically.
 
-A per-shard journal (``DEST/.shardkit-journal/``) records each finished shard
-with its task fingerprint and checksum, so ``resume=True`` keeps the shards
-that match the plan and writes only the rest; it is removed once the manifest
-is in place.
+The work folder ``DEST/.shardkit-journal/`` holds the scan's spills
+(``scan/``), the plan (``plan/``) and one record per finished shard with its
+task fingerprint and checksum, so ``resume=True`` reuses the spills of
+unchanged partitions, keeps the shards that match the plan and writes only
+the rest; it is removed once the manifest is in place. Nothing in it grows
+the driver's memory with the number of samples.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import multiprocessing
 import functools
 import os
-import re
+import shutil
 import threading
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from shardkit.errors import InputFileError, ShardkitError, UsageError
 from shardkit.format.compression import COMPRESSIONS, Compression, compress, compressed_extension, should_compress
-from shardkit.format.index import index_path_for
-from shardkit.format.manifest import MANIFEST_NAME, Manifest, ShardEntry, SkippedInput, load_manifest
-from shardkit.format.table import TABLE_NAME
-from shardkit.format.tar import SampleParser, field_name
-from shardkit.io.local import LocalFile, file_sha256
+from shardkit.format.manifest import MANIFEST_NAME, Manifest, SkippedInput
+from shardkit.format.tar import field_name
 from shardkit.io.registry import open_destination
-from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes, remove_quietly
 from shardkit.write.destination import (
     JOURNAL_DIR,
+    check_destination,
     check_free_space,
-    is_shardkit_name,
     output_error,
     prepare_destination,
 )
-from shardkit.write.inputs import DEFAULT_MAX_UNPACK_BYTES, InputSample, ScannedSource, scan_source
+from shardkit.write.inputs import load_sample
+from shardkit.write.journal import (
+    ShardResult,
+    clear_journal,
+    finished_entries,
+    journal_record,
+    remove_stale,
+    remove_temporaries,
+    reusable_result,
+)
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
-from shardkit.write.plan import ShardTask, plan_shards
+from shardkit.write.tar_inputs import DEFAULT_MAX_UNPACK_BYTES
+from shardkit.write.partition import PARTITION_BYTES
+from shardkit.write.plan import PlanReader, ShardTask, plan_shards
+from shardkit.write.scan import ScanResult, scan_dataset
 from shardkit.write.publish import publish_manifest
 from shardkit.write.upload import write_to_remote
 from shardkit.write.shard import ShardFile
@@ -58,17 +71,6 @@ log = logging.getLogger(__name__)
 
 ON_ERROR_POLICIES = ("raise", "skip")
 ENGINES = ("local", "ray")
-
-
-@dataclass(frozen=True)
-class ShardResult:
-    """What writing one shard produced."""
-
-    index: int
-    entry: ShardEntry
-    fingerprint: str
-    skipped: tuple[SkippedInput, ...] = ()
-    reused: bool = False
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,8 @@ class WriteOptions:
             by default (:data:`~shardkit.write.inputs.DEFAULT_MAX_UNPACK_BYTES`),
             None for no limit but the folder's free space. Past it the write
             stops before writing anything, naming the input and the limit.
+        partition_bytes: Length of one JSONL partition, the unit a scanning
+            worker takes (64 MiB by default). The output does not depend on it.
     """
 
     format: str | None = None
@@ -152,8 +156,11 @@ class WriteOptions:
     ray_address: str | None = None
     ray_max_retries: int = 3
     max_unpack_bytes: int | None = DEFAULT_MAX_UNPACK_BYTES
+    partition_bytes: int = PARTITION_BYTES
 
     def __post_init__(self) -> None:
+        if type(self.partition_bytes) is not int or self.partition_bytes < 1:
+            raise UsageError(f"partition_bytes must be a positive integer, got {self.partition_bytes!r}")
         if self.max_unpack_bytes is not None and (type(self.max_unpack_bytes) is not int or self.max_unpack_bytes < 1):
             raise UsageError(f"max_unpack_bytes must be a positive integer or None, got {self.max_unpack_bytes!r}")
         if self.engine not in ENGINES:
@@ -199,53 +206,6 @@ def _compress_fields(fields: list[tuple[str, bytes]], kind: Compression | None) 
     return sorted(out, key=lambda field: field[0])  # members of a sample stay in sorted order
 
 
-def _read_fields(sample: InputSample) -> list[tuple[str, bytes]]:
-    """Load a sample's member bytes, checking sizes against the plan."""
-    if sample.tar_range is not None:
-        path, start, end = sample.tar_range
-        named = sample.tar_origin or path  # an unpacked copy is named by its input
-        parser = SampleParser(path=path, base_offset=start)
-        raws = []
-        try:
-            for chunk in LocalFile(path).iter_range(start, end, chunk_bytes=end - start):
-                raws += parser.feed(chunk)
-            raws += parser.finish(expect_end_marker=False)
-        except OSError as exc:
-            raise InputFileError(
-                f"{named}: cannot read input shard ({exc.strerror or exc}); "
-                "restore it, or pass --on-error skip to leave its samples out",
-                path=named,
-            ) from exc
-        if len(raws) != 1 or raws[0].key != sample.key:
-            raise InputFileError(f"{named}: input shard changed since it was scanned (at byte {start})", path=named)
-        fields = sorted(raws[0].fields.items())
-    else:
-        fields = []
-        for f in sample.fields:
-            if f.data is not None:
-                fields.append((f.ext, f.data))
-                continue
-            assert f.path is not None
-            try:
-                with open(f.path, "rb") as handle:
-                    data = handle.read()
-            except OSError as exc:
-                raise InputFileError(
-                    f"{f.path}: cannot read input file ({exc.strerror or exc}); "
-                    "restore it, or pass --on-error skip to leave it out",
-                    path=f.path,
-                ) from exc
-            fields.append((f.ext, data))
-    for (ext, data), planned in zip(fields, sample.fields):
-        if len(data) != planned.size or ext != planned.ext:
-            raise InputFileError(
-                f"{planned.path or sample.origin}: input changed size since planning "
-                f"({planned.size} -> {len(data)} bytes); rerun the write",
-                path=planned.path or sample.origin,
-            )
-    return fields
-
-
 class _Stopped(Exception):
     """A shard task given up because the run is stopping (another task failed)."""
 
@@ -278,23 +238,23 @@ def write_shard(
     skipped = []
     path = os.path.join(dest, task.name)
     try:
-        with ShardFile(path) as shard:
-            for sample in task.samples:
+        with PlanReader(task) as plan, ShardFile(path) as shard:
+            for part, key, name, rec in plan.samples(task):
                 if stop is not None and stop.is_set():
                     raise _Stopped(task.name)
                 try:
-                    fields = _read_fields(sample)
+                    fields = load_sample(plan.partitions[part], plan.read_paths[part], key, name, rec, plan.read_range)
                 except InputFileError as exc:
                     if on_error == "raise":
                         raise
-                    skipped.append(SkippedInput(path=exc.path or sample.origin, reason=str(exc)))
+                    skipped.append(SkippedInput(path=exc.path or plan.partitions[part].path, reason=str(exc)))
                     continue
-                shard.add(sample.key, _compress_fields(fields, compress_members))
+                shard.add(key, _compress_fields(fields, compress_members))
             written = shard.commit()
         result = ShardResult(
             index=task.index, entry=written.entry(), fingerprint=task.fingerprint, skipped=tuple(skipped)
         )
-        _journal_record(dest, result)
+        journal_record(dest, result)
     except ShardkitError:
         raise
     except OSError as exc:
@@ -315,82 +275,6 @@ _worker_stop: Any = None
 def _init_worker(stop: Any) -> None:
     global _worker_stop
     _worker_stop = stop
-
-
-# ------------------------------------------------------------------ journal
-
-
-def _journal_path(dest: str, task_name: str) -> str:
-    return os.path.join(dest, JOURNAL_DIR, task_name + ".json")
-
-
-def _journal_record(dest: str, result: ShardResult) -> None:
-    os.makedirs(os.path.join(dest, JOURNAL_DIR), exist_ok=True)
-    record = {
-        "fingerprint": result.fingerprint,
-        "entry": asdict(result.entry),
-        "skipped": [asdict(s) for s in result.skipped],
-    }
-    atomic_write_bytes(_journal_path(dest, result.entry.path), json.dumps(record, sort_keys=True).encode())
-
-
-def _reusable(dest: str, task: ShardTask, finished: Callable[[str], ShardEntry | None]) -> ShardResult | None:
-    """The result of a finished shard from an earlier run, if it is intact."""
-    path = os.path.join(dest, task.name)
-    if not os.path.isfile(path) or not os.path.isfile(index_path_for(path)):
-        return None
-    skipped: tuple[SkippedInput, ...] = ()
-    try:
-        with open(_journal_path(dest, task.name), "rb") as f:
-            record = json.load(f)
-        if record["fingerprint"] != task.fingerprint:
-            return None
-        entry = ShardEntry(**record["entry"])
-        skipped = tuple(SkippedInput(**s) for s in record["skipped"])
-    except (OSError, ValueError, KeyError, TypeError):
-        entry = finished(task.name)  # a completed run: trust its manifest entry
-        if entry is None:
-            return None
-    if os.path.getsize(path) != entry.num_bytes or file_sha256(path) != entry.sha256:
-        return None
-    return ShardResult(task.index, entry, task.fingerprint, skipped, reused=True)
-
-
-def _finished_entries(dest: str, source_info: dict, options: WriteOptions) -> Callable[[str], ShardEntry | None]:
-    """Looks up shard entries (by name) of a complete earlier run with the same
-    source and options, in its manifest of format 1 or 2."""
-    try:
-        old = load_manifest(dest)
-    except (OSError, ValueError):
-        return lambda name: None
-    if dict(old.source) != source_info or dict(old.options) != options.recorded() or old.seed != (options.seed if options.shuffle else None):
-        return lambda name: None
-    table = old.table
-
-    def lookup(name: str) -> ShardEntry | None:
-        match = _SHARD_NUMBER.match(name)
-        if match is None or int(match.group(1)) >= table.num_shards:
-            return None
-        entry = table.entry(int(match.group(1)))
-        return entry if entry.path == name else None
-
-    return lookup
-
-
-_SHARD_NUMBER = re.compile(r"^shard-(\d{6,})\.tar$")
-
-
-def _remove_stale(dest: str, keep: set[str]) -> None:
-    """Drop temporaries and shards of an earlier run that the plan no longer has."""
-    for name in os.listdir(dest):
-        path = os.path.join(dest, name)
-        stale_tmp = name.endswith(TMP_SUFFIX)
-        stale_shard = name.startswith("shard-") and name.endswith((".tar", ".idx"))
-        if TABLE_NAME.match(name):
-            continue  # the manifest that names it may still be there; publishing removes stale tables
-        stem = name[: -len(".idx")] + ".tar" if name.endswith(".idx") else name
-        if stale_tmp or (stale_shard and stem not in keep):
-            os.unlink(path)
 
 
 # ---------------------------------------------------------------- the driver
@@ -448,26 +332,69 @@ def _write_local(
     """:func:`write_dataset` into the local directory ``dest`` (with
     ``publish_url``, Ray tasks upload each shard there instead)."""
     started = time.perf_counter()
-    limits = ShardLimits(max_samples=options.max_samples, max_bytes=options.max_bytes)
+    # Refuse an unusable DEST before scanning, changing nothing there yet.
+    check_destination(dest, overwrite=options.overwrite, resume=options.resume)
+    created = not os.path.exists(dest)
+    work = os.path.join(dest, JOURNAL_DIR)
     # Input shards compressed whole are unpacked here once, for the shard
     # writers to read by byte range; the copies go when the write ends.
     with tempfile.TemporaryDirectory(prefix="shardkit-unpack-") as unpack_dir:
-        # Check the source before touching the destination.
-        scanned = scan_for_write(source, options, unpack_dir=unpack_dir)
-        return _write_scanned(
-            scanned, source, dest, options=options, progress=progress, check_space=check_space, started=started,
-            limits=limits, publish_url=publish_url,
+        try:
+            if not options.resume:
+                shutil.rmtree(work, ignore_errors=True)  # an earlier run's, replaced by --overwrite
+            scanned, tasks, oversized = scan_and_plan(source, options, work=work, unpack_dir=unpack_dir)
+        except BaseException as exc:
+            _discard_scan(dest, work, created=created, keep=options.resume)
+            if isinstance(exc, OSError) and not isinstance(exc, ShardkitError):
+                raise output_error(exc, work, resume_hint=False) from exc
+            raise
+        return _write_planned(
+            scanned, tasks, oversized, source, dest, options=options, progress=progress, check_space=check_space,
+            started=started, publish_url=publish_url,
         )
 
 
-def scan_for_write(source: str, options: WriteOptions, *, unpack_dir: str) -> ScannedSource:
-    """:func:`scan_source` called as a write with ``options`` calls it (its dry run too)."""
-    return scan_source(source, format=options.format, on_error=options.on_error, unpack_dir=unpack_dir,
-                       max_unpack_bytes=options.max_unpack_bytes)
+def scan_and_plan(
+    source: str, options: WriteOptions, *, work: str, unpack_dir: str
+) -> tuple[ScanResult, list[ShardTask], list[str]]:
+    """Scan ``source`` into ``work/scan`` and plan it into ``work/plan`` as a
+    write with ``options`` does (its dry run too).
+
+    Returns:
+        The scan, the shard tasks, and the oversized samples' descriptions.
+    """
+    spill_dir, plan_dir = os.path.join(work, "scan"), os.path.join(work, "plan")
+    os.makedirs(spill_dir, exist_ok=True)
+    shutil.rmtree(plan_dir, ignore_errors=True)
+    os.makedirs(plan_dir)
+    scanned = scan_dataset(
+        source, spill_dir=spill_dir, format=options.format, on_error=options.on_error, seed=options.seed,
+        workers=options.workers, unpack_dir=unpack_dir, max_unpack_bytes=options.max_unpack_bytes,
+        partition_bytes=options.partition_bytes, reuse=options.resume,
+    )
+    limits = ShardLimits(max_samples=options.max_samples, max_bytes=options.max_bytes)
+    tasks, oversized = plan_shards(scanned, limits=limits, shuffle=options.shuffle, plan_dir=plan_dir)
+    return scanned, tasks, oversized
 
 
-def _write_scanned(
-    scanned: ScannedSource,
+def _discard_scan(dest: str, work: str, *, created: bool, keep: bool) -> None:
+    """After a failed scan or plan: drop the work folder (a resumed run keeps
+    the complete spills), and ``dest`` itself when this run created it."""
+    if keep:
+        remove_temporaries(dest)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    if created:
+        try:
+            os.rmdir(dest)
+        except OSError:
+            pass
+
+
+def _write_planned(
+    scanned: ScanResult,
+    tasks: list[ShardTask],
+    oversized: list[str],
     source: str,
     dest: str,
     *,
@@ -475,31 +402,29 @@ def _write_scanned(
     progress: Callable[[Progress], None] | None,
     check_space: bool,
     started: float,
-    limits: ShardLimits,
     publish_url: str | None = None,
 ) -> WriteReport:
-    """The rest of :func:`_write_local`, once the source is scanned."""
-    prepare_destination(dest, overwrite=options.overwrite, resume=options.resume)
-    tasks, oversized = plan_shards(scanned.samples, limits=limits, seed=options.seed, shuffle=options.shuffle)
-    for sample in oversized:
-        log.warning("sample %r (%s) alone exceeds max_bytes=%s; it gets a shard of its own",
-                    sample.key, sample.origin, options.max_bytes)
+    """The rest of :func:`_write_local`, once the source is scanned and planned."""
+    prepare_destination(dest, overwrite=options.overwrite, resume=options.resume, keep=JOURNAL_DIR)
+    for description in oversized:
+        log.warning("sample %s alone exceeds max_bytes=%s; it gets a shard of its own", description, options.max_bytes)
     source_info = {"format": scanned.format, "path": source}
+    total = scanned.num_samples
 
     results: dict[int, ShardResult] = {}
     try:
         todo = tasks
         if options.resume:
-            finished = _finished_entries(dest, source_info, options)
+            finished = finished_entries(dest, source_info, options)
             todo = []
             for task in tasks:
-                reused = _reusable(dest, task, finished)
+                reused = reusable_result(dest, task, finished)
                 if reused is None:
                     todo.append(task)
                 else:
                     results[task.index] = reused
-                    _report(progress, reused, len(scanned.samples))
-            _remove_stale(dest, keep={t.name for t in tasks})
+                    _report(progress, reused, total)
+            remove_stale(dest, keep={t.name for t in tasks})
             if os.path.exists(os.path.join(dest, MANIFEST_NAME)) and todo:
                 os.unlink(os.path.join(dest, MANIFEST_NAME))
         if check_space:
@@ -508,13 +433,16 @@ def _write_scanned(
         if options.engine == "ray":
             from shardkit.write.engine_ray import run_tasks_on_ray
 
-            runner = run_tasks_on_ray(todo, dest, options, write_shard=write_shard, publish_url=publish_url)
+            visible = [tasks[0].plan_dir, scanned.summaries[0]["read_path"]] if tasks else []
+            runner = run_tasks_on_ray(
+                todo, dest, options, write_shard=write_shard, publish_url=publish_url, inputs=visible
+            )
         else:
             runner = _run_tasks(todo, dest, options)
         try:
             for result in runner:
                 results[result.index] = result
-                _report(progress, result, len(scanned.samples))
+                _report(progress, result, total)
         finally:
             runner.close()  # stops the pool at once when the loop ends early
 
@@ -524,7 +452,7 @@ def _write_scanned(
             skipped.extend(r.skipped)
         kind = options.compress_members
         # the fields readers give (KEY.JPG is read as jpg)
-        extensions = sorted({field_name(compressed_extension(f.ext, kind)) for s in scanned.samples for f in s.fields})
+        extensions = sorted({field_name(compressed_extension(ext, kind)) for ext in scanned.extensions})
         manifest = Manifest(
             shards=tuple(r.entry for r in ordered),
             extensions=tuple(extensions),
@@ -541,9 +469,11 @@ def _write_scanned(
             publish_manifest(dest, manifest)
         except OSError as exc:
             raise output_error(exc, manifest_path) from exc
-        _clear_journal(dest)
+        clear_journal(dest)
     except BaseException as exc:
         remove_temporaries(dest)
+        if not options.resume and not any(not r.reused for r in results.values()):
+            clear_journal(dest)  # refused before any shard was written: nothing to resume
         if isinstance(exc, OSError) and not isinstance(exc, ShardkitError):
             raise output_error(exc, dest) from exc
         raise
@@ -552,7 +482,7 @@ def _write_scanned(
         num_written=sum(not r.reused for r in ordered),
         num_reused=sum(r.reused for r in ordered),
         seconds=time.perf_counter() - started,
-        oversized=tuple(f"{s.origin} (sample {s.key!r})" for s in oversized),
+        oversized=tuple(oversized),
     )
 
 
@@ -561,7 +491,7 @@ def _planned_file_sizes(tasks: list[ShardTask]) -> list[int]:
     records, and a generous allowance for the manifest."""
     sizes = [_MANIFEST_ALLOWANCE_BYTES + _MANIFEST_BYTES_PER_SHARD * len(tasks)]
     for task in tasks:
-        sizes += [task.planned_bytes, _INDEX_HEADER_BYTES + 8 * (len(task.samples) + 1), _JOURNAL_RECORD_BYTES]
+        sizes += [task.planned_bytes, _INDEX_HEADER_BYTES + 8 * (task.num_samples + 1), _JOURNAL_RECORD_BYTES]
     return sizes
 
 
@@ -572,30 +502,9 @@ _MANIFEST_ALLOWANCE_BYTES = 64 << 10
 _MANIFEST_BYTES_PER_SHARD = 512
 
 
-def remove_temporaries(dest: str) -> None:
-    """Remove the temporary files of shardkit's own outputs in ``dest``
-    (shards, indexes, manifest, journal records) after a failed run."""
-    for folder in (dest, os.path.join(dest, JOURNAL_DIR)):
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            continue
-        for name in names:
-            if name.endswith(TMP_SUFFIX) and (folder != dest or is_shardkit_name(name)):
-                remove_quietly(os.path.join(folder, name))
-
-
 def _report(progress: Callable[[Progress], None] | None, result: ShardResult, total: int) -> None:
     if progress is not None:
         progress(Progress(result.entry.path, result.entry.num_samples, result.entry.num_bytes, result.reused, total))
-
-
-def _clear_journal(dest: str) -> None:
-    journal = os.path.join(dest, JOURNAL_DIR)
-    if os.path.isdir(journal):
-        for name in os.listdir(journal):
-            os.unlink(os.path.join(journal, name))
-        os.rmdir(journal)
 
 
 def _pool_context() -> multiprocessing.context.BaseContext:

@@ -22,6 +22,8 @@ from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes, commit
 #: Bytes gathered in memory before one write() to the file.
 WRITE_BUFFER_BYTES = 4 << 20
 
+_ZEROS = bytes(512)  # padding after member data: fewer than 512 bytes
+
 
 @dataclass(frozen=True)
 class WrittenShard:
@@ -78,12 +80,19 @@ class ShardFile:
 
     def add(self, key: str, fields: Sequence[tuple[str, bytes]]) -> None:
         """Append one sample; ``fields`` are ``(extension, data)`` in member order."""
+        parts = []
         for ext, data in fields:
-            self._append(encode_header(f"{key}.{ext}", len(data)))
-            self._append(data)
+            parts.append(encode_header(f"{key}.{ext}", len(data)))
+            parts.append(data)
             pad = padding(len(data))
             if pad:
-                self._append(bytes(pad))
+                parts.append(_ZEROS[:pad])
+        size = sum(map(len, parts))
+        self._pending += parts
+        self._pending_size += size
+        self._size += size
+        if self._pending_size >= WRITE_BUFFER_BYTES:
+            self._drain()
         self._bounds.append(self._size)
         self._checksums.append(sample_checksum(key, fields))
 
@@ -95,9 +104,9 @@ class ShardFile:
             self._drain()
 
     def _drain(self) -> None:
-        for part in self._pending:
-            self._hash.update(part)
-            self._file.write(part)
+        data = b"".join(self._pending)  # one write and one hash update, not one per member
+        self._hash.update(data)
+        self._file.write(data)
         self._pending.clear()
         self._pending_size = 0
 

@@ -11,7 +11,7 @@ import pytest
 
 from shardkit.cli import main
 from shardkit.errors import SourceError, UsageError
-from shardkit.write.inputs import scan_source
+from shardkit.write.scan import scan_dataset
 from shardkit.write.parallel import WriteOptions, write_dataset
 from tests.conftest import build_dataset
 
@@ -29,16 +29,16 @@ def _gzip_shards(tmp_path) -> str:
 
 def test_compressed_inputs_are_read_by_range_from_an_unpacked_copy(tmp_path):
     packed = _gzip_shards(tmp_path)
-    with tempfile.TemporaryDirectory() as unpack_dir:
-        scanned = scan_source(packed, unpack_dir=unpack_dir)
-        assert len(scanned.samples) == 12
-        for sample in scanned.samples:
-            # No bytes held in memory: every field is read later by byte range.
-            assert all(f.data is None for f in sample.fields)
-            path, start, end = sample.tar_range
-            assert os.path.dirname(path) == unpack_dir and 0 <= start < end
-            assert sample.tar_origin.startswith(packed) and sample.tar_origin.endswith(".tar.gz")
-            assert sample.origin.startswith(sample.tar_origin)
+    with tempfile.TemporaryDirectory() as unpack_dir, tempfile.TemporaryDirectory() as spill_dir:
+        scanned = scan_dataset(packed, spill_dir=spill_dir, unpack_dir=unpack_dir, workers=2)
+        assert scanned.num_samples == 12
+        for part, summary in zip(scanned.partitions, scanned.summaries):
+            # No bytes held in memory: every sample is read later by byte range from the copy.
+            assert os.path.dirname(summary["read_path"]) == unpack_dir
+            assert part.path.startswith(packed) and part.path.endswith(".tar.gz")
+            records = scanned.reader(part.index).records
+            assert (records["length"] > 0).all()
+            assert (records["offset"] + records["length"] <= os.path.getsize(summary["read_path"])).all()
 
 
 def test_resume_from_compressed_inputs_reuses_every_shard(tmp_path):
@@ -86,9 +86,9 @@ def test_a_compressed_input_past_max_unpack_bytes_stops_the_write_naming_it_and_
     assert main(["write", packed, str(dest), "-q", "--workers", "1", "--max-unpack-bytes", str(limit)]) == 2
     # Raised, it goes through; scanned with a folder of the caller's, nothing partial is left in it.
     assert write_dataset(packed, str(dest), options=WriteOptions(max_samples=4, workers=1)).manifest.num_samples == 12
-    with tempfile.TemporaryDirectory() as unpack_dir:
+    with tempfile.TemporaryDirectory() as unpack_dir, tempfile.TemporaryDirectory() as spill_dir:
         with pytest.raises(SourceError, match="max_unpack_bytes=100 "):
-            scan_source(first, unpack_dir=unpack_dir, max_unpack_bytes=100)
+            scan_dataset(first, spill_dir=spill_dir, unpack_dir=unpack_dir, max_unpack_bytes=100)
         assert os.listdir(unpack_dir) == []
 
 

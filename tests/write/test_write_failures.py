@@ -74,8 +74,9 @@ def test_plan_larger_than_free_space_is_refused_with_both_numbers(small_fs, tmp_
 def test_disk_full_mid_write_is_one_line_and_leaves_no_temporaries(small_fs, imagefolder, workers, capsys):
     root, _ = imagefolder
     # Plenty of bytes but few inodes: creating files runs out of space (ENOSPC)
-    # after the first shards, while the free-space check (bytes) passes.
-    dest = os.path.join(small_fs("fs", "size=64m,nr_inodes=9"), "out")
+    # after the first shards, while the free-space check (bytes) passes. The
+    # scan's spills and the plan take about 20 of them (3 partitions).
+    dest = os.path.join(small_fs("fs", "size=64m,nr_inodes=30"), "out")
     code, _, err = run(capsys, "write", root, dest, "--max-samples", "2", "--workers", workers, "-q")
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -188,4 +189,16 @@ def test_input_vanishing_library_error_keeps_the_cause(imagefolder, tmp_path):
     assert info.value.path == victim and isinstance(info.value.__cause__, FileNotFoundError)
     assert temporaries(dest) == []
     journal = os.path.join(dest, ".shardkit-journal")
-    assert not os.path.isdir(journal) or all(json.load(open(os.path.join(journal, n))) for n in os.listdir(journal))
+    records = [n for n in os.listdir(journal) if n.endswith(".json")] if os.path.isdir(journal) else []
+    assert all(json.load(open(os.path.join(journal, n))) for n in records)
+
+
+def test_spill_space_running_out_is_one_line_naming_the_input_and_leaves_nothing(small_fs, tmp_path, capsys):
+    source = tmp_path / "rows.jsonl"
+    source.write_text("".join(json.dumps({"__key__": f"row{i:08d}", "txt": "x"}) + "\n" for i in range(20_000)))
+    dest = os.path.join(small_fs("fs", "size=256k"), "out")  # the spill needs about 1.5 MB
+    code, _, err = run(capsys, "write", str(source), dest, "-q")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert f"{dest}/.shardkit-journal/scan: cannot write the scan's spill while scanning {source}" in err
+    assert "no space left" in err and "free space where DEST is" in err
+    assert not os.path.exists(dest)

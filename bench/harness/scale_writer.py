@@ -1,0 +1,302 @@
+"""The writer at scale (issue #23): ``bench/bench_scale.py --writer``.
+
+On JSONL files of small text rows (the issue's ``{"__key__", "txt", "json"}``,
+~140 bytes a line), each cell in a fresh child process:
+
+- ``plan``: ``shardkit write --dry-run`` (scan + plan, nothing written) with
+  1 and 2 workers: the driver's peak memory (``VmHWM``: scanning processes
+  not counted, with 2 workers the driver scans nothing itself), the wall
+  time, and the CPU seconds of the driver and its scanning processes;
+- ``write``: ``write_dataset`` end to end, 1 and 2 workers, default shard size;
+- peers on the same rows: webdataset's ``ShardWriter`` loop (one process,
+  ``json.loads`` per line), LitData's ``optimize`` (``num_workers`` 1, 2) and
+  Mosaic's ``MDSWriter`` loop (one process);
+- ``quality``: the shuffle of class-sorted rows (100 classes):
+  ``shardkit.shuffle_quality`` of the written order with batches of 256
+  (1.0 = as mixed as i.i.d.) and the classes in the least mixed shard of
+  1,000; with ``--before PATH`` also for the writer of the checkout at PATH.
+
+Writes ``bench/results/scale-writer.json`` / ``.md`` / ``.png`` (driver memory
+against rows).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(HERE)
+CLASSES = 100
+
+sys.path.insert(0, REPO_ROOT)
+from bench.common import peak_rss_mb  # noqa: E402
+
+
+def rows_file(workdir: str, num_rows: int, *, classes: bool = False) -> str:
+    """A cached JSONL of ``num_rows`` rows (class-sorted with a ``cls`` field when ``classes``)."""
+    os.makedirs(workdir, exist_ok=True)
+    path = os.path.join(workdir, f"rows-{num_rows}{'-cls' if classes else ''}.jsonl")
+    if os.path.exists(path):
+        return path
+    with open(path + ".tmp", "w") as f:
+        batch = []
+        for i in range(num_rows):
+            row: dict[str, Any] = {"__key__": f"row{i:010d}", "txt": f"caption number {i} " * 3, "json": {"i": i, "w": 640}}
+            if classes:
+                row["cls"] = i * CLASSES // num_rows
+            batch.append(json.dumps(row))
+            if len(batch) == 100_000:
+                f.write("\n".join(batch) + "\n")
+                batch = []
+        if batch:
+            f.write("\n".join(batch) + "\n")
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def cpu_s() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+# ------------------------------------------------------------------ cells (in a child process)
+
+
+def cell_plan(rows: str, workers: int) -> dict[str, Any]:
+    from shardkit.write.dry_run import plan_dataset
+    from shardkit.write.parallel import WriteOptions
+
+    base = peak_rss_mb()
+    wall, cpu = time.perf_counter(), cpu_s()
+    plan = plan_dataset(rows, options=WriteOptions(workers=workers))
+    wall, cpu = time.perf_counter() - wall, cpu_s() - cpu
+    return {"samples": plan.num_samples, "shards": plan.num_shards, "seconds": wall, "cpu_seconds": cpu,
+            "rows_per_s": plan.num_samples / wall, "rows_per_cpu_s": plan.num_samples / cpu,
+            "driver_peak_mb": peak_rss_mb(), "rss_at_start_mb": base}
+
+
+def cell_write(rows: str, workers: int, dest: str) -> dict[str, Any]:
+    from shardkit.write.parallel import WriteOptions, write_dataset
+
+    wall = time.perf_counter()
+    report = write_dataset(rows, dest, options=WriteOptions(workers=workers))
+    wall = time.perf_counter() - wall
+    return {"samples": report.manifest.num_samples, "seconds": wall, "samples_per_s": report.manifest.num_samples / wall,
+            "driver_peak_mb": peak_rss_mb()}
+
+
+def _loop(rows: str, sink: Any, key_name: str) -> dict[str, Any]:
+    """Write every row through ``sink.write`` (one process, ``json.loads`` per line), timed."""
+    wall, count = time.perf_counter(), 0
+    with sink, open(rows) as f:
+        for line in f:
+            row = json.loads(line)
+            sink.write({key_name: row["__key__"], "txt": row["txt"], "json": row["json"]})
+            count += 1
+    wall = time.perf_counter() - wall
+    return {"samples": count, "seconds": wall, "samples_per_s": count / wall, "driver_peak_mb": peak_rss_mb()}
+
+
+def cell_webdataset(rows: str, dest: str) -> dict[str, Any]:
+    import webdataset as wds
+
+    os.makedirs(dest, exist_ok=True)
+    return _loop(rows, wds.ShardWriter(os.path.join(dest, "shard-%06d.tar"), maxsize=256 << 20, verbose=0), "__key__")
+
+
+def _litdata_row(line: str) -> dict[str, Any]:
+    row = json.loads(line)
+    return {"txt": row["txt"], "json": json.dumps(row["json"])}
+
+
+def cell_litdata(rows: str, workers: int, dest: str) -> dict[str, Any]:
+    from litdata import optimize
+
+    with open(rows) as f:
+        lines = f.read().splitlines()
+    wall = time.perf_counter()
+    optimize(fn=_litdata_row, inputs=lines, output_dir=dest, chunk_bytes="256MB", num_workers=workers,
+             verbose=False, start_method="fork")
+    wall = time.perf_counter() - wall
+    return {"samples": len(lines), "seconds": wall, "samples_per_s": len(lines) / wall, "driver_peak_mb": peak_rss_mb()}
+
+
+def cell_mosaic(rows: str, dest: str) -> dict[str, Any]:
+    from streaming import MDSWriter
+
+    columns = {"key": "str", "txt": "str", "json": "json"}
+    return _loop(rows, MDSWriter(out=dest, columns=columns, size_limit=256 << 20), "key")
+
+
+def cell_quality(rows: str, dest: str) -> dict[str, Any]:
+    import numpy as np
+    import webdataset as wds
+
+    from shardkit.format.manifest import load_manifest
+    from shardkit.read.shuffle import shuffle_quality
+    from shardkit.write.parallel import WriteOptions, write_dataset
+
+    write_dataset(rows, dest, options=WriteOptions(max_samples=1000, seed=0, workers=2))
+    manifest = load_manifest(dest)
+    labels, per_shard = [], []
+    for entry in manifest.shards:
+        shard = [int(s["cls"]) for s in wds.WebDataset([manifest.resolve(entry.path)], shardshuffle=False)]
+        labels += shard
+        per_shard.append(len(set(shard)))
+    return {"samples": len(labels), "shuffle_quality": shuffle_quality(np.array(labels), batch_size=256),
+            "min_classes_per_shard": min(per_shard), "mean_classes_per_shard": sum(per_shard) / len(per_shard)}
+
+
+CELLS = {"plan": cell_plan, "write": cell_write, "webdataset": cell_webdataset, "litdata": cell_litdata,
+         "mosaic": cell_mosaic, "quality": cell_quality}
+
+
+def run_cell(kind: str, *args: Any, tree: str = REPO_ROOT, timeout_s: float = 1800) -> dict[str, Any]:
+    """Run one cell in a fresh interpreter importing shardkit from ``tree``; its result or error."""
+    env = {**os.environ, "PYTHONPATH": tree}
+    # Run as a script: the interpreter then puts this folder first on sys.path, not the
+    # current directory, so `import shardkit` finds the tree asked for.
+    command = [sys.executable, os.path.abspath(__file__), "--cell", json.dumps([kind, *args])]
+    try:
+        done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timeout after {timeout_s:.0f} s"}
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or ["exit %d" % done.returncode])[-1][:300]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# ------------------------------------------------------------------ the run
+
+
+def measure(args: Any) -> dict[str, Any]:
+    from bench.common import git_commit, machine
+
+    workdir = args.workdir
+    record: dict[str, Any] = {"commit": git_commit(), "machine": machine(), "plan": [], "write": [], "quality": []}
+    scratch = os.path.join(workdir, "out")
+    for rows in args.rows:
+        path = rows_file(workdir, rows)
+        for workers in (1, 2):
+            cell = run_cell("plan", path, workers)
+            record["plan"].append({"rows": rows, "workers": workers, **cell})
+            print("plan", rows, workers, cell, flush=True)
+    for rows in args.e2e_rows:
+        path = rows_file(workdir, rows)
+        runs = [("shardkit", 1), ("shardkit", 2)] + [(p, w) for p in args.peers for w in ((1, 2) if p == "litdata" else (1,))]
+        for peer, workers in runs:
+            shutil.rmtree(scratch, ignore_errors=True)
+            if peer == "shardkit":
+                cell = run_cell("write", path, workers, scratch)
+            elif peer == "litdata":
+                cell = run_cell("litdata", path, workers, scratch)
+            else:
+                cell = run_cell(peer, path, scratch)
+            record["write"].append({"rows": rows, "peer": peer, "workers": workers, **cell})
+            print("write", rows, peer, workers, cell, flush=True)
+    shutil.rmtree(scratch, ignore_errors=True)
+    if args.quality_rows:
+        path = rows_file(workdir, args.quality_rows, classes=True)
+        for name, tree in [("this tree", REPO_ROOT)] + ([("before", args.before)] if args.before else []):
+            shutil.rmtree(scratch, ignore_errors=True)
+            cell = run_cell("quality", path, scratch, tree=tree)
+            record["quality"].append({"writer": name, "rows": args.quality_rows, **cell})
+            print("quality", name, cell, flush=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+    return record
+
+
+def _row(cell: dict[str, Any], lead: str, body: Any) -> str:
+    """A Markdown table row: ``lead`` cells, then ``body(cell)`` or the cell's error."""
+    return f"| {lead} | {'error: ' + cell['error'] if 'error' in cell else body(cell)} |"
+
+
+def table(record: dict[str, Any]) -> str:
+    lines = [f"# Writer at scale (commit {record['commit']}, {record['machine']['cpus']} CPUs)", "",
+             *[f"- {note}" for note in record.get("notes", [])], *([""] if record.get("notes") else []),
+             "## Scan + plan (`shardkit write --dry-run`)", "",
+             "| rows | workers | driver peak MB | seconds | rows/s (wall) | rows per CPU second |",
+             "|---:|---:|---:|---:|---:|---:|"]
+    lines += [_row(c, f"{c['rows']:,} | {c['workers']}", lambda c: f"{c['driver_peak_mb']:.0f} | {c['seconds']:.1f} | "
+                   f"{c['rows_per_s']:,.0f} | {c['rows_per_cpu_s']:,.0f}") for c in record["plan"]]
+    lines += ["", "## End to end (default shard size 256 MB)", "", "| rows | writer | workers | seconds | samples/s |",
+              "|---:|---|---:|---:|---:|"]
+    lines += [_row(c, f"{c['rows']:,} | {c['peer']} | {c['workers']}", lambda c: f"{c['seconds']:.1f} | {c['samples_per_s']:,.0f}")
+              for c in record["write"]]
+    if record["quality"]:
+        lines += ["", "## Shuffle of class-sorted rows (100 classes, shards of 1,000)", "",
+                  "| writer | rows | shuffle_quality (1.0 = i.i.d.) | classes in the least mixed shard | mean classes per shard |",
+                  "|---|---:|---:|---:|---:|"]
+        lines += [_row(c, f"{c['writer']} | {c['rows']:,}", lambda c: f"{c['shuffle_quality']:.3f} | "
+                       f"{c['min_classes_per_shard']} | {c['mean_classes_per_shard']:.1f}") for c in record["quality"]]
+    return "\n".join(lines) + "\n"
+
+
+def plot(record: dict[str, Any], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for workers in (1, 2):
+        cells = [c for c in record["plan"] if c["workers"] == workers and "error" not in c]
+        if cells:
+            ax.plot([c["rows"] for c in cells], [c["driver_peak_mb"] for c in cells], "o-", label=f"shardkit, {workers} worker(s)")
+    rows = sorted({c["rows"] for c in record["plan"]})
+    if rows:
+        ax.plot(rows, [r * 330 / 2**20 for r in rows], "k:", label="330 B per sample (before)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("rows (JSONL)")
+    ax.set_ylabel("driver peak memory, MB")
+    ax.set_title("shardkit write --dry-run: driver memory")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main(argv: list[str]) -> int:
+    """``bench/bench_scale.py --writer [options]``."""
+    import argparse
+
+    from bench.common import plot_path, save_record
+
+    def ints(text: str) -> list[int]:
+        return [int(float(part)) for part in text.split(",") if part.strip()]
+
+    parser = argparse.ArgumentParser(prog="bench/bench_scale.py --writer", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=ints, default=[10**5, 10**6, 10**7], help="dry-run sizes")
+    parser.add_argument("--e2e-rows", type=ints, default=[10**5, 10**6], help="end-to-end sizes")
+    parser.add_argument("--peers", type=lambda t: [p for p in t.split(",") if p], default=["webdataset", "litdata", "mosaic"])
+    parser.add_argument("--quality-rows", type=int, default=10**5)
+    parser.add_argument("--before", help="a checkout of shardkit to compare the shuffle with (e.g. /work/main)")
+    parser.add_argument("--workdir", default=os.path.join(HERE, "work", "scale-writer"))
+    parser.add_argument("--out", default=os.path.join(HERE, "results", "scale-writer.json"))
+    parser.add_argument("--report-only", action="store_true", help="rewrite the Markdown and plot from --out's JSON")
+    args = parser.parse_args(argv)
+    if args.report_only:
+        with open(args.out) as f:
+            record = json.load(f)
+    else:
+        started = time.time()
+        record = measure(args)
+        record["command"] = " ".join(["bench/bench_scale.py --writer", *argv])
+        record["seconds"] = time.time() - started
+    save_record(args.out, record, table(record))
+    plot(record, plot_path(args.out))
+    print(table(record))
+    return 0
+
+
+if __name__ == "__main__":
+    kind, *cell_args = json.loads(sys.argv[2])  # --cell JSON, from run_cell
+    print(json.dumps(CELLS[kind](*cell_args)))

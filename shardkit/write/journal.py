@@ -1,0 +1,129 @@
+"""The write's journal in ``DEST/.shardkit-journal/``: one record per finished shard.
+
+A record holds the shard's task fingerprint, its manifest entry and the
+inputs skipped while writing it. A resumed run reuses a shard whose file and
+index are intact and whose record matches the new plan's fingerprint (or,
+after a complete run, whose manifest entry matches). The work folder also
+holds the scan's spills (``scan/``) and the plan (``plan/``); it is removed
+once the manifest is in place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from shardkit.format.index import index_path_for
+from shardkit.format.manifest import ShardEntry, SkippedInput, load_manifest
+from shardkit.format.table import TABLE_NAME
+from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes, remove_quietly
+from shardkit.io.local import file_sha256
+from shardkit.write.destination import JOURNAL_DIR, is_shardkit_name
+from shardkit.write.plan import ShardTask
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """What writing one shard produced."""
+
+    index: int
+    entry: ShardEntry
+    fingerprint: str
+    skipped: tuple[SkippedInput, ...] = ()
+    reused: bool = False
+
+
+def _journal_path(dest: str, task_name: str) -> str:
+    return os.path.join(dest, JOURNAL_DIR, task_name + ".json")
+
+
+def journal_record(dest: str, result: ShardResult) -> None:
+    os.makedirs(os.path.join(dest, JOURNAL_DIR), exist_ok=True)
+    record = {
+        "fingerprint": result.fingerprint,
+        "entry": asdict(result.entry),
+        "skipped": [asdict(s) for s in result.skipped],
+    }
+    atomic_write_bytes(_journal_path(dest, result.entry.path), json.dumps(record, sort_keys=True).encode())
+
+
+def reusable_result(dest: str, task: ShardTask, finished: Callable[[str], ShardEntry | None]) -> ShardResult | None:
+    """The result of a finished shard from an earlier run, if it is intact."""
+    path = os.path.join(dest, task.name)
+    if not os.path.isfile(path) or not os.path.isfile(index_path_for(path)):
+        return None
+    skipped: tuple[SkippedInput, ...] = ()
+    try:
+        with open(_journal_path(dest, task.name), "rb") as f:
+            record = json.load(f)
+        if record["fingerprint"] != task.fingerprint:
+            return None
+        entry = ShardEntry(**record["entry"])
+        skipped = tuple(SkippedInput(**s) for s in record["skipped"])
+    except (OSError, ValueError, KeyError, TypeError):
+        entry = finished(task.name)  # a completed run: trust its manifest entry
+        if entry is None:
+            return None
+    if os.path.getsize(path) != entry.num_bytes or file_sha256(path) != entry.sha256:
+        return None
+    return ShardResult(task.index, entry, task.fingerprint, skipped, reused=True)
+
+
+def finished_entries(dest: str, source_info: dict, options: Any) -> Callable[[str], ShardEntry | None]:
+    """Looks up shard entries (by name) of a complete earlier run with the same
+    source and options, in its manifest of format 1 or 2."""
+    try:
+        old = load_manifest(dest)
+    except (OSError, ValueError):
+        return lambda name: None
+    if dict(old.source) != source_info or dict(old.options) != options.recorded() or old.seed != (options.seed if options.shuffle else None):
+        return lambda name: None
+    table = old.table
+
+    def lookup(name: str) -> ShardEntry | None:
+        match = _SHARD_NUMBER.match(name)
+        if match is None or int(match.group(1)) >= table.num_shards:
+            return None
+        entry = table.entry(int(match.group(1)))
+        return entry if entry.path == name else None
+
+    return lookup
+
+
+_SHARD_NUMBER = re.compile(r"^shard-(\d{6,})\.tar$")
+
+
+def remove_stale(dest: str, keep: set[str]) -> None:
+    """Drop temporaries and shards of an earlier run that the plan no longer has."""
+    for name in os.listdir(dest):
+        path = os.path.join(dest, name)
+        stale_tmp = name.endswith(TMP_SUFFIX)
+        stale_shard = name.startswith("shard-") and name.endswith((".tar", ".idx"))
+        if TABLE_NAME.match(name):
+            continue  # the manifest that names it may still be there; publishing removes stale tables
+        stem = name[: -len(".idx")] + ".tar" if name.endswith(".idx") else name
+        if stale_tmp or (stale_shard and stem not in keep):
+            os.unlink(path)
+
+
+def remove_temporaries(dest: str) -> None:
+    """Remove the temporary files of shardkit's own outputs in ``dest``
+    (shards, indexes, manifest, journal records) after a failed run."""
+    work = os.path.join(dest, JOURNAL_DIR)
+    for folder in (dest, work, os.path.join(work, "scan"), os.path.join(work, "plan")):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(TMP_SUFFIX) and (folder != dest or is_shardkit_name(name)):
+                remove_quietly(os.path.join(folder, name))
+
+
+def clear_journal(dest: str) -> None:
+    shutil.rmtree(os.path.join(dest, JOURNAL_DIR), ignore_errors=True)

@@ -1,0 +1,198 @@
+"""Scanning a whole source: partitions scanned in parallel, each into its spill.
+
+:func:`scan_dataset` lists the source's partitions, has a pool of worker
+processes scan them (:func:`~shardkit.write.inputs.scan_partition`), and keeps
+one summary per partition: the driver's memory grows with the number of
+partitions, never with the number of samples. With ``reuse`` (``--resume``)
+a partition whose spill is complete and whose input is unchanged is not
+scanned again.
+
+Errors are those of the first failing partition in source order, whatever
+order the workers finish in, so a run fails the same way with any number of
+workers.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from shardkit.errors import ShardkitError, SourceError, UsageError
+from shardkit.format.manifest import SkippedInput
+from shardkit.io.urls import is_local, redact_url
+from shardkit.write.detect import detect_format
+from shardkit.write.inputs import FORMATS, scan_partition
+from shardkit.write.tar_inputs import DEFAULT_MAX_UNPACK_BYTES, UnpackBudget
+from shardkit.write.partition import PARTITION_BYTES, Partition, list_partitions
+from shardkit.write.spill import SpillReader, load_summary, spill_prefix
+
+
+@dataclass
+class ScanResult:
+    """What scanning found: one summary per partition and where the spills are.
+
+    Attributes:
+        format: The source format.
+        source: The source as given.
+        partitions: In source order.
+        summaries: One per partition (see :func:`~shardkit.write.inputs.scan_partition`).
+        spill_dir: The folder of the partitions' spills.
+        class_names: An ImageFolder's classes, else None.
+    """
+
+    format: str
+    source: str
+    partitions: list[Partition]
+    summaries: list[dict]
+    spill_dir: str
+    class_names: tuple[str, ...] | None = None
+
+    @property
+    def num_samples(self) -> int:
+        return sum(s["num_samples"] for s in self.summaries)
+
+    @property
+    def num_files(self) -> int:
+        """Input files the samples are read from (a file that rows of two
+        JSONL partitions both name counts twice; the JSONL file once)."""
+        return sum(s["num_files"] for s in self.summaries) + (self.format == "jsonl")
+
+    @property
+    def skipped(self) -> list[SkippedInput]:
+        return [SkippedInput(path=path, reason=reason) for s in self.summaries for path, reason in s["skipped"]]
+
+    @property
+    def extensions(self) -> list[str]:
+        return sorted({ext for s in self.summaries for ext in s["extensions"]})
+
+    def reader(self, index: int) -> SpillReader:
+        return SpillReader(spill_prefix(self.spill_dir, index))
+
+
+def scan_dataset(
+    source: str,
+    *,
+    spill_dir: str,
+    format: str | None = None,
+    on_error: str = "raise",
+    seed: int = 0,
+    workers: int | None = None,
+    unpack_dir: str | None = None,
+    max_unpack_bytes: int | None = DEFAULT_MAX_UNPACK_BYTES,
+    partition_bytes: int = PARTITION_BYTES,
+    reuse: bool = False,
+) -> ScanResult:
+    """Scan ``source`` partition by partition into spills under ``spill_dir``.
+
+    Args:
+        source: Path to the input (see :mod:`shardkit.write.inputs`).
+        spill_dir: An existing folder for the spills.
+        format: One of :data:`~shardkit.write.inputs.FORMATS`, or None to detect it.
+        on_error: ``"raise"`` or ``"skip"`` for unusable inputs.
+        seed: Shuffle seed (the spills are sorted by the seeded key hash).
+        workers: Scanning processes (None: all cores); the result does not depend on it.
+        unpack_dir: Where input shards compressed whole are unpacked to; it
+            must outlive the write.
+        max_unpack_bytes: Most bytes those copies may take, all together.
+        partition_bytes: Length of a JSONL partition (does not change the output).
+        reuse: Keep the complete spills of partitions whose input is unchanged.
+
+    Raises:
+        UsageError: Unknown format or policy.
+        SourceError: Missing or empty source, malformed input, duplicates
+            inside a partition, compressed inputs past ``max_unpack_bytes``.
+        DestinationError: The spill folder is full or not writable.
+    """
+    if on_error not in ("raise", "skip"):
+        raise UsageError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if not is_local(source):
+        raise SourceError(
+            f"{redact_url(source)}: `write` reads local sources only (a path or file:// URL); "
+            "copy the data to a local or mounted folder first",
+            path=redact_url(source),
+        )
+    if format is None:
+        format = detect_format(source)
+    if format not in FORMATS:
+        raise UsageError(f"unknown source format {format!r}; choose one of {', '.join(FORMATS)}")
+    if format != "tar" and not os.path.exists(source):
+        raise SourceError(f"{source}: source does not exist", path=source)
+    partitions, class_names = list_partitions(source, format, partition_bytes=partition_bytes)
+    signatures = [{**p.signature(), "seed": seed, "on_error": on_error} for p in partitions]
+    summaries: list[dict | None] = [None] * len(partitions)
+    if reuse:
+        for part, signature in zip(partitions, signatures):
+            summaries[part.index] = _reusable(spill_prefix(spill_dir, part.index), part, signature)
+    todo = [p for p in partitions if summaries[p.index] is None]
+
+    jobs = [(p, spill_dir, seed, on_error, signatures[p.index], unpack_dir, max_unpack_bytes) for p in todo]
+    for part, summary in zip(todo, _run(jobs, workers)):
+        summaries[part.index] = summary
+    done = [s for s in summaries if s is not None]
+    assert len(done) == len(partitions)
+    _check_unpacked(partitions, done, unpack_dir, max_unpack_bytes)
+    result = ScanResult(format, source, partitions, done, spill_dir, class_names)
+    if result.num_samples == 0:
+        raise SourceError(f"{source}: no samples found (format {format})", path=source)
+    return result
+
+
+def _reusable(prefix: str, part: Partition, signature: dict) -> dict | None:
+    summary = load_summary(prefix)
+    if summary is None or summary.get("signature") != signature:
+        return None
+    if summary.get("read_path") != part.path:  # an unpacked copy: gone with the earlier run's temporary folder
+        return None
+    return summary
+
+
+def _scan_one(
+    part: Partition,
+    spill_dir: str,
+    seed: int,
+    on_error: str,
+    signature: dict,
+    unpack_dir: str | None,
+    max_unpack_bytes: int | None,
+) -> dict:
+    """Scan one partition; an unexpected OS error names its input."""
+    try:
+        return scan_partition(
+            part, spill_prefix(spill_dir, part.index), seed=seed, on_error=on_error, signature=signature,
+            unpack_dir=unpack_dir, max_unpack_bytes=max_unpack_bytes,
+        )
+    except ShardkitError:
+        raise
+    except OSError as exc:
+        raise SourceError(f"{part.path}: scanning it failed ({exc.strerror or exc})", path=part.path) from exc
+
+
+def _check_unpacked(partitions: list[Partition], summaries: list[dict], unpack_dir: str | None, limit: int | None) -> None:
+    """The unpacked copies of compressed inputs, all together, stay under ``limit``
+    (each worker checked its own copy alone): the first input, in source order,
+    whose copy takes the total past it is named."""
+    budget = UnpackBudget(limit)
+    for part, summary in zip(partitions, summaries):
+        if summary["unpacked_bytes"]:
+            budget.used += summary["unpacked_bytes"]
+            budget.check(part.path, unpack_dir or "")
+
+
+def _run(jobs: list[tuple], workers: int | None) -> list[dict]:
+    """Run :func:`_scan_one` over ``jobs`` with a pool of processes (in this
+    process for one worker or one job); results in order, the first failure
+    in order raised."""
+    workers = min(workers or os.cpu_count() or 1, len(jobs))
+    if workers <= 1:
+        return [_scan_one(*job) for job in jobs]
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = [pool.submit(_scan_one, *job) for job in jobs]
+        try:
+            return [future.result() for future in futures]
+        finally:
+            for future in futures:
+                future.cancel()

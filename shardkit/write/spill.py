@@ -1,0 +1,243 @@
+"""A partition's scanned samples on disk: fixed-size records plus a string blob.
+
+Scanning a partition writes, in its spill folder:
+
+``p-NNNNNN.rec.npy``
+    One record per sample (:data:`RECORD`), sorted by the seeded hash of the
+    key: the shuffle's order inside the partition, and what makes a bucket
+    (a range of hashes) a contiguous slice of every partition.
+``p-NNNNNN.src.npy``
+    For each sample in source order, its position among the records (the
+    ``--no-shuffle`` order).
+``p-NNNNNN.str``
+    Keys and names (UTF-8), which records point into.
+``p-NNNNNN.json``
+    The partition's summary, written last: its presence marks the spill
+    complete (``--resume`` reuses it while the input is unchanged).
+
+Nothing holds a Python object per sample: columns are ``array`` buffers while
+scanning and memory-mapped numpy arrays when read.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import hashlib
+import json
+import mmap
+import os
+from array import array
+from typing import BinaryIO
+
+import numpy as np
+
+from shardkit.errors import DestinationError
+from shardkit.io.atomic import atomic_write_bytes
+
+#: A sample's record. ``hash``: seeded hash of the key (the shuffle order);
+#: ``key_off``/``key_len`` and then ``name_len`` bytes: the key and the name
+#: (relative file paths, ``\\0``-separated) in the blob; ``offset``/``length``:
+#: the sample's bytes in the partition's file (a JSONL line, a tar sample);
+#: ``size``: its tar size in a shard; ``digest``: a hash of what it holds, for
+#: the shard fingerprints of ``--resume``.
+RECORD = np.dtype(
+    [
+        ("hash", "<u8"),
+        ("key_off", "<u8"),
+        ("key_len", "<u4"),
+        ("name_len", "<u4"),
+        ("offset", "<u8"),
+        ("length", "<u8"),
+        ("size", "<u8"),
+        ("digest", "<u8"),
+    ]
+)
+
+
+def spill_error(exc: OSError, folder: str, input_path: str) -> DestinationError:
+    """The one-line error for a spill that could not be written while scanning ``input_path``."""
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT) or "written" in str(exc)  # numpy's short write has no errno
+    return DestinationError(
+        f"{folder}: cannot write the scan's spill while scanning {input_path} "
+        f"({'no space left' if full else exc.strerror or exc}); the spill takes about 64 bytes per sample plus "
+        "its key: free space where DEST is (or choose another DEST), then rerun",
+        path=folder,
+    )
+
+
+def spill_prefix(folder: str, index: int) -> str:
+    """Path prefix of partition ``index``'s spill files in ``folder``."""
+    return os.path.join(folder, f"p-{index:06d}")
+
+
+def key_hash_seed(seed: int) -> bytes:
+    """The blake2b key that seeds the hashes of sample keys."""
+    return b"shardkit-shuffle:" + str(seed).encode("ascii")
+
+
+def short_digest(data: bytes) -> bytes:
+    """8 bytes identifying ``data`` (for fingerprints, not security)."""
+    return hashlib.blake2b(data, digest_size=8).digest()
+
+
+class SpillWriter:
+    """Collect one partition's records, then write them sorted by key hash."""
+
+    def __init__(self, prefix: str, seed: int):
+        self.prefix = prefix
+        self._hash_key = key_hash_seed(seed)
+        self._hashes = bytearray()
+        self._digests = bytearray()
+        self._blob = bytearray()
+        self._key_off = array("Q")
+        self._key_len = array("I")
+        self._name_len = array("I")
+        self._offset = array("Q")
+        self._length = array("Q")
+        self._size = array("Q")
+
+    def __len__(self) -> int:
+        return len(self._size)
+
+    def add(self, key: bytes, name: bytes, offset: int, length: int, size: int, digest: bytes) -> None:
+        """Append one sample (in source order)."""
+        self._hashes += hashlib.blake2b(key, digest_size=8, key=self._hash_key).digest()
+        self._digests += digest
+        self._key_off.append(len(self._blob))
+        self._key_len.append(len(key))
+        self._name_len.append(len(name))
+        self._blob += key
+        self._blob += name
+        self._offset.append(offset)
+        self._length.append(length)
+        self._size.append(size)
+
+    def finish(self, summary: dict) -> None:
+        """Write the spill files, the summary last (each atomically).
+
+        Raises:
+            OSError: The folder is full or not writable (the caller names it).
+        """
+        hashes = np.frombuffer(self._hashes, dtype="<u8")
+        order = np.argsort(hashes, kind="stable")
+        records = np.empty(len(self), dtype=RECORD)  # filled column by column, already in hash order
+        records["hash"] = hashes[order]
+        records["digest"] = np.frombuffer(self._digests, dtype="<u8")[order]
+        for name in ("key_off", "key_len", "name_len", "offset", "length", "size"):
+            records[name] = np.frombuffer(getattr(self, "_" + name), dtype=RECORD[name].newbyteorder("="))[order]
+        by_source = np.empty_like(order)
+        by_source[order] = np.arange(len(order))
+        _save(self.prefix + ".rec.npy", records)
+        _save(self.prefix + ".src.npy", by_source.astype("<i8"))
+        atomic_write_bytes(self.prefix + ".str", bytes(self._blob), sync_dir=False)
+        atomic_write_bytes(self.prefix + ".json", json.dumps(summary, sort_keys=True).encode(), sync_dir=False)
+
+
+def _save(path: str, array_: np.ndarray) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        np.save(f, array_, allow_pickle=False)
+    os.replace(tmp, path)
+
+
+#: A record as a tuple with named fields (what :meth:`SpillReader.fetch` gives).
+Record = collections.namedtuple("Record", RECORD.names)
+
+
+class SpillReader:
+    """One partition's spill, memory-mapped."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.records = _load(prefix + ".rec.npy")
+        self._by_source: np.ndarray | None = None
+        self._blob: mmap.mmap | bytes | None = None
+
+    @property
+    def by_source(self) -> np.ndarray:
+        if self._by_source is None:
+            self._by_source = _load(self.prefix + ".src.npy")
+        return self._by_source
+
+    @property
+    def blob(self) -> mmap.mmap | bytes:
+        """Keys and names; slicing gives ``bytes``."""
+        if self._blob is None:
+            with open(self.prefix + ".str", "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                self._blob = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        return self._blob
+
+    def read_rows(self, lo: int, hi: int) -> np.ndarray:
+        """Records ``[lo, hi)`` read into memory of their own: the driver reads
+        slices this way, so the spill's pages do not stay in its resident set."""
+        with open(self.prefix + ".rec.npy", "rb") as f:
+            f.seek(_records_start(f) + lo * RECORD.itemsize)
+            return np.fromfile(f, dtype=RECORD, count=hi - lo)
+
+    def read_by_source(self) -> np.ndarray:
+        """The source order (see :attr:`by_source`), read into memory of its own."""
+        return np.load(self.prefix + ".src.npy", allow_pickle=False)
+
+    def key(self, row: int) -> bytes:
+        rec = self.records[row]
+        start = int(rec["key_off"])
+        return self.blob[start : start + int(rec["key_len"])]
+
+    def name(self, row: int) -> bytes:
+        rec = self.records[row]
+        start = int(rec["key_off"]) + int(rec["key_len"])
+        return self.blob[start : start + int(rec["name_len"])]
+
+
+def _records_start(f: BinaryIO) -> int:
+    """Where the records begin in an open ``.rec.npy`` file (after its header)."""
+    f.seek(0)
+    version = np.lib.format.read_magic(f)
+    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    _, _, dtype = read_header(f)
+    assert dtype == RECORD, f"{getattr(f, 'name', '?')}: not a spill of this shardkit"
+    return f.tell()
+
+
+class SpillFetcher:
+    """Random reads of one partition's records, keys and names by ``pread``
+    (what a shard writer needs: its samples are spread over every partition,
+    and memory-mapped reads would leave those pages in its resident set).
+    Close it when done."""
+
+    def __init__(self, prefix: str):
+        with open(prefix + ".rec.npy", "rb") as f:
+            self._start = _records_start(f)
+        self._records = os.open(prefix + ".rec.npy", os.O_RDONLY)
+        self._strings = os.open(prefix + ".str", os.O_RDONLY)
+
+    def fetch(self, rows: list[int]) -> list[Record]:
+        """The records of ``rows``, in that order."""
+        size = RECORD.itemsize
+        data = b"".join(os.pread(self._records, size, self._start + row * size) for row in rows)
+        return [Record(*row) for row in np.frombuffer(data, dtype=RECORD).tolist()]
+
+    def key_and_name(self, rec: Record) -> tuple[bytes, bytes]:
+        data = os.pread(self._strings, rec.key_len + rec.name_len, rec.key_off)
+        return data[: rec.key_len], data[rec.key_len :]
+
+    def close(self) -> None:
+        os.close(self._records)
+        os.close(self._strings)
+
+
+def _load(path: str) -> np.ndarray:
+    array_ = np.load(path, mmap_mode="r", allow_pickle=False)
+    return array_ if len(array_) else np.load(path, allow_pickle=False)
+
+
+def load_summary(prefix: str) -> dict | None:
+    """A complete partition spill's summary, or None when there is none (or a torn one)."""
+    try:
+        with open(prefix + ".json", "rb") as f:
+            summary = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
