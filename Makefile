@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 # Pins this machine's torch for the commands below; pyproject.toml has ranges.
 CONSTRAINTS := tools/constraints.txt
 
@@ -13,13 +14,19 @@ $(PY):
 	$(PY) -m pip install --upgrade --quiet pip
 
 # torch is large: install once, reinstall only when pyproject.toml or the pins change.
+# The demo needs shardkit with torch only; the tests add their frameworks,
+# the benchmarks' peers and Ray on top (the full install covers the demo's).
+$(DEMO_STAMP): pyproject.toml $(CONSTRAINTS) | $(PY)
+	$(PY) -m pip install --quiet -e '.[torch]' -c $(CONSTRAINTS)
+	touch $(DEMO_STAMP)
+
 $(STAMP): pyproject.toml $(CONSTRAINTS) | $(PY)
 	$(PY) -m pip install --quiet -e '.[torch,test,bench,ray]' -c $(CONSTRAINTS)
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(PY) tools/demo.py --workdir demo
 
 test: $(STAMP)

@@ -292,6 +292,15 @@ def too_large(url: str, max_bytes: int) -> CorruptShardError:
     )
 
 
+def close_iterator(chunks: object) -> None:
+    """Close an iterator left half-way when it can be closed (a generator):
+    what it holds (a file, a device lease, fetch threads) is released now,
+    not whenever it is garbage-collected."""
+    close = getattr(chunks, "close", None)
+    if close is not None:
+        close()
+
+
 def read_capped(url: str, chunks: Iterator[bytes], max_bytes: int | None) -> bytes:
     """Join ``chunks``, refusing (and closing the stream) once more than
     ``max_bytes`` have arrived.
@@ -308,9 +317,7 @@ def read_capped(url: str, chunks: Iterator[bytes], max_bytes: int | None) -> byt
             if max_bytes is not None and held > max_bytes:
                 raise too_large(url, max_bytes)
     finally:
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()
+        close_iterator(chunks)
     return out[0] if len(out) == 1 else b"".join(out)
 
 

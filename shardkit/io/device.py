@@ -55,7 +55,7 @@ import time
 from collections.abc import Generator, Iterator
 from typing import Protocol, runtime_checkable
 
-from shardkit.io.base import DEFAULT_LEASE_BYTES, ByteSource, DeviceLockMode, SourceOptions
+from shardkit.io.base import DEFAULT_LEASE_BYTES, ByteSource, DeviceLockMode, SourceOptions, close_iterator
 
 log = logging.getLogger(__name__)
 
@@ -350,9 +350,7 @@ class DeviceLockedSource:
                 if ended:
                     return
         finally:
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()
+            close_iterator(chunks)
 
     def read_all(self, *, max_bytes: int | None = None) -> bytes:
         """Return the whole object, read in one hold of the lock."""

@@ -55,15 +55,22 @@ class _DropQueryStrings(logging.Filter):
 _QUERY_FILTER = _DropQueryStrings()
 
 
+def hide_query_strings_in_urllib3_logs() -> None:
+    """Cut query strings out of urllib3's request log lines from now on.
+
+    Called when a connection pool is made (not at import); idempotent.
+    """
+    connection_log = logging.getLogger("urllib3.connectionpool")
+    if _QUERY_FILTER not in connection_log.filters:
+        connection_log.addFilter(_QUERY_FILTER)
+
+
 def _pool(max_connections: int) -> urllib3.PoolManager:
     key = (os.getpid(), max_connections)
     with _pools_lock:
         pool = _pools.get(key)
         if pool is None:
-            # Installed when the first pool is made, not at import.
-            connection_log = logging.getLogger("urllib3.connectionpool")
-            if _QUERY_FILTER not in connection_log.filters:
-                connection_log.addFilter(_QUERY_FILTER)
+            hide_query_strings_in_urllib3_logs()
             # Room for several open ranges at once (read-ahead, interleaved
             # streams) without urllib3 discarding connections.
             pool = urllib3.PoolManager(num_pools=16, maxsize=max(4 * max_connections, 16), block=False)

@@ -27,7 +27,7 @@ from shardkit.format.manifest import (
 )
 from shardkit.format.table import TABLE_ADVICE, Naming, ShardTable, open_table
 from shardkit.io.atomic import TMP_SUFFIX, commit
-from shardkit.io.base import SourceOptions, read_capped
+from shardkit.io.base import SourceOptions, close_iterator, read_capped
 from shardkit.io.ranged import RangedObject, stream_range
 from shardkit.io.registry import open_source
 from shardkit.io.urls import is_local, local_path, redact_url
@@ -136,9 +136,7 @@ def _download(url: str, cached: str, ref: Mapping[str, Any], options: SourceOpti
                     f"{name}: fetching the shard table failed: {exc}", url=name, status=exc.status, retryable=exc.retryable
                 ) from None
             finally:
-                close = getattr(chunks, "close", None)
-                if close is not None:
-                    close()
+                close_iterator(chunks)
             if held != expected:
                 raise ManifestError(
                     f"{name}: shard table download ended at {held} of {expected} bytes; rerun (a flaky network), "

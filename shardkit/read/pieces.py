@@ -62,7 +62,7 @@ from shardkit.errors import CorruptShardError, ManifestError, TruncatedShardErro
 from shardkit.format.compression import MAGIC_BYTES, Compression, ChunkDecompressor, detect_compression
 from shardkit.format.index import OffsetIndex
 from shardkit.format.tar import END_OF_ARCHIVE, RawSample, SampleParser
-from shardkit.io.base import ByteSource, SourceOptions
+from shardkit.io.base import ByteSource, SourceOptions, close_iterator
 from shardkit.io.device import reserved_room_bytes, take_turns
 from shardkit.io.index import fetch_offset_index
 from shardkit.io.registry import open_source
@@ -269,9 +269,7 @@ class PieceReader:
                 # still read, not dropped: a cache fills from this read.
                 left -= len(chunk)
         finally:
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()
+            close_iterator(chunks)
 
     def _decompressed(self, job: _Job, chunks: Iterator[bytes]) -> Iterator[bytes]:
         """The chunks of a read from byte 0, decompressed if the shard is

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 from shardkit.errors import UsageError
+from shardkit.io.base import close_iterator
 from shardkit.io.retry import stopping_on
 
 log = logging.getLogger(__name__)
@@ -134,9 +135,7 @@ class ReadAhead(Generic[J]):
                 finally:
                     # A fetch left half-way releases what it holds (a file,
                     # a lock) now, not when it is garbage-collected.
-                    close = getattr(chunks, "close", None)
-                    if close is not None:
-                        close()
+                    close_iterator(chunks)
                 if not self._put(job, end):
                     return
         except Exception as exc:

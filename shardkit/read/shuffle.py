@@ -32,6 +32,7 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from shardkit.errors import UsageError
+from shardkit.io.base import close_iterator
 
 T = TypeVar("T")
 
@@ -304,9 +305,7 @@ def round_robin(sources: list[Iterator[T]], *, first: int = 0) -> Iterator[T]:
             turn = list(active)
     finally:
         for source in sources:
-            close = getattr(source, "close", None)
-            if close is not None:
-                close()  # stop read-ahead threads
+            close_iterator(source)  # stop read-ahead threads
 
 
 def mean_displacement(positions: Sequence[int] | np.ndarray) -> float:

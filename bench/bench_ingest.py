@@ -1,0 +1,364 @@
+#!/usr/bin/env python3
+"""From a table of image URLs to shards: img2dataset against shardkit's downloader + resize.
+
+The same Parquet list of URLs (photo-like JPEGs from tools/gen_photos.py, of
+ImageNet size or 1,600x1,200) is served by a local HTTP server with a
+per-connection rate cap, 10% of them bad (404s, answers that hang past the
+timeout, HTML pages served as ``image/jpeg``). Both tools turn it into tar
+shards with images resized so that the shorter side is 256 (keep_ratio), at
+the same process and thread counts, and the same timeout and no retries:
+
+- img2dataset (``--output_format webdataset``), from its own virtual
+  environment (``--img2dataset PATH``: it pins pandas and webdataset below
+  what the project's venv holds);
+- shardkit: processes each taking their share of the Parquet row groups,
+  each running :func:`shardkit.write.ingest.ingest_rows` on a
+  :class:`~shardkit.write.download.Downloader` and writing shards with
+  :class:`~shardkit.write.shard.ShardFile`. (Until ``shardkit write`` takes
+  tables, this is the writer's inner loop, run by hand.)
+
+Reported per tool: samples/s, CPU seconds per 1,000 images (the tool's
+processes, from ``getrusage`` of the children), stored and failed counts
+(every row accounted for), and the samples counted back from the tars.
+
+    python bench/bench_ingest.py --img2dataset /tmp/shardkit-i2d-venv/bin/img2dataset
+    python bench/bench_ingest.py --quick   # 200 ImageNet-size images, 1 process, 8 threads
+
+The server (``serve`` subcommand) runs in a process of its own, so its work
+is not counted as either tool's CPU time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.common import git_commit, machine, save_record  # noqa: E402
+
+#: Share of bad URLs, by kind.
+BAD_KINDS = (("missing", 0.04), ("hang", 0.03), ("html", 0.03))
+#: Timeout both tools get, in seconds (the hanging answers exceed it).
+TIMEOUT_S = 3
+HANG_S = 3 * TIMEOUT_S
+
+
+# --- the server ----------------------------------------------------------------
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _ImageServer
+
+    def log_message(self, format, *args):
+        pass
+
+    def do_GET(self):
+        name = self.path.lstrip("/").split("?", 1)[0]
+        if name.startswith("missing/"):
+            self.send_error(404)
+            return
+        if name.startswith("hang/"):
+            self.server.stop.wait(HANG_S)
+            self.close_connection = True
+            return
+        if name.startswith("html/"):
+            body, kind = b"<!doctype html><html><body>Please log in</body></html>", "image/jpeg"
+        else:
+            path = os.path.join(self.server.root, os.path.basename(name))
+            if not os.path.isfile(path):
+                self.send_error(404)
+                return
+            with open(path, "rb") as f:
+                body, kind = f.read(), "image/jpeg"
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        # The per-connection cap: pace the body in 16 KiB pieces.
+        rate = self.server.bytes_per_s
+        started = time.monotonic()
+        try:
+            for at in range(0, len(body), 16 << 10):
+                self.wfile.write(body[at : at + (16 << 10)])
+                if rate:
+                    ahead = (at + (16 << 10)) / rate - (time.monotonic() - started)
+                    if ahead > 0:
+                        time.sleep(ahead)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+
+class _ImageServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256
+
+    def __init__(self, root: str, port: int, per_connection_mbps: float):
+        super().__init__(("127.0.0.1", port), _Handler)
+        self.root = root
+        self.bytes_per_s = per_connection_mbps * 1e6
+        self.stop = threading.Event()
+
+
+def serve(root: str, port: int, per_connection_mbps: float) -> None:
+    server = _ImageServer(root, port, per_connection_mbps)
+    print(server.server_address[1], flush=True)
+    server.serve_forever(poll_interval=0.05)
+
+
+def start_server(root: str, per_connection_mbps: float) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "serve", root, "--per-connection-mbps", str(per_connection_mbps)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    port = int(process.stdout.readline())
+    return process, f"http://127.0.0.1:{port}"
+
+
+# --- the inputs ----------------------------------------------------------------
+
+
+def make_photos(work: str, preset: str, count: int, seed: int = 0) -> str:
+    """``count`` photos in a folder of ``work`` (made once per preset and count); returns the folder."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+    from gen_photos import photo_jpegs  # noqa: PLC0415
+
+    images = os.path.join(work, f"images-{preset}-{count}")
+    if not os.path.isdir(images):
+        os.makedirs(images + ".tmp", exist_ok=True)
+        for i, data in enumerate(photo_jpegs(preset, count, seed=seed)):
+            with open(os.path.join(images + ".tmp", f"{i:06d}.jpg"), "wb") as f:
+                f.write(data)
+        os.rename(images + ".tmp", images)
+    return images
+
+
+def write_url_list(work: str, count: int, base_url: str, seed: int = 0) -> tuple[str, dict[str, int]]:
+    """``work/urls.parquet``: the photos' URLs with 10% bad ones; returns its
+    path and the URLs' counts by kind."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = random.Random(seed)
+    urls, kinds = [], Counter()
+    for i in range(count):
+        roll, kind = rng.random(), "ok"
+        for name, share in BAD_KINDS:
+            if roll < share:
+                kind = name
+                break
+            roll -= share
+        kinds[kind] += 1
+        folder = {"ok": "", "missing": "missing/", "hang": "hang/", "html": "html/"}[kind]
+        urls.append(f"{base_url}/{folder}{i:06d}.jpg")
+    table = pa.table({"url": urls, "caption": [f"photo number {i}" for i in range(count)]})
+    path = os.path.join(work, "urls.parquet")
+    pq.write_table(table, path, row_group_size=max(count // 16, 1))
+    return path, dict(kinds)
+
+
+# --- the runs ------------------------------------------------------------------
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def count_tar_samples(folder: str) -> int:
+    keys = set()
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".tar"):
+            with tarfile.open(os.path.join(folder, name)) as tar:
+                keys.update((name, m.name.split(".", 1)[0]) for m in tar.getmembers() if m.name.endswith(".jpg"))
+    return len(keys)
+
+
+def run_img2dataset(binary: str, parquet: str, out: str, processes: int, threads: int) -> dict:
+    cpu, started = _children_cpu_s(), time.monotonic()
+    subprocess.run(
+        [
+            binary, "--url_list", parquet, "--input_format", "parquet", "--url_col", "url",
+            "--caption_col", "caption", "--output_format", "webdataset", "--output_folder", out,
+            "--processes_count", str(processes), "--thread_count", str(threads), "--image_size", "256",
+            "--resize_mode", "keep_ratio", "--timeout", str(TIMEOUT_S), "--retries", "0",
+            "--number_sample_per_shard", "1000", "--distributor", "multiprocessing",
+            "--enable_wandb", "False", "--compute_hash", "None",
+        ],
+        check=True, capture_output=True,
+        env={**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1"},
+    )  # fmt: skip
+    wall, cpu = time.monotonic() - started, _children_cpu_s() - cpu
+    failures: Counter = Counter()
+    stored = 0
+    for name in sorted(os.listdir(out)):
+        if name.endswith("_stats.json"):
+            with open(os.path.join(out, name)) as f:
+                stats = json.load(f)
+            stored += stats.get("successes", 0)
+            for message, n in stats.get("status_dict", {}).items():
+                if message != "success":
+                    failures[message[:60]] += n
+    return {"wall_s": wall, "cpu_s": cpu, "stored": stored, "failed": dict(failures), "read_back": count_tar_samples(out)}
+
+
+def _shardkit_worker(parquet: str, out: str, index: int, processes: int, threads: int, result_path: str) -> None:
+    """One process's share: every ``processes``-th row group, one shard each."""
+    from shardkit.write.download import Downloader, DownloadOptions
+    from shardkit.write.fieldmap import FieldMap
+    from shardkit.write.ingest import IngestedSample, ingest_rows
+    from shardkit.write.resize import ImageOptions
+    from shardkit.write.shard import ShardFile
+    from shardkit.write.tables import open_table, read_rows
+
+    table = open_table(parquet)
+    fields = FieldMap.parse(["jpg=url", "txt=caption"]).resolve(table.columns, source=parquet)
+    columns = fields.columns_read(table.columns)
+    options = DownloadOptions(
+        num_threads=threads, max_connections_per_host=threads, max_ahead=64 * threads, connect_timeout_s=TIMEOUT_S,
+        read_timeout_s=TIMEOUT_S, fetch_deadline_s=TIMEOUT_S, max_attempts=1,
+    )  # fmt: skip
+    images = ImageOptions(resize=256, mode="keep_ratio", output_format="jpg", quality=95)
+    mine = [p for number, p in enumerate(table.partitions) if number % processes == index]
+
+    def rows():  # one stream over all of this process's partitions: no drain at each shard's end
+        for partition in mine:
+            for pos, row in read_rows(table, partition, columns):
+                yield fields.sample(pos, row, source=parquet)
+
+    stored, failures = 0, Counter()
+    shard, ends = None, iter(mine)
+    end = -1
+    with Downloader(options) as downloader:
+        for result in ingest_rows(rows(), downloader=downloader, images=images):
+            while result.position >= end:  # the next partition: the next shard
+                if shard is not None:
+                    shard.commit()
+                partition = next(ends)
+                end = partition.first_row + partition.num_rows
+                shard = ShardFile(os.path.join(out, f"shard-{partition.first_row:09d}.tar"))
+            if isinstance(result, IngestedSample):
+                shard.add(result.key, result.fields)
+                stored += 1
+            else:
+                failures[result.reason] += 1
+    if shard is not None:
+        shard.commit()
+    with open(result_path, "w") as f:
+        json.dump({"stored": stored, "failed": failures}, f)
+
+
+def run_shardkit(parquet: str, out: str, processes: int, threads: int) -> dict:
+    os.makedirs(out, exist_ok=True)
+    cpu, started = _children_cpu_s(), time.monotonic()
+    workers = [
+        subprocess.Popen([sys.executable, os.path.abspath(__file__), "shardkit-worker", parquet, out, str(i),
+                          str(processes), str(threads), os.path.join(out, f"result-{i}.json")])  # fmt: skip
+        for i in range(processes)
+    ]
+    for worker in workers:
+        if worker.wait() != 0:
+            raise RuntimeError(f"a shardkit worker failed with exit status {worker.returncode}")
+    wall, cpu = time.monotonic() - started, _children_cpu_s() - cpu
+    stored, failures = 0, Counter()
+    for i in range(processes):
+        with open(os.path.join(out, f"result-{i}.json")) as f:
+            result = json.load(f)
+        stored += result["stored"]
+        failures.update(result["failed"])
+    return {"wall_s": wall, "cpu_s": cpu, "stored": stored, "failed": dict(failures), "read_back": count_tar_samples(out)}
+
+
+# --- the report ----------------------------------------------------------------
+
+
+def table_markdown(record: dict) -> str:
+    lines = [
+        f"# bench_ingest: {record['preset']}, {record['count']} URLs ({record['bad']} bad), "
+        f"{record['processes']} processes x {record['threads']} threads, {record['per_connection_mbps']} MB/s per connection",
+        "",
+        "| tool | samples/s | CPU s / 1000 images | stored | failed (by reason) | read back |",
+        "|---|---:|---:|---:|---|---:|",
+    ]
+    for tool, run in record["runs"].items():
+        rate = run["stored"] / run["wall_s"] if run["wall_s"] else 0.0
+        per_1000 = 1000 * run["cpu_s"] / max(record["count"], 1)
+        failed = ", ".join(f"{k} {v}" for k, v in sorted(run["failed"].items()))
+        lines.append(f"| {tool} | {rate:.1f} | {per_1000:.1f} | {run['stored']} | {failed} | {run['read_back']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        parser = argparse.ArgumentParser(prog="bench_ingest.py serve")
+        parser.add_argument("root")
+        parser.add_argument("--port", type=int, default=0)
+        parser.add_argument("--per-connection-mbps", type=float, default=20.0)
+        args = parser.parse_args(argv[1:])
+        serve(args.root, args.port, args.per_connection_mbps)
+        return 0
+    if argv[:1] == ["shardkit-worker"]:
+        parquet, out, index, processes, threads, result = argv[1:7]
+        _shardkit_worker(parquet, out, int(index), int(processes), int(threads), result)
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", choices=("imagenet", "highres"), default="highres")
+    parser.add_argument("--count", type=int, default=2000)
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=16)
+    parser.add_argument("--per-connection-mbps", type=float, default=20.0)
+    parser.add_argument("--img2dataset", help="the img2dataset command of its own venv (skipped when not given)")
+    parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "shardkit-bench-ingest"))
+    parser.add_argument("--out", default="bench/results/ingest.json")
+    parser.add_argument("--quick", action="store_true", help="200 ImageNet-size images, 1 process, 8 threads")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.preset, args.count, args.processes, args.threads = "imagenet", 200, 1, 8
+    os.makedirs(args.work, exist_ok=True)
+    images_dir = make_photos(args.work, args.preset, args.count)
+    server = None
+    try:
+        server, base_url = start_server(images_dir, args.per_connection_mbps)
+        parquet, kinds = write_url_list(args.work, args.count, base_url)
+        runs = {}
+        tools = [("shardkit", lambda out: run_shardkit(parquet, out, args.processes, args.threads))]
+        if args.img2dataset:
+            tools.insert(0, ("img2dataset", lambda out: run_img2dataset(args.img2dataset, parquet, out, args.processes, args.threads)))
+        for name, run in tools:
+            out = os.path.join(args.work, f"out-{name}")
+            shutil.rmtree(out, ignore_errors=True)
+            runs[name] = run(out)
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait()
+    bad = sum(n for kind, n in kinds.items() if kind != "ok")
+    record = {
+        "benchmark": "ingest", "machine": machine(), "commit": git_commit(), "preset": args.preset,
+        "count": args.count, "bad": bad, "bad_by_kind": kinds, "processes": args.processes, "threads": args.threads,
+        "per_connection_mbps": args.per_connection_mbps, "timeout_s": TIMEOUT_S, "runs": runs,
+    }  # fmt: skip
+    table = table_markdown(record)
+    save_record(args.out, record, table)
+    sys.stdout.write(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
