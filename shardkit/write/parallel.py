@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from shardkit.errors import InputFileError, ShardkitError, UsageError
 from shardkit.format.compression import COMPRESSIONS, Compression, compress, compressed_extension, should_compress
@@ -63,16 +63,9 @@ from shardkit.write.partition import PARTITION_BYTES
 from shardkit.write.plan import PlanReader, ShardTask, plan_shards
 from shardkit.write.scan import ScanResult, scan_dataset
 from shardkit.write.publish import publish_manifest
-from shardkit.write.download import DownloadOptions
 from shardkit.write.fieldmap import FieldMap
 from shardkit.write.partition import TABLE_KINDS
-from shardkit.write.resize import ImageOptions
-from shardkit.write.table_source import (
-    DEFAULT_URL_SHARD_SAMPLES,
-    IngestOptions,
-    close_process_downloader,
-    table_rows,
-)
+from shardkit.write.table_source import IngestOptions, close_process_downloader, ingest_options, planned_options, table_rows
 from shardkit.write.upload import write_to_remote
 from shardkit.write.shard import ShardFile
 
@@ -154,28 +147,11 @@ class WriteOptions:
             stops before writing anything, naming the input and the limit.
         partition_bytes: Length of one JSONL partition, the unit a scanning
             worker takes (64 MiB by default). The output does not depend on it.
-        fields: Table sources: ``EXT=COLUMN`` mappings (``--field``), ``json=*``
-            for the remaining columns as JSON; empty: columns named after an
-            extension map to themselves (see :mod:`shardkit.write.fieldmap`).
-        key_column: Table sources: the column giving sample keys (default:
-            the row position, zero-padded).
-        resize: Image fields of table rows: scale so the shorter side is this
-            many pixels (never up); None keeps them as fetched.
-        resize_mode: ``keep_ratio``, ``center_crop`` or ``border``.
-        image_format: Re-encode resized images as ``jpg``, ``png`` or
-            ``webp``; None keeps each image's format.
-        image_quality: JPEG/WebP quality of re-encoded images (1-100).
-        download_threads: Downloads in flight at once per writer process.
-        max_connections_per_host: Downloads in flight at once to one host,
-            per writer process.
-        connect_timeout_s: Time to open a connection to a URL's server.
-        read_timeout_s: Longest silence while waiting for a URL's bytes.
-        download_retries: Retries of a URL after a connection error, a
-            timeout, a 429 or a 5xx answer (with backoff, ``Retry-After`` honoured).
-        respect_opt_out: Leave out answers whose ``X-Robots-Tag`` says
-            ``noai``/``noimageai`` (recorded as ``opt_out``).
-        user_agent_contact: Appended to the ``User-Agent`` so site owners can
-            reach you (a URL or an e-mail address).
+        fields, key_column, resize, resize_mode, image_format, image_quality,
+        download_threads, max_connections_per_host, connect_timeout_s,
+        read_timeout_s, download_retries, respect_opt_out, user_agent_contact:
+            Table sources only: columns to fields, images, downloads (see
+            :class:`~shardkit.write.table_source.TableOptions`, which they make).
     """
 
     format: str | None = None
@@ -231,8 +207,6 @@ class WriteOptions:
         if self.resume and self.overwrite:
             raise UsageError("resume and overwrite exclude each other")
         ShardLimits(max_samples=self.max_samples, max_bytes=self.max_bytes)  # validates
-        if not isinstance(self.download_retries, int) or self.download_retries < 0:
-            raise UsageError(f"download_retries must be 0 or more, got {self.download_retries!r}")
         self.field_map()
         self.ingest_options()
 
@@ -261,17 +235,7 @@ class WriteOptions:
 
     def ingest_options(self) -> IngestOptions:
         """How shard writers fetch and prepare table fields."""
-        download = DownloadOptions(
-            num_threads=self.download_threads, max_connections_per_host=self.max_connections_per_host,
-            connect_timeout_s=self.connect_timeout_s, read_timeout_s=self.read_timeout_s,
-            fetch_deadline_s=max(60.0, self.read_timeout_s), max_attempts=self.download_retries + 1,
-            respect_opt_out=self.respect_opt_out, user_agent_contact=self.user_agent_contact,
-            max_ahead=max(256, 4 * self.download_threads),
-        )  # fmt: skip
-        images = ImageOptions(
-            resize=self.resize, mode=self.resize_mode, output_format=self.image_format, quality=self.image_quality
-        )  # type: ignore[arg-type]
-        return IngestOptions(download, images)
+        return ingest_options(self)
 
     def recorded(self) -> dict:
         """The options that shape the output, as stored in the manifest."""
@@ -491,15 +455,6 @@ def scan_and_plan(
     limits = ShardLimits(max_samples=options.max_samples, max_bytes=options.max_bytes)
     tasks, oversized = plan_shards(scanned, limits=limits, shuffle=options.shuffle, plan_dir=plan_dir)
     return scanned, tasks, oversized
-
-
-def planned_options(options: WriteOptions, scanned: ScanResult) -> WriteOptions:
-    """``options`` as the plan uses them: a table with fields to download
-    (sized only once fetched) is cut by count, :data:`DEFAULT_URL_SHARD_SAMPLES`
-    samples per shard unless ``max_samples`` is given."""
-    if scanned.has_urls and options.max_samples is None:
-        return replace(options, max_samples=DEFAULT_URL_SHARD_SAMPLES)
-    return options
 
 
 def _discard_scan(dest: str, work: str, *, created: bool, keep: bool) -> None:

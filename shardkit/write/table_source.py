@@ -29,6 +29,7 @@ or stops the write under ``on_error="raise"``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -36,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardkit.errors import SourceError
+from shardkit.errors import SourceError, UsageError
 from shardkit.format.manifest import SkippedInput
 from shardkit.write.download import DownloadOptions, Downloader
 from shardkit.write.fieldmap import FieldMap, RowSample, UrlField, encode_record
@@ -64,6 +65,46 @@ class IngestOptions:
 
     download: DownloadOptions = field(default_factory=DownloadOptions)
     images: ImageOptions = field(default_factory=ImageOptions)
+
+
+def ingest_options(options: Any) -> IngestOptions:
+    """The :class:`IngestOptions` a :class:`~shardkit.write.parallel.WriteOptions` sets:
+
+    ``download_threads`` (16), ``max_connections_per_host`` (4),
+    ``connect_timeout_s`` (10), ``read_timeout_s`` (20), ``download_retries``
+    (2: three attempts, with backoff, ``Retry-After`` honoured),
+    ``respect_opt_out`` (True), ``user_agent_contact`` (None) make its
+    :class:`~shardkit.write.download.DownloadOptions`; ``resize`` (None),
+    ``resize_mode`` (``keep_ratio``), ``image_format`` (None: keep) and
+    ``image_quality`` (95) its :class:`~shardkit.write.resize.ImageOptions`.
+
+    Raises:
+        UsageError: A value out of range (names the option).
+    """
+    if not isinstance(options.download_retries, int) or options.download_retries < 0:
+        raise UsageError(f"download_retries must be 0 or more, got {options.download_retries!r}")
+    download = DownloadOptions(
+        num_threads=options.download_threads, max_connections_per_host=options.max_connections_per_host,
+        connect_timeout_s=options.connect_timeout_s, read_timeout_s=options.read_timeout_s,
+        fetch_deadline_s=max(60.0, options.read_timeout_s), max_attempts=options.download_retries + 1,
+        respect_opt_out=options.respect_opt_out, user_agent_contact=options.user_agent_contact,
+        max_ahead=max(256, 4 * options.download_threads),
+    )  # fmt: skip
+    images = ImageOptions(
+        resize=options.resize, mode=options.resize_mode, output_format=options.image_format,
+        quality=options.image_quality,
+    )  # fmt: skip
+    return IngestOptions(download, images)
+
+
+def planned_options(options: Any, scanned: Any) -> Any:
+    """``options`` (a :class:`~shardkit.write.parallel.WriteOptions`) as the
+    plan uses them for ``scanned``: a table with fields to download (sized only
+    once fetched) is cut by count, :data:`DEFAULT_URL_SHARD_SAMPLES` samples
+    per shard unless ``max_samples`` is given."""
+    if scanned.has_urls and options.max_samples is None:
+        return dataclasses.replace(options, max_samples=DEFAULT_URL_SHARD_SAMPLES)
+    return options
 
 
 def detect_table(source: str) -> str | None:
@@ -259,6 +300,8 @@ __all__ = [
     "decode_row",
     "detect_table",
     "encode_row",
+    "planned_options",
+    "ingest_options",
     "process_downloader",
     "skip_reason",
     "table_partitions",
