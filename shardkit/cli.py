@@ -215,7 +215,8 @@ def _dry_run(args: argparse.Namespace, options: Any) -> int:
     print(f"  samples: {plan.num_samples}")
     print(f"  shards:  {plan.num_shards}")
     at_most = "at most " if options.compress_members else ""  # planned with uncompressed member sizes
-    print(f"  bytes:   {at_most}{plan.num_bytes} ({_human_bytes(plan.num_bytes)})")
+    fetched = " + the fields to download (sized once fetched)" if plan.has_urls else ""
+    print(f"  bytes:   {at_most}{plan.num_bytes} ({_human_bytes(plan.num_bytes)}){fetched}")
     print(f"  skipped: {len(plan.skipped)}")
     for item in plan.skipped:
         print(f"    {shown(item.path)}: {shown(item.reason)}")
