@@ -450,6 +450,7 @@ def scan_and_plan(
         source, spill_dir=spill_dir, format=options.format, on_error=options.input_errors, seed=options.seed,
         workers=options.workers, unpack_dir=unpack_dir, max_unpack_bytes=options.max_unpack_bytes,
         partition_bytes=options.partition_bytes, reuse=options.resume, fields=options.field_map(),
+        table_output=options.ingest_options().output_signature(),
     )
     options = planned_options(options, scanned)
     limits = ShardLimits(max_samples=options.max_samples, max_bytes=options.max_bytes)

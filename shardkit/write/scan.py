@@ -92,6 +92,7 @@ def scan_dataset(
     partition_bytes: int = PARTITION_BYTES,
     reuse: bool = False,
     fields: Any = None,
+    table_output: str = "",
 ) -> ScanResult:
     """Scan ``source`` partition by partition into spills under ``spill_dir``.
 
@@ -110,6 +111,8 @@ def scan_dataset(
         fields: For a table source, the
             :class:`~shardkit.write.fieldmap.FieldMap` (``--field``/``--key``;
             None: columns named after extensions map to themselves).
+        table_output: For a table source, what of the write's options changes
+            the stored bytes (in each row's digest, for ``--resume``).
 
     Raises:
         UsageError: Unknown format or policy.
@@ -133,7 +136,9 @@ def scan_dataset(
         raise SourceError(f"{source}: source does not exist", path=source)
     table: TableSpec | None = None
     if format in TABLE_KINDS:
-        partitions, table = table_partitions(source, format, fields=fields or FieldMap(), partition_bytes=partition_bytes)
+        partitions, table = table_partitions(
+            source, format, fields=fields or FieldMap(), partition_bytes=partition_bytes, output=table_output
+        )
         class_names = None
     else:
         partitions, class_names = list_partitions(source, format, partition_bytes=partition_bytes)

@@ -66,6 +66,12 @@ class IngestOptions:
     download: DownloadOptions = field(default_factory=DownloadOptions)
     images: ImageOptions = field(default_factory=ImageOptions)
 
+    def output_signature(self) -> str:
+        """What of these options changes the stored bytes (not timeouts or
+        threads): part of each row's digest, so ``--resume`` keeps a finished
+        shard only when it was written with the same."""
+        return repr((self.images, self.download.respect_opt_out, self.download.max_bytes))
+
 
 def ingest_options(options: Any) -> IngestOptions:
     """The :class:`IngestOptions` a :class:`~shardkit.write.parallel.WriteOptions` sets:
@@ -135,16 +141,19 @@ class TableSpec:
         format: ``parquet``, ``csv``, ``tsv`` or ``hf``.
         columns: The table's columns.
         fields: The field map, resolved against ``columns``.
+        output: :meth:`IngestOptions.output_signature` of the write.
     """
 
     source: str
     format: str
     columns: tuple[str, ...]
     fields: FieldMap
+    output: str = ""
 
     def signature(self) -> dict:
         """What a resumed run's spills must have been scanned with."""
-        return {"table_fields": [list(pair) for pair in self.fields.fields], "table_key": self.fields.key_column}
+        fields = [list(pair) for pair in self.fields.fields]
+        return {"table_fields": fields, "table_key": self.fields.key_column, "table_output": self.output}
 
     def scan_rows(self, part: Partition, scan: Any) -> None:
         """Scan one table partition: map each row and add it (the mapped row as
@@ -153,6 +162,7 @@ class TableSpec:
         piece = TablePartition(part.path, part.start, part.end, part.first_row, 0, part.first_line)
         scan.files.add(part.path)
         columns = self.fields.columns_read(self.columns)
+        salt = self.output.encode()
         for position, row in read_rows(table, piece, columns):
             try:
                 sample = self.fields.sample(position, row, source=self.source)
@@ -166,11 +176,11 @@ class TableSpec:
                 record = encode_record(sample.record) if sample.record is not None else b""
                 sizes = sorted([*sizes, ("json", len(record))])
             scan.has_urls = scan.has_urls or has_url
-            scan.add(sample.key, blob, position, 0, sizes, short_digest(blob))
+            scan.add(sample.key, blob, position, 0, sizes, short_digest(blob + salt))
 
 
 def table_partitions(
-    source: str, format: str, *, fields: FieldMap, partition_bytes: int
+    source: str, format: str, *, fields: FieldMap, partition_bytes: int, output: str = ""
 ) -> tuple[list[Partition], TableSpec]:
     """A table source's partitions, and its spec with the field map checked
     against its columns (reads metadata only: Parquet footers, the Arrow
@@ -181,7 +191,7 @@ def table_partitions(
             missing (the message names it and the columns there are).
     """
     table = open_table(source, format=_TABLES_FORMAT[format], partition_bytes=partition_bytes)
-    spec = TableSpec(source, format, table.columns, fields.resolve(table.columns, source=source))
+    spec = TableSpec(source, format, table.columns, fields.resolve(table.columns, source=source), output)
     parts = [
         Partition(i, format, piece.path, piece.start, piece.end, root=source, first_row=piece.first_row,
                   first_line=piece.first_line)
