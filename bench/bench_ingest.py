@@ -258,8 +258,42 @@ def table_markdown(record: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(json_paths: list[str], png: str) -> None:
+    """Samples/s and CPU s per 1,000 images of each tool, one group per saved run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = []
+    for path in json_paths:
+        with open(path) as f:
+            records.append(json.load(f))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    tools = sorted({tool for r in records for tool in r["runs"]})
+    width = 0.8 / max(len(tools), 1)
+    for axis, (label, value) in zip(axes, [
+        ("stored samples/s", lambda r, run: run["stored"] / run["wall_s"]),
+        ("CPU s per 1,000 URLs", lambda r, run: 1000 * run["cpu_s"] / r["count"]),
+    ]):  # fmt: skip
+        for t, tool in enumerate(tools):
+            xs = [i + t * width for i, r in enumerate(records) if tool in r["runs"]]
+            ys = [value(r, r["runs"][tool]) for r in records if tool in r["runs"]]
+            axis.bar(xs, ys, width, label=tool)
+        axis.set_xticks([i + width * (len(tools) - 1) / 2 for i in range(len(records))])
+        axis.set_xticklabels([f"{r['preset']}\n{r['count']} URLs, {r['processes']}x{r['threads']}" for r in records])
+        axis.set_title(label)
+        axis.legend()
+    fig.suptitle("URL table to shards, resize 256 (10% bad URLs), shared 2-core machine")
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["plot"]:  # plot PNG JSON...
+        plot(argv[2:], argv[1])
+        return 0
     if argv[:1] == ["serve"]:
         parser = argparse.ArgumentParser(prog="bench_ingest.py serve")
         parser.add_argument("root")

@@ -124,10 +124,14 @@ def detect_table(source: str) -> str | None:
             os.path.join(source, "dataset_dict.json")
         ):
             return "hf"
-        names = [n for _, _, files in os.walk(source) for n in files if not n.startswith(".")]
-        parquet = [n for n in names if n.endswith(".parquet")]
-        others = [n for n in names if not n.endswith((".parquet", ".crc")) and n not in _PARQUET_EXTRAS]
-        return "parquet" if parquet and not others else None
+        found = False
+        for _, _, files in os.walk(source):  # stops at the first other file: an image tree costs one listing
+            for name in files:
+                if name.endswith(".parquet"):
+                    found = True
+                elif not (name.startswith(".") or name.endswith(".crc") or name in _PARQUET_EXTRAS):
+                    return None
+        return "parquet" if found else None
     found = table_format(source)
     return None if found is None else _WRITE_FORMAT[found]
 

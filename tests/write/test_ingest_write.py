@@ -14,22 +14,13 @@ import pytest
 import shardkit
 from shardkit.format.manifest import load_manifest
 from shardkit.cli import main
-from tests.write.url_servers import Answer, ScriptedServer, photo_jpeg
+from tests.write.url_servers import Answer, photo_jpeg, server  # noqa: F401  (a fixture)
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 #: Quick to give up: every fault ends within a fraction of a second.
 FAST = ["--read-timeout", "1", "--connect-timeout", "1", "--retries", "0", "-q"]
-
-
-@pytest.fixture
-def server():
-    s = ScriptedServer()
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def _image_size(data: bytes) -> tuple[int, int]:
