@@ -370,7 +370,8 @@ def write_dataset(
 
     Args:
         source: Input dataset (ImageFolder tree, directory, JSONL file, tar
-            shards; see :mod:`shardkit.write.inputs`).
+            shards; see :mod:`shardkit.write.inputs`), or a table (Parquet,
+            CSV/TSV, datasets folder; see :mod:`shardkit.write.table_source`).
         dest: Output directory, or an ``s3://`` or other fsspec URL to upload
             to (shards as they finish, the manifest last).
         options: See :class:`WriteOptions`; defaults apply when None.
