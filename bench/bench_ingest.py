@@ -11,15 +11,14 @@ the same process and thread counts, and the same timeout and no retries:
 - img2dataset (``--output_format webdataset``), from its own virtual
   environment (``--img2dataset PATH``: it pins pandas and webdataset below
   what the project's venv holds);
-- shardkit: processes each taking their share of the Parquet row groups,
-  each running :func:`shardkit.write.ingest.ingest_rows` on a
-  :class:`~shardkit.write.download.Downloader` and writing shards with
-  :class:`~shardkit.write.shard.ShardFile`. (Until ``shardkit write`` takes
-  tables, this is the writer's inner loop, run by hand.)
+- shardkit: ``shardkit write urls.parquet OUT --field jpg=url --field
+  txt=caption --resize 256`` with ``--workers`` and ``--download-threads``
+  set to the same counts, 1,000 samples per shard as img2dataset's run.
 
 Reported per tool: samples/s, CPU seconds per 1,000 images (the tool's
 processes, from ``getrusage`` of the children), stored and failed counts
-(every row accounted for), and the samples counted back from the tars.
+(every row accounted for), and the samples read back with ``ShardDataset``
+(img2dataset's output indexed first with ``shardkit index``).
 
     python bench/bench_ingest.py --img2dataset /tmp/shardkit-i2d-venv/bin/img2dataset
     python bench/bench_ingest.py --quick   # 200 ImageNet-size images, 1 process, 8 threads
@@ -38,7 +37,6 @@ import resource
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 import time
@@ -180,15 +178,6 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def count_tar_samples(folder: str) -> int:
-    keys = set()
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".tar"):
-            with tarfile.open(os.path.join(folder, name)) as tar:
-                keys.update((name, m.name.split(".", 1)[0]) for m in tar.getmembers() if m.name.endswith(".jpg"))
-    return len(keys)
-
-
 def run_img2dataset(binary: str, parquet: str, out: str, processes: int, threads: int) -> dict:
     cpu, started = _children_cpu_s(), time.monotonic()
     subprocess.run(
@@ -214,74 +203,40 @@ def run_img2dataset(binary: str, parquet: str, out: str, processes: int, threads
             for message, n in stats.get("status_dict", {}).items():
                 if message != "success":
                     failures[message[:60]] += n
-    return {"wall_s": wall, "cpu_s": cpu, "stored": stored, "failed": dict(failures), "read_back": count_tar_samples(out)}
-
-
-def _shardkit_worker(parquet: str, out: str, index: int, processes: int, threads: int, result_path: str) -> None:
-    """One process's share: every ``processes``-th row group, one shard each."""
-    from shardkit.write.download import Downloader, DownloadOptions
-    from shardkit.write.fieldmap import FieldMap
-    from shardkit.write.ingest import IngestedSample, ingest_rows
-    from shardkit.write.resize import ImageOptions
-    from shardkit.write.shard import ShardFile
-    from shardkit.write.tables import open_table, read_rows
-
-    table = open_table(parquet)
-    fields = FieldMap.parse(["jpg=url", "txt=caption"]).resolve(table.columns, source=parquet)
-    columns = fields.columns_read(table.columns)
-    options = DownloadOptions(
-        num_threads=threads, max_connections_per_host=threads, max_ahead=64 * threads, connect_timeout_s=TIMEOUT_S,
-        read_timeout_s=TIMEOUT_S, fetch_deadline_s=TIMEOUT_S, max_attempts=1,
-    )  # fmt: skip
-    images = ImageOptions(resize=256, mode="keep_ratio", output_format="jpg", quality=95)
-    mine = [p for number, p in enumerate(table.partitions) if number % processes == index]
-
-    def rows():  # one stream over all of this process's partitions: no drain at each shard's end
-        for partition in mine:
-            for pos, row in read_rows(table, partition, columns):
-                yield fields.sample(pos, row, source=parquet)
-
-    stored, failures = 0, Counter()
-    shard, ends = None, iter(mine)
-    end = -1
-    with Downloader(options) as downloader:
-        for result in ingest_rows(rows(), downloader=downloader, images=images):
-            while result.position >= end:  # the next partition: the next shard
-                if shard is not None:
-                    shard.commit()
-                partition = next(ends)
-                end = partition.first_row + partition.num_rows
-                shard = ShardFile(os.path.join(out, f"shard-{partition.first_row:09d}.tar"))
-            if isinstance(result, IngestedSample):
-                shard.add(result.key, result.fields)
-                stored += 1
-            else:
-                failures[result.reason] += 1
-    if shard is not None:
-        shard.commit()
-    with open(result_path, "w") as f:
-        json.dump({"stored": stored, "failed": failures}, f)
+    return {"wall_s": wall, "cpu_s": cpu, "stored": stored, "failed": dict(failures), "read_back": read_back(out)}
 
 
 def run_shardkit(parquet: str, out: str, processes: int, threads: int) -> dict:
-    os.makedirs(out, exist_ok=True)
+    """``shardkit write`` of the table, as a user runs it (its own process)."""
     cpu, started = _children_cpu_s(), time.monotonic()
-    workers = [
-        subprocess.Popen([sys.executable, os.path.abspath(__file__), "shardkit-worker", parquet, out, str(i),
-                          str(processes), str(threads), os.path.join(out, f"result-{i}.json")])  # fmt: skip
-        for i in range(processes)
-    ]
-    for worker in workers:
-        if worker.wait() != 0:
-            raise RuntimeError(f"a shardkit worker failed with exit status {worker.returncode}")
+    subprocess.run(
+        [
+            sys.executable, "-m", "shardkit", "write", parquet, out, "--field", "jpg=url", "--field", "txt=caption",
+            "--resize", "256", "--resize-mode", "keep_ratio", "--image-format", "jpg", "--image-quality", "95",
+            "--workers", str(processes), "--download-threads", str(threads), "--max-connections-per-host", str(threads),
+            "--connect-timeout", str(TIMEOUT_S), "--read-timeout", str(TIMEOUT_S), "--retries", "0",
+            "--max-samples", "1000", "-q",
+        ],
+        check=True,
+    )  # fmt: skip
     wall, cpu = time.monotonic() - started, _children_cpu_s() - cpu
-    stored, failures = 0, Counter()
-    for i in range(processes):
-        with open(os.path.join(out, f"result-{i}.json")) as f:
-            result = json.load(f)
-        stored += result["stored"]
-        failures.update(result["failed"])
-    return {"wall_s": wall, "cpu_s": cpu, "stored": stored, "failed": dict(failures), "read_back": count_tar_samples(out)}
+    from shardkit.format.manifest import load_manifest
+    from shardkit.write.table_source import skip_reason
+
+    manifest = load_manifest(out)
+    failures = Counter(skip_reason(item.reason) for item in manifest.skipped)
+    return {"wall_s": wall, "cpu_s": cpu, "stored": manifest.num_samples, "failed": dict(failures),
+            "read_back": read_back(out)}  # fmt: skip
+
+
+def read_back(folder: str) -> int:
+    """Samples with a ``jpg`` read back with ``ShardDataset`` (a folder without a
+    manifest, img2dataset's, is indexed first with ``shardkit index``)."""
+    import shardkit
+
+    if not os.path.exists(os.path.join(folder, "manifest.json")):
+        subprocess.run([sys.executable, "-m", "shardkit", "index", folder, "-q"], check=True)
+    return sum("jpg" in sample for sample in shardkit.ShardDataset(folder, shuffle=False))
 
 
 # --- the report ----------------------------------------------------------------
@@ -303,8 +258,42 @@ def table_markdown(record: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(json_paths: list[str], png: str) -> None:
+    """Samples/s and CPU s per 1,000 images of each tool, one group per saved run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = []
+    for path in json_paths:
+        with open(path) as f:
+            records.append(json.load(f))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    tools = sorted({tool for r in records for tool in r["runs"]})
+    width = 0.8 / max(len(tools), 1)
+    for axis, (label, value) in zip(axes, [
+        ("stored samples/s", lambda r, run: run["stored"] / run["wall_s"]),
+        ("CPU s per 1,000 URLs", lambda r, run: 1000 * run["cpu_s"] / r["count"]),
+    ]):  # fmt: skip
+        for t, tool in enumerate(tools):
+            xs = [i + t * width for i, r in enumerate(records) if tool in r["runs"]]
+            ys = [value(r, r["runs"][tool]) for r in records if tool in r["runs"]]
+            axis.bar(xs, ys, width, label=tool)
+        axis.set_xticks([i + width * (len(tools) - 1) / 2 for i in range(len(records))])
+        axis.set_xticklabels([f"{r['preset']}\n{r['count']} URLs, {r['processes']}x{r['threads']}" for r in records])
+        axis.set_title(label)
+        axis.legend()
+    fig.suptitle("URL table to shards, resize 256 (10% bad URLs), shared 2-core machine")
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["plot"]:  # plot PNG JSON...
+        plot(argv[2:], argv[1])
+        return 0
     if argv[:1] == ["serve"]:
         parser = argparse.ArgumentParser(prog="bench_ingest.py serve")
         parser.add_argument("root")
@@ -312,10 +301,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument("--per-connection-mbps", type=float, default=20.0)
         args = parser.parse_args(argv[1:])
         serve(args.root, args.port, args.per_connection_mbps)
-        return 0
-    if argv[:1] == ["shardkit-worker"]:
-        parquet, out, index, processes, threads, result = argv[1:7]
-        _shardkit_worker(parquet, out, int(index), int(processes), int(threads), result)
         return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=("imagenet", "highres"), default="highres")

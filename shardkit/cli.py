@@ -16,6 +16,7 @@ s3transfer, which carry credentials, need ``--debug-wire``.
 from __future__ import annotations
 
 import argparse
+import collections
 import logging
 import os
 import sys
@@ -88,20 +89,63 @@ _WRITE_FLAGS = {
     "engine": "--engine",
     "ray_address": "--ray-address",
     "max_unpack_bytes": "--max-unpack-bytes",
+    "fields": "--field",
+    "key_column": "--key",
+    "resize": "--resize",
+    "resize_mode": "--resize-mode",
+    "image_format": "--image-format",
+    "image_quality": "--image-quality",
+    "download_threads": "--download-threads",
+    "max_connections_per_host": "--max-connections-per-host",
+    "connect_timeout_s": "--connect-timeout",
+    "read_timeout_s": "--read-timeout",
+    "download_retries": "--retries",
+    "respect_opt_out": "--no-respect-opt-out",
+    "user_agent_contact": "--user-agent-contact",
 }
+
+_WRITE_EPILOG = """tables (pip install 'shardkit[tables]' for Parquet and datasets folders):
+  SOURCE may be a .parquet file, a folder or brace pattern of them, a .csv/.tsv
+  file (UTF-8, header line) or a folder saved by datasets' save_to_disk. Each
+  row is a sample: --field EXT=COLUMN (repeatable) maps a column to a member,
+  --field json=* stores the other columns as JSON; without --field, columns
+  named after an extension (jpg, txt, json...) map to themselves. A string
+  under a non-text extension is a URL (http(s):// or s3://), downloaded while
+  the shard is written, images checked to decode (--resize to scale them).
+  Rows whose download fails are skipped and counted by reason in the
+  manifest (shown by `shardkit info`) unless --on-error raise is given.
+  URL fields have no size before download, so such shards are cut by count:
+  10000 samples unless --max-samples is given.
+"""
 
 
 def _add_write(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("write", help="pack a dataset into tar shards", description=cmd_write.__doc__)
-    p.add_argument("source", help="ImageFolder tree, directory, JSONL file, or tar shards (file, dir, brace pattern)")
+    p = sub.add_parser(
+        "write", help="pack a dataset into tar shards", description=cmd_write.__doc__, epilog=_WRITE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "source",
+        help="ImageFolder tree, directory, JSONL file, tar shards (file, dir, brace pattern), or a table: "
+        "Parquet (file, dir, brace pattern), CSV/TSV, datasets save_to_disk folder",
+    )
     p.add_argument("dest", help="output directory, or an s3:// or other fsspec URL")
-    p.add_argument("--format", choices=("imagefolder", "directory", "jsonl", "tar"), help="source format (default: detect)")
+    p.add_argument(
+        "--format",
+        choices=("imagefolder", "directory", "jsonl", "tar", "parquet", "csv", "tsv", "hf"),
+        help="source format (default: detect; hf: a datasets save_to_disk folder)",
+    )
     p.add_argument("--max-samples", help="most samples per shard")
     p.add_argument("--max-bytes", help="most bytes per shard, e.g. 256MB, 1GiB (default 256MiB)")
     p.add_argument("--seed", help="shuffle seed (default 0)")
     p.add_argument("--no-shuffle", dest="shuffle", action="store_const", const=False, help="keep source order")
     p.add_argument("--workers", help="writer processes (default: all cores); output does not depend on it")
-    p.add_argument("--on-error", choices=("raise", "skip"), help="unreadable inputs: stop (default) or skip and record")
+    p.add_argument(
+        "--on-error",
+        choices=("raise", "skip"),
+        help="unusable inputs: stop or skip and record; default: stop for unreadable files, "
+        "skip and record table rows whose download fails",
+    )
     p.add_argument(
         "--compress-members",
         choices=("gzip", "zstd"),
@@ -118,6 +162,30 @@ def _add_write(sub: argparse._SubParsersAction) -> None:
         "--max-unpack-bytes",
         help="most temporary space (in TMPDIR) the plain copies of .tar.gz/.tar.zst inputs may take (default 64GiB)",
     )
+    t = p.add_argument_group("tables and URL downloads")
+    t.add_argument("--field", dest="fields", action="append", metavar="EXT=COLUMN",
+                   help="store COLUMN as member EXT (repeatable); json=* stores the other columns as JSON")
+    t.add_argument("--key", dest="key_column", metavar="COLUMN",
+                   help="column of sample keys (default: the row position, 9 digits)")
+    t.add_argument("--resize", metavar="N", help="scale images so the shorter side is N pixels (never up)")
+    t.add_argument("--resize-mode", choices=("keep_ratio", "center_crop", "border"),
+                   help="keep_ratio (default), center_crop to NxN, or border: fit in NxN, padded")
+    t.add_argument("--image-format", choices=("jpg", "png", "webp"),
+                   help="re-encode resized images in this format (default: keep each one's)")
+    t.add_argument("--image-quality", metavar="Q", help="JPEG/WebP quality of re-encoded images (default 95)")
+    t.add_argument("--download-threads", metavar="N", help="downloads in flight per writer process (default 16)")
+    t.add_argument("--max-connections-per-host", metavar="N",
+                   help="downloads in flight to one host per writer process (default 4)")
+    t.add_argument("--connect-timeout", dest="connect_timeout_s", metavar="S",
+                   help="seconds to connect to a URL's server (default 10)")
+    t.add_argument("--read-timeout", dest="read_timeout_s", metavar="S",
+                   help="longest silence in seconds while reading a URL (default 20)")
+    t.add_argument("--retries", dest="download_retries", metavar="N",
+                   help="retries after connection errors, timeouts, 429 and 5xx, with backoff (default 2)")
+    t.add_argument("--no-respect-opt-out", dest="respect_opt_out", action="store_const", const=False,
+                   help="also store answers whose X-Robots-Tag says noai/noimageai (left out by default)")
+    t.add_argument("--user-agent-contact", metavar="URL_OR_EMAIL",
+                   help="appended to the User-Agent (shardkit/VERSION) so site owners can reach you")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true", help="keep finished shards of an interrupted run")
     mode.add_argument("--overwrite", action="store_true", help="replace an earlier shardkit output in DEST")
@@ -147,7 +215,8 @@ def _dry_run(args: argparse.Namespace, options: Any) -> int:
     print(f"  samples: {plan.num_samples}")
     print(f"  shards:  {plan.num_shards}")
     at_most = "at most " if options.compress_members else ""  # planned with uncompressed member sizes
-    print(f"  bytes:   {at_most}{plan.num_bytes} ({_human_bytes(plan.num_bytes)})")
+    fetched = " + the fields to download (sized once fetched)" if plan.has_urls else ""
+    print(f"  bytes:   {at_most}{plan.num_bytes} ({_human_bytes(plan.num_bytes)}){fetched}")
     print(f"  skipped: {len(plan.skipped)}")
     for item in plan.skipped:
         print(f"    {shown(item.path)}: {shown(item.reason)}")
@@ -170,19 +239,21 @@ def cmd_write(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(args, options)
     bar = None
-    written_bytes = 0
+    written_bytes = skipped = 0
 
     def on_progress(event: Any) -> None:
-        nonlocal written_bytes, bar
+        nonlocal written_bytes, bar, skipped
         written_bytes += event.num_bytes
         if not args.quiet:
             if bar is None:
                 from tqdm import tqdm
 
                 bar = tqdm(total=event.total_samples, unit=" samples", desc="write", file=sys.stderr)
-            bar.update(event.num_samples)
+            bar.update(event.num_samples + event.num_skipped)
+            skipped += event.num_skipped
             elapsed = bar.format_dict.get("elapsed") or 1e-9
-            bar.set_postfix_str(f"{written_bytes / elapsed / 1e6:.1f} MB/s, {event.shard}", refresh=False)
+            failed = f", {100 * skipped / max(bar.n, 1):.1f}% skipped" if skipped else ""
+            bar.set_postfix_str(f"{written_bytes / elapsed / 1e6:.1f} MB/s{failed}, {event.shard}", refresh=False)
 
     try:
         report = write_dataset(args.source, args.dest, options=options, progress=on_progress)
@@ -196,14 +267,34 @@ def cmd_write(args: argparse.Namespace) -> int:
             f"wrote {m.num_shards} shards ({report.num_written} written, {report.num_reused} reused), "
             f"{m.num_samples} samples, {_human_bytes(m.num_bytes)} in {report.seconds:.2f}s "
             f"({m.num_samples / max(report.seconds, 1e-9):.0f} samples/s, {_human_bytes(rate)}/s); "
-            f"skipped {len(m.skipped)}"
+            f"skipped {len(m.skipped)}{_by_reason(m.skipped)}"
         )
-        for item in m.skipped:
-            print(f"  skipped {shown(item.path)}: {shown(item.reason)}")
+        _print_skipped(m.skipped, "  skipped ")
         for origin in report.oversized:
             print(f"  warning: {shown(origin)} alone exceeds --max-bytes; it has a shard of its own")
         print(f"manifest: {shown(os.path.join(args.dest, 'manifest.json'))}")
     return EXIT_OK
+
+
+#: Skipped inputs listed one per line by `write` and `info`; past it, counts by reason only.
+_LISTED_SKIPS = 50
+
+
+def _by_reason(skipped: Sequence[Any]) -> str:
+    """`` (by reason: http_404 3, timeout 1)``, or "" when there is nothing to count."""
+    from shardkit.write.table_source import skip_reason
+
+    counts = collections.Counter(skip_reason(item.reason) for item in skipped)
+    if not counts or set(counts) == {"input"}:
+        return ""
+    return " (by reason: " + ", ".join(f"{shown(reason)} {n}" for reason, n in sorted(counts.items())) + ")"
+
+
+def _print_skipped(skipped: Sequence[Any], prefix: str) -> None:
+    for item in skipped[:_LISTED_SKIPS]:
+        print(f"{prefix}{shown(item.path)}: {shown(item.reason)}")
+    if len(skipped) > _LISTED_SKIPS:
+        print(f"{prefix}... and {len(skipped) - _LISTED_SKIPS} more (all are in manifest.json)")
 
 
 # -------------------------------------------------------------------- index
@@ -327,9 +418,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"classes:    {len(m.class_names)} ({listed})")
     print(f"seed:       {shown(m.seed) if m.seed is not None else 'none (source order)'}")
     print(f"options:    {', '.join(f'{shown(k)}={shown(v)}' for k, v in sorted(m.options.items()))}")
-    print(f"skipped:    {len(m.skipped)}")
-    for item in m.skipped:
-        print(f"  {shown(item.path)}: {shown(item.reason)}")
+    print(f"skipped:    {len(m.skipped)}{_by_reason(m.skipped)}")
+    _print_skipped(m.skipped, "  ")
     if args.shards:
         for number in range(m.num_shards):
             s = m.table.entry(number)

@@ -40,6 +40,8 @@ class WritePlanSummary:
         oversized: Samples (``"origin (sample 'key')"``) that alone exceed
             ``max_bytes`` and would get a shard of their own.
         seconds: Time the scan and the plan took.
+        has_urls: Table rows have fields to download: ``num_bytes`` counts
+            only the bytes held in the table.
     """
 
     format: str
@@ -50,6 +52,7 @@ class WritePlanSummary:
     skipped: tuple[SkippedInput, ...]
     oversized: tuple[str, ...]
     seconds: float
+    has_urls: bool = False
 
 
 def plan_dataset(source: str, *, options: WriteOptions | None = None) -> WritePlanSummary:
@@ -84,4 +87,5 @@ def plan_dataset(source: str, *, options: WriteOptions | None = None) -> WritePl
         skipped=tuple(scanned.skipped),
         oversized=tuple(oversized),
         seconds=time.perf_counter() - started,
+        has_urls=scanned.has_urls,
     )

@@ -39,7 +39,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from shardkit.errors import ShardkitError, UsageError
-from shardkit.format.compression import Compression
 from shardkit.format.index import index_path_for
 from shardkit.io.registry import open_destination
 from shardkit.write.plan import ShardTask
@@ -130,16 +129,16 @@ def _write_one(
     write_shard: Callable[..., Any],
     task: ShardTask,
     dest: str,
-    on_error: str,
-    compress_members: Compression | None,
+    arguments: dict[str, Any],
     publish_url: str | None,
 ) -> Any:
-    """Body of one Ray task: write one shard (and upload it when ``publish_url``)."""
+    """Body of one Ray task: write one shard (and upload it when ``publish_url``);
+    ``arguments`` are the write options' (``WriteOptions.shard_arguments()``)."""
     if publish_url is None:
-        return write_shard(task, dest, on_error=on_error, compress_members=compress_members)
+        return write_shard(task, dest, **arguments)
     staging = tempfile.mkdtemp(prefix="shardkit-ray-")
     try:
-        result = write_shard(task, staging, on_error=on_error, compress_members=compress_members)
+        result = write_shard(task, staging, **arguments)
         destination = open_destination(publish_url)
         for name in (task.name, index_path_for(task.name)):
             destination.put_file(os.path.join(staging, name), name)
@@ -248,7 +247,7 @@ def run_tasks_on_ray(
                 if task is None:
                     exhausted = True
                     break
-                ref = remote.remote(write_shard, task, dest, options.on_error, options.compress_members, publish_url)
+                ref = remote.remote(write_shard, task, dest, options.shard_arguments(), publish_url)
                 in_flight[ref] = task
             if not in_flight:
                 break

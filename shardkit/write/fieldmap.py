@@ -140,7 +140,7 @@ class FieldMap:
             raise SourceError(f"{source}: --key {key_column}: no such column; the columns are: {listing}", path=source)
         fields = self.fields
         if not fields:
-            fields = tuple(sorted((c, c) for c in columns if c in KNOWN_EXTENSIONS))
+            fields = tuple(sorted((c, c) for c in columns if c in KNOWN_EXTENSIONS and c != key_column))
             if key_column is None and KEY_COLUMN in present:
                 key_column = KEY_COLUMN
         if not fields:

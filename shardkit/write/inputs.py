@@ -54,7 +54,7 @@ from shardkit.format.codecs import encode_value
 from shardkit.format.tar import encoded_sample_size, member_name_problem, split_key
 from shardkit.write.detect import IMAGE_EXTENSIONS
 from shardkit.write.detect import walk_files as _walk_files
-from shardkit.write.partition import Partition
+from shardkit.write.partition import TABLE_KINDS, Partition
 from shardkit.write.spill import SpillWriter, short_digest, spill_error
 from shardkit.write.tar_inputs import (  # noqa: F401  (re-exported: the limits are documented here)
     DEFAULT_MAX_UNPACK_BYTES,
@@ -87,6 +87,7 @@ class _Scan:
         self.extensions: set[str] = set()
         self.num_bytes = 0
         self.files: set[str] = set()
+        self.has_urls = False  # a table row with a field to download (its size is not known yet)
         self._last_exts: tuple[str, ...] = ()
 
     def skip_or_raise(self, error: SourceError, default_path: str) -> None:
@@ -130,6 +131,7 @@ def scan_partition(
     signature: dict,
     unpack_dir: str | None = None,
     max_unpack_bytes: int | None = DEFAULT_MAX_UNPACK_BYTES,
+    table: Any = None,
 ) -> dict:
     """Scan one partition, writing its spill at ``prefix``; return its summary.
 
@@ -143,12 +145,15 @@ def scan_partition(
         unpack_dir: Where an input shard compressed whole is unpacked to.
         max_unpack_bytes: Most bytes that copy may take (None: no limit but
             the folder's free space).
+        table: For a table partition, its
+            :class:`~shardkit.write.table_source.TableSpec` (which scans it).
 
     Returns:
         ``num_samples``, ``num_bytes`` (planned tar bytes), ``skipped``
         (``[path, reason]`` pairs in scan order), ``extensions``,
         ``num_files``, ``read_path`` (the file the records' offsets point
-        into), ``unpacked_bytes`` and ``signature``.
+        into), ``unpacked_bytes``, ``has_urls`` (table rows with fields to
+        download) and ``signature``.
 
     Raises:
         SourceError: Malformed input or a refused name (under ``"raise"``),
@@ -163,6 +168,8 @@ def scan_partition(
         _scan_class_folder(part, scan)
     elif part.kind == "directory":
         _scan_directory(part, scan)
+    elif part.kind in TABLE_KINDS:
+        table.scan_rows(part, scan)
     else:
         read_path, unpacked = scan_tar(part, scan, unpack_dir=unpack_dir, max_unpack_bytes=max_unpack_bytes)
     summary = {
@@ -174,6 +181,7 @@ def scan_partition(
         "num_files": len(scan.files),
         "read_path": read_path,
         "unpacked_bytes": unpacked,
+        "has_urls": scan.has_urls,
     }
     try:
         scan.spill.finish(summary)
@@ -515,6 +523,8 @@ def record_origin(part: Partition, read_path: str, name: str, offset: int) -> st
     """Where a sample came from, for messages: its file, or ``shard@byte`` for a tar input."""
     if part.kind == "jsonl":
         return part.path
+    if part.kind in TABLE_KINDS:
+        return f"{part.root}#row={offset}"
     if part.kind == "tar":
         return f"{part.path}@{offset}" + (" (uncompressed)" if read_path != part.path else "")
     if part.kind == "imagefolder":

@@ -64,6 +64,9 @@ from shardkit.write.partition import PARTITION_BYTES
 from shardkit.write.plan import PlanReader, ShardTask, plan_shards
 from shardkit.write.scan import ScanResult, scan_dataset
 from shardkit.write.publish import publish_manifest
+from shardkit.write.fieldmap import FieldMap
+from shardkit.write.partition import TABLE_KINDS
+from shardkit.write.table_source import IngestOptions, close_process_downloader, ingest_options, planned_options, table_rows
 from shardkit.write.upload import write_to_remote
 from shardkit.write.shard import ShardFile
 
@@ -88,7 +91,8 @@ class WriteReport:
 class Progress:
     """One progress event: a shard finished (written or reused).
 
-    ``total_samples`` is what the whole plan holds, for a progress bar total.
+    ``total_samples`` is what the whole plan holds, for a progress bar total;
+    ``num_skipped`` the inputs the shard left out (failed downloads...).
     """
 
     shard: str
@@ -96,6 +100,7 @@ class Progress:
     num_bytes: int
     reused: bool
     total_samples: int = 0
+    num_skipped: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,7 +116,10 @@ class WriteOptions:
         workers: Writer processes; None means all cores. With
             ``engine="ray"``: shard tasks in flight at once (None: two per
             CPU of the cluster). Output does not depend on it.
-        on_error: ``"raise"`` or ``"skip"`` for unusable inputs.
+        on_error: ``"raise"`` or ``"skip"`` for unusable inputs; None (the
+            default) raises for unreadable inputs and skips rows of a table
+            whose fields could not be downloaded or are not images (recorded
+            in the manifest with their reason, as img2dataset does).
         resume: Keep finished shards of an interrupted run and write the rest.
         overwrite: Replace an earlier output in ``dest``.
         compress_members: ``"gzip"`` or ``"zstd"`` to compress the members
@@ -140,6 +148,11 @@ class WriteOptions:
             stops before writing anything, naming the input and the limit.
         partition_bytes: Length of one JSONL partition, the unit a scanning
             worker takes (64 MiB by default). The output does not depend on it.
+        fields, key_column, resize, resize_mode, image_format, image_quality,
+        download_threads, max_connections_per_host, connect_timeout_s,
+        read_timeout_s, download_retries, respect_opt_out, user_agent_contact:
+            Table sources only: columns to fields, images, downloads (see
+            :class:`~shardkit.write.table_source.TableOptions`, which they make).
     """
 
     format: str | None = None
@@ -148,7 +161,7 @@ class WriteOptions:
     shuffle: bool = True
     seed: int = 0
     workers: int | None = None
-    on_error: str = "raise"
+    on_error: str | None = None
     resume: bool = False
     overwrite: bool = False
     compress_members: Compression | None = None
@@ -157,6 +170,19 @@ class WriteOptions:
     ray_max_retries: int = 3
     max_unpack_bytes: int | None = DEFAULT_MAX_UNPACK_BYTES
     partition_bytes: int = PARTITION_BYTES
+    fields: tuple[str, ...] = ()
+    key_column: str | None = None
+    resize: int | None = None
+    resize_mode: str = "keep_ratio"
+    image_format: str | None = None
+    image_quality: int = 95
+    download_threads: int = 16
+    max_connections_per_host: int = 4
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 20.0
+    download_retries: int = 2
+    respect_opt_out: bool = True
+    user_agent_contact: str | None = None
 
     def __post_init__(self) -> None:
         if type(self.partition_bytes) is not int or self.partition_bytes < 1:
@@ -173,7 +199,7 @@ class WriteOptions:
             raise UsageError(
                 f"compress_members must be one of {COMPRESSIONS} or None, got {self.compress_members!r}"
             )
-        if self.on_error not in ON_ERROR_POLICIES:
+        if self.on_error is not None and self.on_error not in ON_ERROR_POLICIES:
             raise UsageError(f"on_error must be one of {ON_ERROR_POLICIES}, got {self.on_error!r}")
         if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
             raise UsageError(f"workers must be a positive integer, got {self.workers!r}")
@@ -182,6 +208,35 @@ class WriteOptions:
         if self.resume and self.overwrite:
             raise UsageError("resume and overwrite exclude each other")
         ShardLimits(max_samples=self.max_samples, max_bytes=self.max_bytes)  # validates
+        self.field_map()
+        self.ingest_options()
+
+    @property
+    def input_errors(self) -> str:
+        """The policy for unreadable inputs (``on_error``, default raise)."""
+        return self.on_error or "raise"
+
+    @property
+    def download_errors(self) -> str:
+        """The policy for table rows that could not be fetched (``on_error``, default skip)."""
+        return self.on_error or "skip"
+
+    def shard_arguments(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`write_shard` these options set."""
+        return {
+            "on_error": self.input_errors,
+            "compress_members": self.compress_members,
+            "ingest": self.ingest_options(),
+            "download_errors": self.download_errors,
+        }
+
+    def field_map(self) -> FieldMap:
+        """The table column mapping (``fields`` and ``key_column``)."""
+        return FieldMap.parse(self.fields, key_column=self.key_column)
+
+    def ingest_options(self) -> IngestOptions:
+        """How shard writers fetch and prepare table fields."""
+        return ingest_options(self)
 
     def recorded(self) -> dict:
         """The options that shape the output, as stored in the manifest."""
@@ -189,8 +244,13 @@ class WriteOptions:
             "max_samples": self.max_samples,
             "max_bytes": self.max_bytes,
             "shuffle": self.shuffle,
-            "on_error": self.on_error,
+            "on_error": self.input_errors,
         }
+        if self.fields or self.key_column is not None:  # table sources only: absent otherwise
+            recorded.update(fields=list(self.fields), key_column=self.key_column)
+        if self.resize is not None:
+            recorded.update(resize=self.resize, resize_mode=self.resize_mode, image_format=self.image_format,
+                            image_quality=self.image_quality)  # fmt: skip
         if self.compress_members is not None:  # absent otherwise: older manifests stay as they were
             recorded["compress_members"] = self.compress_members
         return recorded
@@ -217,6 +277,8 @@ def write_shard(
     on_error: str = "raise",
     stop: Any = None,
     compress_members: Compression | None = None,
+    ingest: IngestOptions | None = None,
+    download_errors: str = "skip",
 ) -> ShardResult:
     """Write one planned shard into local directory ``dest``.
 
@@ -227,10 +289,16 @@ def write_shard(
         stop: An event (``threading`` or ``multiprocessing``); once it is set
             the task gives up between samples, leaving no file behind.
         compress_members: See :attr:`WriteOptions.compress_members`.
+        ingest: For a table source: how fields are fetched and images
+            prepared (see :mod:`shardkit.write.table_source`).
+        download_errors: For a table source: ``"skip"`` records rows whose
+            fields could not be fetched or checked, ``"raise"`` stops.
 
     Raises:
         InputFileError: An input vanished, became unreadable or changed, and
             ``on_error`` is ``"raise"``. No file is left under the final name.
+        SourceError: A table row could not be stored under
+            ``download_errors="raise"``.
         DestinationError: The shard, its index or its journal record could
             not be written (disk full, read-only, no permission); the message
             names the file and what to do. No temporary file is left.
@@ -239,17 +307,17 @@ def write_shard(
     path = os.path.join(dest, task.name)
     try:
         with PlanReader(task) as plan, ShardFile(path) as shard:
-            for part, key, name, rec in plan.samples(task):
+            if plan.partitions and plan.partitions[0].kind in TABLE_KINDS:
+                rows = table_rows(plan, task, ingest=ingest, on_error=download_errors)
+            else:
+                rows = _file_rows(plan, task, on_error)
+            for row in rows:
                 if stop is not None and stop.is_set():
                     raise _Stopped(task.name)
-                try:
-                    fields = load_sample(plan.partitions[part], plan.read_paths[part], key, name, rec, plan.read_range)
-                except InputFileError as exc:
-                    if on_error == "raise":
-                        raise
-                    skipped.append(SkippedInput(path=exc.path or plan.partitions[part].path, reason=str(exc)))
-                    continue
-                shard.add(key, _compress_fields(fields, compress_members))
+                if isinstance(row, SkippedInput):
+                    skipped.append(row)
+                else:
+                    shard.add(row[0], _compress_fields(row[1], compress_members))
             written = shard.commit()
         result = ShardResult(
             index=task.index, entry=written.entry(), fingerprint=task.fingerprint, skipped=tuple(skipped)
@@ -262,10 +330,22 @@ def write_shard(
     return result
 
 
-def _write_shard_in_worker(
-    task: ShardTask, dest: str, on_error: str, compress_members: Compression | None
-) -> ShardResult:
-    return write_shard(task, dest, on_error=on_error, stop=_worker_stop, compress_members=compress_members)
+def _file_rows(plan: PlanReader, task: ShardTask, on_error: str) -> Iterator[tuple[str, list] | SkippedInput]:
+    """A task's samples read from their input files, ``(key, fields)``, or
+    the skip record of one that could not be read (``on_error="skip"``)."""
+    for part, key, name, rec in plan.samples(task):
+        try:
+            fields = load_sample(plan.partitions[part], plan.read_paths[part], key, name, rec, plan.read_range)
+        except InputFileError as exc:
+            if on_error == "raise":
+                raise
+            yield SkippedInput(path=exc.path or plan.partitions[part].path, reason=str(exc))
+            continue
+        yield key, fields
+
+
+def _write_shard_in_worker(task: ShardTask, dest: str, options: WriteOptions) -> ShardResult:
+    return write_shard(task, dest, stop=_worker_stop, **options.shard_arguments())
 
 
 #: The run's stop event in a writer process (set by the pool initializer).
@@ -291,7 +371,8 @@ def write_dataset(
 
     Args:
         source: Input dataset (ImageFolder tree, directory, JSONL file, tar
-            shards; see :mod:`shardkit.write.inputs`).
+            shards; see :mod:`shardkit.write.inputs`), or a table (Parquet,
+            CSV/TSV, datasets folder; see :mod:`shardkit.write.table_source`).
         dest: Output directory, or an ``s3://`` or other fsspec URL to upload
             to (shards as they finish, the manifest last).
         options: See :class:`WriteOptions`; defaults apply when None.
@@ -349,8 +430,8 @@ def _write_local(
                 raise output_error(exc, work, resume_hint=False) from exc
             raise
         return _write_planned(
-            scanned, tasks, oversized, source, dest, options=options, progress=progress, check_space=check_space,
-            started=started, publish_url=publish_url,
+            scanned, tasks, oversized, source, dest, options=planned_options(options, scanned), progress=progress,
+            check_space=check_space, started=started, publish_url=publish_url,
         )
 
 
@@ -368,10 +449,12 @@ def scan_and_plan(
     shutil.rmtree(plan_dir, ignore_errors=True)
     os.makedirs(plan_dir)
     scanned = scan_dataset(
-        source, spill_dir=spill_dir, format=options.format, on_error=options.on_error, seed=options.seed,
+        source, spill_dir=spill_dir, format=options.format, on_error=options.input_errors, seed=options.seed,
         workers=options.workers, unpack_dir=unpack_dir, max_unpack_bytes=options.max_unpack_bytes,
-        partition_bytes=options.partition_bytes, reuse=options.resume,
+        partition_bytes=options.partition_bytes, reuse=options.resume, fields=options.field_map(),
+        table_output=options.ingest_options().output_signature(),
     )
+    options = planned_options(options, scanned)
     limits = ShardLimits(max_samples=options.max_samples, max_bytes=options.max_bytes)
     tasks, oversized = plan_shards(scanned, limits=limits, shuffle=options.shuffle, plan_dir=plan_dir)
     return scanned, tasks, oversized
@@ -504,7 +587,8 @@ _MANIFEST_BYTES_PER_SHARD = 512
 
 def _report(progress: Callable[[Progress], None] | None, result: ShardResult, total: int) -> None:
     if progress is not None:
-        progress(Progress(result.entry.path, result.entry.num_samples, result.entry.num_bytes, result.reused, total))
+        entry = result.entry
+        progress(Progress(entry.path, entry.num_samples, entry.num_bytes, result.reused, total, len(result.skipped)))
 
 
 def _pool_context() -> multiprocessing.context.BaseContext:
@@ -535,9 +619,7 @@ def _run_tasks(tasks: list[ShardTask], dest: str, options: WriteOptions) -> Iter
         stop = threading.Event()
         pool: Executor = ThreadPoolExecutor(max_workers=2)
         futures = [
-            pool.submit(
-                write_shard, task, dest, on_error=options.on_error, stop=stop, compress_members=options.compress_members
-            )
+            pool.submit(write_shard, task, dest, stop=stop, **options.shard_arguments())
             for task in tasks
         ]
     else:
@@ -547,7 +629,7 @@ def _run_tasks(tasks: list[ShardTask], dest: str, options: WriteOptions) -> Iter
             max_workers=workers, mp_context=context, initializer=_init_worker, initargs=(stop,)
         )
         futures = [
-            pool.submit(_write_shard_in_worker, task, dest, options.on_error, options.compress_members)
+            pool.submit(_write_shard_in_worker, task, dest, options)
             for task in tasks
         ]
     try:
@@ -556,3 +638,5 @@ def _run_tasks(tasks: list[ShardTask], dest: str, options: WriteOptions) -> Iter
     finally:
         stop.set()
         pool.shutdown(wait=True, cancel_futures=True)
+        if workers <= 1:
+            close_process_downloader()  # its threads, made in this process for table rows

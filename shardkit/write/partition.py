@@ -15,6 +15,10 @@ A partition is a small, picklable description of one slice of the input:
     The whole tree: files are grouped into samples by key wherever they sit,
     so the tree is one partition (scanned by one worker; its memory, not the
     driver's, grows with the files).
+``parquet``, ``csv``, ``tsv``, ``hf``
+    A part of a table (see :mod:`shardkit.write.table_source`): Parquet row
+    groups ``[start, end)``, a CSV/TSV byte range, or one Arrow file of a
+    ``datasets`` folder; ``root`` is the table source as given.
 
 Listing partitions reads directory entries and file sizes only; the driver
 holds one :class:`Partition` per partition, never one object per sample.
@@ -33,6 +37,10 @@ from shardkit.write.detect import TAR_SUFFIXES
 #: Default length of a JSONL partition (bytes of the file).
 PARTITION_BYTES = 64 << 20
 
+#: Partition kinds (and source formats) of tables: Parquet, CSV, TSV and
+#: ``datasets`` save_to_disk folders (``hf``).
+TABLE_KINDS = ("parquet", "csv", "tsv", "hf")
+
 
 @dataclass(frozen=True)
 class Partition:
@@ -40,12 +48,15 @@ class Partition:
 
     Attributes:
         index: Position in source order.
-        kind: ``"jsonl"``, ``"tar"``, ``"imagefolder"`` or ``"directory"``.
+        kind: ``"jsonl"``, ``"tar"``, ``"imagefolder"``, ``"directory"``, or
+            one of :data:`TABLE_KINDS`.
         path: The JSONL file, the input shard, the class folder or the tree.
         start: First byte of a JSONL range (0 otherwise).
         end: End of a JSONL range (0 otherwise).
         root: For an ImageFolder, its root (keys are relative to it).
         label: For an ImageFolder, the class index (-1 otherwise).
+        first_row: For a table, the position of its first row in the table.
+        first_line: For a CSV/TSV table, the line number of its first row.
     """
 
     index: int
@@ -55,6 +66,8 @@ class Partition:
     end: int = 0
     root: str = ""
     label: int = -1
+    first_row: int = 0
+    first_line: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -18,6 +18,7 @@ import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from shardkit.errors import ShardkitError, SourceError, UsageError
 from shardkit.format.manifest import SkippedInput
@@ -25,7 +26,9 @@ from shardkit.io.urls import is_local, redact_url
 from shardkit.write.detect import detect_format
 from shardkit.write.inputs import FORMATS, scan_partition
 from shardkit.write.tar_inputs import DEFAULT_MAX_UNPACK_BYTES, UnpackBudget
-from shardkit.write.partition import PARTITION_BYTES, Partition, list_partitions
+from shardkit.write.partition import PARTITION_BYTES, TABLE_KINDS, Partition, list_partitions
+from shardkit.write.fieldmap import FieldMap
+from shardkit.write.table_source import TableSpec, detect_table, table_partitions
 from shardkit.write.spill import SpillReader, load_summary, spill_prefix
 
 
@@ -48,6 +51,11 @@ class ScanResult:
     summaries: list[dict]
     spill_dir: str
     class_names: tuple[str, ...] | None = None
+
+    @property
+    def has_urls(self) -> bool:
+        """Some table rows have fields to download (sized only once fetched)."""
+        return any(s.get("has_urls") for s in self.summaries)
 
     @property
     def num_samples(self) -> int:
@@ -83,6 +91,8 @@ def scan_dataset(
     max_unpack_bytes: int | None = DEFAULT_MAX_UNPACK_BYTES,
     partition_bytes: int = PARTITION_BYTES,
     reuse: bool = False,
+    fields: Any = None,
+    table_output: str = "",
 ) -> ScanResult:
     """Scan ``source`` partition by partition into spills under ``spill_dir``.
 
@@ -98,6 +108,11 @@ def scan_dataset(
         max_unpack_bytes: Most bytes those copies may take, all together.
         partition_bytes: Length of a JSONL partition (does not change the output).
         reuse: Keep the complete spills of partitions whose input is unchanged.
+        fields: For a table source, the
+            :class:`~shardkit.write.fieldmap.FieldMap` (``--field``/``--key``;
+            None: columns named after extensions map to themselves).
+        table_output: For a table source, what of the write's options changes
+            the stored bytes (in each row's digest, for ``--resume``).
 
     Raises:
         UsageError: Unknown format or policy.
@@ -114,20 +129,28 @@ def scan_dataset(
             path=redact_url(source),
         )
     if format is None:
-        format = detect_format(source)
-    if format not in FORMATS:
-        raise UsageError(f"unknown source format {format!r}; choose one of {', '.join(FORMATS)}")
-    if format != "tar" and not os.path.exists(source):
+        format = detect_table(source) or detect_format(source)
+    if format not in FORMATS + TABLE_KINDS:
+        raise UsageError(f"unknown source format {format!r}; choose one of {', '.join(FORMATS + TABLE_KINDS)}")
+    if format not in ("tar", "parquet") and not os.path.exists(source):
         raise SourceError(f"{source}: source does not exist", path=source)
-    partitions, class_names = list_partitions(source, format, partition_bytes=partition_bytes)
-    signatures = [{**p.signature(), "seed": seed, "on_error": on_error} for p in partitions]
+    table: TableSpec | None = None
+    if format in TABLE_KINDS:
+        partitions, table = table_partitions(
+            source, format, fields=fields or FieldMap(), partition_bytes=partition_bytes, output=table_output
+        )
+        class_names = None
+    else:
+        partitions, class_names = list_partitions(source, format, partition_bytes=partition_bytes)
+    extra = table.signature() if table is not None else {}
+    signatures = [{**p.signature(), "seed": seed, "on_error": on_error, **extra} for p in partitions]
     summaries: list[dict | None] = [None] * len(partitions)
     if reuse:
         for part, signature in zip(partitions, signatures):
             summaries[part.index] = _reusable(spill_prefix(spill_dir, part.index), part, signature)
     todo = [p for p in partitions if summaries[p.index] is None]
 
-    jobs = [(p, spill_dir, seed, on_error, signatures[p.index], unpack_dir, max_unpack_bytes) for p in todo]
+    jobs = [(p, spill_dir, seed, on_error, signatures[p.index], unpack_dir, max_unpack_bytes, table) for p in todo]
     for part, summary in zip(todo, _run(jobs, workers)):
         summaries[part.index] = summary
     done = [s for s in summaries if s is not None]
@@ -156,12 +179,13 @@ def _scan_one(
     signature: dict,
     unpack_dir: str | None,
     max_unpack_bytes: int | None,
+    table: TableSpec | None = None,
 ) -> dict:
     """Scan one partition; an unexpected OS error names its input."""
     try:
         return scan_partition(
             part, spill_prefix(spill_dir, part.index), seed=seed, on_error=on_error, signature=signature,
-            unpack_dir=unpack_dir, max_unpack_bytes=max_unpack_bytes,
+            unpack_dir=unpack_dir, max_unpack_bytes=max_unpack_bytes, table=table,
         )
     except ShardkitError:
         raise

@@ -55,7 +55,7 @@ def test_overwrite_replaces_an_earlier_output(imagefolder, tmp_path, capsys):
     [
         (lambda p: str(p / "nope"), "does not exist"),
         (lambda p: (p / "empty").mkdir() or str(p / "empty"), "empty"),
-        (lambda p: (p / "x.csv").write_text("a,b") and str(p / "x.csv"), "--format"),
+        (lambda p: (p / "x.xlsx").write_text("a,b") and str(p / "x.xlsx"), "--format"),  # .csv is a table now
     ],
     ids=["missing", "empty", "unknown-kind"],
 )

@@ -13,19 +13,10 @@ import pytest
 from shardkit.errors import UsageError
 from shardkit.write.download import Downloader, DownloadOptions
 from shardkit.write.manners import default_user_agent, opted_out
-from tests.write.url_servers import Answer, ScriptedServer
+from tests.write.url_servers import Answer, ScriptedServer, server  # noqa: F401  (a fixture)
 
 #: Quick to give up: tiny timeouts and backoff, so every fault ends within a test's time.
 FAST = dict(connect_timeout_s=1.0, read_timeout_s=0.3, fetch_deadline_s=0.6, backoff_initial_s=0.01, backoff_max_s=0.05)
-
-
-@pytest.fixture
-def server():
-    s = ScriptedServer()
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def _closed_port() -> int:

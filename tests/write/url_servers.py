@@ -10,6 +10,8 @@ import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
+
 
 @dataclass
 class Answer:
@@ -107,6 +109,16 @@ class ScriptedServer(ThreadingHTTPServer):
         self.shutdown()
         self.server_close()
         self._thread.join(timeout=5)
+
+
+@pytest.fixture
+def server():
+    """A :class:`ScriptedServer` for one test (import this fixture into a test module)."""
+    s = ScriptedServer()
+    try:
+        yield s
+    finally:
+        s.close()
 
 
 def photo_jpeg(width: int, height: int, *, seed: int = 0, quality: int = 90) -> bytes:

@@ -1,0 +1,323 @@
+"""Tables as a write source: their rows scanned into spills, their URLs fetched while shards are written.
+
+Parquet, CSV/TSV and ``datasets`` save_to_disk folders (read by
+:mod:`shardkit.write.tables`) are sources like the others. Each part of a
+table (a Parquet row group, a CSV/TSV byte range, an Arrow file) is a scan
+partition, scanned in parallel; scanning maps every row to sample fields with
+the write's :class:`~shardkit.write.fieldmap.FieldMap` (a missing column is
+refused first, before anything is read or fetched) and keeps the mapped row
+itself in the partition's spill (:func:`encode_row`). A shard writer so reads
+its rows from the spill, in the plan's order, without reading the table again
+(a shuffled shard draws from every row group).
+
+Sizes: values held in the table (text, image bytes) are sized as any input.
+A field to download (see :class:`~shardkit.write.fieldmap.UrlField`) has no
+size before it is fetched: it is planned as 0 bytes, so shards of such a
+table are cut by count, :data:`DEFAULT_URL_SHARD_SAMPLES` samples unless
+``max_samples`` is given (``max_bytes`` still bounds the bytes held in the
+table).
+
+Writing (:func:`table_rows`): the shard's rows go through
+:func:`~shardkit.write.ingest.ingest_rows` on one
+:class:`~shardkit.write.download.Downloader` per writer process
+(:func:`process_downloader`), results in plan order whatever finished first,
+so a shard's bytes depend on the table, the seed, the options and the fetched
+bytes only. A row that could not be fetched or is not an image is a skipped
+input (its reason category first: ``http_404: jpg http://host/a.jpg: ...``),
+or stops the write under ``on_error="raise"``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardkit.errors import SourceError, UsageError
+from shardkit.format.manifest import SkippedInput
+from shardkit.write.download import DownloadOptions, Downloader
+from shardkit.write.fieldmap import FieldMap, RowSample, UrlField, encode_record
+from shardkit.write.ingest import SkippedRow, ingest_rows
+from shardkit.write.partition import Partition
+from shardkit.write.resize import ImageOptions
+from shardkit.write.spill import short_digest
+from shardkit.write.tables import PartitionList, Table, TablePartition, open_table, read_rows, table_format
+
+#: Samples per shard of a table with fields to download, when ``max_samples``
+#: is not given (img2dataset's default too).
+DEFAULT_URL_SHARD_SAMPLES = 10_000
+
+#: The write's format names of tables -> :mod:`shardkit.write.tables`' names.
+_TABLES_FORMAT = {"parquet": "parquet", "csv": "csv", "tsv": "tsv", "hf": "arrow"}
+_WRITE_FORMAT = {value: key for key, value in _TABLES_FORMAT.items()}
+
+#: Folder entries a Parquet dataset folder may hold besides its files (Spark's and Hadoop's markers).
+_PARQUET_EXTRAS = ("_SUCCESS", "_common_metadata", "_metadata")
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    """How a shard writer fetches and prepares a table's fields."""
+
+    download: DownloadOptions = field(default_factory=DownloadOptions)
+    images: ImageOptions = field(default_factory=ImageOptions)
+
+    def output_signature(self) -> str:
+        """What of these options changes the stored bytes (not timeouts or
+        threads): part of each row's digest, so ``--resume`` keeps a finished
+        shard only when it was written with the same."""
+        return repr((self.images, self.download.respect_opt_out, self.download.max_bytes))
+
+
+def ingest_options(options: Any) -> IngestOptions:
+    """The :class:`IngestOptions` a :class:`~shardkit.write.parallel.WriteOptions` sets:
+
+    ``download_threads`` (16), ``max_connections_per_host`` (4),
+    ``connect_timeout_s`` (10), ``read_timeout_s`` (20), ``download_retries``
+    (2: three attempts, with backoff, ``Retry-After`` honoured),
+    ``respect_opt_out`` (True), ``user_agent_contact`` (None) make its
+    :class:`~shardkit.write.download.DownloadOptions`; ``resize`` (None),
+    ``resize_mode`` (``keep_ratio``), ``image_format`` (None: keep) and
+    ``image_quality`` (95) its :class:`~shardkit.write.resize.ImageOptions`.
+
+    Raises:
+        UsageError: A value out of range (names the option).
+    """
+    if not isinstance(options.download_retries, int) or options.download_retries < 0:
+        raise UsageError(f"download_retries must be 0 or more, got {options.download_retries!r}")
+    download = DownloadOptions(
+        num_threads=options.download_threads, max_connections_per_host=options.max_connections_per_host,
+        connect_timeout_s=options.connect_timeout_s, read_timeout_s=options.read_timeout_s,
+        fetch_deadline_s=max(60.0, options.read_timeout_s), max_attempts=options.download_retries + 1,
+        respect_opt_out=options.respect_opt_out, user_agent_contact=options.user_agent_contact,
+        max_ahead=max(256, 4 * options.download_threads),
+    )  # fmt: skip
+    images = ImageOptions(
+        resize=options.resize, mode=options.resize_mode, output_format=options.image_format,
+        quality=options.image_quality,
+    )  # fmt: skip
+    return IngestOptions(download, images)
+
+
+def planned_options(options: Any, scanned: Any) -> Any:
+    """``options`` (a :class:`~shardkit.write.parallel.WriteOptions`) as the
+    plan uses them for ``scanned``: a table with fields to download (sized only
+    once fetched) is cut by count, :data:`DEFAULT_URL_SHARD_SAMPLES` samples
+    per shard unless ``max_samples`` is given."""
+    if scanned.has_urls and options.max_samples is None:
+        return dataclasses.replace(options, max_samples=DEFAULT_URL_SHARD_SAMPLES)
+    return options
+
+
+def detect_table(source: str) -> str | None:
+    """The write format (``parquet``, ``csv``, ``tsv``, ``hf``) ``source`` has, or None.
+
+    A folder is a table when ``datasets`` saved it (``state.json``) or when
+    it holds ``.parquet`` files and nothing else but Spark's marker files.
+    """
+    if os.path.isdir(source):
+        if os.path.exists(os.path.join(source, "state.json")) or os.path.exists(
+            os.path.join(source, "dataset_dict.json")
+        ):
+            return "hf"
+        found = False
+        for _, _, files in os.walk(source):  # stops at the first other file: an image tree costs one listing
+            for name in files:
+                if name.endswith(".parquet"):
+                    found = True
+                elif not (name.startswith(".") or name.endswith(".crc") or name in _PARQUET_EXTRAS):
+                    return None
+        return "parquet" if found else None
+    found = table_format(source)
+    return None if found is None else _WRITE_FORMAT[found]
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A table source as its scanning workers need it (pickles small).
+
+    Attributes:
+        source: The source as given.
+        format: ``parquet``, ``csv``, ``tsv`` or ``hf``.
+        columns: The table's columns.
+        fields: The field map, resolved against ``columns``.
+        output: :meth:`IngestOptions.output_signature` of the write.
+    """
+
+    source: str
+    format: str
+    columns: tuple[str, ...]
+    fields: FieldMap
+    output: str = ""
+
+    def signature(self) -> dict:
+        """What a resumed run's spills must have been scanned with."""
+        fields = [list(pair) for pair in self.fields.fields]
+        return {"table_fields": fields, "table_key": self.fields.key_column, "table_output": self.output}
+
+    def scan_rows(self, part: Partition, scan: Any) -> None:
+        """Scan one table partition: map each row and add it (the mapped row as
+        the record's name) to ``scan`` (a :mod:`~shardkit.write.inputs` scan)."""
+        table = Table(self.source, _TABLES_FORMAT[self.format], self.columns, PartitionList((), []), 0)
+        piece = TablePartition(part.path, part.start, part.end, part.first_row, 0, part.first_line)
+        scan.files.add(part.path)
+        columns = self.fields.columns_read(self.columns)
+        salt = self.output.encode()
+        for position, row in read_rows(table, piece, columns):
+            try:
+                sample = self.fields.sample(position, row, source=self.source)
+            except SourceError as exc:
+                scan.skip_or_raise(exc, f"{self.source}#row={position}")
+                continue
+            blob = encode_row(sample)
+            sizes = [(ext, 0 if isinstance(value, UrlField) else len(value)) for ext, value in sample.fields]
+            has_url = any(isinstance(value, UrlField) for _, value in sample.fields)
+            if (has_url or sample.record is not None) and not any(ext == "json" for ext, _ in sizes):
+                record = encode_record(sample.record) if sample.record is not None else b""
+                sizes = sorted([*sizes, ("json", len(record))])
+            scan.has_urls = scan.has_urls or has_url
+            scan.add(sample.key, blob, position, 0, sizes, short_digest(blob + salt))
+
+
+def table_partitions(
+    source: str, format: str, *, fields: FieldMap, partition_bytes: int, output: str = ""
+) -> tuple[list[Partition], TableSpec]:
+    """A table source's partitions, and its spec with the field map checked
+    against its columns (reads metadata only: Parquet footers, the Arrow
+    schemas, one pass over a CSV's bytes).
+
+    Raises:
+        SourceError: Not a readable table, or a mapped or key column is
+            missing (the message names it and the columns there are).
+    """
+    table = open_table(source, format=_TABLES_FORMAT[format], partition_bytes=partition_bytes)
+    spec = TableSpec(source, format, table.columns, fields.resolve(table.columns, source=source), output)
+    parts = [
+        Partition(i, format, piece.path, piece.start, piece.end, root=source, first_row=piece.first_row,
+                  first_line=piece.first_line)
+        for i, piece in enumerate(table.partitions)
+    ]  # fmt: skip
+    if not parts:
+        raise SourceError(f"{source}: the table has no rows", path=source)
+    return parts, spec
+
+
+def encode_row(sample: RowSample) -> bytes:
+    """A mapped row as the spill keeps it: a JSON line (each field's extension
+    and URL or byte count, the ``json=*`` record) and the fields' bytes after it."""
+    head: list[Any] = []
+    data = []
+    for ext, value in sample.fields:
+        if isinstance(value, UrlField):
+            head.append([ext, value.url])
+        else:
+            head.append([ext, len(value)])
+            data.append(value)
+    line = json.dumps({"f": head, "r": sample.record}, separators=(",", ":")).encode()
+    return b"".join([line, b"\n", *data])
+
+
+def decode_row(key: str, position: int, blob: bytes) -> RowSample:
+    """The :class:`RowSample` :func:`encode_row` gave ``blob`` for."""
+    end = blob.index(b"\n")
+    head = json.loads(blob[:end])
+    at = end + 1
+    fields: list[tuple[str, bytes | UrlField]] = []
+    for ext, value in head["f"]:
+        if isinstance(value, str):
+            fields.append((ext, UrlField(value)))
+        else:
+            fields.append((ext, blob[at : at + value]))
+            at += value
+    return RowSample(key, position, tuple(fields), head["r"])
+
+
+# ---------------------------------------------------------------- writing side
+
+_local = threading.Lock()
+_downloader: tuple[int, DownloadOptions, Downloader] | None = None
+
+
+def process_downloader(options: DownloadOptions) -> Downloader:
+    """This process's :class:`Downloader` for ``options``, made on first use
+    (after a fork, a new one: threads do not cross it)."""
+    global _downloader
+    with _local:
+        if _downloader is not None and _downloader[0] == os.getpid() and _downloader[1] == options:
+            return _downloader[2]
+        if _downloader is not None and _downloader[0] == os.getpid():
+            _downloader[2].close()
+        made = Downloader(options)
+        _downloader = (os.getpid(), options, made)
+        return made
+
+
+def close_process_downloader() -> None:
+    """Close this process's downloader, if it made one (its threads end)."""
+    global _downloader
+    with _local:
+        if _downloader is not None and _downloader[0] == os.getpid():
+            _downloader[2].close()
+        _downloader = None
+
+
+def table_rows(
+    plan: Any, task: Any, *, ingest: IngestOptions | None, on_error: str
+) -> Iterator[tuple[str, list[tuple[str, bytes]]] | SkippedInput]:
+    """A shard task's table rows ready to store, ``(key, fields)``, or their
+    skip records, in plan order.
+
+    Args:
+        plan: The task's :class:`~shardkit.write.plan.PlanReader`.
+        task: The :class:`~shardkit.write.plan.ShardTask`.
+        ingest: Download and image options (defaults when None).
+        on_error: ``"raise"``: the first row that cannot be stored raises.
+
+    Raises:
+        SourceError: Under ``on_error="raise"``, for the first row left out:
+            names the table, the row, the field, the reason and the URL
+            (redacted).
+    """
+    ingest = ingest or IngestOptions()
+    source = plan.partitions[0].root if plan.partitions else ""
+
+    def samples() -> Iterator[RowSample]:
+        for _, key, name, rec in plan.samples(task):
+            yield decode_row(key, rec.offset, name.encode("utf-8", "surrogateescape"))
+
+    downloader = process_downloader(ingest.download)
+    for result in ingest_rows(samples(), downloader=downloader, images=ingest.images):
+        if isinstance(result, SkippedRow):
+            if on_error == "raise":
+                raise result.error(source)
+            yield result.skipped_input(source)
+        else:
+            yield result.key, list(result.fields)
+
+
+def skip_reason(reason: str) -> str:
+    """The category a skip record's reason starts with (``http_404``,
+    ``timeout``, ``not_image``...), or ``input`` for other skipped inputs."""
+    head, colon, _ = reason.partition(":")
+    return head if colon and head and head.replace("_", "").isalnum() and head.islower() else "input"
+
+
+__all__ = [
+    "DEFAULT_URL_SHARD_SAMPLES",
+    "IngestOptions",
+    "TableSpec",
+    "close_process_downloader",
+    "decode_row",
+    "detect_table",
+    "encode_row",
+    "planned_options",
+    "ingest_options",
+    "process_downloader",
+    "skip_reason",
+    "table_partitions",
+    "table_rows",
+]
