@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 # Pins this machine's torch for the commands below; pyproject.toml has ranges.
 CONSTRAINTS := tools/constraints.txt
 
-.PHONY: demo test venv bench-writer bench-ray bench-mix bench-checksums bench-scale clean
+.PHONY: demo test venv bench-writer bench-ray bench-mix bench-checksums bench-scale bench-ingest clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,17 @@ bench-scale: $(STAMP)
 	$(PY) -m pip freeze | grep -i '^numpy==' > $(VENV)/numpy-pin.txt
 	$(PY) -m pip install --quiet -e '.[bench-scale]' -c $(CONSTRAINTS) -c $(VENV)/numpy-pin.txt
 	$(PY) bench/bench_scale.py $(BENCH_SCALE_ARGS)
+
+# From a table of URLs (#24): img2dataset against `shardkit write --resize`;
+# bench/results/ingest.{json,md,png}. img2dataset pins pandas and webdataset
+# below what .venv holds, so it gets a venv of its own (.venv-i2d).
+I2D_VENV := .venv-i2d
+$(I2D_VENV)/bin/img2dataset:
+	$(PYTHON) -m venv $(I2D_VENV)
+	$(I2D_VENV)/bin/python -m pip install --quiet img2dataset==1.47.0
+
+bench-ingest: $(STAMP) $(I2D_VENV)/bin/img2dataset
+	$(PY) bench/bench_ingest.py --img2dataset $(I2D_VENV)/bin/img2dataset $(BENCH_INGEST_ARGS)
 
 clean:
 	rm -rf demo bench/work .pytest_cache

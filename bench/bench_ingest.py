@@ -20,7 +20,8 @@ processes, from ``getrusage`` of the children), stored and failed counts
 (every row accounted for), and the samples read back with ``ShardDataset``
 (img2dataset's output indexed first with ``shardkit index``).
 
-    python bench/bench_ingest.py --img2dataset /tmp/shardkit-i2d-venv/bin/img2dataset
+    make bench-ingest   # img2dataset in a venv of its own (.venv-i2d), then this script
+    python bench/bench_ingest.py --img2dataset .venv-i2d/bin/img2dataset
     python bench/bench_ingest.py --quick   # 200 ImageNet-size images, 1 process, 8 threads
 
 The server (``serve`` subcommand) runs in a process of its own, so its work
