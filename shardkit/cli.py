@@ -106,7 +106,11 @@ _WRITE_FLAGS = {
 
 _WRITE_EPILOG = """tables (pip install 'shardkit[tables]' for Parquet and datasets folders):
   SOURCE may be a .parquet file, a folder or brace pattern of them, a .csv/.tsv
-  file (UTF-8, header line) or a folder saved by datasets' save_to_disk. Each
+  file (UTF-8, header line) or a folder saved by datasets' save_to_disk.
+  With --format hf, SOURCE may also be a dataset's Hub name that datasets
+  has cached (NAME, NAME:SPLIT or NAME:CONFIG:SPLIT; split train by default),
+  e.g. `shardkit write user/name:train out/ --format hf`: it is read from the
+  cache ($HF_DATASETS_CACHE, else $HF_HOME/datasets) and never downloaded. Each
   row is a sample: --field EXT=COLUMN (repeatable) maps a column to a member,
   --field json=* stores the other columns as JSON; without --field, columns
   named after an extension (jpg, txt, json...) map to themselves. A string
@@ -133,7 +137,8 @@ def _add_write(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--format",
         choices=("imagefolder", "directory", "jsonl", "tar", "parquet", "csv", "tsv", "hf"),
-        help="source format (default: detect; hf: a datasets save_to_disk folder)",
+        help="source format (default: detect; hf: a datasets save_to_disk folder, or a Hub name "
+        "datasets has cached, NAME[:SPLIT], looked up offline)",
     )
     p.add_argument("--max-samples", help="most samples per shard")
     p.add_argument("--max-bytes", help="most bytes per shard, e.g. 256MB, 1GiB (default 256MiB)")

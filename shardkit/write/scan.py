@@ -132,7 +132,7 @@ def scan_dataset(
         format = detect_table(source) or detect_format(source)
     if format not in FORMATS + TABLE_KINDS:
         raise UsageError(f"unknown source format {format!r}; choose one of {', '.join(FORMATS + TABLE_KINDS)}")
-    if format not in ("tar", "parquet") and not os.path.exists(source):
+    if format not in ("tar", "parquet", "hf") and not os.path.exists(source):
         raise SourceError(f"{source}: source does not exist", path=source)
     table: TableSpec | None = None
     if format in TABLE_KINDS:

@@ -22,7 +22,10 @@ the writer may scan in parallel:
     ``DatasetDict`` folder is refused with the names of its splits. Read with
     pyarrow alone, no network and no ``datasets`` import. Image columns hold
     ``{"bytes": ..., "path": ...}`` structs; :mod:`shardkit.write.fieldmap`
-    stores their bytes as they are.
+    stores their bytes as they are. Or a dataset's Hub name that
+    ``datasets`` cached earlier, ``NAME[:SPLIT]`` (see
+    :mod:`shardkit.write.hf_cache`; looked up offline, never downloaded):
+    the cached Arrow files are its partitions.
 
 :func:`read_rows` reads one partition as ``(position, row)`` pairs, where
 ``position`` is the row's 0-based position in the whole table (stable
@@ -49,6 +52,7 @@ from braceexpand import braceexpand
 
 from shardkit.errors import SourceError
 from shardkit.write.detect import walk_files
+from shardkit.write.hf_cache import find_cached, looks_like_name
 
 #: Table formats :func:`open_table` reads.
 TABLE_FORMATS = ("parquet", "csv", "tsv", "arrow")
@@ -287,7 +291,10 @@ def _open_parquet(source: str) -> Table:
 
 
 def _open_arrow(source: str) -> Table:
-    pa = _pyarrow()
+    if not os.path.isdir(source) and looks_like_name(source):
+        cached = find_cached(source)
+        info = os.path.join(cached.folder, "dataset_info.json")
+        return _open_arrow_files(source, cached.folder, list(cached.files), info)
     if os.path.exists(os.path.join(source, "dataset_dict.json")):
         with open(os.path.join(source, "dataset_dict.json"), encoding="utf-8") as f:
             splits = json.load(f).get("splits", [])
@@ -304,13 +311,19 @@ def _open_arrow(source: str) -> Table:
         raise SourceError(
             f"{state_path}: not a datasets save_to_disk folder's state.json ({type(exc).__name__}: {exc})", path=source
         ) from exc
+    return _open_arrow_files(source, source, files, state_path)
+
+
+def _open_arrow_files(source: str, folder: str, files: list[str], listed_by: str) -> Table:
+    """The table of the Arrow stream files ``files`` in ``folder`` (``listed_by`` names them)."""
+    pa = _pyarrow()
     parts: list[tuple[int, ...]] = []
     columns: tuple[str, ...] | None = None
     row = 0
     for number, name in enumerate(files):
-        path = os.path.join(source, name)
+        path = os.path.join(folder, name)
         if os.path.basename(name) != name or not os.path.isfile(path):
-            raise SourceError(f"{state_path}: lists {name!r}, which is not a file in the folder", path=source)
+            raise SourceError(f"{listed_by}: lists {name!r}, which is not a file in the folder", path=source)
         try:
             with pa.memory_map(path) as source_file:
                 reader = pa.ipc.open_stream(source_file)
@@ -325,8 +338,8 @@ def _open_arrow(source: str) -> Table:
         parts.append((number, 0, 0, row, count, 0))
         row += count
     if columns is None:
-        raise SourceError(f"{source}: state.json lists no data files", path=source)
-    paths = tuple(os.path.join(source, name) for name in files)
+        raise SourceError(f"{listed_by}: lists no data files", path=source)
+    paths = tuple(os.path.join(folder, name) for name in files)
     return Table(source, "arrow", columns, PartitionList(paths, parts), row)
 
 
