@@ -63,7 +63,8 @@ def test_ray_engine_writes_to_s3_from_the_workers(ray_cluster, images, local_out
     private = tmp_path / "driver-tmp"
     private.mkdir()
     driver = [sys.executable, str(ROOT / "tests" / "ray" / "driver.py"), ray_cluster.address, "s3-write", str(images)]
-    script = f"mount -t tmpfs tmpfs {shlex.quote(str(private))} && TMPDIR={shlex.quote(str(private))} exec {shlex.join(driver)}"
+    folder = shlex.quote(str(private))
+    script = f"mount -t tmpfs tmpfs {folder} && TMPDIR={folder} exec {shlex.join(driver)}"
     done = ray_cluster.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script])
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.splitlines()[-1])
@@ -71,6 +72,10 @@ def test_ray_engine_writes_to_s3_from_the_workers(ray_cluster, images, local_out
     assert result["objects"] == expected
     assert result["num_written"] == 20 and result["rows"] == 120
     assert not os.listdir(private)  # the driver's staging folder was on its tmpfs, not here
+    # shardkit.ray.write_shards of the same rows to s3:// (same limit): the same shards, every row.
+    shards = sorted(name for name in expected if name.startswith("shard-"))
+    assert sorted(name for name in result["again"] if name.startswith("shard-")) == shards
+    assert "manifest.json" in result["again"] and result["again_rows"] == 120
 
 
 def _pids_running(task_name: str) -> list[int]:
