@@ -12,7 +12,9 @@ How it runs:
    the sizes), named ``shard-000000.tar``, ``shard-000001.tar``... in order.
 4. One Ray task per shard (with retries) fetches its rows from the blocks and
    writes the shard with shardkit's tar encoding, offset index and checksum,
-   on a shared file system or staged and uploaded to ``s3://``/fsspec.
+   and publishes it with the writer's one publish step
+   (:class:`~shardkit.write.publisher.ShardPublisher`): in place on a shared
+   file system, or staged on its node and uploaded to ``s3://``/fsspec.
 5. The manifest is written last, by the driver.
 
 What decides the bytes: the rows and their order, block by block. The
@@ -30,9 +32,6 @@ shards (every sample is still written exactly once).
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,13 +39,13 @@ import numpy as np
 
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.format.codecs import encode_value
-from shardkit.format.index import index_path_for
 from shardkit.format.manifest import Manifest, ShardEntry
 from shardkit.format.tar import END_OF_ARCHIVE, encoded_sample_size
 from shardkit.io.registry import open_destination
 from shardkit.write.destination import output_error, prepare_destination, shard_name
-from shardkit.write.engine_ray import PROBE_PREFIX, check_visible
+from shardkit.write.engine_ray import check_nodes_see
 from shardkit.write.limits import ShardLimits
+from shardkit.write.publisher import ShardPublisher
 from shardkit.write.publish import publish_manifest
 from shardkit.write.shard import ShardFile
 from shardkit.write.upload import refuse_existing_dataset
@@ -130,13 +129,15 @@ def _block_sizes(table: Any, key_column: str) -> np.ndarray:
 
 
 def _write_piece_shard(
-    name: str, pieces: list[tuple[Any, int, int]], dest: str, publish_url: str | None, key_column: str
+    name: str, pieces: list[tuple[Any, int, int]], publisher: ShardPublisher, key_column: str
 ) -> tuple[ShardEntry, list[str]]:
-    """Body of a shard task: fetch its rows and write one shard."""
+    """Body of a shard task: fetch its rows, write one shard and publish it."""
+    return publisher.publish(name, lambda folder: _write_pieces(os.path.join(folder, name), pieces, key_column))
+
+
+def _write_pieces(path: str, pieces: list[tuple[Any, int, int]], key_column: str) -> tuple[ShardEntry, list[str]]:
     import ray
 
-    folder = tempfile.mkdtemp(prefix="shardkit-ray-") if publish_url is not None else dest
-    path = os.path.join(folder, name)
     extensions: set[str] = set()
     try:
         with ShardFile(path) as shard:
@@ -146,29 +147,11 @@ def _write_piece_shard(
                     extensions.update(ext for ext, _ in fields)
                     shard.add(key, fields)
             written = shard.commit()
-        if publish_url is not None:
-            destination = open_destination(publish_url)
-            for member in (name, index_path_for(name)):
-                destination.put_file(os.path.join(folder, member), member)
     except ShardkitError:
         raise
     except OSError as exc:
         raise output_error(exc, path, resume_hint=False) from exc
-    finally:
-        if publish_url is not None:
-            shutil.rmtree(folder, ignore_errors=True)
     return written.entry(), sorted(extensions)
-
-
-def _check_nodes_see(folder: str) -> None:
-    """Every node must see the output folder (a shared file system): checked with a probe file."""
-    probe = os.path.join(folder, PROBE_PREFIX + uuid.uuid4().hex)
-    with open(probe, "wb"):
-        pass
-    try:
-        check_visible([probe])
-    finally:
-        os.unlink(probe)
 
 
 def write_dataset_shards(
@@ -188,7 +171,7 @@ def write_dataset_shards(
         raise UsageError("write_shards needs max_samples or max_bytes (or both) to cut shards")
     limits = ShardLimits(max_samples=max_samples, max_bytes=max_bytes)
     destination = open_destination(dest)
-    publish_url = None if destination.local_dir is not None else destination.url
+    publisher = ShardPublisher(destination.local_dir or "", url=None if destination.local_dir else destination.url)
     if destination.local_dir is not None:
         prepare_destination(destination.local_dir, overwrite=overwrite, resume=False)
     else:
@@ -202,11 +185,10 @@ def write_dataset_shards(
     writer = ray.remote(_write_piece_shard).options(
         max_retries=max_retries, retry_exceptions=[OSError], name="shardkit_write_shard"
     )
-    local_dir = destination.local_dir or ""
-    if destination.local_dir is not None:
-        _check_nodes_see(local_dir)
+    if not publisher.remote:
+        check_nodes_see([], folder=publisher.folder)  # every node writes into it: a shared file system
     futures = [
-        writer.remote(shard_name(i), [(refs[b], s, e) for b, s, e in pieces], local_dir, publish_url, key_column)
+        writer.remote(shard_name(i), [(refs[b], s, e) for b, s, e in pieces], publisher, key_column)
         for i, pieces in enumerate(plan)
     ]
     try:

@@ -4,7 +4,7 @@ The driver scans and plans exactly as with the local engine (its scanning
 processes run on the driver's machine); only the step "run these
 :class:`~shardkit.write.plan.ShardTask` objects" changes. Each task
 is submitted as a Ray task that calls
-:func:`~shardkit.write.parallel.write_shard` on whichever node Ray picks, with
+:func:`~shardkit.write.shard_task.run_shard` on whichever node Ray picks, with
 ``max_retries`` (a lost worker or node, or an error inside the task, runs it
 again). A shard's bytes depend only on its task, and every shard is written
 to a temporary name and renamed, so the output is byte-identical to the local
@@ -14,14 +14,17 @@ manifest is still written last, by the driver.
 Only ``max_in_flight`` tasks are submitted at a time (``ray.wait`` hands back
 the finished ones, which feed the progress bar), so the object store never
 holds the whole plan; a task names rows of the plan's files, which live in
-DEST's work folder (``.shardkit-journal/``), so it pickles small.
+DEST's work folder (``.shardkit-journal/``), so it pickles small (or carries
+its rows, for a remote DEST).
 
-Every node must see the inputs, the plan and the output: before any shard is
-written a zero-CPU probe task runs on each alive node and checks a local
-source path, the plan's folder (in DEST's work folder) and a probe file the
-driver put into DEST. For an ``s3://``/fsspec DEST the tasks upload their
-shards themselves, but they still read the plan from the driver's staging
-folder: ``TMPDIR`` must then be on a file system the nodes share.
+Every node must see the inputs: before any shard is written a zero-CPU probe
+task runs on each alive node and checks a local source path. With a local
+DEST it also checks the plan's folder (in DEST's work folder) and a probe file
+the driver put into DEST. For an ``s3://``/fsspec DEST the plan stays in the
+driver's staging folder, which no other node needs to see: each task carries
+its rows of the plan as bytes (:mod:`shardkit.write.carried`, about 100 bytes
+a sample, packed when the task is submitted), writes its shard on its own
+node and uploads it (:class:`~shardkit.write.publisher.ShardPublisher`).
 
 Ray is imported only when this engine runs; without it the error names
 ``pip install 'shardkit[ray]'``.
@@ -31,17 +34,16 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import socket
-import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from shardkit.errors import ShardkitError, UsageError
-from shardkit.format.index import index_path_for
-from shardkit.io.registry import open_destination
-from shardkit.write.plan import ShardTask
+from shardkit.write.carried import CarriedPlan, CarriedRows, pack_task, read_partitions
+from shardkit.write.journal import ShardResult
+from shardkit.write.plan import PlanReader, ShardTask
+from shardkit.write.shard_task import ShardJob, run_shard
 
 log = logging.getLogger(__name__)
 
@@ -125,26 +127,11 @@ def _check_reachable(address: str) -> None:
         ) from None
 
 
-def _write_one(
-    write_shard: Callable[..., Any],
-    task: ShardTask,
-    dest: str,
-    arguments: dict[str, Any],
-    publish_url: str | None,
-) -> Any:
-    """Body of one Ray task: write one shard (and upload it when ``publish_url``);
-    ``arguments`` are the write options' (``WriteOptions.shard_arguments()``)."""
-    if publish_url is None:
-        return write_shard(task, dest, **arguments)
-    staging = tempfile.mkdtemp(prefix="shardkit-ray-")
-    try:
-        result = write_shard(task, staging, **arguments)
-        destination = open_destination(publish_url)
-        for name in (task.name, index_path_for(task.name)):
-            destination.put_file(os.path.join(staging, name), name)
-        return result
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+def _write_one(task: ShardTask, job: ShardJob, partitions: bytes | None, rows: CarriedRows | None) -> ShardResult:
+    """Body of one Ray task: write and publish one shard, from the plan rows
+    it carries when it carries some (``partitions``: the plan's partition table)."""
+    plan = CarriedPlan(partitions, rows) if partitions is not None and rows is not None else None
+    return run_shard(task, job, plan=plan)
 
 
 def _missing_here(paths: list[str]) -> tuple[str, list[str]]:
@@ -187,30 +174,20 @@ def default_max_in_flight(ray: Any) -> int:
 
 
 def run_tasks_on_ray(
-    tasks: list[ShardTask],
-    dest: str,
-    options: Any,
-    *,
-    write_shard: Callable[..., Any],
-    publish_url: str | None = None,
-    max_in_flight: int | None = None,
-    inputs: list[str] | None = None,
-) -> Iterator[Any]:
-    """Run shard tasks as Ray tasks, yielding each :class:`ShardResult` as it finishes.
+    tasks: list[ShardTask], job: ShardJob, options: Any, *, max_in_flight: int | None = None
+) -> Iterator[ShardResult]:
+    """The Ray engine: run shard tasks as Ray tasks, yielding each result as it finishes.
 
     Args:
         tasks: The shards to write.
-        write_shard: :func:`~shardkit.write.parallel.write_shard` (passed in:
-            this module sits below the driver that imports it).
-        dest: The local output directory (on a shared file system), or a
-            staging directory when ``publish_url`` is set.
+        job: The write's publisher and shard options. With a local DEST (on
+            a shared file system) the tasks write into it and read their rows
+            of the plan from its work folder; with a remote one each task
+            writes on its own node, uploads its shard there and carries its
+            rows of the plan (:mod:`shardkit.write.carried`).
         options: The run's :class:`~shardkit.write.parallel.WriteOptions`.
-        publish_url: A remote DEST (``s3://``, fsspec): each task writes its
-            shard on its own node and uploads it there.
         max_in_flight: Tasks submitted at once (default: ``options.workers``
             when set, else two per cluster CPU).
-        inputs: Local paths every node must see (the plan's folder, an
-            input file); checked on each node before any task runs.
 
     Raises:
         ImportError: Ray is not installed.
@@ -219,54 +196,66 @@ def run_tasks_on_ray(
         ShardkitError: A task failed for good (retries spent); the error is
             the task's own (an :class:`InputFileError` names the input).
     """
+    if not tasks:
+        return
     ray = require_ray()
     connected = connect(options.ray_address)
     in_flight: dict[Any, ShardTask] = {}
-    probe_path = None
     try:
-        visible = sorted(set(inputs or []))
-        if publish_url is None:
-            probe_path = os.path.join(dest, PROBE_PREFIX + uuid.uuid4().hex)
-            with open(probe_path, "wb"):
-                pass
-            visible.append(probe_path)
-        check_visible(visible)
-        if probe_path is not None:
-            os.unlink(probe_path)
-            probe_path = None
-
+        _check_nodes_see_the_run(tasks[0], job)
         remote = ray.remote(_write_one).options(
             num_cpus=1, max_retries=options.ray_max_retries, retry_exceptions=True, name="shardkit_write_shard"
         )
+        carry = job.publisher.remote  # the plan is in the driver's staging folder: tasks carry their rows
+        partitions = ray.put(read_partitions(tasks[0])) if carry else None
         limit = max_in_flight or options.workers or default_max_in_flight(ray)
         pending = iter(tasks)
-        exhausted = False
-        while in_flight or not exhausted:
-            while not exhausted and len(in_flight) < limit:
-                task = next(pending, None)
-                if task is None:
-                    exhausted = True
-                    break
-                ref = remote.remote(write_shard, task, dest, options.shard_arguments(), publish_url)
-                in_flight[ref] = task
+        while True:
+            while len(in_flight) < limit and (task := next(pending, None)) is not None:
+                rows = pack_task(task) if carry else None
+                in_flight[remote.remote(task, job, partitions, rows)] = task
             if not in_flight:
                 break
             done, _ = ray.wait(list(in_flight), num_returns=1)
             for ref in done:
-                task = in_flight.pop(ref)
-                yield _result(ray, ref, task)
+                yield _result(ray, ref, in_flight.pop(ref))
     finally:
         if in_flight:  # a task failed or the caller stopped: stop the others, and let them clean up
             for ref in in_flight:
                 ray.cancel(ref)
             ray.wait(list(in_flight), num_returns=len(in_flight), timeout=CANCEL_WAIT_S)
-        if probe_path is not None:
-            try:
-                os.unlink(probe_path)
-            except OSError:
-                pass
         if connected:
             ray.shutdown()
+
+
+def _check_nodes_see_the_run(first: ShardTask, job: ShardJob) -> None:
+    """Before any shard is written: every node must see an input file, and
+    for a local DEST its work folder's plan and DEST itself."""
+    with PlanReader(first) as plan:
+        paths = plan.read_paths[:1]
+    if job.publisher.remote:
+        check_nodes_see(paths)
+    else:
+        check_nodes_see([*paths, first.plan_dir], folder=job.publisher.folder)
+
+
+def check_nodes_see(paths: list[str], *, folder: str | None = None) -> None:
+    """:func:`check_visible` for ``paths`` and, when given, for a probe file
+    put into ``folder`` (an output folder every node must share), removed after.
+
+    Raises:
+        UsageError: A node cannot see one of them.
+    """
+    if folder is None:
+        check_visible(sorted(set(paths)))
+        return
+    probe = os.path.join(folder, PROBE_PREFIX + uuid.uuid4().hex)
+    with open(probe, "wb"):
+        pass
+    try:
+        check_visible([*sorted(set(paths)), probe])
+    finally:
+        os.unlink(probe)
 
 
 def _result(ray: Any, ref: Any, task: ShardTask) -> Any:

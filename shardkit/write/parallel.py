@@ -1,17 +1,22 @@
-"""write_dataset: scan, plan, write shards in parallel, then the manifest.
+"""write_dataset: scan, plan, run, publish.
 
-Steps, each a separate unit:
+One straight path, whatever the engine and DEST; the engine (:data:`ENGINES`:
+the local process pool, or Ray tasks) and the publisher (a local folder, or
+``s3://``/fsspec through a staging folder) are chosen once, in
+:func:`write_dataset`. Steps, each a separate unit:
 
 1. :func:`~shardkit.write.scan.scan_dataset` cuts the source into partitions
    that worker processes scan in parallel, each into a spill file (metadata
    only); the driver keeps one summary per partition.
 2. :func:`~shardkit.write.plan.plan_shards` orders the samples (a seeded hash
    sort done bucket by bucket, or source order) and cuts shards by arithmetic.
-3. :func:`write_shard` writes one shard; a process pool runs them. Tasks and
-   results are plain picklable dataclasses that name rows of the plan's
-   files, so another executor (Ray, a batch system) can run the same plan
+3. The engine runs :func:`~shardkit.write.shard_task.run_shard` per shard: it
+   writes the shard (:func:`~shardkit.write.shard_task.write_shard`) and
+   publishes it with its index (:class:`~shardkit.write.publisher.ShardPublisher`).
+   Tasks and results are plain picklable dataclasses that name rows of the
+   plan's files, so another executor (a batch system) can run the same plan
    shard by shard.
-4. The manifest is written last, atomically.
+4. The manifest is written last, atomically (uploaded last for a remote DEST).
 
 The work folder ``DEST/.shardkit-journal/`` holds the scan's spills
 (``scan/``), the plan (``plan/``) and one record per finished shard with its
@@ -23,22 +28,22 @@ the driver's memory with the number of samples.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing
-import functools
 import os
 import shutil
 import threading
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from typing import Any
 
-from shardkit.errors import InputFileError, ShardkitError, UsageError
-from shardkit.format.compression import COMPRESSIONS, Compression, compress, compressed_extension, should_compress
-from shardkit.format.manifest import MANIFEST_NAME, Manifest, SkippedInput
+from shardkit.errors import ShardkitError, UsageError
+from shardkit.format.compression import COMPRESSIONS, Compression, compressed_extension
+from shardkit.format.manifest import MANIFEST_NAME, Manifest
 from shardkit.format.tar import field_name
 from shardkit.io.registry import open_destination
 from shardkit.write.destination import (
@@ -48,27 +53,27 @@ from shardkit.write.destination import (
     output_error,
     prepare_destination,
 )
-from shardkit.write.inputs import load_sample
+from shardkit.write.fieldmap import FieldMap
 from shardkit.write.journal import (
     ShardResult,
     clear_journal,
     finished_entries,
-    journal_record,
     remove_stale,
     remove_temporaries,
     reusable_result,
 )
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
-from shardkit.write.tar_inputs import DEFAULT_MAX_UNPACK_BYTES
 from shardkit.write.partition import PARTITION_BYTES
-from shardkit.write.plan import PlanReader, ShardTask, plan_shards
-from shardkit.write.scan import ScanResult, scan_dataset
+from shardkit.write.plan import ShardTask, plan_shards
 from shardkit.write.publish import publish_manifest
-from shardkit.write.fieldmap import FieldMap
-from shardkit.write.partition import TABLE_KINDS
-from shardkit.write.table_source import IngestOptions, close_process_downloader, ingest_options, planned_options, table_rows
-from shardkit.write.upload import write_to_remote
-from shardkit.write.shard import ShardFile
+from shardkit.write.publisher import ShardPublisher
+from shardkit.write.scan import ScanResult, scan_dataset
+from shardkit.write.shard_task import ShardJob, init_worker, run_shard, run_shard_in_worker, write_shard
+from shardkit.write.table_source import IngestOptions, close_process_downloader, ingest_options, planned_options
+from shardkit.write.tar_inputs import DEFAULT_MAX_UNPACK_BYTES
+from shardkit.write.upload import publish_report, remote_staging
+
+__all__ = ["ENGINES", "Progress", "WriteOptions", "WriteReport", "scan_and_plan", "write_dataset", "write_shard"]
 
 log = logging.getLogger(__name__)
 
@@ -256,108 +261,30 @@ class WriteOptions:
         return recorded
 
 
-def _compress_fields(fields: list[tuple[str, bytes]], kind: Compression | None) -> list[tuple[str, bytes]]:
-    """Compress the members worth compressing, renaming ``txt`` to ``txt.gz``."""
-    if kind is None:
-        return fields
-    out = [
-        (compressed_extension(ext, kind), compress(data, kind) if should_compress(ext) else data) for ext, data in fields
-    ]
-    return sorted(out, key=lambda field: field[0])  # members of a sample stay in sorted order
-
-
-class _Stopped(Exception):
-    """A shard task given up because the run is stopping (another task failed)."""
-
-
-def write_shard(
-    task: ShardTask,
-    dest: str,
-    *,
-    on_error: str = "raise",
-    stop: Any = None,
-    compress_members: Compression | None = None,
-    ingest: IngestOptions | None = None,
-    download_errors: str = "skip",
-) -> ShardResult:
-    """Write one planned shard into local directory ``dest``.
-
-    Args:
-        task: The planned shard.
-        dest: The output directory.
-        on_error: ``"raise"`` or ``"skip"`` for inputs that cannot be read.
-        stop: An event (``threading`` or ``multiprocessing``); once it is set
-            the task gives up between samples, leaving no file behind.
-        compress_members: See :attr:`WriteOptions.compress_members`.
-        ingest: For a table source: how fields are fetched and images
-            prepared (see :mod:`shardkit.write.table_source`).
-        download_errors: For a table source: ``"skip"`` records rows whose
-            fields could not be fetched or checked, ``"raise"`` stops.
-
-    Raises:
-        InputFileError: An input vanished, became unreadable or changed, and
-            ``on_error`` is ``"raise"``. No file is left under the final name.
-        SourceError: A table row could not be stored under
-            ``download_errors="raise"``.
-        DestinationError: The shard, its index or its journal record could
-            not be written (disk full, read-only, no permission); the message
-            names the file and what to do. No temporary file is left.
-    """
-    skipped = []
-    path = os.path.join(dest, task.name)
-    try:
-        with PlanReader(task) as plan, ShardFile(path) as shard:
-            if plan.partitions and plan.partitions[0].kind in TABLE_KINDS:
-                rows = table_rows(plan, task, ingest=ingest, on_error=download_errors)
-            else:
-                rows = _file_rows(plan, task, on_error)
-            for row in rows:
-                if stop is not None and stop.is_set():
-                    raise _Stopped(task.name)
-                if isinstance(row, SkippedInput):
-                    skipped.append(row)
-                else:
-                    shard.add(row[0], _compress_fields(row[1], compress_members))
-            written = shard.commit()
-        result = ShardResult(
-            index=task.index, entry=written.entry(), fingerprint=task.fingerprint, skipped=tuple(skipped)
-        )
-        journal_record(dest, result)
-    except ShardkitError:
-        raise
-    except OSError as exc:
-        raise output_error(exc, path) from exc
-    return result
-
-
-def _file_rows(plan: PlanReader, task: ShardTask, on_error: str) -> Iterator[tuple[str, list] | SkippedInput]:
-    """A task's samples read from their input files, ``(key, fields)``, or
-    the skip record of one that could not be read (``on_error="skip"``)."""
-    for part, key, name, rec in plan.samples(task):
-        try:
-            fields = load_sample(plan.partitions[part], plan.read_paths[part], key, name, rec, plan.read_range)
-        except InputFileError as exc:
-            if on_error == "raise":
-                raise
-            yield SkippedInput(path=exc.path or plan.partitions[part].path, reason=str(exc))
-            continue
-        yield key, fields
-
-
-def _write_shard_in_worker(task: ShardTask, dest: str, options: WriteOptions) -> ShardResult:
-    return write_shard(task, dest, stop=_worker_stop, **options.shard_arguments())
-
-
-#: The run's stop event in a writer process (set by the pool initializer).
-_worker_stop: Any = None
-
-
-def _init_worker(stop: Any) -> None:
-    global _worker_stop
-    _worker_stop = stop
-
-
 # ---------------------------------------------------------------- the driver
+
+#: An engine: runs shard tasks, yielding their results as they finish (any order).
+Engine = Callable[[list[ShardTask], ShardJob, WriteOptions], Iterator[ShardResult]]
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One write: what is written, with which options, by which engine, to which publisher."""
+
+    source: str
+    options: WriteOptions
+    engine: Engine
+    publisher: ShardPublisher
+    progress: Callable[[Progress], None] | None
+    started: float = dataclasses.field(default_factory=time.perf_counter)
+
+    @property
+    def dest(self) -> str:
+        """The local folder written into (DEST, or the staging folder of a remote DEST)."""
+        return self.publisher.folder
+
+    def job(self) -> ShardJob:
+        return ShardJob(publisher=self.publisher, arguments=self.options.shard_arguments())
 
 
 def write_dataset(
@@ -368,6 +295,10 @@ def write_dataset(
     progress: Callable[[Progress], None] | None = None,
 ) -> WriteReport:
     """Pack ``source`` into shards under ``dest`` and write ``manifest.json``.
+
+    Scan, plan, run, publish: the engine (:data:`ENGINES`) and the publisher
+    (a local folder, or ``s3://``/fsspec through a staging folder; see
+    :class:`~shardkit.write.publisher.ShardPublisher`) are chosen here, once.
 
     Args:
         source: Input dataset (ImageFolder tree, directory, JSONL file, tar
@@ -382,37 +313,31 @@ def write_dataset(
         A :class:`WriteReport` whose ``manifest`` describes the dataset.
 
     Raises:
-        UsageError, SourceError, DestinationError, InputFileError.
+        UsageError, SourceError, DestinationError, InputFileError, RemoteError.
     """
     options = options or WriteOptions()
-    if options.engine == "ray":  # before scanning: no Ray, or no cluster there, fails at once
-        from shardkit.write.engine_ray import preflight
+    engine = _choose_engine(options)  # before scanning: no Ray, or no cluster there, fails at once
+    destination = open_destination(dest)
+    if destination.local_dir is not None:
+        return _write(_Run(source, options, engine, ShardPublisher(destination.local_dir), progress))
+    with remote_staging(destination, resume=options.resume, overwrite=options.overwrite) as staging:
+        publisher = ShardPublisher(staging, url=destination.url)
+        report = _write(_Run(source, dataclasses.replace(options, overwrite=False), engine, publisher, progress))
+        return publish_report(destination, report)
+
+
+def _choose_engine(options: WriteOptions) -> Engine:
+    if options.engine == "ray":
+        from shardkit.write.engine_ray import preflight, run_tasks_on_ray
 
         preflight(options.ray_address)
-    destination = open_destination(dest)
-    if destination.local_dir is None:  # s3:// or fsspec: stage locally, upload each shard as it is done
-        if options.engine == "ray":  # Ray tasks upload their own shards; the driver publishes the manifest
-            stage = functools.partial(_write_local, check_space=False, publish_url=destination.url)
-            return write_to_remote(
-                source, destination, options=options, progress=progress, write_local=stage, writer_uploads=True
-            )
-        stage = functools.partial(_write_local, check_space=False)  # staging holds a few shards at a time
-        return write_to_remote(source, destination, options=options, progress=progress, write_local=stage)
-    return _write_local(source, destination.local_dir, options=options, progress=progress, check_space=True)
+        return run_tasks_on_ray
+    return _run_tasks
 
 
-def _write_local(
-    source: str,
-    dest: str,
-    *,
-    options: WriteOptions,
-    progress: Callable[[Progress], None] | None,
-    check_space: bool,
-    publish_url: str | None = None,
-) -> WriteReport:
-    """:func:`write_dataset` into the local directory ``dest`` (with
-    ``publish_url``, Ray tasks upload each shard there instead)."""
-    started = time.perf_counter()
+def _write(run: _Run) -> WriteReport:
+    """Scan and plan into the work folder of ``run.dest``, then :func:`_write_planned`."""
+    dest, options = run.dest, run.options
     # Refuse an unusable DEST before scanning, changing nothing there yet.
     check_destination(dest, overwrite=options.overwrite, resume=options.resume)
     created = not os.path.exists(dest)
@@ -423,16 +348,14 @@ def _write_local(
         try:
             if not options.resume:
                 shutil.rmtree(work, ignore_errors=True)  # an earlier run's, replaced by --overwrite
-            scanned, tasks, oversized = scan_and_plan(source, options, work=work, unpack_dir=unpack_dir)
+            scanned, tasks, oversized = scan_and_plan(run.source, options, work=work, unpack_dir=unpack_dir)
         except BaseException as exc:
             _discard_scan(dest, work, created=created, keep=options.resume)
             if isinstance(exc, OSError) and not isinstance(exc, ShardkitError):
                 raise output_error(exc, work, resume_hint=False) from exc
             raise
-        return _write_planned(
-            scanned, tasks, oversized, source, dest, options=planned_options(options, scanned), progress=progress,
-            check_space=check_space, started=started, publish_url=publish_url,
-        )
+        run = dataclasses.replace(run, options=planned_options(options, scanned))
+        return _write_planned(run, scanned, tasks, oversized)
 
 
 def scan_and_plan(
@@ -474,85 +397,27 @@ def _discard_scan(dest: str, work: str, *, created: bool, keep: bool) -> None:
             pass
 
 
-def _write_planned(
-    scanned: ScanResult,
-    tasks: list[ShardTask],
-    oversized: list[str],
-    source: str,
-    dest: str,
-    *,
-    options: WriteOptions,
-    progress: Callable[[Progress], None] | None,
-    check_space: bool,
-    started: float,
-    publish_url: str | None = None,
-) -> WriteReport:
-    """The rest of :func:`_write_local`, once the source is scanned and planned."""
+def _write_planned(run: _Run, scanned: ScanResult, tasks: list[ShardTask], oversized: list[str]) -> WriteReport:
+    """The rest of :func:`_write`, once the source is scanned and planned:
+    run the tasks not done yet on the engine, then write the manifest."""
+    dest, options = run.dest, run.options
     prepare_destination(dest, overwrite=options.overwrite, resume=options.resume, keep=JOURNAL_DIR)
     for description in oversized:
         log.warning("sample %s alone exceeds max_bytes=%s; it gets a shard of its own", description, options.max_bytes)
-    source_info = {"format": scanned.format, "path": source}
-    total = scanned.num_samples
-
     results: dict[int, ShardResult] = {}
     try:
-        todo = tasks
-        if options.resume:
-            finished = finished_entries(dest, source_info, options)
-            todo = []
-            for task in tasks:
-                reused = reusable_result(dest, task, finished)
-                if reused is None:
-                    todo.append(task)
-                else:
-                    results[task.index] = reused
-                    _report(progress, reused, total)
-            remove_stale(dest, keep={t.name for t in tasks})
-            if os.path.exists(os.path.join(dest, MANIFEST_NAME)) and todo:
-                os.unlink(os.path.join(dest, MANIFEST_NAME))
-        if check_space:
+        todo = _reuse_finished(run, scanned, tasks, results) if options.resume else tasks
+        if not run.publisher.remote:  # a remote DEST stages a few shards at a time
             check_free_space(dest, _planned_file_sizes(todo))
-
-        if options.engine == "ray":
-            from shardkit.write.engine_ray import run_tasks_on_ray
-
-            visible = [tasks[0].plan_dir, scanned.summaries[0]["read_path"]] if tasks else []
-            runner = run_tasks_on_ray(
-                todo, dest, options, write_shard=write_shard, publish_url=publish_url, inputs=visible
-            )
-        else:
-            runner = _run_tasks(todo, dest, options)
+        runner = run.engine(todo, run.job(), options)
         try:
             for result in runner:
                 results[result.index] = result
-                _report(progress, result, total)
+                _report(run.progress, result, scanned.num_samples)
         finally:
             runner.close()  # stops the pool at once when the loop ends early
-
         ordered = [results[t.index] for t in tasks]
-        skipped = list(scanned.skipped)
-        for r in ordered:
-            skipped.extend(r.skipped)
-        kind = options.compress_members
-        # the fields readers give (KEY.JPG is read as jpg)
-        extensions = sorted({field_name(compressed_extension(ext, kind)) for ext in scanned.extensions})
-        manifest = Manifest(
-            shards=tuple(r.entry for r in ordered),
-            extensions=tuple(extensions),
-            class_names=scanned.class_names,
-            source=source_info,
-            options=options.recorded(),
-            seed=options.seed if options.shuffle else None,
-            skipped=tuple(skipped),
-            location=os.path.abspath(dest),
-            member_compression=kind,
-        )
-        manifest_path = os.path.join(dest, MANIFEST_NAME)
-        try:
-            publish_manifest(dest, manifest)
-        except OSError as exc:
-            raise output_error(exc, manifest_path) from exc
-        clear_journal(dest)
+        manifest = _publish_manifest(run, scanned, ordered)
     except BaseException as exc:
         remove_temporaries(dest)
         if not options.resume and not any(not r.reused for r in results.values()):
@@ -564,9 +429,62 @@ def _write_planned(
         manifest=manifest,
         num_written=sum(not r.reused for r in ordered),
         num_reused=sum(r.reused for r in ordered),
-        seconds=time.perf_counter() - started,
+        seconds=time.perf_counter() - run.started,
         oversized=tuple(oversized),
     )
+
+
+def _source_info(run: _Run, scanned: ScanResult) -> dict:
+    return {"format": scanned.format, "path": run.source}
+
+
+def _reuse_finished(
+    run: _Run, scanned: ScanResult, tasks: list[ShardTask], results: dict[int, ShardResult]
+) -> list[ShardTask]:
+    """``--resume``: put the finished shards that match the plan into
+    ``results``, remove stale files, and return the tasks left to run."""
+    dest = run.dest
+    finished = finished_entries(dest, _source_info(run, scanned), run.options)
+    todo = []
+    for task in tasks:
+        reused = reusable_result(dest, task, finished)
+        if reused is None:
+            todo.append(task)
+        else:
+            results[task.index] = reused
+            _report(run.progress, reused, scanned.num_samples)
+    remove_stale(dest, keep={t.name for t in tasks})
+    if os.path.exists(os.path.join(dest, MANIFEST_NAME)) and todo:
+        os.unlink(os.path.join(dest, MANIFEST_NAME))
+    return todo
+
+
+def _publish_manifest(run: _Run, scanned: ScanResult, ordered: list[ShardResult]) -> Manifest:
+    """Write the manifest into ``run.dest`` (atomically, last) and drop the work folder."""
+    options, dest = run.options, run.dest
+    skipped = list(scanned.skipped)
+    for r in ordered:
+        skipped.extend(r.skipped)
+    kind = options.compress_members
+    # the fields readers give (KEY.JPG is read as jpg)
+    extensions = sorted({field_name(compressed_extension(ext, kind)) for ext in scanned.extensions})
+    manifest = Manifest(
+        shards=tuple(r.entry for r in ordered),
+        extensions=tuple(extensions),
+        class_names=scanned.class_names,
+        source=_source_info(run, scanned),
+        options=options.recorded(),
+        seed=options.seed if options.shuffle else None,
+        skipped=tuple(skipped),
+        location=os.path.abspath(dest),
+        member_compression=kind,
+    )
+    try:
+        publish_manifest(dest, manifest)
+    except OSError as exc:
+        raise output_error(exc, os.path.join(dest, MANIFEST_NAME)) from exc
+    clear_journal(dest)
+    return manifest
 
 
 def _planned_file_sizes(tasks: list[ShardTask]) -> list[int]:
@@ -604,8 +522,9 @@ def _pool_context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
 
-def _run_tasks(tasks: list[ShardTask], dest: str, options: WriteOptions) -> Iterator[ShardResult]:
-    """Run shard tasks, yielding results as they finish (any order).
+def _run_tasks(tasks: list[ShardTask], job: ShardJob, options: WriteOptions) -> Iterator[ShardResult]:
+    """The local engine: run shard tasks in a process pool, yielding results
+    as they finish (any order).
 
     When the caller stops early (a task failed, or the consumer raised), the
     pool is stopped: queued tasks are cancelled and running ones give up
@@ -618,20 +537,12 @@ def _run_tasks(tasks: list[ShardTask], dest: str, options: WriteOptions) -> Iter
         # GIL, so one shard's fsync overlaps the next shard's writing.
         stop = threading.Event()
         pool: Executor = ThreadPoolExecutor(max_workers=2)
-        futures = [
-            pool.submit(write_shard, task, dest, stop=stop, **options.shard_arguments())
-            for task in tasks
-        ]
+        futures = [pool.submit(run_shard, task, job, stop=stop) for task in tasks]
     else:
         context = _pool_context()
         stop = context.Event()
-        pool = ProcessPoolExecutor(
-            max_workers=workers, mp_context=context, initializer=_init_worker, initargs=(stop,)
-        )
-        futures = [
-            pool.submit(_write_shard_in_worker, task, dest, options)
-            for task in tasks
-        ]
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=init_worker, initargs=(stop,))
+        futures = [pool.submit(run_shard_in_worker, task, job) for task in tasks]
     try:
         for future in as_completed(futures):
             yield future.result()

@@ -18,7 +18,7 @@ record)`` rows); shards are cut from the sizes by arithmetic
 (:class:`~shardkit.write.limits.ShardLimits`), walking the buckets in order,
 and a :class:`ShardTask` names row ranges of those files: it pickles small,
 and any process (or another machine that sees the folder) writes it with
-:func:`shardkit.write.parallel.write_shard`. The driver's memory is
+:func:`shardkit.write.shard_task.write_shard`. The driver's memory is
 O(bucket + partitions + shards).
 """
 

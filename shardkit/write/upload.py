@@ -1,31 +1,31 @@
 """Writing a dataset to a destination that is not a local folder (``s3://``, fsspec).
 
-The writer makes each shard and index in a local staging directory and hands
-it to the :class:`~shardkit.io.base.Destination` (from
-:func:`shardkit.io.registry.open_destination`) as soon as it is complete. The
-manifest goes last, so a reader that finds a manifest finds every shard it
-lists. How a file is published whole (multipart upload, temporary name and
-move) is the destination backend's business, not the writer's.
+The driver scans and plans into a local staging folder
+(:func:`remote_staging`); each shard is written into a staging folder of its
+own and uploaded with its index where it is written
+(:class:`~shardkit.write.publisher.ShardPublisher`); the manifest goes last
+(:func:`publish_report`), so a reader that finds a manifest finds every shard
+it lists.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import shutil
 import tempfile
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TypeVar
 
 from shardkit.errors import DestinationError, UsageError
-from shardkit.format.index import index_path_for
 from shardkit.format.manifest import MANIFEST_NAME
 from shardkit.io.base import Destination
 from shardkit.write.publish import publish_manifest
 
 logger = logging.getLogger(__name__)
+
+R = TypeVar("R")
 
 
 def refuse_existing_dataset(destination: Destination, *, overwrite: bool) -> None:
@@ -44,81 +44,32 @@ def refuse_existing_dataset(destination: Destination, *, overwrite: bool) -> Non
         )
 
 
-def write_to_remote(
-    source: str,
-    destination: Destination,
-    *,
-    options: Any,
-    progress: Callable[[Any], None] | None,
-    write_local: Callable[..., Any],
-    max_concurrent_uploads: int = 4,
-    writer_uploads: bool = False,
-) -> Any:
-    """Write a dataset into a local staging directory and publish it at ``destination``.
+@contextmanager
+def remote_staging(destination: Destination, *, resume: bool, overwrite: bool) -> Iterator[str]:
+    """A local staging folder for a write to ``destination``, removed on exit.
 
-    Each shard and its index are published (in background threads) as soon
-    as the writer reports the shard finished, and removed from staging once
-    they are; the manifest is published after every shard has arrived.
-
-    Args:
-        source: Input dataset, as for :func:`shardkit.write_dataset`.
-        destination: The dataset folder (``s3://``, another fsspec URL).
-        options: :class:`~shardkit.write.parallel.WriteOptions`.
-        progress: Progress callback, as for :func:`shardkit.write_dataset`.
-        write_local: The local writer (:func:`shardkit.write_dataset`).
-        max_concurrent_uploads: Uploads in flight at once.
-        writer_uploads: The writer publishes each shard itself (the Ray
-            engine's tasks do, from their own nodes); only the manifest is
-            published here.
-
-    Returns:
-        The writer's report, with the manifest located at the destination.
+    The write's work folder (scan, plan) lives there; each shard is staged
+    and published by the run's :class:`~shardkit.write.publisher.ShardPublisher`.
 
     Raises:
         UsageError: ``resume`` was asked for (not supported for remote
             destinations).
         DestinationError: A dataset exists there and ``overwrite`` is off.
-        RemoteError: An upload failed for good; the manifest is then not
-            published, so readers never see the partial dataset.
     """
-    if options.resume:
+    if resume:
         raise UsageError(f"{destination.url}: --resume is not supported for remote destinations; rerun without it")
-    refuse_existing_dataset(destination, overwrite=options.overwrite)
+    refuse_existing_dataset(destination, overwrite=overwrite)
     staging = tempfile.mkdtemp(prefix="shardkit-upload-")
-    pending: list[Future[None]] = []
-
-    def upload_pair(shard: str) -> None:
-        for name in (shard, index_path_for(shard)):
-            path = os.path.join(staging, name)
-            destination.put_file(path, name)
-            logger.debug("uploaded %s", destination.object_url(name))
-            os.unlink(path)
-
-    pool: ThreadPoolExecutor
-
-    def on_progress(event: Any) -> None:
-        for future in pending:  # stop writing early once an upload failed for good
-            if future.done() and future.exception() is not None:
-                raise future.exception()  # type: ignore[misc]
-        if not writer_uploads:
-            pending.append(pool.submit(upload_pair, event.shard))
-        if progress is not None:
-            progress(event)
-
     try:
-        with ThreadPoolExecutor(max_workers=max_concurrent_uploads, thread_name_prefix="shardkit-upload") as pool:
-            try:
-                report = write_local(
-                    source, staging, options=dataclasses.replace(options, overwrite=False), progress=on_progress
-                )
-                for future in pending:
-                    future.result()
-            finally:
-                for future in pending:
-                    future.cancel()
-        publish_manifest(destination, report.manifest)
-        logger.info("dataset published at %s", destination.url)
+        yield staging
     finally:
-        shutil.rmtree(staging, ignore_errors=True)  # after every upload thread has stopped
-    manifest = dataclasses.replace(report.manifest, location=destination.url)
-    return dataclasses.replace(report, manifest=manifest)
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def publish_report(destination: Destination, report: R) -> R:
+    """Publish the manifest of a finished write (every shard is there) and
+    return ``report`` with the manifest located at ``destination``."""
+    publish_manifest(destination, report.manifest)  # type: ignore[attr-defined]
+    logger.info("dataset published at %s", destination.url)
+    manifest = dataclasses.replace(report.manifest, location=destination.url)  # type: ignore[attr-defined]
+    return dataclasses.replace(report, manifest=manifest)  # type: ignore[type-var]

@@ -6,6 +6,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -52,14 +53,29 @@ def test_cli_ray_engine_writes_the_local_engines_bytes(ray_cluster, images, loca
     assert len([n for n in got if n.endswith(".tar")]) == 20
 
 
-def test_ray_engine_writes_to_s3_from_the_workers(ray_cluster, images, local_output):
-    """Each task uploads its own shard; the driver publishes the manifest last; read_shards reads it back."""
-    done = ray_cluster.driver("s3-write", str(images))
+def test_ray_engine_writes_to_s3_from_the_workers(ray_cluster, images, local_output, tmp_path):
+    """Each task uploads its own shard; the driver publishes the manifest last; read_shards reads it back.
+
+    The driver stages the scan and the plan in its TMPDIR, here a tmpfs in a
+    mount namespace of its own that no Ray node sees: the tasks carry their
+    rows of the plan, so the write needs no file system shared with the driver.
+    """
+    private = tmp_path / "driver-tmp"
+    private.mkdir()
+    driver = [sys.executable, str(ROOT / "tests" / "ray" / "driver.py"), ray_cluster.address, "s3-write", str(images)]
+    folder = shlex.quote(str(private))
+    script = f"mount -t tmpfs tmpfs {folder} && TMPDIR={folder} exec {shlex.join(driver)}"
+    done = ray_cluster.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script])
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.splitlines()[-1])
     expected = {name: hashlib.sha256(data).hexdigest() for name, data in local_output.items()}
     assert result["objects"] == expected
     assert result["num_written"] == 20 and result["rows"] == 120
+    assert not os.listdir(private)  # the driver's staging folder was on its tmpfs, not here
+    # shardkit.ray.write_shards of the same rows to s3:// (same limit): the same shards, every row.
+    shards = sorted(name for name in expected if name.startswith("shard-"))
+    assert sorted(name for name in result["again"] if name.startswith("shard-")) == shards
+    assert "manifest.json" in result["again"] and result["again_rows"] == 120
 
 
 def _pids_running(task_name: str) -> list[int]:

@@ -1,0 +1,166 @@
+"""One shard task: write a planned shard, wherever the engine runs it.
+
+:func:`write_shard` writes one :class:`~shardkit.write.plan.ShardTask` into a
+local folder; :func:`run_shard` is what an engine runs (a process of the local
+pool, a Ray task): it writes the shard through the run's
+:class:`~shardkit.write.publisher.ShardPublisher`, in place or staged and
+uploaded. Both take only picklable values, so any executor can run a plan
+shard by shard.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from shardkit.errors import InputFileError, ShardkitError
+from shardkit.format.compression import Compression, compress, compressed_extension, should_compress
+from shardkit.format.manifest import SkippedInput
+from shardkit.write.destination import output_error
+from shardkit.write.inputs import load_sample
+from shardkit.write.journal import ShardResult, journal_record
+from shardkit.write.partition import TABLE_KINDS
+from shardkit.write.plan import PlanReader, ShardTask
+from shardkit.write.publisher import ShardPublisher
+from shardkit.write.shard import ShardFile
+from shardkit.write.table_source import IngestOptions, table_rows
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """What every shard task of one write shares.
+
+    Attributes:
+        publisher: Where the shards go.
+        arguments: Keyword arguments of :func:`write_shard`
+            (``WriteOptions.shard_arguments()``).
+    """
+
+    publisher: ShardPublisher
+    arguments: dict[str, Any]
+
+
+def run_shard(task: ShardTask, job: ShardJob, *, stop: Any = None, plan: PlanReader | None = None) -> ShardResult:
+    """Write and publish one shard: the body of every engine's task.
+
+    Args:
+        task: The planned shard.
+        job: The write's publisher and shard options.
+        stop: The run's stop event, if any (see :func:`write_shard`).
+        plan: The rows the task carries, if it does (see :func:`write_shard`).
+
+    Raises:
+        As :func:`write_shard`, and RemoteError when the upload failed for good.
+    """
+    return job.publisher.publish(
+        task.name, lambda folder: write_shard(task, folder, stop=stop, plan=plan, **job.arguments)
+    )
+
+
+def _compress_fields(fields: list[tuple[str, bytes]], kind: Compression | None) -> list[tuple[str, bytes]]:
+    """Compress the members worth compressing, renaming ``txt`` to ``txt.gz``."""
+    if kind is None:
+        return fields
+    out = [
+        (compressed_extension(ext, kind), compress(data, kind) if should_compress(ext) else data) for ext, data in fields
+    ]
+    return sorted(out, key=lambda field: field[0])  # members of a sample stay in sorted order
+
+
+class _Stopped(Exception):
+    """A shard task given up because the run is stopping (another task failed)."""
+
+
+def write_shard(
+    task: ShardTask,
+    dest: str,
+    *,
+    on_error: str = "raise",
+    stop: Any = None,
+    compress_members: Compression | None = None,
+    ingest: IngestOptions | None = None,
+    download_errors: str = "skip",
+    plan: PlanReader | None = None,
+) -> ShardResult:
+    """Write one planned shard into local directory ``dest``.
+
+    Args:
+        task: The planned shard.
+        dest: The output directory.
+        on_error: ``"raise"`` or ``"skip"`` for inputs that cannot be read.
+        stop: An event (``threading`` or ``multiprocessing``); once it is set
+            the task gives up between samples, leaving no file behind.
+        compress_members: See :attr:`~shardkit.write.parallel.WriteOptions.compress_members`.
+        ingest: For a table source: how fields are fetched and images
+            prepared (see :mod:`shardkit.write.table_source`).
+        download_errors: For a table source: ``"skip"`` records rows whose
+            fields could not be fetched or checked, ``"raise"`` stops.
+        plan: Where the task's samples are read from: its rows of the plan's
+            files (None, the default) or the rows it carries
+            (:class:`~shardkit.write.carried.CarriedPlan`).
+
+    Raises:
+        InputFileError: An input vanished, became unreadable or changed, and
+            ``on_error`` is ``"raise"``. No file is left under the final name.
+        SourceError: A table row could not be stored under
+            ``download_errors="raise"``.
+        DestinationError: The shard, its index or its journal record could
+            not be written (disk full, read-only, no permission); the message
+            names the file and what to do. No temporary file is left.
+    """
+    skipped = []
+    path = os.path.join(dest, task.name)
+    try:
+        with plan or PlanReader(task) as plan, ShardFile(path) as shard:
+            if plan.partitions and plan.partitions[0].kind in TABLE_KINDS:
+                rows = table_rows(plan, task, ingest=ingest, on_error=download_errors)
+            else:
+                rows = _file_rows(plan, task, on_error)
+            for row in rows:
+                if stop is not None and stop.is_set():
+                    raise _Stopped(task.name)
+                if isinstance(row, SkippedInput):
+                    skipped.append(row)
+                else:
+                    shard.add(row[0], _compress_fields(row[1], compress_members))
+            written = shard.commit()
+        result = ShardResult(
+            index=task.index, entry=written.entry(), fingerprint=task.fingerprint, skipped=tuple(skipped)
+        )
+        journal_record(dest, result)
+    except ShardkitError:
+        raise
+    except OSError as exc:
+        raise output_error(exc, path) from exc
+    return result
+
+
+def _file_rows(plan: PlanReader, task: ShardTask, on_error: str) -> Iterator[tuple[str, list] | SkippedInput]:
+    """A task's samples read from their input files, ``(key, fields)``, or
+    the skip record of one that could not be read (``on_error="skip"``)."""
+    for part, key, name, rec in plan.samples(task):
+        try:
+            fields = load_sample(plan.partitions[part], plan.read_paths[part], key, name, rec, plan.read_range)
+        except InputFileError as exc:
+            if on_error == "raise":
+                raise
+            yield SkippedInput(path=exc.path or plan.partitions[part].path, reason=str(exc))
+            continue
+        yield key, fields
+
+
+def run_shard_in_worker(task: ShardTask, job: ShardJob) -> ShardResult:
+    """:func:`run_shard` in a process of the local pool (its stop event set by :func:`init_worker`)."""
+    return run_shard(task, job, stop=_worker_stop)
+
+
+#: The run's stop event in a writer process (set by the pool initializer).
+_worker_stop: Any = None
+
+
+def init_worker(stop: Any) -> None:
+    """Pool initializer: remember the run's stop event."""
+    global _worker_stop
+    _worker_stop = stop
