@@ -29,7 +29,7 @@ from shardkit.read.mixture import Mixture, resolve_sources
 from shardkit.read.options import DEFAULT_BUFFER_SIZE, OutputOptions, ReaderOptions, check_count, check_flag
 from shardkit.read.pieces import ON_ERROR, OnError
 from shardkit.read.plan import ReadPlan
-from shardkit.read.prefetch import DEFAULT_READ_AHEAD_BYTES
+from shardkit.read.prefetch import DEFAULT_READ_AHEAD_BYTES, closed_at_exit
 from shardkit.read.resume.state import Level, ReaderState, check_compatible, rank_state, start_for
 from shardkit.read.schedule import Stream
 from shardkit.read.slot import Sample, SlotReader
@@ -443,7 +443,7 @@ class ShardDataset(IterableDataset):
         pending = self._take_pending(epoch)
         if pending is not None:
             base, count = start_for(pending, world)
-        return (item for _, item in self._items(world, epoch=epoch, base=base, count=count))
+        return closed_at_exit(item for _, item in self._items(world, epoch=epoch, base=base, count=count))
 
     def iter_slot(self, world: World, *, epoch: int, state: Mapping[str, Any] | None = None) -> Iterator[Any]:
         """Samples (or batches) of one slot for ``epoch``: what any rank and

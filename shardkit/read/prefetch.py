@@ -13,11 +13,13 @@ the consumer in the job's place, and the consumer decides what to do.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
+import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from typing import Generic, TypeVar
+from collections.abc import Callable, Generator, Iterable, Iterator
+from typing import Any, Generic, TypeVar
 
 from shardkit.errors import UsageError
 from shardkit.io.base import close_iterator
@@ -32,6 +34,33 @@ CLOSE_WAIT_S = 2.0
 
 #: Default byte budget of one read-ahead thread.
 DEFAULT_READ_AHEAD_BYTES = 32 << 20
+
+#: Readers' outermost generators not yet finished (see :func:`closed_at_exit`).
+_LIVE: weakref.WeakSet[Generator[Any, None, None]] = weakref.WeakSet()
+
+G = TypeVar("G", bound=Generator[Any, None, None])
+
+
+def closed_at_exit(reader: G) -> G:
+    """Have ``reader`` (a reader's outermost generator) closed before the
+    interpreter exits if it is still open then.
+
+    An iterator left half-read at the top level of a script is otherwise
+    collected while the interpreter tears its modules down, and its
+    read-ahead threads and ``finally`` blocks run with module globals
+    already gone ("Exception ignored in: <generator ...>").
+    """
+    _LIVE.add(reader)
+    return reader
+
+
+@atexit.register
+def _close_live_readers() -> None:
+    for reader in list(_LIVE):
+        try:
+            reader.close()
+        except Exception:  # noqa: BLE001 - exiting: a reader that cannot close is left to the OS
+            pass
 
 
 class ReadAhead(Generic[J]):

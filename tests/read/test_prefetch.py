@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -9,6 +12,8 @@ import pytest
 
 from shardkit.errors import UsageError
 from shardkit.read.prefetch import ReadAhead
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_delivers_every_chunk_of_every_job_in_order():
@@ -147,3 +152,20 @@ def test_start_reads_before_the_first_item_is_asked_for():
         ra.start()
         assert fetched.wait(5)
         assert list(ra) == [(0, b"x"), (0, None)]
+
+
+def test_an_iterator_left_half_read_at_exit_closes_quietly(make_shards, tmp_path):
+    """A script that stops after one sample and exits: the reader's threads and
+    ``finally`` blocks run before the interpreter tears its modules down, so
+    nothing is printed as "Exception ignored"."""
+    make_shards((40, 40), name="ds")
+    script = (
+        "import shardkit\n"
+        f"ds = shardkit.ShardDataset({str(tmp_path / 'ds')!r}, mode='exact', shuffle=False)\n"
+        "it = iter(ds)\n"
+        "print(next(it)['__key__'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip(), done.stdout
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
