@@ -30,7 +30,7 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 
 from shardkit.errors import RemoteError
 from shardkit.io.ranged import fatal_status, is_transient_status
-from shardkit.io.retry import TransientFault
+from shardkit.io.retry import TransientFault, retry_after_seconds
 from shardkit.io.base import SourceOptions
 from shardkit.io.urls import redact_url, split_userinfo, url_origin
 
@@ -85,13 +85,6 @@ def _describe(exc: BaseException) -> str:
     inner = reason if isinstance(reason, BaseException) else exc
     return type(inner).__name__
 
-
-def _retry_after(value: str | None) -> float | None:
-    # Only the delay-seconds form; an HTTP date is rare for 429/503 answers.
-    try:
-        return max(float(value), 0.0) if value is not None else None
-    except ValueError:
-        return None
 
 
 class _HttpResponse:
@@ -215,7 +208,7 @@ class HttpFetcher:
                 raise TransientFault(
                     f"HTTP {response.status} {reason}".strip(),
                     status=response.status,
-                    retry_after_s=_retry_after(response.headers.get("Retry-After")),
+                    retry_after_s=retry_after_seconds(response.headers.get("Retry-After")),
                 )
             hint = None
             if response.status == 401:

@@ -72,6 +72,23 @@ class TransientFault(Exception):
         self.retry_after_s = retry_after_s
 
 
+def retry_after_seconds(value: str | None) -> float | None:
+    """The delay a ``Retry-After`` header asks for, in seconds, or None.
+
+    Only the delay-seconds form; an HTTP date is rare on 429/503 answers.
+    """
+    try:
+        return max(float(value), 0.0) if value is not None else None
+    except ValueError:
+        return None
+
+
+def backoff_delay(attempt: int, *, initial_s: float, max_s: float, rng: random.Random) -> float:
+    """Wait before retry number ``attempt`` (1 for the first): doubles from
+    ``initial_s`` up to ``max_s``, with jitter down to half of that."""
+    return min(max_s, initial_s * 2 ** (attempt - 1)) * (0.5 + 0.5 * rng.random())
+
+
 class Backoff:
     """Waits between attempts and gives up after a deadline.
 
@@ -124,8 +141,7 @@ class Backoff:
         if self._first_fault is None:
             self._first_fault = now
         self._attempts += 1
-        delay = min(self.max_s, self.initial_s * 2 ** (self._attempts - 1))
-        delay *= 0.5 + 0.5 * self._rng.random()
+        delay = backoff_delay(self._attempts, initial_s=self.initial_s, max_s=self.max_s, rng=self._rng)
         if fault.retry_after_s is not None:
             # The server said when to come back; still no longer than max_s.
             delay = max(delay, min(fault.retry_after_s, self.max_s))

@@ -63,7 +63,7 @@ from shardkit.errors import RemoteError, UsageError
 from shardkit.io.base import SourceOptions
 from shardkit.io.http import hide_query_strings_in_urllib3_logs
 from shardkit.io.ranged import is_transient_status
-from shardkit.io.retry import TransientFault
+from shardkit.io.retry import TransientFault, backoff_delay, retry_after_seconds
 from shardkit.io.urls import redact_url, split_userinfo, url_origin
 from shardkit.write.manners import HostSlots, default_user_agent, opted_out
 
@@ -222,13 +222,6 @@ class _Retry(_Failure):
         self.retry_after_s = retry_after_s
 
 
-def _retry_after(value: str | None) -> float | None:
-    # Seconds only; the HTTP-date form is rare on 429/503 answers.
-    try:
-        return max(float(value), 0.0) if value is not None else None
-    except ValueError:
-        return None
-
 
 def _host_of(url: str) -> tuple[str, str, int | None]:
     if url.startswith("s3://"):
@@ -341,7 +334,7 @@ class Downloader:
                 if attempt >= o.max_attempts:
                     detail = f"{fault.detail} (after {attempt} attempts)"
                     return Fetched(url=bare, reason=fault.reason, detail=detail, status=fault.status)
-                delay = min(o.backoff_max_s, o.backoff_initial_s * 2 ** (attempt - 1)) * (0.5 + 0.5 * rng.random())
+                delay = backoff_delay(attempt, initial_s=o.backoff_initial_s, max_s=o.backoff_max_s, rng=rng)
                 delay = max(delay, fault.retry_after_s or 0.0)
                 logger.debug("%s: %s; attempt %d in %.2fs", shown, fault.detail, attempt + 1, delay)
                 if self._stop.wait(delay):
@@ -413,7 +406,7 @@ class Downloader:
                 if is_transient_status(status):
                     raise _Retry(
                         f"http_{status}", detail, status=status,
-                        retry_after_s=_retry_after(response.headers.get("Retry-After")),
+                        retry_after_s=retry_after_seconds(response.headers.get("Retry-After")),
                     )  # fmt: skip
                 raise _Failure(f"http_{status}", detail, status=status)
             if self.options.respect_opt_out and opted_out(response.headers.getlist("X-Robots-Tag")):
