@@ -30,7 +30,7 @@ from shardkit.io.base import SourceOptions
 from shardkit.io.registry import open_source
 from shardkit.io.retry import Backoff, TransientFault, stopping_on
 from tests.hostile.conftest import ROOT, run_entry
-from tests.remote.remote_servers import Faults, FaultyHTTPServer, _Handler, moto_environment
+from tests.remote.remote_servers import Faults, FaultyHTTPServer, QuietDisconnects, _Handler, moto_environment
 from tests.test_errors import EXAMPLES as ERROR_EXAMPLES
 
 USER, PASSWORD = "al@ice", "pa:ss/w0rd-s3cret"
@@ -112,7 +112,7 @@ class _RedirectHandler(BaseHTTPRequestHandler):
         self.end_headers()
 
 
-class RedirectServer(ThreadingHTTPServer):
+class RedirectServer(QuietDisconnects, ThreadingHTTPServer):
     """Answers every GET with a redirect to ``target(path)``."""
 
     daemon_threads = True

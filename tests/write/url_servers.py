@@ -12,6 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from tests.remote.remote_servers import QuietDisconnects
+
 
 @dataclass
 class Answer:
@@ -75,7 +77,7 @@ class _Handler(BaseHTTPRequestHandler):
                 server.in_flight -= 1
 
 
-class ScriptedServer(ThreadingHTTPServer):
+class ScriptedServer(QuietDisconnects, ThreadingHTTPServer):
     """``server.serve(path, Answer(...), ...)`` -> URL; close() ends holds at once."""
 
     daemon_threads = True
