@@ -1,8 +1,8 @@
 """The Ray engine of :func:`~shardkit.write.parallel.write_dataset`: one Ray task per shard.
 
-The driver scans and plans exactly as with the local engine (its scanning
-processes run on the driver's machine); only the step "run these
-:class:`~shardkit.write.plan.ShardTask` objects" changes. Each task
+The driver plans exactly as with the local engine; the partitions are
+scanned by Ray tasks (:mod:`shardkit.write.scan_ray`), and the step "run
+these :class:`~shardkit.write.plan.ShardTask` objects" changes. Each task
 is submitted as a Ray task that calls
 :func:`~shardkit.write.shard_task.run_shard` on whichever node Ray picks, with
 ``max_retries`` (a lost worker or node, or an error inside the task, runs it
@@ -37,6 +37,7 @@ import os
 import socket
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from shardkit.errors import ShardkitError, UsageError
@@ -98,6 +99,18 @@ def connect(address: str | None) -> bool:
             "start one with `ray start --head` or pass --ray-address HOST:PORT of its head"
         ) from exc
     return True
+
+
+@contextmanager
+def session(address: str | None) -> Iterator[None]:
+    """Stay connected to the cluster for a whole write (its scan and its shards):
+    connect unless this process already is, and disconnect at the end if connected here."""
+    connected = connect(address)
+    try:
+        yield
+    finally:
+        if connected:
+            require_ray().shutdown()
 
 
 def preflight(address: str | None) -> None:

@@ -6,8 +6,9 @@ the local process pool, or Ray tasks) and the publisher (a local folder, or
 :func:`write_dataset`. Steps, each a separate unit:
 
 1. :func:`~shardkit.write.scan.scan_dataset` cuts the source into partitions
-   that worker processes scan in parallel, each into a spill file (metadata
-   only); the driver keeps one summary per partition.
+   that the engine's workers (local processes, or Ray tasks) scan in
+   parallel, each into a spill file (metadata only); the driver keeps one
+   summary per partition.
 2. :func:`~shardkit.write.plan.plan_shards` orders the samples (a seeded hash
    sort done bucket by bucket, or source order) and cuts shards by arithmetic.
 3. The engine runs :func:`~shardkit.write.shard_task.run_shard` per shard: it
@@ -28,7 +29,9 @@ the driver's memory with the number of samples.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import logging
 import multiprocessing
 import os
@@ -67,7 +70,7 @@ from shardkit.write.partition import PARTITION_BYTES
 from shardkit.write.plan import ShardTask, plan_shards
 from shardkit.write.publish import publish_manifest
 from shardkit.write.publisher import ShardPublisher
-from shardkit.write.scan import ScanResult, scan_dataset
+from shardkit.write.scan import ScanResult, Scanner, scan_dataset, scan_locally
 from shardkit.write.shard_task import ShardJob, init_worker, run_shard, run_shard_in_worker, write_shard
 from shardkit.write.table_source import IngestOptions, close_process_downloader, ingest_options, planned_options
 from shardkit.write.tar_inputs import DEFAULT_MAX_UNPACK_BYTES
@@ -118,9 +121,9 @@ class WriteOptions:
         max_bytes: Most bytes per shard file (real tar size).
         shuffle: Globally shuffle samples before cutting shards.
         seed: Shuffle seed.
-        workers: Writer processes; None means all cores. With
-            ``engine="ray"``: shard tasks in flight at once (None: two per
-            CPU of the cluster). Output does not depend on it.
+        workers: Scanning and writer processes; None means all cores. With
+            ``engine="ray"``: scan tasks, then shard tasks, in flight at once
+            (None: two per CPU of the cluster). Output does not depend on it.
         on_error: ``"raise"`` or ``"skip"`` for unusable inputs; None (the
             default) raises for unreadable inputs and skips rows of a table
             whose fields could not be downloaded or are not images (recorded
@@ -136,9 +139,11 @@ class WriteOptions:
             default) stores members as they are. ``max_bytes`` is planned
             with the uncompressed sizes, so such shards come out smaller.
         engine: ``"local"`` (a process pool on this machine) or ``"ray"``
-            (one Ray task per shard on a Ray cluster; needs
-            ``pip install 'shardkit[ray]'``). The output does not depend on
-            it. See :mod:`shardkit.write.engine_ray`.
+            (one Ray task per partition to scan, then one per shard, on a
+            Ray cluster whose nodes all see the source by the same path;
+            needs ``pip install 'shardkit[ray]'``). The output does not
+            depend on it. See :mod:`shardkit.write.scan_ray` and
+            :mod:`shardkit.write.engine_ray`.
         ray_address: With ``engine="ray"``: ``"auto"`` (the running
             cluster), ``HOST:PORT`` of its head, or None for Ray's default
             (``RAY_ADDRESS``, a running cluster, else a local one).
@@ -274,6 +279,7 @@ class _Run:
     source: str
     options: WriteOptions
     engine: Engine
+    scanner: Scanner
     publisher: ShardPublisher
     progress: Callable[[Progress], None] | None
     started: float = dataclasses.field(default_factory=time.perf_counter)
@@ -316,23 +322,27 @@ def write_dataset(
         UsageError, SourceError, DestinationError, InputFileError, RemoteError.
     """
     options = options or WriteOptions()
-    engine = _choose_engine(options)  # before scanning: no Ray, or no cluster there, fails at once
+    engine, scanner, session = _choose_engine(options)  # before scanning: no Ray, or no cluster there, fails at once
     destination = open_destination(dest)
-    if destination.local_dir is not None:
-        return _write(_Run(source, options, engine, ShardPublisher(destination.local_dir), progress))
-    with remote_staging(destination, resume=options.resume, overwrite=options.overwrite) as staging:
-        publisher = ShardPublisher(staging, url=destination.url)
-        report = _write(_Run(source, dataclasses.replace(options, overwrite=False), engine, publisher, progress))
-        return publish_report(destination, report)
+    with session:
+        if destination.local_dir is not None:
+            return _write(_Run(source, options, engine, scanner, ShardPublisher(destination.local_dir), progress))
+        with remote_staging(destination, resume=options.resume, overwrite=options.overwrite) as staging:
+            publisher = ShardPublisher(staging, url=destination.url)
+            run = _Run(source, dataclasses.replace(options, overwrite=False), engine, scanner, publisher, progress)
+            return publish_report(destination, _write(run))
 
 
-def _choose_engine(options: WriteOptions) -> Engine:
+def _choose_engine(options: WriteOptions) -> tuple[Engine, Scanner, contextlib.AbstractContextManager]:
+    """The engine's shard runner, its scanner, and the connection a write holds (Ray's) for both."""
     if options.engine == "ray":
-        from shardkit.write.engine_ray import preflight, run_tasks_on_ray
+        from shardkit.write.engine_ray import preflight, run_tasks_on_ray, session
+        from shardkit.write.scan_ray import scan_on_ray
 
         preflight(options.ray_address)
-        return run_tasks_on_ray
-    return _run_tasks
+        scanner = functools.partial(scan_on_ray, max_retries=options.ray_max_retries)
+        return run_tasks_on_ray, scanner, session(options.ray_address)
+    return _run_tasks, scan_locally, contextlib.nullcontext()
 
 
 def _write(run: _Run) -> WriteReport:
@@ -348,7 +358,9 @@ def _write(run: _Run) -> WriteReport:
         try:
             if not options.resume:
                 shutil.rmtree(work, ignore_errors=True)  # an earlier run's, replaced by --overwrite
-            scanned, tasks, oversized = scan_and_plan(run.source, options, work=work, unpack_dir=unpack_dir)
+            scanned, tasks, oversized = scan_and_plan(
+                run.source, options, work=work, unpack_dir=unpack_dir, scanner=run.scanner
+            )
         except BaseException as exc:
             _discard_scan(dest, work, created=created, keep=options.resume)
             if isinstance(exc, OSError) and not isinstance(exc, ShardkitError):
@@ -359,10 +371,10 @@ def _write(run: _Run) -> WriteReport:
 
 
 def scan_and_plan(
-    source: str, options: WriteOptions, *, work: str, unpack_dir: str
+    source: str, options: WriteOptions, *, work: str, unpack_dir: str, scanner: Scanner = scan_locally
 ) -> tuple[ScanResult, list[ShardTask], list[str]]:
     """Scan ``source`` into ``work/scan`` and plan it into ``work/plan`` as a
-    write with ``options`` does (its dry run too).
+    write with ``options`` does (its dry run too, with the local scanner).
 
     Returns:
         The scan, the shard tasks, and the oversized samples' descriptions.
@@ -375,7 +387,7 @@ def scan_and_plan(
         source, spill_dir=spill_dir, format=options.format, on_error=options.input_errors, seed=options.seed,
         workers=options.workers, unpack_dir=unpack_dir, max_unpack_bytes=options.max_unpack_bytes,
         partition_bytes=options.partition_bytes, reuse=options.resume, fields=options.field_map(),
-        table_output=options.ingest_options().output_signature(),
+        table_output=options.ingest_options().output_signature(), scanner=scanner,
     )
     options = planned_options(options, scanned)
     limits = ShardLimits(max_samples=options.max_samples, max_bytes=options.max_bytes)

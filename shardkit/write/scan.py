@@ -1,11 +1,13 @@
 """Scanning a whole source: partitions scanned in parallel, each into its spill.
 
-:func:`scan_dataset` lists the source's partitions, has a pool of worker
-processes scan them (:func:`~shardkit.write.inputs.scan_partition`), and keeps
-one summary per partition: the driver's memory grows with the number of
-partitions, never with the number of samples. With ``reuse`` (``--resume``)
-a partition whose spill is complete and whose input is unchanged is not
-scanned again.
+:func:`scan_dataset` lists the source's partitions, has a scanner run one
+:class:`ScanJob` per partition (:func:`~shardkit.write.inputs.scan_partition`)
+and keeps one summary per partition: the driver's memory grows with the
+number of partitions, never with the number of samples. The scanner is the
+write's engine: a pool of local processes (:func:`scan_locally`, the
+default), or Ray tasks (:func:`~shardkit.write.scan_ray.scan_on_ray`). With
+``reuse`` (``--resume``) a partition whose spill is complete and whose input
+is unchanged is not scanned again.
 
 Errors are those of the first failing partition in source order, whatever
 order the workers finish in, so a run fails the same way with any number of
@@ -16,11 +18,13 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from shardkit.errors import ShardkitError, SourceError, UsageError
+from shardkit.format.compression import file_compression
 from shardkit.format.manifest import SkippedInput
 from shardkit.io.urls import is_local, redact_url
 from shardkit.write.detect import detect_format
@@ -79,6 +83,57 @@ class ScanResult:
         return SpillReader(spill_prefix(self.spill_dir, index))
 
 
+@dataclass(frozen=True)
+class ScanJob:
+    """One partition to scan, with everything its scan needs (picklable).
+
+    Attributes:
+        part: The partition.
+        spill_dir: The folder its spill goes into.
+        seed, on_error, signature, unpack_dir, max_unpack_bytes, table: As
+            :func:`~shardkit.write.inputs.scan_partition` takes them.
+    """
+
+    part: Partition
+    spill_dir: str
+    seed: int
+    on_error: str
+    signature: dict
+    unpack_dir: str | None
+    max_unpack_bytes: int | None
+    table: TableSpec | None = None
+
+    @property
+    def unpacks(self) -> bool:
+        """Scanning it writes a plain copy of a compressed input into ``unpack_dir``
+        (False for an input that cannot be opened: its scan names it)."""
+        try:
+            return self.part.kind == "tar" and file_compression(self.part.path) is not None
+        except OSError:
+            return False
+
+    def run(self, spill_dir: str | None = None) -> dict:
+        """Scan the partition into ``spill_dir`` (default: :attr:`spill_dir`);
+        return its summary. An unexpected OS error names its input."""
+        part = self.part
+        try:
+            return scan_partition(
+                part, spill_prefix(spill_dir or self.spill_dir, part.index), seed=self.seed, on_error=self.on_error,
+                signature=self.signature, unpack_dir=self.unpack_dir, max_unpack_bytes=self.max_unpack_bytes,
+                table=self.table,
+            )
+        except ShardkitError:
+            raise
+        except OSError as exc:
+            raise SourceError(f"{part.path}: scanning it failed ({exc.strerror or exc})", path=part.path) from exc
+
+
+#: Runs scan jobs with at most ``workers`` at a time (None: the engine's
+#: default) and returns their summaries in job order; when jobs fail, the
+#: error of the first failing one in job order is raised.
+Scanner = Callable[[list[ScanJob], int | None], list[dict]]
+
+
 def scan_dataset(
     source: str,
     *,
@@ -93,6 +148,7 @@ def scan_dataset(
     reuse: bool = False,
     fields: Any = None,
     table_output: str = "",
+    scanner: Scanner | None = None,
 ) -> ScanResult:
     """Scan ``source`` partition by partition into spills under ``spill_dir``.
 
@@ -113,6 +169,8 @@ def scan_dataset(
             None: columns named after extensions map to themselves).
         table_output: For a table source, what of the write's options changes
             the stored bytes (in each row's digest, for ``--resume``).
+        scanner: Runs the partitions' scans (default :func:`scan_locally`);
+            the result does not depend on it.
 
     Raises:
         UsageError: Unknown format or policy.
@@ -150,8 +208,8 @@ def scan_dataset(
             summaries[part.index] = _reusable(spill_prefix(spill_dir, part.index), part, signature)
     todo = [p for p in partitions if summaries[p.index] is None]
 
-    jobs = [(p, spill_dir, seed, on_error, signatures[p.index], unpack_dir, max_unpack_bytes, table) for p in todo]
-    for part, summary in zip(todo, _run(jobs, workers)):
+    jobs = [ScanJob(p, spill_dir, seed, on_error, signatures[p.index], unpack_dir, max_unpack_bytes, table) for p in todo]
+    for part, summary in zip(todo, (scanner or scan_locally)(jobs, workers)):
         summaries[part.index] = summary
     done = [s for s in summaries if s is not None]
     assert len(done) == len(partitions)
@@ -171,28 +229,6 @@ def _reusable(prefix: str, part: Partition, signature: dict) -> dict | None:
     return summary
 
 
-def _scan_one(
-    part: Partition,
-    spill_dir: str,
-    seed: int,
-    on_error: str,
-    signature: dict,
-    unpack_dir: str | None,
-    max_unpack_bytes: int | None,
-    table: TableSpec | None = None,
-) -> dict:
-    """Scan one partition; an unexpected OS error names its input."""
-    try:
-        return scan_partition(
-            part, spill_prefix(spill_dir, part.index), seed=seed, on_error=on_error, signature=signature,
-            unpack_dir=unpack_dir, max_unpack_bytes=max_unpack_bytes, table=table,
-        )
-    except ShardkitError:
-        raise
-    except OSError as exc:
-        raise SourceError(f"{part.path}: scanning it failed ({exc.strerror or exc})", path=part.path) from exc
-
-
 def _check_unpacked(partitions: list[Partition], summaries: list[dict], unpack_dir: str | None, limit: int | None) -> None:
     """The unpacked copies of compressed inputs, all together, stay under ``limit``
     (each worker checked its own copy alone): the first input, in source order,
@@ -204,17 +240,21 @@ def _check_unpacked(partitions: list[Partition], summaries: list[dict], unpack_d
             budget.check(part.path, unpack_dir or "")
 
 
-def _run(jobs: list[tuple], workers: int | None) -> list[dict]:
-    """Run :func:`_scan_one` over ``jobs`` with a pool of processes (in this
-    process for one worker or one job); results in order, the first failure
-    in order raised."""
+def _run_job(job: ScanJob) -> dict:
+    return job.run()
+
+
+def scan_locally(jobs: list[ScanJob], workers: int | None) -> list[dict]:
+    """The local :data:`Scanner`: a pool of ``workers`` processes (None: all
+    cores; in this process for one worker or one job); results in order, the
+    first failure in order raised."""
     workers = min(workers or os.cpu_count() or 1, len(jobs))
     if workers <= 1:
-        return [_scan_one(*job) for job in jobs]
+        return [job.run() for job in jobs]
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        futures = [pool.submit(_scan_one, *job) for job in jobs]
+        futures = [pool.submit(_run_job, job) for job in jobs]
         try:
             return [future.result() for future in futures]
         finally:

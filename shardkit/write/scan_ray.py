@@ -1,0 +1,197 @@
+"""Scanning partitions as Ray tasks (``shardkit write --engine ray``).
+
+The driver lists the partitions (directory entries and file sizes only) and
+submits one Ray task per partition, at most ``workers`` at a time (default:
+two per CPU of the cluster). A task scans its partition exactly as a local
+scanning process does (:meth:`~shardkit.write.scan.ScanJob.run`), into a
+temporary folder on its own node, then streams the spill's files back as a
+Ray generator, :data:`CHUNK_BYTES` at a time. The driver writes each piece
+into the spill folder in DEST's work folder as it arrives, the summary last
+(its presence marks the spill complete, as for a local scan), so the driver
+holds one piece at a time: its memory stays O(partitions + shards) whatever
+the number of samples, and it needs no file system shared with the nodes for
+the spills. Spills are read in partition order and, as everywhere, errors are
+those of the first failing partition in that order: a malformed line, a
+vanished input file, give the local engine's error, one line, exit 2.
+
+What the tasks read: the source by the same path the driver lists it by. On a
+one-machine cluster that is any local path; on a cluster of several machines
+the source must sit on a file system every node mounts at the same path (NFS,
+a FUSE mount of a bucket...). Before any partition is scanned a probe task on
+every alive node checks a partition of the source, and a source only the
+driver sees is refused there, naming the path and the node (copy it to shared
+storage, or write with ``--engine local``). Input shards compressed whole are
+the exception: scanning one writes its plain copy into the driver's
+temporary folder, which the shard writers read later, so those partitions are
+scanned by tasks pinned to the driver's node.
+
+A task lost with its worker or node is run again (``ray_max_retries``); its
+spill's bytes depend only on its partition, so a replay yields the same
+pieces. An error raised by the scan itself (bad input) is not retried.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+from shardkit.errors import ShardkitError, SourceError
+from shardkit.write.engine_ray import check_nodes_see, connect, default_max_in_flight, require_ray
+from shardkit.write.scan import ScanJob
+from shardkit.write.spill import spill_error, spill_prefix
+
+#: The files of a spill (see :mod:`shardkit.write.spill`), the summary last.
+SPILL_FILES = (".rec.npy", ".src.npy", ".str", ".json")
+#: Bytes of one piece of a spill streamed from a task to the driver.
+CHUNK_BYTES = 4 << 20
+#: Name of the scanning tasks (Ray titles their worker processes ``ray::NAME``).
+TASK_NAME = "shardkit_scan_partition"
+
+
+def _scan_and_stream(job: ScanJob) -> Iterator[tuple[str, bytes]]:
+    """Body of one Ray task: scan ``job`` into a temporary folder of this
+    node, then yield its spill as ``(file suffix, piece)`` pairs, file by
+    file in :data:`SPILL_FILES` order (an empty file as one empty piece)."""
+    folder = tempfile.mkdtemp(prefix="shardkit-scan-")
+    try:
+        job.run(spill_dir=folder)
+        prefix = spill_prefix(folder, job.part.index)
+        for suffix in SPILL_FILES:
+            with open(prefix + suffix, "rb") as f:
+                piece = f.read(CHUNK_BYTES)
+                yield suffix, piece
+                while piece := f.read(CHUNK_BYTES):
+                    yield suffix, piece
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def scan_on_ray(
+    jobs: list[ScanJob], workers: int | None, *, address: str | None = None, max_retries: int = 3
+) -> list[dict]:
+    """The Ray :data:`~shardkit.write.scan.Scanner`: scan ``jobs`` as Ray tasks.
+
+    Args:
+        jobs: The partitions to scan, in source order.
+        workers: Tasks in flight at once (None: two per CPU of the cluster).
+        address: The cluster (see :func:`~shardkit.write.engine_ray.connect`)
+            when this process is not connected yet.
+        max_retries: How often a task lost with its worker or node is run again.
+
+    Returns:
+        The summaries, in job order; the spills are in each job's ``spill_dir``.
+
+    Raises:
+        UsageError: The cluster cannot be reached, or a node cannot see the source.
+        ShardkitError: The first failing partition's error, in job order.
+        DestinationError: The driver cannot write the spill folder.
+    """
+    if not jobs:
+        return []
+    ray = require_ray()
+    connected = connect(address)
+    running: deque[tuple[ScanJob, Any]] = deque()
+    try:
+        _check_nodes_see_the_source(jobs)
+        task = ray.remote(num_cpus=1, max_retries=max_retries, retry_exceptions=False)(_scan_and_stream)
+        here = _driver_node(ray)
+        limit = workers or default_max_in_flight(ray)
+        pending = iter(jobs)
+        summaries = []
+        while True:
+            while len(running) < limit and (job := next(pending, None)) is not None:
+                pinned = {"scheduling_strategy": here} if job.unpacks and here is not None else {}
+                running.append((job, task.options(name=TASK_NAME, **pinned).remote(job)))
+            if not running:
+                return summaries
+            job, stream = running[0]
+            summaries.append(_receive(ray, job, stream))
+            running.popleft()
+    finally:
+        for _, stream in running:  # a partition failed: stop the others
+            try:
+                ray.cancel(stream)
+            except Exception:  # already finished, or gone with its node
+                pass
+        if connected:
+            ray.shutdown()
+
+
+def _receive(ray: Any, job: ScanJob, stream: Any) -> dict:
+    """Write the spill ``stream`` yields into ``job.spill_dir``, each file
+    through a temporary name, the summary last; return the summary."""
+    prefix = spill_prefix(job.spill_dir, job.part.index)
+    out = None
+    current = ""
+    try:
+        for ref in stream:
+            suffix, piece = _piece(ray, ref, job)  # the scan's own error, raised as it is
+            try:
+                if suffix != current:
+                    _close(out, prefix + current)
+                    current, out = suffix, open(prefix + suffix + ".tmp", "wb")
+                out.write(piece)
+            except OSError as exc:
+                raise spill_error(exc, job.spill_dir, job.part.path) from exc
+        try:
+            _close(out, prefix + current)
+        except OSError as exc:
+            raise spill_error(exc, job.spill_dir, job.part.path) from exc
+        out = None
+    finally:
+        if out is not None and not out.closed:  # no half file left behind
+            out.close()
+            os.unlink(out.name)
+    assert current == SPILL_FILES[-1], f"{job.part.path}: the scan's spill came back incomplete"
+    with open(prefix + current, "rb") as f:
+        return json.load(f)
+
+
+def _close(out: Any, path: str) -> None:
+    """Finish one received file: flush it to disk and give it its final name."""
+    if out is None:
+        return
+    out.flush()
+    os.fsync(out.fileno())
+    out.close()
+    os.replace(out.name, path)
+
+
+def _piece(ray: Any, ref: Any, job: ScanJob) -> tuple[str, bytes]:
+    """One piece of a spill; the scan's own error (not Ray's wrapper) when it failed."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        cause = exc.cause
+        if isinstance(cause, ShardkitError):
+            raise cause from None
+        raise SourceError(f"{job.part.path}: scanning it in a Ray task failed: {cause!r}", path=job.part.path) from exc
+    except ray.exceptions.RayError as exc:
+        raise SourceError(
+            f"{job.part.path}: the Ray task scanning it was lost after {exc.__class__.__name__} "
+            "(retries spent); rerun with --resume to keep the partitions already scanned",
+            path=job.part.path,
+        ) from exc
+
+
+def _driver_node(ray: Any) -> Any:
+    """A scheduling strategy that keeps a task on the driver's node (None: no node here, a Ray client)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    try:
+        node = ray.get_runtime_context().get_node_id()
+    except Exception:
+        return None
+    return NodeAffinitySchedulingStrategy(node, soft=False) if node else None
+
+
+def _check_nodes_see_the_source(jobs: list[ScanJob]) -> None:
+    """Every node sees a partition of the source (the first one the driver
+    sees: one that vanished is left to its scan, which names it)."""
+    seen = next((job.part.path for job in jobs if os.path.exists(job.part.path)), None)
+    check_nodes_see([seen] if seen is not None else [])
