@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import io
 import json
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -134,6 +136,74 @@ def test_resume_after_the_driver_is_killed_gives_the_same_bytes(ray_cluster, ima
     reused = int(done.stdout.split("written, ")[1].split(" reused")[0])
     assert reused >= 3
     assert tree_bytes(dest) == local_output
+
+
+@pytest.fixture(scope="module")
+def jsonl(tmp_path_factory) -> tuple[Path, Path]:
+    """A JSONL of 60,000 small rows and a config cutting it into 8 partitions."""
+    root = tmp_path_factory.mktemp("ray-jsonl")
+    source = root / "rows.jsonl"
+    with open(source, "w") as f:
+        for i in range(60_000):
+            f.write(json.dumps({"__key__": f"row-{i:06d}", "txt": f"text of row {i}", "json": {"i": i}}) + "\n")
+    config = root / "write.yaml"
+    config.write_text(f"write:\n  partition_bytes: {source.stat().st_size // 8 + 1}\n")
+    return source, config
+
+
+def test_ray_scans_partitions_in_tasks_with_the_local_bytes_and_a_killed_scan_is_retried(ray_cluster, jsonl, tmp_path):
+    """Scanning runs in Ray tasks (one is killed mid-scan, as on a lost node, and run again);
+    the bytes equal the local engine's, with 1 worker there and 2 here."""
+    source, config = jsonl
+    flags = ("--config", str(config), "--max-samples", "5000", "--seed", "3", "-q")
+    assert main(["write", str(source), str(tmp_path / "local"), "--workers", "1", *flags]) == 0
+    dest = tmp_path / "ray"
+    driver = ray_cluster.popen(
+        [sys.executable, "-m", "shardkit", "write", str(source), str(dest), "--engine", "ray",
+         "--ray-address", ray_cluster.address, "--workers", "2", *flags]
+    )
+    killed = None
+    deadline = time.monotonic() + 120
+    while killed is None and driver.poll() is None and time.monotonic() < deadline:
+        for pid in _pids_running("shardkit_scan_partition"):
+            os.kill(pid, signal.SIGKILL)
+            killed = pid
+            break
+        time.sleep(0.002)
+    out, err = driver.communicate(timeout=180)
+    assert killed is not None, "no scan task was seen running: the driver scanned the partitions itself"
+    assert driver.returncode == 0, err
+    assert tree_bytes(dest) == tree_bytes(tmp_path / "local")
+
+
+def _last_error_line(capsys, argv: list[str]) -> tuple[int, str]:
+    code = main(argv)
+    return code, capsys.readouterr().err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("fault", ["not JSON", "vanished partition"])
+def test_bad_input_found_by_a_ray_scan_is_the_local_one_line_error(ray_cluster, tmp_path, capsys, fault):
+    if fault == "not JSON":
+        source = tmp_path / "rows.jsonl"
+        source.write_text("".join(f'{{"__key__": "k{i}", "txt": "x"}}\n' for i in range(40)) + "{not json\n")
+        expected = f"shardkit: error: {source}:41: line 41 is not valid JSON"
+    else:
+        for i in (0, 2):  # shard 1 of the pattern is gone before it is scanned
+            with tarfile.open(tmp_path / f"s-{i}.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+                member = tarfile.TarInfo(f"k{i}.txt")
+                member.size = 5
+                tar.addfile(member, io.BytesIO(b"hello"))
+        source = tmp_path / "s-{0..2}.tar"
+        expected = f"shardkit: error: {tmp_path}/s-1.tar: input shard does not exist"
+    local = _last_error_line(capsys, ["write", str(source), str(tmp_path / "local"), "-q"])
+    done = ray_cluster.shardkit(
+        "write", str(source), str(tmp_path / "ray"), "--engine", "ray", "--ray-address", ray_cluster.address, "-q"
+    )
+    assert local[0] == done.returncode == 2
+    assert local[1].startswith(expected)
+    ours = [line for line in done.stderr.splitlines() if line.startswith("shardkit:")]  # not Ray's own log lines
+    assert ours == [local[1]]
+    assert not (tmp_path / "ray").exists()  # created by nobody: nothing half-written
 
 
 def test_a_path_only_the_driver_sees_is_refused_before_writing(ray_cluster, images, tmp_path):
