@@ -11,6 +11,13 @@ On JSONL files of small text rows (the issue's ``{"__key__", "txt", "json"}``,
 - peers on the same rows: webdataset's ``ShardWriter`` loop (one process,
   ``json.loads`` per line), LitData's ``optimize`` (``num_workers`` 1, 2) and
   Mosaic's ``MDSWriter`` loop (one process);
+- ``images``: an ImageFolder of ``--image-files`` small files (100 class
+  folders of tiny real JPEGs, ~640 bytes each, every file different;
+  made once under ``--workdir``, so every cell reads them from the page
+  cache): shardkit's scan + plan (``--dry-run``: driver peak memory, files/s)
+  and ``write_dataset`` end to end with 1 and 2 workers, against the same
+  three peers writing the same samples (key, image bytes, class index) from a
+  sorted listing of the folder, the listing timed with the write;
 - ``quality``: the shuffle of class-sorted rows (100 classes):
   ``shardkit.shuffle_quality`` of the written order with batches of 256
   (1.0 = as mixed as i.i.d.) and the classes in the least mixed shard of
@@ -59,6 +66,47 @@ def rows_file(workdir: str, num_rows: int, *, classes: bool = False) -> str:
             f.write("\n".join(batch) + "\n")
     os.replace(path + ".tmp", path)
     return path
+
+
+def image_folder(workdir: str, num_files: int) -> str:
+    """A cached ImageFolder of ``num_files`` tiny JPEGs in :data:`CLASSES` class folders.
+
+    Sixteen 16x16 JPEGs are encoded once; each file is one of them with its
+    own index appended after the image's end marker (decoders ignore it), so
+    no two files hold the same bytes.
+    """
+    import io
+
+    from PIL import Image
+
+    root = os.path.join(workdir, f"images-{num_files}")
+    if os.path.exists(root):
+        return root
+    templates = []
+    for t in range(16):
+        buf = io.BytesIO()
+        Image.new("RGB", (16, 16), (t * 16, 255 - t * 16, (t * 97) % 256)).save(buf, format="JPEG", quality=90)
+        templates.append(buf.getvalue())
+    tmp = root + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    for c in range(CLASSES):
+        os.makedirs(os.path.join(tmp, f"class{c:03d}"))
+    for i in range(num_files):
+        c = i * CLASSES // num_files
+        with open(os.path.join(tmp, f"class{c:03d}", f"img{i:07d}.jpg"), "wb") as f:
+            f.write(templates[i % 16] + b"%d" % i)
+    os.replace(tmp, root)
+    return root
+
+
+def image_samples(root: str) -> list[tuple[str, str, int]]:
+    """``(key, path, class index)`` of every file of the ImageFolder ``root``, sorted (shardkit's keys)."""
+    samples = []
+    for label, name in enumerate(sorted(e.name for e in os.scandir(root) if e.is_dir())):
+        folder = os.path.join(root, name)
+        for file in sorted(os.listdir(folder)):
+            samples.append((f"{name}/{file.rpartition('.')[0]}", os.path.join(folder, file), label))
+    return samples
 
 
 def cpu_s() -> float:
@@ -135,6 +183,51 @@ def cell_mosaic(rows: str, dest: str) -> dict[str, Any]:
     return _loop(rows, MDSWriter(out=dest, columns=columns, size_limit=256 << 20), "key")
 
 
+def _image_loop(root: str, sink: Any, key_name: str) -> dict[str, Any]:
+    """Write every file of the ImageFolder ``root`` through ``sink.write`` (one process), timed with the listing."""
+    wall = time.perf_counter()
+    samples = image_samples(root)
+    with sink:
+        for key, path, label in samples:
+            with open(path, "rb") as f:
+                sink.write({key_name: key, "jpg": f.read(), "cls": label})
+    wall = time.perf_counter() - wall
+    return {"samples": len(samples), "seconds": wall, "samples_per_s": len(samples) / wall,
+            "driver_peak_mb": peak_rss_mb()}
+
+
+def cell_webdataset_images(root: str, dest: str) -> dict[str, Any]:
+    import webdataset as wds
+
+    os.makedirs(dest, exist_ok=True)
+    return _image_loop(root, wds.ShardWriter(os.path.join(dest, "shard-%06d.tar"), maxsize=256 << 20, verbose=0), "__key__")
+
+
+def _litdata_image(sample: tuple[str, str, int]) -> dict[str, Any]:
+    key, path, label = sample
+    with open(path, "rb") as f:
+        return {"key": key, "jpg": f.read(), "cls": label}
+
+
+def cell_litdata_images(root: str, workers: int, dest: str) -> dict[str, Any]:
+    from litdata import optimize
+
+    wall = time.perf_counter()
+    samples = image_samples(root)
+    optimize(fn=_litdata_image, inputs=samples, output_dir=dest, chunk_bytes="256MB", num_workers=workers,
+             verbose=False, start_method="fork")
+    wall = time.perf_counter() - wall
+    return {"samples": len(samples), "seconds": wall, "samples_per_s": len(samples) / wall,
+            "driver_peak_mb": peak_rss_mb()}
+
+
+def cell_mosaic_images(root: str, dest: str) -> dict[str, Any]:
+    from streaming import MDSWriter
+
+    columns = {"key": "str", "jpg": "bytes", "cls": "int"}
+    return _image_loop(root, MDSWriter(out=dest, columns=columns, size_limit=256 << 20), "key")
+
+
 def cell_quality(rows: str, dest: str) -> dict[str, Any]:
     import numpy as np
     import webdataset as wds
@@ -155,7 +248,8 @@ def cell_quality(rows: str, dest: str) -> dict[str, Any]:
 
 
 CELLS = {"plan": cell_plan, "write": cell_write, "webdataset": cell_webdataset, "litdata": cell_litdata,
-         "mosaic": cell_mosaic, "quality": cell_quality}
+         "mosaic": cell_mosaic, "quality": cell_quality, "webdataset_images": cell_webdataset_images,
+         "litdata_images": cell_litdata_images, "mosaic_images": cell_mosaic_images}
 
 
 def run_cell(kind: str, *args: Any, tree: str = REPO_ROOT, timeout_s: float = 1800) -> dict[str, Any]:
@@ -190,17 +284,21 @@ def measure(args: Any) -> dict[str, Any]:
             print("plan", rows, workers, cell, flush=True)
     for rows in args.e2e_rows:
         path = rows_file(workdir, rows)
-        runs = [("shardkit", 1), ("shardkit", 2)] + [(p, w) for p in args.peers for w in ((1, 2) if p == "litdata" else (1,))]
-        for peer, workers in runs:
-            shutil.rmtree(scratch, ignore_errors=True)
-            if peer == "shardkit":
-                cell = run_cell("write", path, workers, scratch)
-            elif peer == "litdata":
-                cell = run_cell("litdata", path, workers, scratch)
-            else:
-                cell = run_cell(peer, path, scratch)
+        for peer, workers, cell in _write_cells(path, args.peers, scratch, suffix=""):
             record["write"].append({"rows": rows, "peer": peer, "workers": workers, **cell})
             print("write", rows, peer, workers, cell, flush=True)
+    if args.image_files:
+        root = image_folder(workdir, args.image_files)
+        sizes = [os.path.getsize(path) for _, path, _ in image_samples(root)]
+        images: dict[str, Any] = {"files": len(sizes), "mean_file_bytes": sum(sizes) / len(sizes), "plan": [], "write": []}
+        record["images"] = images
+        for workers in (1, 2):
+            cell = run_cell("plan", root, workers)
+            images["plan"].append({"workers": workers, **cell})
+            print("images plan", workers, cell, flush=True)
+        for peer, workers, cell in _write_cells(root, args.peers, scratch, suffix="_images"):
+            images["write"].append({"peer": peer, "workers": workers, **cell})
+            print("images write", peer, workers, cell, flush=True)
     shutil.rmtree(scratch, ignore_errors=True)
     if args.quality_rows:
         path = rows_file(workdir, args.quality_rows, classes=True)
@@ -211,6 +309,22 @@ def measure(args: Any) -> dict[str, Any]:
             print("quality", name, cell, flush=True)
         shutil.rmtree(scratch, ignore_errors=True)
     return record
+
+
+def _write_cells(source: str, peers: list[str], scratch: str, *, suffix: str) -> Any:
+    """``(peer, workers, cell)`` for shardkit's write with 1 and 2 workers, then each peer
+    (LitData with 1 and 2 workers) writing ``source``; ``suffix`` picks the peers' cells
+    for the source's kind (``""``: JSONL rows, ``"_images"``: an ImageFolder)."""
+    runs = [("shardkit", 1), ("shardkit", 2)] + [(p, w) for p in peers for w in ((1, 2) if p == "litdata" else (1,))]
+    for peer, workers in runs:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if peer == "shardkit":
+            cell = run_cell("write", source, workers, scratch)
+        elif peer == "litdata":
+            cell = run_cell("litdata" + suffix, source, workers, scratch)
+        else:
+            cell = run_cell(peer + suffix, source, scratch)
+        yield peer, workers, cell
 
 
 def _row(cell: dict[str, Any], lead: str, body: Any) -> str:
@@ -230,6 +344,8 @@ def table(record: dict[str, Any]) -> str:
               "|---:|---|---:|---:|---:|"]
     lines += [_row(c, f"{c['rows']:,} | {c['peer']} | {c['workers']}", lambda c: f"{c['seconds']:.1f} | {c['samples_per_s']:,.0f}")
               for c in record["write"]]
+    if record.get("images"):
+        lines += ["", *image_table(record["images"])]
     if record["quality"]:
         lines += ["", "## Shuffle of class-sorted rows (100 classes, shards of 1,000)", "",
                   "| writer | rows | shuffle_quality (1.0 = i.i.d.) | classes in the least mixed shard | mean classes per shard |",
@@ -237,6 +353,30 @@ def table(record: dict[str, Any]) -> str:
         lines += [_row(c, f"{c['writer']} | {c['rows']:,}", lambda c: f"{c['shuffle_quality']:.3f} | "
                        f"{c['min_classes_per_shard']} | {c['mean_classes_per_shard']:.1f}") for c in record["quality"]]
     return "\n".join(lines) + "\n"
+
+
+def image_table(images: dict[str, Any]) -> list[str]:
+    """The ImageFolder section: one row per writer and worker count, shardkit's scan + plan beside its write."""
+    plans = {c["workers"]: c for c in images["plan"]}
+    lines = [f"## ImageFolder of {images['files']:,} small files (100 classes, JPEGs of {images['mean_file_bytes']:.0f} B "
+             "on average, page cache warm)", "",
+             "Scan + plan is shardkit's `--dry-run` (nothing written); the peers list the folder inside their "
+             "write loop, so their end-to-end time includes it. Driver peak: the writing process's VmHWM "
+             "(worker processes not counted).", "",
+             "| writer | workers | scan + plan: driver peak MB | scan + plan: files/s | end to end: seconds "
+             "| end to end: samples/s | end to end: driver peak MB |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for c in images["write"]:
+        plan = plans.get(c["workers"]) if c["peer"] == "shardkit" else None
+        if plan is None:
+            scan = "– | –"
+        elif "error" in plan:
+            scan = f"error: {plan['error']} | –"
+        else:
+            scan = f"{plan['driver_peak_mb']:.0f} | {plan['rows_per_s']:,.0f}"
+        lines.append(_row(c, f"{c['peer']} | {c['workers']} | {scan}", lambda c: f"{c['seconds']:.1f} | "
+                          f"{c['samples_per_s']:,.0f} | {c['driver_peak_mb']:.0f}"))
+    return lines
 
 
 def plot(record: dict[str, Any], path: str) -> None:
@@ -250,12 +390,18 @@ def plot(record: dict[str, Any], path: str) -> None:
         cells = [c for c in record["plan"] if c["workers"] == workers and "error" not in c]
         if cells:
             ax.plot([c["rows"] for c in cells], [c["driver_peak_mb"] for c in cells], "o-", label=f"shardkit, {workers} worker(s)")
+    images = record.get("images") or {}
+    for workers in (1, 2):
+        cells = [c for c in images.get("plan", []) if c["workers"] == workers and "error" not in c]
+        if cells:
+            ax.plot([images["files"]] * len(cells), [c["driver_peak_mb"] for c in cells], "s",
+                    label=f"shardkit ImageFolder, {workers} worker(s)")
     rows = sorted({c["rows"] for c in record["plan"]})
     if rows:
         ax.plot(rows, [r * 330 / 2**20 for r in rows], "k:", label="330 B per sample (before)")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("rows (JSONL)")
+    ax.set_xlabel("samples (JSONL rows, image files)")
     ax.set_ylabel("driver peak memory, MB")
     ax.set_title("shardkit write --dry-run: driver memory")
     ax.legend()
@@ -277,6 +423,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rows", type=ints, default=[10**5, 10**6, 10**7], help="dry-run sizes")
     parser.add_argument("--e2e-rows", type=ints, default=[10**5, 10**6], help="end-to-end sizes")
     parser.add_argument("--peers", type=lambda t: [p for p in t.split(",") if p], default=["webdataset", "litdata", "mosaic"])
+    parser.add_argument("--image-files", type=lambda t: int(float(t)), default=10**5,
+                        help="files of the ImageFolder rows (scan + plan and end to end, with the peers); 0 skips them")
     parser.add_argument("--quality-rows", type=int, default=10**5)
     parser.add_argument("--before", help="a checkout of shardkit to compare the shuffle with (e.g. /work/main)")
     parser.add_argument("--workdir", default=os.path.join(HERE, "work", "scale-writer"))
