@@ -52,7 +52,8 @@ Writes ``bench/results/scale.json`` / ``.md`` / ``.png``::
     .venv/bin/python bench/bench_scale.py --sizes 1000,500000 --peers shardkit,webdataset
 
 The writer part (issue #23: scan + plan memory and rate, end-to-end writing
-against peers, shuffle quality) is ``bench_scale.py --writer [--help]``; see
+against peers on JSONL rows and on an ImageFolder of 10^5 small files,
+shuffle quality) is ``bench_scale.py --writer [--help]``; see
 ``bench/harness/scale_writer.py``. It writes ``bench/results/scale-writer.*``.
 """
 
