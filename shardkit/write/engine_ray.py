@@ -36,7 +36,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -273,15 +273,30 @@ def check_nodes_see(paths: list[str], *, folder: str | None = None) -> None:
 
 def _result(ray: Any, ref: Any, task: ShardTask) -> Any:
     """The task's result; its own error (not Ray's wrapper) when it failed for good."""
+    return task_result(ray, ref, subject=task.name, doing="writing it", kept="shards already written")
+
+
+def task_result(
+    ray: Any, ref: Any, *, subject: str, doing: str, kept: str, error: Callable[[str], ShardkitError] = ShardkitError
+) -> Any:
+    """``ray.get(ref)``; when the task failed for good, its own
+    :class:`ShardkitError` (not Ray's wrapper), else ``error(message)``.
+
+    Args:
+        subject: What the task works on, first in the message (a shard's name, an input's path).
+        doing: What the task does to it (``"writing it"``).
+        kept: What ``--resume`` keeps of the run (``"shards already written"``).
+        error: Makes the error for a failure that is not the task's own.
+    """
     try:
         return ray.get(ref)
     except ray.exceptions.RayTaskError as exc:
         cause = exc.cause
         if isinstance(cause, ShardkitError):
             raise cause from None
-        raise ShardkitError(f"{task.name}: the Ray task writing it failed: {cause!r}") from exc
+        raise error(f"{subject}: the Ray task {doing} failed: {cause!r}") from exc
     except ray.exceptions.RayError as exc:
-        raise ShardkitError(
-            f"{task.name}: the Ray task writing it was lost after {exc.__class__.__name__} "
-            "(retries spent); rerun with --resume to keep the shards already written"
+        raise error(
+            f"{subject}: the Ray task {doing} was lost after {exc.__class__.__name__} "
+            f"(retries spent); rerun with --resume to keep the {kept}"
         ) from exc

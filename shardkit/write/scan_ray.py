@@ -32,6 +32,7 @@ pieces. An error raised by the scan itself (bad input) is not retried.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -40,8 +41,8 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from shardkit.errors import ShardkitError, SourceError
-from shardkit.write.engine_ray import check_nodes_see, connect, default_max_in_flight, require_ray
+from shardkit.errors import SourceError
+from shardkit.write.engine_ray import check_nodes_see, connect, default_max_in_flight, require_ray, task_result
 from shardkit.write.scan import ScanJob
 from shardkit.write.spill import spill_error, spill_prefix
 
@@ -164,19 +165,9 @@ def _close(out: Any, path: str) -> None:
 
 def _piece(ray: Any, ref: Any, job: ScanJob) -> tuple[str, bytes]:
     """One piece of a spill; the scan's own error (not Ray's wrapper) when it failed."""
-    try:
-        return ray.get(ref)
-    except ray.exceptions.RayTaskError as exc:
-        cause = exc.cause
-        if isinstance(cause, ShardkitError):
-            raise cause from None
-        raise SourceError(f"{job.part.path}: scanning it in a Ray task failed: {cause!r}", path=job.part.path) from exc
-    except ray.exceptions.RayError as exc:
-        raise SourceError(
-            f"{job.part.path}: the Ray task scanning it was lost after {exc.__class__.__name__} "
-            "(retries spent); rerun with --resume to keep the partitions already scanned",
-            path=job.part.path,
-        ) from exc
+    path = job.part.path
+    error = functools.partial(SourceError, path=path)
+    return task_result(ray, ref, subject=path, doing="scanning it", kept="partitions already scanned", error=error)
 
 
 def _driver_node(ray: Any) -> Any:

@@ -95,20 +95,24 @@ def _pids_running(task_name: str) -> list[int]:
     return found
 
 
+def _kill_one_running(driver: subprocess.Popen, task_name: str) -> int | None:
+    """While ``driver`` runs, SIGKILL the first Ray worker seen executing ``task_name``; its pid, or None."""
+    deadline = time.monotonic() + 120
+    while driver.poll() is None and time.monotonic() < deadline:
+        for pid in _pids_running(task_name):
+            os.kill(pid, signal.SIGKILL)
+            return pid
+        time.sleep(0.002)
+    return None
+
+
 def test_a_killed_worker_is_retried_and_the_bytes_stay_the_same(ray_cluster, images, local_output, tmp_path):
     dest = tmp_path / "out"
     driver = ray_cluster.popen(
         [sys.executable, "-m", "shardkit", "write", str(images), str(dest), "--engine", "ray",
          "--ray-address", ray_cluster.address, *WRITE_FLAGS]
     )
-    killed = None
-    deadline = time.monotonic() + 120
-    while killed is None and driver.poll() is None and time.monotonic() < deadline:
-        for pid in _pids_running("shardkit_write_shard"):
-            os.kill(pid, signal.SIGKILL)  # the worker dies mid-shard, as on a lost node
-            killed = pid
-            break
-        time.sleep(0.002)
+    killed = _kill_one_running(driver, "shardkit_write_shard")  # the worker dies mid-shard, as on a lost node
     out, err = driver.communicate(timeout=180)
     assert killed is not None, "no shard task was seen running: nothing was killed"
     assert driver.returncode == 0, err
@@ -162,14 +166,7 @@ def test_ray_scans_partitions_in_tasks_with_the_local_bytes_and_a_killed_scan_is
         [sys.executable, "-m", "shardkit", "write", str(source), str(dest), "--engine", "ray",
          "--ray-address", ray_cluster.address, "--workers", "2", *flags]
     )
-    killed = None
-    deadline = time.monotonic() + 120
-    while killed is None and driver.poll() is None and time.monotonic() < deadline:
-        for pid in _pids_running("shardkit_scan_partition"):
-            os.kill(pid, signal.SIGKILL)
-            killed = pid
-            break
-        time.sleep(0.002)
+    killed = _kill_one_running(driver, "shardkit_scan_partition")
     out, err = driver.communicate(timeout=180)
     assert killed is not None, "no scan task was seen running: the driver scanned the partitions itself"
     assert driver.returncode == 0, err
