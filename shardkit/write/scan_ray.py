@@ -8,9 +8,14 @@ temporary folder on its own node, then streams the spill's files back as a
 Ray generator, :data:`CHUNK_BYTES` at a time. The driver writes each piece
 into the spill folder in DEST's work folder as it arrives, the summary last
 (its presence marks the spill complete, as for a local scan), so the driver
-holds one piece at a time: its memory stays O(partitions + shards) whatever
-the number of samples, and it needs no file system shared with the nodes for
-the spills. Spills are read in partition order and, as everywhere, errors are
+holds one piece at a time, and it needs no file system shared with the nodes
+for the spills. The pieces of the tasks in flight wait in Ray's object store,
+whose pages the driver maps as it reads them: its resident memory is bounded
+by the tasks in flight times one partition's spill (about 85 bytes a sample
+of that partition), plus O(partitions + shards), never by the number of
+samples. (Measured on one machine, 2 tasks in flight, 4 MiB JSONL partitions:
+the driver's peak RSS 151 MB for 10^5 rows, 175 MB for 10^6; with 64 MiB
+partitions, where all three of 10^6 rows are in flight at once, 248 MB.) Spills are read in partition order and, as everywhere, errors are
 those of the first failing partition in that order: a malformed line, a
 vanished input file, give the local engine's error, one line, exit 2.
 
@@ -24,6 +29,11 @@ storage, or write with ``--engine local``). Input shards compressed whole are
 the exception: scanning one writes its plain copy into the driver's
 temporary folder, which the shard writers read later, so those partitions are
 scanned by tasks pinned to the driver's node.
+
+A task stages its partition's spill in its node's temporary folder
+(``TMPDIR`` of the Ray workers) before streaming it, so that folder needs
+room for one spill per task running there (about 64 bytes a sample plus its
+key); a full one stops the write with the folder named.
 
 A task lost with its worker or node is run again (``ray_max_retries``); its
 spill's bytes depend only on its partition, so a replay yields the same
