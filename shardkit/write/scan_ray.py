@@ -13,9 +13,10 @@ for the spills. The pieces of the tasks in flight wait in Ray's object store,
 whose pages the driver maps as it reads them: its resident memory is bounded
 by the tasks in flight times one partition's spill (about 85 bytes a sample
 of that partition), plus O(partitions + shards), never by the number of
-samples. (Measured on one machine, 2 tasks in flight, 4 MiB JSONL partitions:
-the driver's peak RSS 151 MB for 10^5 rows, 175 MB for 10^6; with 64 MiB
-partitions, where all three of 10^6 rows are in flight at once, 248 MB.) Spills are read in partition order and, as everywhere, errors are
+samples. (Measured on a one-machine cluster of 2 CPUs, the driver's peak RSS
+after scan + plan: 4 MiB JSONL partitions, 4 tasks in flight: 151 MB for 10^5
+rows, 175 MB for 10^6; 64 MiB partitions, 2 in flight, the three partitions
+of 10^6 rows all scanned before the first was read: 248 MB.) Spills are read in partition order and, as everywhere, errors are
 those of the first failing partition in that order: a malformed line, a
 vanished input file, give the local engine's error, one line, exit 2.
 
