@@ -17,7 +17,10 @@ On JSONL files of small text rows (the issue's ``{"__key__", "txt", "json"}``,
   cache): shardkit's scan + plan (``--dry-run``: driver peak memory, files/s)
   and ``write_dataset`` end to end with 1 and 2 workers, against the same
   three peers writing the same samples (key, image bytes, class index) from a
-  sorted listing of the folder, the listing timed with the write;
+  sorted listing of the folder, the listing timed with the write; every
+  writer cuts shards (chunks) of ``--image-shard-bytes`` (16 MB: ~16 shards,
+  where the JSONL rows' default 256 MB would make one, with nothing for a
+  second worker to do);
 - ``quality``: the shuffle of class-sorted rows (100 classes):
   ``shardkit.shuffle_quality`` of the written order with batches of 256
   (1.0 = as mixed as i.i.d.) and the classes in the least mixed shard of
@@ -41,6 +44,8 @@ from typing import Any
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO_ROOT = os.path.dirname(HERE)
 CLASSES = 100
+#: Shard (chunk) size of every writer on JSONL rows: shardkit's default.
+SHARD_BYTES = 256 << 20
 
 sys.path.insert(0, REPO_ROOT)
 from bench.common import peak_rss_mb  # noqa: E402
@@ -130,11 +135,11 @@ def cell_plan(rows: str, workers: int) -> dict[str, Any]:
             "driver_peak_mb": peak_rss_mb(), "rss_at_start_mb": base}
 
 
-def cell_write(rows: str, workers: int, dest: str) -> dict[str, Any]:
+def cell_write(rows: str, workers: int, dest: str, shard_bytes: int = SHARD_BYTES) -> dict[str, Any]:
     from shardkit.write.parallel import WriteOptions, write_dataset
 
     wall = time.perf_counter()
-    report = write_dataset(rows, dest, options=WriteOptions(workers=workers))
+    report = write_dataset(rows, dest, options=WriteOptions(workers=workers, max_bytes=shard_bytes))
     wall = time.perf_counter() - wall
     return {"samples": report.manifest.num_samples, "seconds": wall, "samples_per_s": report.manifest.num_samples / wall,
             "driver_peak_mb": peak_rss_mb()}
@@ -152,11 +157,11 @@ def _loop(rows: str, sink: Any, key_name: str) -> dict[str, Any]:
     return {"samples": count, "seconds": wall, "samples_per_s": count / wall, "driver_peak_mb": peak_rss_mb()}
 
 
-def cell_webdataset(rows: str, dest: str) -> dict[str, Any]:
+def cell_webdataset(rows: str, dest: str, shard_bytes: int = SHARD_BYTES) -> dict[str, Any]:
     import webdataset as wds
 
     os.makedirs(dest, exist_ok=True)
-    return _loop(rows, wds.ShardWriter(os.path.join(dest, "shard-%06d.tar"), maxsize=256 << 20, verbose=0), "__key__")
+    return _loop(rows, wds.ShardWriter(os.path.join(dest, "shard-%06d.tar"), maxsize=shard_bytes, verbose=0), "__key__")
 
 
 def _litdata_row(line: str) -> dict[str, Any]:
@@ -164,23 +169,23 @@ def _litdata_row(line: str) -> dict[str, Any]:
     return {"txt": row["txt"], "json": json.dumps(row["json"])}
 
 
-def cell_litdata(rows: str, workers: int, dest: str) -> dict[str, Any]:
+def cell_litdata(rows: str, workers: int, dest: str, shard_bytes: int = SHARD_BYTES) -> dict[str, Any]:
     from litdata import optimize
 
     with open(rows) as f:
         lines = f.read().splitlines()
     wall = time.perf_counter()
-    optimize(fn=_litdata_row, inputs=lines, output_dir=dest, chunk_bytes="256MB", num_workers=workers,
+    optimize(fn=_litdata_row, inputs=lines, output_dir=dest, chunk_bytes=shard_bytes, num_workers=workers,
              verbose=False, start_method="fork")
     wall = time.perf_counter() - wall
     return {"samples": len(lines), "seconds": wall, "samples_per_s": len(lines) / wall, "driver_peak_mb": peak_rss_mb()}
 
 
-def cell_mosaic(rows: str, dest: str) -> dict[str, Any]:
+def cell_mosaic(rows: str, dest: str, shard_bytes: int = SHARD_BYTES) -> dict[str, Any]:
     from streaming import MDSWriter
 
     columns = {"key": "str", "txt": "str", "json": "json"}
-    return _loop(rows, MDSWriter(out=dest, columns=columns, size_limit=256 << 20), "key")
+    return _loop(rows, MDSWriter(out=dest, columns=columns, size_limit=shard_bytes), "key")
 
 
 def _image_loop(root: str, sink: Any, key_name: str) -> dict[str, Any]:
@@ -196,11 +201,12 @@ def _image_loop(root: str, sink: Any, key_name: str) -> dict[str, Any]:
             "driver_peak_mb": peak_rss_mb()}
 
 
-def cell_webdataset_images(root: str, dest: str) -> dict[str, Any]:
+def cell_webdataset_images(root: str, dest: str, shard_bytes: int) -> dict[str, Any]:
     import webdataset as wds
 
     os.makedirs(dest, exist_ok=True)
-    return _image_loop(root, wds.ShardWriter(os.path.join(dest, "shard-%06d.tar"), maxsize=256 << 20, verbose=0), "__key__")
+    sink = wds.ShardWriter(os.path.join(dest, "shard-%06d.tar"), maxsize=shard_bytes, verbose=0)
+    return _image_loop(root, sink, "__key__")
 
 
 def _litdata_image(sample: tuple[str, str, int]) -> dict[str, Any]:
@@ -209,23 +215,23 @@ def _litdata_image(sample: tuple[str, str, int]) -> dict[str, Any]:
         return {"key": key, "jpg": f.read(), "cls": label}
 
 
-def cell_litdata_images(root: str, workers: int, dest: str) -> dict[str, Any]:
+def cell_litdata_images(root: str, workers: int, dest: str, shard_bytes: int) -> dict[str, Any]:
     from litdata import optimize
 
     wall = time.perf_counter()
     samples = image_samples(root)
-    optimize(fn=_litdata_image, inputs=samples, output_dir=dest, chunk_bytes="256MB", num_workers=workers,
+    optimize(fn=_litdata_image, inputs=samples, output_dir=dest, chunk_bytes=shard_bytes, num_workers=workers,
              verbose=False, start_method="fork")
     wall = time.perf_counter() - wall
     return {"samples": len(samples), "seconds": wall, "samples_per_s": len(samples) / wall,
             "driver_peak_mb": peak_rss_mb()}
 
 
-def cell_mosaic_images(root: str, dest: str) -> dict[str, Any]:
+def cell_mosaic_images(root: str, dest: str, shard_bytes: int) -> dict[str, Any]:
     from streaming import MDSWriter
 
     columns = {"key": "str", "jpg": "bytes", "cls": "int"}
-    return _image_loop(root, MDSWriter(out=dest, columns=columns, size_limit=256 << 20), "key")
+    return _image_loop(root, MDSWriter(out=dest, columns=columns, size_limit=shard_bytes), "key")
 
 
 def cell_quality(rows: str, dest: str) -> dict[str, Any]:
@@ -284,19 +290,21 @@ def measure(args: Any) -> dict[str, Any]:
             print("plan", rows, workers, cell, flush=True)
     for rows in args.e2e_rows:
         path = rows_file(workdir, rows)
-        for peer, workers, cell in _write_cells(path, args.peers, scratch, suffix=""):
+        for peer, workers, cell in _write_cells(path, args.peers, scratch, suffix="", shard_bytes=SHARD_BYTES):
             record["write"].append({"rows": rows, "peer": peer, "workers": workers, **cell})
             print("write", rows, peer, workers, cell, flush=True)
     if args.image_files:
         root = image_folder(workdir, args.image_files)
         sizes = [os.path.getsize(path) for _, path, _ in image_samples(root)]
-        images: dict[str, Any] = {"files": len(sizes), "mean_file_bytes": sum(sizes) / len(sizes), "plan": [], "write": []}
+        images: dict[str, Any] = {"files": len(sizes), "mean_file_bytes": sum(sizes) / len(sizes),
+                                  "shard_bytes": args.image_shard_bytes, "plan": [], "write": []}
         record["images"] = images
         for workers in (1, 2):
             cell = run_cell("plan", root, workers)
             images["plan"].append({"workers": workers, **cell})
             print("images plan", workers, cell, flush=True)
-        for peer, workers, cell in _write_cells(root, args.peers, scratch, suffix="_images"):
+        for peer, workers, cell in _write_cells(root, args.peers, scratch, suffix="_images",
+                                                shard_bytes=args.image_shard_bytes):
             images["write"].append({"peer": peer, "workers": workers, **cell})
             print("images write", peer, workers, cell, flush=True)
     shutil.rmtree(scratch, ignore_errors=True)
@@ -311,19 +319,20 @@ def measure(args: Any) -> dict[str, Any]:
     return record
 
 
-def _write_cells(source: str, peers: list[str], scratch: str, *, suffix: str) -> Any:
+def _write_cells(source: str, peers: list[str], scratch: str, *, suffix: str, shard_bytes: int) -> Any:
     """``(peer, workers, cell)`` for shardkit's write with 1 and 2 workers, then each peer
-    (LitData with 1 and 2 workers) writing ``source``; ``suffix`` picks the peers' cells
-    for the source's kind (``""``: JSONL rows, ``"_images"``: an ImageFolder)."""
+    (LitData with 1 and 2 workers) writing ``source`` in shards (chunks) of at most
+    ``shard_bytes``; ``suffix`` picks the peers' cells for the source's kind (``""``:
+    JSONL rows, ``"_images"``: an ImageFolder)."""
     runs = [("shardkit", 1), ("shardkit", 2)] + [(p, w) for p in peers for w in ((1, 2) if p == "litdata" else (1,))]
     for peer, workers in runs:
         shutil.rmtree(scratch, ignore_errors=True)
         if peer == "shardkit":
-            cell = run_cell("write", source, workers, scratch)
+            cell = run_cell("write", source, workers, scratch, shard_bytes)
         elif peer == "litdata":
-            cell = run_cell("litdata" + suffix, source, workers, scratch)
+            cell = run_cell("litdata" + suffix, source, workers, scratch, shard_bytes)
         else:
-            cell = run_cell(peer + suffix, source, scratch)
+            cell = run_cell(peer + suffix, source, scratch, shard_bytes)
         yield peer, workers, cell
 
 
@@ -359,7 +368,7 @@ def image_table(images: dict[str, Any]) -> list[str]:
     """The ImageFolder section: one row per writer and worker count, shardkit's scan + plan beside its write."""
     plans = {c["workers"]: c for c in images["plan"]}
     lines = [f"## ImageFolder of {images['files']:,} small files (100 classes, JPEGs of {images['mean_file_bytes']:.0f} B "
-             "on average, page cache warm)", "",
+             f"on average, page cache warm; shards of {images['shard_bytes'] / 2**20:g} MB)", "",
              "Scan + plan is shardkit's `--dry-run` (nothing written); the peers list the folder inside their "
              "write loop, so their end-to-end time includes it. Driver peak: the writing process's VmHWM "
              "(worker processes not counted).", "",
@@ -425,6 +434,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--peers", type=lambda t: [p for p in t.split(",") if p], default=["webdataset", "litdata", "mosaic"])
     parser.add_argument("--image-files", type=lambda t: int(float(t)), default=10**5,
                         help="files of the ImageFolder rows (scan + plan and end to end, with the peers); 0 skips them")
+    parser.add_argument("--image-shard-bytes", type=lambda t: int(float(t)), default=16 << 20,
+                        help="shard (chunk) size of every writer in the ImageFolder rows: 16 MB by default, so "
+                        "10^5 files make ~16 shards and 2 workers have shards to share")
     parser.add_argument("--quality-rows", type=int, default=10**5)
     parser.add_argument("--before", help="a checkout of shardkit to compare the shuffle with (e.g. /work/main)")
     parser.add_argument("--workdir", default=os.path.join(HERE, "work", "scale-writer"))
