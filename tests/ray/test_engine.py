@@ -173,6 +173,31 @@ def test_ray_scans_partitions_in_tasks_with_the_local_bytes_and_a_killed_scan_is
     assert tree_bytes(dest) == tree_bytes(tmp_path / "local")
 
 
+def _text_tar(path: Path, keys: range, *, compress: bool = False) -> None:
+    """An input shard of one ``KEY.txt`` member per key (gzipped whole when ``compress``)."""
+    with tarfile.open(path, "w:gz" if compress else "w", format=tarfile.USTAR_FORMAT) as tar:
+        for key in keys:
+            data = f"text {key}".encode()
+            member = tarfile.TarInfo(f"k{key:04d}.txt")
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+
+
+def test_input_shards_compressed_whole_give_the_local_bytes_under_ray(ray_cluster, tmp_path):
+    """Their scans unpack into the driver's temporary folder, by tasks kept on the driver's node."""
+    source = tmp_path / "in"
+    source.mkdir()
+    for i in range(3):
+        _text_tar(source / f"s-{i}.tar.gz", range(i * 40, i * 40 + 40), compress=True)
+    flags = ("--max-samples", "25", "--seed", "5", "-q")
+    assert main(["write", str(source), str(tmp_path / "local"), *flags]) == 0
+    done = ray_cluster.shardkit(
+        "write", str(source), str(tmp_path / "ray"), "--engine", "ray", "--ray-address", ray_cluster.address, *flags
+    )
+    assert done.returncode == 0, done.stderr
+    assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
+
+
 def _last_error_line(capsys, argv: list[str]) -> tuple[int, str]:
     code = main(argv)
     return code, capsys.readouterr().err.strip().splitlines()[-1]
@@ -186,10 +211,7 @@ def test_bad_input_found_by_a_ray_scan_is_the_local_one_line_error(ray_cluster, 
         expected = f"shardkit: error: {source}:41: line 41 is not valid JSON"
     else:
         for i in (0, 2):  # shard 1 of the pattern is gone before it is scanned
-            with tarfile.open(tmp_path / f"s-{i}.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
-                member = tarfile.TarInfo(f"k{i}.txt")
-                member.size = 5
-                tar.addfile(member, io.BytesIO(b"hello"))
+            _text_tar(tmp_path / f"s-{i}.tar", range(i, i + 1))
         source = tmp_path / "s-{0..2}.tar"
         expected = f"shardkit: error: {tmp_path}/s-1.tar: input shard does not exist"
     local = _last_error_line(capsys, ["write", str(source), str(tmp_path / "local"), "-q"])
