@@ -144,7 +144,8 @@ def _add_write(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-bytes", help="most bytes per shard, e.g. 256MB, 1GiB (default 256MiB)")
     p.add_argument("--seed", help="shuffle seed (default 0)")
     p.add_argument("--no-shuffle", dest="shuffle", action="store_const", const=False, help="keep source order")
-    p.add_argument("--workers", help="writer processes (default: all cores); output does not depend on it")
+    p.add_argument("--workers", help="scanning and writer processes (default: all cores; with --engine ray: "
+                   "Ray tasks in flight, default two per cluster CPU); output does not depend on it")
     p.add_argument(
         "--on-error",
         choices=("raise", "skip"),
@@ -159,8 +160,9 @@ def _add_write(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--engine",
         choices=("local", "ray"),
-        help="local: a process pool here (default); ray: one Ray task per shard on a Ray cluster "
-        "(pip install 'shardkit[ray]'; sources and DEST shared by every node, or URLs)",
+        help="local: a process pool here (default); ray: one Ray task per partition to scan, then one per "
+        "shard, on a Ray cluster (pip install 'shardkit[ray]'; every node must see the source by the same "
+        "path, and DEST too unless it is a URL)",
     )
     p.add_argument("--ray-address", help="with --engine ray: 'auto' or HOST:PORT of the cluster head")
     p.add_argument(
