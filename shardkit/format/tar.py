@@ -56,6 +56,7 @@ __all__ = [
     "RawSample",
     "SampleParser",
     "ZERO_BLOCK",
+    "append_sample",
     "byte_sum",
     "encode_header",
     "encode_sample",
@@ -618,4 +619,20 @@ def sample_checksum(key: str, fields: Iterable[tuple[str, bytes]]) -> int:
     for ext, data in fields:
         crc = zlib.crc32(ext.encode("utf-8", "surrogateescape") + b"\x00" + len(data).to_bytes(8, "little"), crc)
         crc = zlib.crc32(data, crc)
+    return crc
+
+
+_ZERO_PADDING = bytes(BLOCK_SIZE)
+
+
+def append_sample(out: bytearray, key: str, fields: Iterable[tuple[str, bytes]]) -> int:
+    """Append one sample's tar bytes (:func:`encode_sample`) to ``out`` and
+    return its :func:`sample_checksum`: the shard writer's one pass per sample."""
+    crc = zlib.crc32(key.encode("utf-8", "surrogateescape") + b"\x00")
+    for ext, data in fields:
+        size = len(data)
+        out += encode_header(f"{key}.{ext}", size)
+        out += data
+        out += _ZERO_PADDING[: -size % BLOCK_SIZE]
+        crc = zlib.crc32(data, zlib.crc32(ext.encode("utf-8", "surrogateescape") + b"\x00" + size.to_bytes(8, "little"), crc))
     return crc

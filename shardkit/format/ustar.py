@@ -67,6 +67,26 @@ def _header_template() -> bytes:
 
 _HEADER_TEMPLATE = _header_template()
 
+# A regular file's header with a short ASCII name and an octal size, as pieces:
+# name (100 bytes) + _MODE_OWNER + size (12) + _MTIME + checksum (8) + _REST.
+_MODE_OWNER = _HEADER_TEMPLATE[100:124]
+_MTIME = _HEADER_TEMPLATE[136:148]
+_REST = b"0" + _HEADER_TEMPLATE[157:]  # typeflag "0", then linkname, magic, ..., an empty prefix
+#: The byte sum of such a header without its name and size bytes (the
+#: checksum field counted as spaces, as tar sums it).
+_FIXED_SUM = byte_sum(_HEADER_TEMPLATE) + ord("0")
+
+
+def _short_header(name: bytes, size: int) -> bytes:
+    """:func:`_ustar_header` for an ASCII ``name`` of at most 100 bytes, an
+    octal-sized regular file and no prefix, built from the fixed pieces: only
+    the name, size and checksum are formatted. The name and size fields sum to
+    less than Adler-32's modulus, so the low half of ``zlib.adler32`` (one plus
+    the byte sum) gives their sum."""
+    size_field = b"%011o\x00" % size
+    checksum = _FIXED_SUM + (zlib.adler32(size_field, zlib.adler32(name)) & 0xFFFF) - 1
+    return b"".join((name.ljust(100, b"\x00"), _MODE_OWNER, size_field, _MTIME, b"%06o\x00 " % checksum, _REST))
+
 
 def _ustar_header(name: bytes, prefix: bytes, size: int, typeflag: bytes) -> bytes:
     header = bytearray(_HEADER_TEMPLATE)
@@ -103,6 +123,8 @@ def encode_header(name: str, size: int) -> bytes:
     One 512-byte ustar block in the common case; a pax extended header first
     when the name is not ASCII or too long for ustar, or the size too big.
     """
+    if size <= _MAX_OCTAL_SIZE and len(name) <= 100 and name.isascii():
+        return _short_header(name.encode("ascii"), size)  # the common case
     records = []
     raw = name.encode("utf-8")
     fitted = _split_ustar_name(raw) if raw.isascii() else None

@@ -16,13 +16,11 @@ from dataclasses import dataclass
 
 from shardkit.format.index import encode_index, index_path_for
 from shardkit.format.manifest import ShardEntry
-from shardkit.format.tar import END_OF_ARCHIVE, encode_header, padding, sample_checksum
+from shardkit.format.tar import END_OF_ARCHIVE, append_sample
 from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes, commit
 
 #: Bytes gathered in memory before one write() to the file.
 WRITE_BUFFER_BYTES = 4 << 20
-
-_ZEROS = bytes(512)  # padding after member data: fewer than 512 bytes
 
 
 @dataclass(frozen=True)
@@ -63,8 +61,7 @@ class ShardFile:
         self._tmp = path + TMP_SUFFIX
         self._file = open(self._tmp, "wb")
         self._hash = hashlib.sha256()
-        self._pending: list[bytes] = []
-        self._pending_size = 0
+        self._pending = bytearray()  # bytes not yet written
         self._size = 0
         self._bounds = [0]
         self._checksums: list[int] = []
@@ -80,39 +77,25 @@ class ShardFile:
 
     def add(self, key: str, fields: Sequence[tuple[str, bytes]]) -> None:
         """Append one sample; ``fields`` are ``(extension, data)`` in member order."""
-        parts = []
-        for ext, data in fields:
-            parts.append(encode_header(f"{key}.{ext}", len(data)))
-            parts.append(data)
-            pad = padding(len(data))
-            if pad:
-                parts.append(_ZEROS[:pad])
-        size = sum(map(len, parts))
-        self._pending += parts
-        self._pending_size += size
-        self._size += size
-        if self._pending_size >= WRITE_BUFFER_BYTES:
-            self._drain()
+        buf = self._pending
+        start = len(buf)
+        crc = append_sample(buf, key, fields)
+        self._size += len(buf) - start
         self._bounds.append(self._size)
-        self._checksums.append(sample_checksum(key, fields))
-
-    def _append(self, data: bytes) -> None:
-        self._pending.append(data)
-        self._pending_size += len(data)
-        self._size += len(data)
-        if self._pending_size >= WRITE_BUFFER_BYTES:
+        self._checksums.append(crc)
+        if len(buf) >= WRITE_BUFFER_BYTES:
             self._drain()
 
     def _drain(self) -> None:
-        data = b"".join(self._pending)  # one write and one hash update, not one per member
+        data = self._pending  # one write and one hash update, not one per member
         self._hash.update(data)
         self._file.write(data)
-        self._pending.clear()
-        self._pending_size = 0
+        data.clear()
 
     def commit(self) -> WrittenShard:
         """Finish the tar, fsync, write the index, and rename into place."""
-        self._append(END_OF_ARCHIVE)
+        self._pending += END_OF_ARCHIVE
+        self._size += len(END_OF_ARCHIVE)
         self._drain()
         self._file.flush()
         os.fsync(self._file.fileno())

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import tarfile
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from shardkit.format.tar import (
     BLOCK_SIZE,
+    append_sample,
     encode_header,
     encode_sample,
     encoded_header_size,
     encoded_member_size,
     encoded_sample_size,
     padding,
+    sample_checksum,
 )
 
 MAX_OCTAL_SIZE = 8**11 - 1  # the largest size an 11-digit octal field holds; beyond it a pax "size" record
@@ -67,3 +71,27 @@ def test_sample_sizes_by_arithmetic_equal_encoded_samples():
     for key in ("a1", "k" * 97, "k" * 200, "deep/" + "d" * 140 + "/b2", "ünï/c3"):
         assert encoded_sample_size(key, [(e, len(d)) for e, d in fields]) == len(encode_sample(key, fields))
     assert encoded_header_size("key.jpg", 10) == BLOCK_SIZE
+
+
+@settings(max_examples=400, deadline=None)
+@given(name=st.text(alphabet=st.characters(max_codepoint=127), max_size=100), size=sizes)
+@example(name="k" * 100, size=MAX_OCTAL_SIZE)  # the largest name and size the short header holds
+@example(name="", size=0)
+def test_short_ascii_headers_equal_the_general_builder_and_tarfile_reads_them(name, size):
+    from shardkit.format import ustar
+
+    header = encode_header(name, size)
+    if size > MAX_OCTAL_SIZE:
+        return  # a pax size record: not the short path
+    assert header == ustar._ustar_header(name.encode("ascii"), b"", size, b"0")
+    info = tarfile.TarInfo.frombuf(header, "ascii", "strict")  # checks the checksum
+    assert (info.name, info.size, info.mode, info.mtime) == (name.split("\x00")[0], size, 0o644, 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=names, fields=st.lists(st.tuples(st.text(alphabet="abJ.ü", min_size=1, max_size=8), st.binary(max_size=1200)), max_size=4))
+def test_append_sample_is_encode_sample_with_its_checksum(key, fields):
+    out = bytearray(b"before")
+    crc = append_sample(out, key, fields)
+    assert bytes(out) == b"before" + encode_sample(key, fields)
+    assert crc == sample_checksum(key, fields)
