@@ -85,6 +85,9 @@ class CarriedPlan(PlanReader):
         self._spills = {}
         self._files = {}
 
+    def unchanged(self, part: int) -> bool:
+        return False  # no spill summary here: JSONL rows are read from their lines
+
     def samples(self, task: ShardTask) -> Iterator[tuple[int, str, str, Record]]:
         """``(partition, key, name, record)`` of the carried samples, in write order."""
         parts = np.frombuffer(self._rows.parts, dtype="<u4").tolist()

@@ -297,11 +297,36 @@ def _scan_jsonl(part: Partition, scan: _Scan) -> None:
                 scan.skip_or_raise(exc, path)
                 continue
             sizes = []
+            inline = True
             for ext, size, file, _ in fields:
                 sizes.append((ext, size))
                 if file is not None:
                     scan.files.add(file)
-            scan.add(key, b"", offset, len(line), sizes, short_digest(line))
+                    inline = False
+            name = pack_inline(fields) if inline else b""
+            scan.add(key, name, offset, len(line), sizes, short_digest(line))
+
+
+def pack_inline(fields: list[_Field]) -> bytes:
+    """A JSONL row's inline values as its spill name: ``EXT\\0SIZE`` for each
+    field, ``\\0``-separated, then ``\\0\\0`` and the values one after another.
+    (Extensions hold no NUL, and no item is empty, so the first ``\\0\\0``
+    ends the list.)"""
+    head = b"\0".join(b"%s\0%d" % (ext.encode("utf-8"), size) for ext, size, _, _ in fields)
+    return b"".join([head, b"\0\0", *[data for _, _, _, data in fields]])  # type: ignore[misc]
+
+
+def unpack_inline(packed: bytes) -> list[tuple[str, bytes]]:
+    """The ``(extension, bytes)`` members of :func:`pack_inline`'s output."""
+    head, _, data = packed.partition(b"\0\0")
+    items = head.split(b"\0")
+    members = []
+    pos = 0
+    for i in range(0, len(items), 2):
+        end = pos + int(items[i + 1])
+        members.append((items[i].decode("utf-8"), data[pos:end]))
+        pos = end
+    return members
 
 
 def duplicate_lines_error(path: str, key: str, first: int, second: int) -> DuplicateSampleError:

@@ -39,7 +39,7 @@ from shardkit.write.inputs import duplicate_error, record_origin
 from shardkit.write.limits import ShardLimits
 from shardkit.write.partition import Partition
 from shardkit.write.scan import ScanResult
-from shardkit.write.spill import Record, SpillFetcher, SpillReader, spill_prefix
+from shardkit.write.spill import Record, SpillFetcher, SpillReader, load_summary, spill_prefix
 
 #: Samples per bucket of the shuffle, about: what the driver holds at once
 #: (~40 bytes each, ~10 MB a bucket).
@@ -303,6 +303,7 @@ class PlanReader:
         self.spill_dir = task.spill_dir
         self._spills: dict[int, SpillFetcher] = {}
         self._files: dict[str, int] = {}
+        self._unchanged: dict[int, bool] = {}
 
     def spill(self, part: int) -> SpillFetcher:
         fetcher = self._spills.get(part)
@@ -316,15 +317,23 @@ class PlanReader:
             order = np.load(order_path(self.plan_dir, chunk), mmap_mode="r", allow_pickle=False)
             for block in range(start, end, _BLOCK_ROWS):  # a block of samples at a time: memory stays small
                 rows = np.array(order[block : min(end, block + _BLOCK_ROWS)])
-                parts = rows["part"].tolist()
-                fetched: dict[int, Iterator[Record]] = {}
-                for part in set(parts):  # one batch of reads per partition
-                    fetched[part] = iter(self.spill(part).fetch(rows["rec"][rows["part"] == part].tolist()))
-                for part in parts:
-                    rec = next(fetched[part])
-                    key, name = self.spill(part).key_and_name(rec)
+                parts = rows["part"]
+                fetched = {part: self.spill(part).fetch(rows["rec"][parts == part]) for part in np.unique(parts).tolist()}
+                for part in parts.tolist():  # one batch of reads per partition
+                    rec, key, name = next(fetched[part])
                     yield part, key.decode("utf-8", "surrogateescape"), name.decode("utf-8", "surrogateescape"), rec
             del order
+
+    def unchanged(self, part: int) -> bool:
+        """Whether partition ``part``'s input has the size and modification
+        time it had when scanned (checked once per task): then what the scan
+        spilled of it can stand for its bytes."""
+        same = self._unchanged.get(part)
+        if same is None:
+            summary = load_summary(spill_prefix(self.spill_dir, part)) or {}
+            scanned, now = summary.get("signature", {}), self.partitions[part].signature()
+            same = self._unchanged[part] = all(now.get(k, -1) == scanned.get(k) for k in ("size", "mtime_ns"))
+        return same
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
         """``length`` bytes of ``path`` at ``offset`` (fewer at its end), the file kept open.

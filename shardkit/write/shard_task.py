@@ -19,7 +19,7 @@ from shardkit.errors import InputFileError, ShardkitError
 from shardkit.format.compression import Compression, compress, compressed_extension, should_compress
 from shardkit.format.manifest import SkippedInput
 from shardkit.write.destination import output_error
-from shardkit.write.inputs import load_sample
+from shardkit.write.inputs import load_sample, unpack_inline
 from shardkit.write.journal import ShardResult, journal_record
 from shardkit.write.partition import TABLE_KINDS
 from shardkit.write.plan import PlanReader, ShardTask
@@ -141,6 +141,10 @@ def _file_rows(plan: PlanReader, task: ShardTask, on_error: str) -> Iterator[tup
     """A task's samples read from their input files, ``(key, fields)``, or
     the skip record of one that could not be read (``on_error="skip"``)."""
     for part, key, name, rec in plan.samples(task):
+        if name and plan.partitions[part].kind == "jsonl" and plan.unchanged(part):
+            # Its values were spilled by the scan, and the file is as scanned.
+            yield key, unpack_inline(name.encode("utf-8", "surrogateescape"))
+            continue
         try:
             fields = load_sample(plan.partitions[part], plan.read_paths[part], key, name, rec, plan.read_range)
         except InputFileError as exc:

@@ -10,7 +10,11 @@ Scanning a partition writes, in its spill folder:
     For each sample in source order, its position among the records (the
     ``--no-shuffle`` order).
 ``p-NNNNNN.str``
-    Keys and names (UTF-8), which records point into.
+    Keys and names (UTF-8), which records point into, in the records' order
+    (so the records of a bucket and their strings are each one contiguous
+    range). A JSONL row whose values are all inline has them as its name
+    (see :func:`~shardkit.write.inputs.pack_inline`): the shard writer takes
+    them from here instead of parsing the line again.
 ``p-NNNNNN.json``
     The partition's summary, written last: its presence marks the spill
     complete (``--resume`` reuses it while the input is unchanged).
@@ -28,6 +32,7 @@ import json
 import mmap
 import os
 from array import array
+from collections.abc import Iterator
 from typing import BinaryIO
 
 import numpy as np
@@ -61,7 +66,7 @@ def spill_error(exc: OSError, folder: str, input_path: str) -> DestinationError:
     return DestinationError(
         f"{folder}: cannot write the scan's spill while scanning {input_path} "
         f"({'no space left' if full else exc.strerror or exc}); the spill takes about 64 bytes per sample plus "
-        "its key: free space where DEST is (or choose another DEST), then rerun",
+        "its key (and a JSONL row's inline values): free space where DEST is (or choose another DEST), then rerun",
         path=folder,
     )
 
@@ -126,12 +131,34 @@ class SpillWriter:
         records["digest"] = np.frombuffer(self._digests, dtype="<u8")[order]
         for name in ("key_off", "key_len", "name_len", "offset", "length", "size"):
             records[name] = np.frombuffer(getattr(self, "_" + name), dtype=RECORD[name].newbyteorder("="))[order]
+        # The strings in hash order too: records[i]'s follow records[i - 1]'s.
+        starts = records["key_off"].copy()
+        ends = starts + records["key_len"] + records["name_len"]
+        records["key_off"][0:1] = 0
+        np.cumsum((ends - starts)[:-1], out=records["key_off"][1:])
         by_source = np.empty_like(order)
         by_source[order] = np.arange(len(order))
         _save(self.prefix + ".rec.npy", records)
         _save(self.prefix + ".src.npy", by_source.astype("<i8"))
-        atomic_write_bytes(self.prefix + ".str", bytes(self._blob), sync_dir=False)
+        _save_strings(self.prefix + ".str", self._blob, starts, ends)
         atomic_write_bytes(self.prefix + ".json", json.dumps(summary, sort_keys=True).encode(), sync_dir=False)
+
+
+def _save_strings(path: str, blob: bytearray, starts: np.ndarray, ends: np.ndarray) -> None:
+    """Write ``blob[starts[i]:ends[i]]`` for each ``i`` in turn, atomically."""
+    tmp = path + ".tmp"
+    view = memoryview(blob)
+    with open(tmp, "wb") as f:
+        for lo in range(0, len(starts), _STRINGS_PER_WRITE):
+            pieces = zip(starts[lo : lo + _STRINGS_PER_WRITE].tolist(), ends[lo : lo + _STRINGS_PER_WRITE].tolist())
+            f.write(b"".join([view[a:b] for a, b in pieces]))
+        f.flush()
+        os.fsync(f.fileno())
+    view.release()
+    os.replace(tmp, path)
+
+
+_STRINGS_PER_WRITE = 1 << 16
 
 
 def _save(path: str, array_: np.ndarray) -> None:
@@ -210,18 +237,40 @@ class SpillFetcher:
     def __init__(self, prefix: str):
         with open(prefix + ".rec.npy", "rb") as f:
             self._start = _records_start(f)
+        self._path = prefix + ".rec.npy"
         self._records = os.open(prefix + ".rec.npy", os.O_RDONLY)
         self._strings = os.open(prefix + ".str", os.O_RDONLY)
 
-    def fetch(self, rows: list[int]) -> list[Record]:
-        """The records of ``rows``, in that order."""
-        size = RECORD.itemsize
-        data = b"".join(os.pread(self._records, size, self._start + row * size) for row in rows)
-        return [Record(*row) for row in np.frombuffer(data, dtype=RECORD).tolist()]
+    def fetch(self, rows: np.ndarray) -> Iterator[tuple[Record, bytes, bytes]]:
+        """The records of ``rows`` with their keys and names, in that order.
 
-    def key_and_name(self, rec: Record) -> tuple[bytes, bytes]:
-        data = os.pread(self._strings, rec.key_len + rec.name_len, rec.key_off)
-        return data[: rec.key_len], data[rec.key_len :]
+        A run of consecutive rows (a bucket's rows of one partition, in a
+        shuffled write) is read with one ``pread`` for the records and one
+        for their strings; other rows one by one.
+        """
+        size = RECORD.itemsize
+        if len(rows) and int(rows[-1]) - int(rows[0]) == len(rows) - 1 and bool(np.all(np.diff(rows) == 1)):
+            data = os.pread(self._records, size * len(rows), self._start + int(rows[0]) * size)
+        else:
+            data = b"".join(os.pread(self._records, size, self._start + row * size) for row in rows.tolist())
+        if len(data) != size * len(rows):
+            raise OSError(f"{self._path}: the spill is shorter than its plan says")
+        records = np.frombuffer(data, dtype=RECORD)
+        ends = records["key_off"] + records["key_len"] + records["name_len"]
+        if len(records) and bool(np.all(records["key_off"][1:] == ends[:-1])):
+            base = int(records["key_off"][0])
+            strings = os.pread(self._strings, int(ends[-1]) - base, base)
+        else:
+            base, strings = -1, b""
+        for values in records.tolist():
+            rec = Record(*values)
+            if base < 0:
+                data = os.pread(self._strings, rec.key_len + rec.name_len, rec.key_off)
+                start, middle, end = 0, rec.key_len, rec.key_len + rec.name_len
+            else:
+                data, start = strings, rec.key_off - base
+                middle, end = start + rec.key_len, start + rec.key_len + rec.name_len
+            yield rec, data[start:middle], data[middle:end]
 
     def close(self) -> None:
         os.close(self._records)
