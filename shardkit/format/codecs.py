@@ -15,6 +15,29 @@ from typing import Any
 _JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def _parsed_json_encoder() -> Any:
+    """``_JSON``'s C encoder, made once, without the circular-reference marks
+    (which a failed call could leave set); None where there is no C encoder."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    j = _JSON
+    assert not j.ensure_ascii and j.indent is None  # what encode_basestring and no indent stand for
+    return make(None, j.default, json.encoder.encode_basestring, None, j.key_separator, j.item_separator,
+                j.sort_keys, j.skipkeys, j.allow_nan)
+
+
+_PARSED_JSON = _parsed_json_encoder()
+
+
+def encode_parsed_json(value: Any) -> bytes:
+    """:func:`encode_value` of a value a JSON parser just made (no cycles,
+    every type encodable), without building an encoder per call."""
+    if _PARSED_JSON is None or type(value) not in (dict, list):
+        return encode_value(value)
+    return "".join(_PARSED_JSON(value, 0)).encode("utf-8")
+
+
 def encode_value(value: Any) -> bytes:
     """Encode one field value as member bytes.
 

@@ -50,7 +50,7 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from shardkit.errors import DuplicateSampleError, InputFileError, SourceError
-from shardkit.format.codecs import encode_value
+from shardkit.format.codecs import encode_parsed_json, encode_value
 from shardkit.format.tar import encoded_sample_size, member_name_problem, split_key
 from shardkit.write.detect import IMAGE_EXTENSIONS
 from shardkit.write.detect import walk_files as _walk_files
@@ -96,10 +96,12 @@ class _Scan:
         self.skipped.append([error.path or default_path, str(error)])
 
     def add(self, key: str, name: bytes, offset: int, length: int, fields: list[tuple[str, int]], digest: bytes) -> None:
-        size = _sample_size(key, fields)
+        self.add_sized(key, name, offset, length, tuple(ext for ext, _ in fields), _sample_size(key, fields), digest)
+
+    def add_sized(self, key: str, name: bytes, offset: int, length: int, exts: tuple[str, ...], size: int, digest: bytes) -> None:
+        """:meth:`add` for a sample whose tar ``size`` is known."""
         self.spill.add(key.encode(*_ENC), name, offset, length, size, digest)
         self.num_bytes += size
-        exts = tuple(ext for ext, _ in fields)
         if exts != self._last_exts:  # rows mostly repeat the extensions of the row before
             self._last_exts = exts
             self.extensions.update(exts)
@@ -289,6 +291,11 @@ def _scan_jsonl(part: Partition, scan: _Scan) -> None:
                 break
             offset, position = position, position + len(line)
             number += 1
+            common = _common_row(line)
+            if common is not None:  # the hot path: plain key, inline values
+                key, exts, name, size = common
+                scan.add_sized(key, name, offset, len(line), exts, size, short_digest(line))
+                continue
             if line.isspace():
                 continue
             try:
@@ -305,6 +312,46 @@ def _scan_jsonl(part: Partition, scan: _Scan) -> None:
                     inline = False
             name = pack_inline(fields) if inline else b""
             scan.add(key, name, offset, len(line), sizes, short_digest(line))
+
+
+def _common_row(line: bytes) -> tuple[str, tuple[str, ...], bytes, int] | None:
+    """The key, extensions, packed values (:func:`pack_inline`) and tar size
+    of a row of the common kind, or None for any other: a row that is not one
+    JSON object, has a key other than plain ``[A-Za-z0-9_-]`` path parts, a
+    file field, a name too long for one ustar header or an extension that
+    needs checking. :func:`_jsonl_fields` then parses it again, checks it and
+    names what is wrong; for a common row it gives the same."""
+    try:
+        text = line.decode("utf-8")
+        row, end = _SCAN_ONCE(text, 0)  # what JSONDecoder.decode does, less its whitespace steps
+    except (UnicodeDecodeError, StopIteration, ValueError):
+        return None
+    if type(row) is not dict or (end != len(text) and not text[end:].isspace()):
+        return None
+    key = row.get("__key__")
+    if type(key) is not str or not _PLAIN_KEY.fullmatch(key):
+        return None
+    exts, heads, values, size = [], [], [], 0
+    for ext in sorted(row):
+        if ext.startswith("__"):
+            continue
+        value = row[ext]
+        if type(value) is str:
+            if ext not in TEXT_EXTENSIONS:
+                return None  # a file path
+            data = value.encode("utf-8")
+        else:
+            data = encode_parsed_json(value)
+        n = len(data)
+        if len(key) + len(ext) >= 100 or n > _MAX_OCTAL_SIZE or not ext.isascii() or _extension_problem(ext) is not None:
+            return None
+        size += 512 + n + (-n % 512)
+        exts.append(ext)
+        heads.append(b"%s\0%d" % (ext.encode("ascii"), n))
+        values.append(data)
+    if not exts:
+        return None
+    return key, tuple(exts), b"".join([b"\0".join(heads), b"\0\0", *values]), size
 
 
 def pack_inline(fields: list[_Field]) -> bytes:
@@ -430,6 +477,7 @@ def _jsonl_fields(line: bytes, path: str, base: str, number: Callable[[], int]) 
 
 
 _JSON_DECODER = json.JSONDecoder()
+_SCAN_ONCE = _JSON_DECODER.scan_once
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_\-]+(?:/[A-Za-z0-9_\-]+)*")
 
 
