@@ -24,7 +24,9 @@ understood, auto-detected by :func:`~shardkit.write.detect.detect_format`:
     JSONL file) except under a text extension (``txt``, ``json``, ``cls``...,
     see :data:`TEXT_EXTENSIONS`) where it is the value itself. Numbers are
     stored as text, objects and lists as JSON. The spill keeps where the
-    line is, not its values: the writer parses the line again.
+    line is and, for a row whose values are all inline, those values (the
+    shard writer then takes them from there while the file is unchanged);
+    for a row with file fields the writer parses the line again.
 ``tar``
     Existing shards (webdataset's or shardkit's): a ``.tar`` file, a brace
     pattern, or a directory of ``.tar`` files, to be resharded. Shards
