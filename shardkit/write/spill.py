@@ -105,6 +105,11 @@ class SpillWriter:
     def __len__(self) -> int:
         return len(self._size)
 
+    def _drop_columns(self) -> None:
+        self._hashes, self._digests = bytearray(), bytearray()
+        for name in ("key_off", "key_len", "name_len", "offset", "length", "size"):
+            setattr(self, "_" + name, array(getattr(self, "_" + name).typecode))
+
     def add(self, key: bytes, name: bytes, offset: int, length: int, size: int, digest: bytes) -> None:
         """Append one sample (in source order)."""
         self._hashes += hashlib.blake2b(key, digest_size=8, key=self._hash_key).digest()
@@ -138,27 +143,29 @@ class SpillWriter:
         np.cumsum((ends - starts)[:-1], out=records["key_off"][1:])
         by_source = np.empty_like(order)
         by_source[order] = np.arange(len(order))
+        del hashes, order
+        self._drop_columns()  # the records hold them now: free them before the strings are sorted
         _save(self.prefix + ".rec.npy", records)
         _save(self.prefix + ".src.npy", by_source.astype("<i8"))
+        del records, by_source
         _save_strings(self.prefix + ".str", self._blob, starts, ends)
+        self._blob = bytearray()
         atomic_write_bytes(self.prefix + ".json", json.dumps(summary, sort_keys=True).encode(), sync_dir=False)
 
 
 def _save_strings(path: str, blob: bytearray, starts: np.ndarray, ends: np.ndarray) -> None:
     """Write ``blob[starts[i]:ends[i]]`` for each ``i`` in turn, atomically."""
     tmp = path + ".tmp"
-    view = memoryview(blob)
     with open(tmp, "wb") as f:
         for lo in range(0, len(starts), _STRINGS_PER_WRITE):
             pieces = zip(starts[lo : lo + _STRINGS_PER_WRITE].tolist(), ends[lo : lo + _STRINGS_PER_WRITE].tolist())
-            f.write(b"".join([view[a:b] for a, b in pieces]))
+            f.write(b"".join([blob[a:b] for a, b in pieces]))
         f.flush()
         os.fsync(f.fileno())
-    view.release()
     os.replace(tmp, path)
 
 
-_STRINGS_PER_WRITE = 1 << 16
+_STRINGS_PER_WRITE = 1 << 13
 
 
 def _save(path: str, array_: np.ndarray) -> None:
