@@ -64,11 +64,10 @@ def pack_task(task: ShardTask) -> CarriedRows:
     i = -1
     with PlanReader(task) as plan:
         for i, (part, key, name, rec) in enumerate(plan.samples(task)):
-            raw_key, raw_name = key.encode("utf-8", "surrogateescape"), name.encode("utf-8", "surrogateescape")
             parts[i] = part
             records[i] = rec._replace(key_off=len(strings))
-            strings += raw_key
-            strings += raw_name
+            strings += key.encode("utf-8", "surrogateescape")
+            strings += name
     assert i + 1 == task.num_samples, f"{task.name}: the plan holds {i + 1} samples, the task {task.num_samples}"
     return CarriedRows(parts=parts.tobytes(), records=records.tobytes(), strings=bytes(strings))
 
@@ -88,7 +87,7 @@ class CarriedPlan(PlanReader):
     def unchanged(self, part: int) -> bool:
         return False  # no spill summary here: JSONL rows are read from their lines
 
-    def samples(self, task: ShardTask) -> Iterator[tuple[int, str, str, Record]]:
+    def samples(self, task: ShardTask) -> Iterator[tuple[int, str, bytes, Record]]:
         """``(partition, key, name, record)`` of the carried samples, in write order."""
         parts = np.frombuffer(self._rows.parts, dtype="<u4").tolist()
         records = np.frombuffer(self._rows.records, dtype=RECORD).tolist()
@@ -97,5 +96,5 @@ class CarriedPlan(PlanReader):
             rec = Record(*values)
             middle = rec.key_off + rec.key_len
             key = strings[rec.key_off : middle].decode("utf-8", "surrogateescape")
-            name = strings[middle : middle + rec.name_len].decode("utf-8", "surrogateescape")
+            name = strings[middle : middle + rec.name_len]
             yield part, key, name, rec

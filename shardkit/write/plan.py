@@ -311,8 +311,9 @@ class PlanReader:
             fetcher = self._spills[part] = SpillFetcher(spill_prefix(self.spill_dir, part))
         return fetcher
 
-    def samples(self, task: ShardTask) -> Iterator[tuple[int, str, str, Record]]:
-        """``(partition, key, name, record)`` of the task's samples, in write order."""
+    def samples(self, task: ShardTask) -> Iterator[tuple[int, str, bytes, Record]]:
+        """``(partition, key, name, record)`` of the task's samples, in write
+        order; the name as the spill holds it (bytes)."""
         for chunk, start, end in task.segments:
             order = np.load(order_path(self.plan_dir, chunk), mmap_mode="r", allow_pickle=False)
             for block in range(start, end, _BLOCK_ROWS):  # a block of samples at a time: memory stays small
@@ -321,7 +322,7 @@ class PlanReader:
                 fetched = {part: self.spill(part).fetch(rows["rec"][parts == part]) for part in np.unique(parts).tolist()}
                 for part in parts.tolist():  # one batch of reads per partition
                     rec, key, name = next(fetched[part])
-                    yield part, key.decode("utf-8", "surrogateescape"), name.decode("utf-8", "surrogateescape"), rec
+                    yield part, key.decode("utf-8", "surrogateescape"), name, rec
             del order
 
     def unchanged(self, part: int) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -63,8 +64,8 @@ class ShardFile:
         self._hash = hashlib.sha256()
         self._pending = bytearray()  # bytes not yet written
         self._size = 0
-        self._bounds = [0]
-        self._checksums: list[int] = []
+        self._bounds = array("Q", [0])  # machine words, not Python ints: np.asarray takes them as they are
+        self._checksums = array("I")
 
     @property
     def num_samples(self) -> int:

@@ -143,10 +143,13 @@ def _file_rows(plan: PlanReader, task: ShardTask, on_error: str) -> Iterator[tup
     for part, key, name, rec in plan.samples(task):
         if name and plan.partitions[part].kind == "jsonl" and plan.unchanged(part):
             # Its values were spilled by the scan, and the file is as scanned.
-            yield key, unpack_inline(name.encode("utf-8", "surrogateescape"))
+            yield key, unpack_inline(name)
             continue
         try:
-            fields = load_sample(plan.partitions[part], plan.read_paths[part], key, name, rec, plan.read_range)
+            fields = load_sample(
+                plan.partitions[part], plan.read_paths[part], key, name.decode("utf-8", "surrogateescape"), rec,
+                plan.read_range,
+            )
         except InputFileError as exc:
             if on_error == "raise":
                 raise

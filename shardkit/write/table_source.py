@@ -287,7 +287,7 @@ def table_rows(
 
     def samples() -> Iterator[RowSample]:
         for _, key, name, rec in plan.samples(task):
-            yield decode_row(key, rec.offset, name.encode("utf-8", "surrogateescape"))
+            yield decode_row(key, rec.offset, name)
 
     downloader = process_downloader(ingest.download)
     for result in ingest_rows(samples(), downloader=downloader, images=ingest.images):
