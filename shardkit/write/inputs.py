@@ -335,8 +335,13 @@ def _common_row(line: bytes) -> tuple[str, tuple[str, ...], bytes, int] | None:
         return None
     exts, heads, values, size = [], [], [], 0
     for ext in sorted(row):
-        if ext.startswith("__"):
-            continue
+        head = _COMMON_EXTENSIONS.get(ext)
+        if head is None:
+            head = _common_extension(ext)
+            if head is None:
+                return None
+        if not head:
+            continue  # "__key__" and the like
         value = row[ext]
         if type(value) is str:
             if ext not in TEXT_EXTENSIONS:
@@ -345,15 +350,36 @@ def _common_row(line: bytes) -> tuple[str, tuple[str, ...], bytes, int] | None:
         else:
             data = encode_parsed_json(value)
         n = len(data)
-        if len(key) + len(ext) >= 100 or n > _MAX_OCTAL_SIZE or not ext.isascii() or _extension_problem(ext) is not None:
+        if len(key) + len(ext) >= 100 or n > _MAX_OCTAL_SIZE:
             return None
         size += 512 + n + (-n % 512)
         exts.append(ext)
-        heads.append(b"%s\0%d" % (ext.encode("ascii"), n))
+        heads.append(b"%s%d" % (head, n))
         values.append(data)
     if not exts:
         return None
     return key, tuple(exts), b"".join([b"\0".join(heads), b"\0\0", *values]), size
+
+
+#: Extensions met in common rows: ``EXT\\0`` (ASCII, no problem), or ``b""``
+#: for a ``__`` field the row does not store. Bounded: past
+#: :data:`_MAX_COMMON_EXTENSIONS` new ones are checked each time.
+_COMMON_EXTENSIONS: dict[str, bytes] = {}
+_MAX_COMMON_EXTENSIONS = 4096
+
+
+def _common_extension(ext: str) -> bytes | None:
+    """What :data:`_COMMON_EXTENSIONS` holds for ``ext``, or None for an
+    extension that is not ASCII or needs :func:`_jsonl_fields`' checks."""
+    if ext.startswith("__"):
+        head = b""
+    elif ext.isascii() and _extension_problem(ext) is None:
+        head = ext.encode("ascii") + b"\0"
+    else:
+        return None
+    if len(_COMMON_EXTENSIONS) < _MAX_COMMON_EXTENSIONS:
+        _COMMON_EXTENSIONS[ext] = head
+    return head
 
 
 def pack_inline(fields: list[_Field]) -> bytes:
