@@ -65,6 +65,7 @@ http {
         listen $2:$PORT;
         root $1;
         location / { limit_rate ${3}m; }
+$(if [ -n "${SHARDKIT_EMULATION_EXTRA_CONF:-}" ]; then echo "        include $SHARDKIT_EMULATION_EXTRA_CONF;"; fi)
     }
 }
 CONF
