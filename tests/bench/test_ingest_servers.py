@@ -54,5 +54,5 @@ def test_each_kind_of_url_gives_its_fault_and_close_stops_all(tmp_path):
 def test_nginx_conf_paces_jpg_answers_from_the_first_byte():
     conf = nginx_site_conf(20_000_000)
     assert "types { image/jpeg jpg; }" in conf
-    # 3 ms of the cap per write: nginx waits 60000 * 1000 / 20e6 = 3 ms after each.
-    assert "limit_rate 20000000; sendfile_max_chunk 60000;" in conf
+    # 2 ms of the cap per write: nginx waits 40000 * 1000 / 20e6 = 2 ms after each.
+    assert "limit_rate 20000000; sendfile_max_chunk 40000;" in conf
