@@ -63,8 +63,10 @@ bench-scale: $(STAMP)
 	$(PY) bench/bench_scale.py $(BENCH_SCALE_ARGS)
 
 # From a table of URLs (#24): img2dataset against `shardkit write --resize`;
-# bench/results/ingest.{json,md,png}. img2dataset pins pandas and webdataset
-# below what .venv holds, so it gets a venv of its own (.venv-i2d).
+# bench/results/ingest.{json,md,png}. The URLs are served by
+# bench/remote_emulation.sh (nginx; needs root, else a Python server stands in
+# and the record says so). img2dataset pins pandas and webdataset below what
+# .venv holds, so it gets a venv of its own (.venv-i2d).
 I2D_VENV := .venv-i2d
 $(I2D_VENV)/bin/img2dataset:
 	$(PYTHON) -m venv $(I2D_VENV)

@@ -2,9 +2,11 @@
 """From a table of image URLs to shards: img2dataset against shardkit's downloader + resize.
 
 The same Parquet list of URLs (photo-like JPEGs from tools/gen_photos.py, of
-ImageNet size or 1,600x1,200) is served by a local HTTP server with a
-per-connection rate cap, 10% of them bad (404s, answers that hang past the
-timeout, HTML pages served as ``image/jpeg``). Both tools turn it into tar
+ImageNet size or 1,600x1,200), 10% of them bad (404s, answers that hang past
+the timeout, HTML pages served as ``image/jpeg``), is served by the
+object-store emulation of ``bench/remote_emulation.sh`` (nginx in a network
+namespace of its own, 20 MB/s per connection, no aggregate cap) and a socket
+that never answers, as ``bench/ingest_servers.py`` explains. Both tools turn it into tar
 shards with images resized so that the shorter side is 256 (keep_ratio), at
 the same process and thread counts, and the same timeout and no retries:
 
@@ -24,8 +26,12 @@ processes, from ``getrusage`` of the children), stored and failed counts
     python bench/bench_ingest.py --img2dataset .venv-i2d/bin/img2dataset
     python bench/bench_ingest.py --quick   # 200 ImageNet-size images, 1 process, 8 threads
 
-The server (``serve`` subcommand) runs in a process of its own, so its work
-is not counted as either tool's CPU time.
+The servers run in processes of their own (nginx's CPU time is recorded
+apart, as ``server_cpu_s``), so their work is counted as neither tool's.
+Only when the emulation cannot start (not root, or the script fails) does a
+Python server stand in; the record's ``server`` says which one served. Tools
+run in sessions of their own: on Ctrl-C or SIGTERM the run's processes are
+killed and the servers stopped.
 """
 
 from __future__ import annotations
@@ -36,97 +42,22 @@ import os
 import random
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.common import git_commit, machine, save_record  # noqa: E402
+from bench.ingest_servers import URLServers, write_site  # noqa: E402
 
 #: Share of bad URLs, by kind.
 BAD_KINDS = (("missing", 0.04), ("hang", 0.03), ("html", 0.03))
 #: Timeout both tools get, in seconds (the hanging answers exceed it).
 TIMEOUT_S = 3
-HANG_S = 3 * TIMEOUT_S
-
-
-# --- the server ----------------------------------------------------------------
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _ImageServer
-
-    def log_message(self, format, *args):
-        pass
-
-    def do_GET(self):
-        name = self.path.lstrip("/").split("?", 1)[0]
-        if name.startswith("missing/"):
-            self.send_error(404)
-            return
-        if name.startswith("hang/"):
-            self.server.stop.wait(HANG_S)
-            self.close_connection = True
-            return
-        if name.startswith("html/"):
-            body, kind = b"<!doctype html><html><body>Please log in</body></html>", "image/jpeg"
-        else:
-            path = os.path.join(self.server.root, os.path.basename(name))
-            if not os.path.isfile(path):
-                self.send_error(404)
-                return
-            with open(path, "rb") as f:
-                body, kind = f.read(), "image/jpeg"
-        self.send_response(200)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        # The per-connection cap: pace the body in 16 KiB pieces.
-        rate = self.server.bytes_per_s
-        started = time.monotonic()
-        try:
-            for at in range(0, len(body), 16 << 10):
-                self.wfile.write(body[at : at + (16 << 10)])
-                if rate:
-                    ahead = (at + (16 << 10)) / rate - (time.monotonic() - started)
-                    if ahead > 0:
-                        time.sleep(ahead)
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
-
-
-class _ImageServer(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 256
-
-    def __init__(self, root: str, port: int, per_connection_mbps: float):
-        super().__init__(("127.0.0.1", port), _Handler)
-        self.root = root
-        self.bytes_per_s = per_connection_mbps * 1e6
-        self.stop = threading.Event()
-
-
-def serve(root: str, port: int, per_connection_mbps: float) -> None:
-    server = _ImageServer(root, port, per_connection_mbps)
-    print(server.server_address[1], flush=True)
-    server.serve_forever(poll_interval=0.05)
-
-
-def start_server(root: str, per_connection_mbps: float) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "serve", root, "--per-connection-mbps", str(per_connection_mbps)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    port = int(process.stdout.readline())
-    return process, f"http://127.0.0.1:{port}"
 
 
 # --- the inputs ----------------------------------------------------------------
@@ -147,28 +78,30 @@ def make_photos(work: str, preset: str, count: int, seed: int = 0) -> str:
     return images
 
 
-def write_url_list(work: str, count: int, base_url: str, seed: int = 0) -> tuple[str, dict[str, int]]:
-    """``work/urls.parquet``: the photos' URLs with 10% bad ones; returns its
-    path and the URLs' counts by kind."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+def draw_kinds(count: int, seed: int = 0) -> list[str]:
+    """The kind of each row's URL: ``ok`` or one of :data:`BAD_KINDS`, drawn with their shares."""
     rng = random.Random(seed)
-    urls, kinds = [], Counter()
-    for i in range(count):
+    kinds = []
+    for _ in range(count):
         roll, kind = rng.random(), "ok"
         for name, share in BAD_KINDS:
             if roll < share:
                 kind = name
                 break
             roll -= share
-        kinds[kind] += 1
-        folder = {"ok": "", "missing": "missing/", "hang": "hang/", "html": "html/"}[kind]
-        urls.append(f"{base_url}/{folder}{i:06d}.jpg")
-    table = pa.table({"url": urls, "caption": [f"photo number {i}" for i in range(count)]})
+        kinds.append(kind)
+    return kinds
+
+
+def write_url_list(work: str, urls: list[str]) -> str:
+    """``work/urls.parquet``: one row per URL with a caption; returns its path."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"url": urls, "caption": [f"photo number {i}" for i in range(len(urls))]})
     path = os.path.join(work, "urls.parquet")
-    pq.write_table(table, path, row_group_size=max(count // 16, 1))
-    return path, dict(kinds)
+    pq.write_table(table, path, row_group_size=max(len(urls) // 16, 1))
+    return path
 
 
 # --- the runs ------------------------------------------------------------------
@@ -179,9 +112,33 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def run_tool(command: list[str], *, env: dict[str, str] | None = None, quiet: bool = False) -> None:
+    """Run one tool's command in a session of its own. Whatever ends the wait
+    (Ctrl-C, SIGTERM) kills the session's processes first, and none outlives
+    the run (img2dataset's multiprocessing workers included).
+
+    Raises:
+        SystemExit: the tool failed; with the end of its output when ``quiet``.
+    """
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE if quiet else None, stderr=subprocess.STDOUT if quiet else None,
+        start_new_session=True, text=True,
+    )  # fmt: skip
+    try:
+        output, _ = process.communicate()
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+    if process.returncode:
+        raise SystemExit(f"{os.path.basename(command[0])} failed (exit {process.returncode}):\n{(output or '')[-2000:]}")
+
+
 def run_img2dataset(binary: str, parquet: str, out: str, processes: int, threads: int) -> dict:
     cpu, started = _children_cpu_s(), time.monotonic()
-    subprocess.run(
+    run_tool(
         [
             binary, "--url_list", parquet, "--input_format", "parquet", "--url_col", "url",
             "--caption_col", "caption", "--output_format", "webdataset", "--output_folder", out,
@@ -190,8 +147,7 @@ def run_img2dataset(binary: str, parquet: str, out: str, processes: int, threads
             "--number_sample_per_shard", "1000", "--distributor", "multiprocessing",
             "--enable_wandb", "False", "--compute_hash", "None",
         ],
-        check=True, capture_output=True,
-        env={**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1"},
+        env={**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1"}, quiet=True,
     )  # fmt: skip
     wall, cpu = time.monotonic() - started, _children_cpu_s() - cpu
     failures: Counter = Counter()
@@ -210,7 +166,7 @@ def run_img2dataset(binary: str, parquet: str, out: str, processes: int, threads
 def run_shardkit(parquet: str, out: str, processes: int, threads: int) -> dict:
     """``shardkit write`` of the table, as a user runs it (its own process)."""
     cpu, started = _children_cpu_s(), time.monotonic()
-    subprocess.run(
+    run_tool(
         [
             sys.executable, "-m", "shardkit", "write", parquet, out, "--field", "jpg=url", "--field", "txt=caption",
             "--resize", "256", "--resize-mode", "keep_ratio", "--image-format", "jpg", "--image-quality", "95",
@@ -218,7 +174,6 @@ def run_shardkit(parquet: str, out: str, processes: int, threads: int) -> dict:
             "--connect-timeout", str(TIMEOUT_S), "--read-timeout", str(TIMEOUT_S), "--retries", "0",
             "--max-samples", "1000", "-q",
         ],
-        check=True,
     )  # fmt: skip
     wall, cpu = time.monotonic() - started, _children_cpu_s() - cpu
     from shardkit.format.manifest import load_manifest
@@ -244,18 +199,31 @@ def read_back(folder: str) -> int:
 
 
 def table_markdown(record: dict) -> str:
+    server = record.get("server", {})
     lines = [
         f"# bench_ingest: {record['preset']}, {record['count']} URLs ({record['bad']} bad), "
         f"{record['processes']} processes x {record['threads']} threads, {record['per_connection_mbps']} MB/s per connection",
         "",
-        "| tool | samples/s | CPU s / 1000 images | stored | failed (by reason) | read back |",
-        "|---|---:|---:|---:|---|---:|",
+    ]
+    if server:
+        lines += [
+            f"Served by {server['how']}: {server['per_connection_mbps']} MB/s per connection "
+            f"(measured {server['per_connection_measured_mbps']:.1f} MB/s, one connection), no aggregate cap; "
+            f"hanging URLs: {server['hang']}. Load average before the runs: {record['load_before']:.2f}.",
+            "",
+        ]
+    lines += [
+        "| tool | samples/s | CPU s / 1000 images | stored | failed (by reason) | read back | server CPU s |",
+        "|---|---:|---:|---:|---|---:|---:|",
     ]
     for tool, run in record["runs"].items():
         rate = run["stored"] / run["wall_s"] if run["wall_s"] else 0.0
         per_1000 = 1000 * run["cpu_s"] / max(record["count"], 1)
         failed = ", ".join(f"{k} {v}" for k, v in sorted(run["failed"].items()))
-        lines.append(f"| {tool} | {rate:.1f} | {per_1000:.1f} | {run['stored']} | {failed} | {run['read_back']} |")
+        server_cpu = f"{run['server_cpu_s']:.1f}" if "server_cpu_s" in run else ""
+        lines.append(
+            f"| {tool} | {rate:.1f} | {per_1000:.1f} | {run['stored']} | {failed} | {run['read_back']} | {server_cpu} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -295,20 +263,14 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["plot"]:  # plot PNG JSON...
         plot(argv[2:], argv[1])
         return 0
-    if argv[:1] == ["serve"]:
-        parser = argparse.ArgumentParser(prog="bench_ingest.py serve")
-        parser.add_argument("root")
-        parser.add_argument("--port", type=int, default=0)
-        parser.add_argument("--per-connection-mbps", type=float, default=20.0)
-        args = parser.parse_args(argv[1:])
-        serve(args.root, args.port, args.per_connection_mbps)
-        return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=("imagenet", "highres"), default="highres")
     parser.add_argument("--count", type=int, default=2000)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--per-connection-mbps", type=float, default=20.0)
+    parser.add_argument("--python-server", action="store_true",
+                        help="serve from the Python server even where the emulation could start (to compare)")  # fmt: skip
     parser.add_argument("--img2dataset", help="the img2dataset command of its own venv (skipped when not given)")
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "shardkit-bench-ingest"))
     parser.add_argument("--out", default="bench/results/ingest.json")
@@ -317,11 +279,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.preset, args.count, args.processes, args.threads = "imagenet", 200, 1, 8
     os.makedirs(args.work, exist_ok=True)
+    # SIGTERM ends the run as Ctrl-C does: tools killed, servers stopped.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     images_dir = make_photos(args.work, args.preset, args.count)
-    server = None
-    try:
-        server, base_url = start_server(images_dir, args.per_connection_mbps)
-        parquet, kinds = write_url_list(args.work, args.count, base_url)
+    kinds = draw_kinds(args.count)
+    site = write_site(args.work, images_dir, [row for row, kind in enumerate(kinds) if kind == "html"])
+    load_before = os.getloadavg()[0]
+    with URLServers(site, args.per_connection_mbps, emulation=not args.python_server) as servers:
+        if kinds.count("hang") > servers.hang.capacity:
+            raise SystemExit(f"{kinds.count('hang')} hanging URLs, more than the listener's queue holds")
+        urls = [servers.url(kind, row) for row, kind in enumerate(kinds)]
+        parquet = write_url_list(args.work, urls)
+        server = servers.describe()
+        server["per_connection_measured_mbps"] = servers.measure_per_connection(
+            [url for url, kind in zip(urls, kinds) if kind == "ok"][:8]
+        )
         runs = {}
         tools = [("shardkit", lambda out: run_shardkit(parquet, out, args.processes, args.threads))]
         if args.img2dataset:
@@ -329,16 +301,15 @@ def main(argv: list[str] | None = None) -> int:
         for name, run in tools:
             out = os.path.join(args.work, f"out-{name}")
             shutil.rmtree(out, ignore_errors=True)
+            servers.renew()
+            server_cpu = servers.cpu_s()
             runs[name] = run(out)
-    finally:
-        if server is not None:
-            server.terminate()
-            server.wait()
-    bad = sum(n for kind, n in kinds.items() if kind != "ok")
+            runs[name]["server_cpu_s"] = servers.cpu_s() - server_cpu
     record = {
         "benchmark": "ingest", "machine": machine(), "commit": git_commit(), "preset": args.preset,
-        "count": args.count, "bad": bad, "bad_by_kind": kinds, "processes": args.processes, "threads": args.threads,
-        "per_connection_mbps": args.per_connection_mbps, "timeout_s": TIMEOUT_S, "runs": runs,
+        "count": args.count, "bad": args.count - kinds.count("ok"), "bad_by_kind": dict(Counter(kinds)),
+        "processes": args.processes, "threads": args.threads, "per_connection_mbps": args.per_connection_mbps,
+        "timeout_s": TIMEOUT_S, "load_before": load_before, "server": server, "runs": runs,
     }  # fmt: skip
     table = table_markdown(record)
     save_record(args.out, record, table)
@@ -347,4 +318,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:
+        print("bench_ingest: interrupted; the tools' processes killed, the servers stopped", file=sys.stderr)
+        raise SystemExit(130) from None

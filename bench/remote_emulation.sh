@@ -16,7 +16,9 @@
 # on the namespace's end shapes everything the server sends. Without the
 # rights to create namespaces (no CAP_NET_ADMIN), nginx listens on
 # 127.0.0.1:8089 with the per-connection cap only, and the script says so on
-# stderr (SHARDKIT_EMULATION_NO_NETNS=1 forces that mode). Needs root
+# stderr (SHARDKIT_EMULATION_NO_NETNS=1 forces that mode).
+# SHARDKIT_EMULATION_EXTRA_CONF=FILE adds `include FILE;` to the server block
+# (more locations: bench/ingest_servers.py's image/jpeg answers). Needs root
 # (apt-get, ip netns, tc). Installs Debian's nginx if it is missing. Nothing
 # listens beyond this machine.
 set -euo pipefail
@@ -65,6 +67,7 @@ http {
         listen $2:$PORT;
         root $1;
         location / { limit_rate ${3}m; }
+$(if [ -n "${SHARDKIT_EMULATION_EXTRA_CONF:-}" ]; then echo "        include $SHARDKIT_EMULATION_EXTRA_CONF;"; fi)
     }
 }
 CONF
