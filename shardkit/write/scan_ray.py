@@ -4,20 +4,21 @@ The driver lists the partitions (directory entries and file sizes only) and
 submits one Ray task per partition, at most ``workers`` at a time (default:
 two per CPU of the cluster). A task scans its partition exactly as a local
 scanning process does (:meth:`~shardkit.write.scan.ScanJob.run`), into a
-temporary folder on its own node, then streams the spill's files back as a
-Ray generator, :data:`CHUNK_BYTES` at a time. The driver writes each piece
-into the spill folder in DEST's work folder as it arrives, the summary last
-(its presence marks the spill complete, as for a local scan), so the driver
-holds one piece at a time, and it needs no file system shared with the nodes
-for the spills. The pieces of the tasks in flight wait in Ray's object store,
-whose pages the driver maps as it reads them: its resident memory is bounded
-by the tasks in flight times one partition's spill (about 85 bytes a sample
-of that partition), plus O(partitions + shards), never by the number of
-samples. (Measured on a one-machine cluster of 2 CPUs, the driver's peak RSS
-after scan + plan: 4 MiB JSONL partitions, 4 tasks in flight: 151 MB for 10^5
-rows, 175 MB for 10^6; 64 MiB partitions, 2 in flight, the three partitions
-of 10^6 rows all scanned before the first was read: 248 MB.) Spills are read in partition order and, as everywhere, errors are
-those of the first failing partition in that order: a malformed line, a
+temporary folder on its own node, then streams the spill's files back as a Ray
+generator, :data:`CHUNK_BYTES` at a time. The driver writes each piece into
+the spill folder in DEST's work folder as it arrives, the summary last (its
+presence marks the spill complete, as for a local scan), so the driver holds
+one piece at a time, and it needs no file system shared with the nodes for the
+spills. The pieces of the tasks in flight wait in Ray's object store, whose
+pages the driver maps as it reads them: its resident memory is bounded by the
+tasks in flight times one partition's spill (about 64 bytes a sample of that
+partition plus its key, and a JSONL row's inline values), plus O(partitions +
+shards), never by the number of samples. (Measured on a one-machine cluster of
+2 CPUs, the driver's peak RSS after scan + plan: 4 MiB JSONL partitions, 4
+tasks in flight: 151 MB for 10^5 rows, 175 MB for 10^6; 64 MiB partitions, 2
+in flight, the three partitions of 10^6 rows all scanned before the first was
+read: 248 MB.) Spills are read in partition order and, as everywhere, errors
+are those of the first failing partition in that order: a malformed line, a
 vanished input file, give the local engine's error, one line, exit 2.
 
 What the tasks read: the source by the same path the driver lists it by. On a
@@ -34,7 +35,7 @@ scanned by tasks pinned to the driver's node.
 A task stages its partition's spill in its node's temporary folder
 (``TMPDIR`` of the Ray workers) before streaming it, so that folder needs
 room for one spill per task running there (about 64 bytes a sample plus its
-key); a full one stops the write with the folder named.
+key and a JSONL row's inline values); a full one stops the write with the folder named.
 
 A task lost with its worker or node is run again (``ray_max_retries``); its
 spill's bytes depend only on its partition, so a replay yields the same
