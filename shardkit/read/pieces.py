@@ -86,6 +86,12 @@ Located = tuple[int, int, RawSample]
 #: Faults the skip policy may skip; anything else is a bug and propagates.
 FAULTS = (CorruptShardError, ManifestError, OSError)
 
+#: Read-ahead budget of a remote reader before its consumer has taken
+#: anything; it then grows with what is taken (see :class:`ReadAhead`'s
+#: ``start_bytes``). A few samples of a typical image dataset, and the first
+#: chunks of a range (64 KiB doubling) up to 1 MiB.
+REMOTE_START_READ_AHEAD_BYTES = 2 << 20
+
 #: Most decompressed bytes in one chunk of a compressed shard, however well
 #: it compresses, so that the read-ahead queue's byte budget bounds memory.
 DECOMPRESS_SLICE_BYTES = 1 << 20
@@ -306,17 +312,27 @@ class PieceReader:
             yield from stream.pieces(chunk)
         stream.finish()
 
-    def _read_ahead_budget(self) -> int:
-        """The read-ahead budget, raised by the room a local source asks for
-        at once before a read it must not interrupt (a turn on a disk that
-        takes turns, see :func:`~shardkit.io.device.reserved_room_bytes`):
-        the usual budget on top lets the next turn start while the parser
-        still works on the end of the last, instead of the device idling
-        until it is done."""
+    def _read_ahead_budget(self) -> tuple[int, int | None]:
+        """The read-ahead budget, and what it starts from (None: the whole
+        budget at once; see :class:`~.prefetch.ReadAhead`).
+
+        Remote shards start from :data:`REMOTE_START_READ_AHEAD_BYTES`: a
+        reader starts before its consumer asks (see :meth:`read`), and a
+        whole budget fetched by each of a rank's DataLoader workers while
+        the others still start only takes the link and the CPU from them.
+
+        A local source's budget is raised by the room it asks for at once
+        before a read it must not interrupt (a turn on a disk that takes
+        turns, see :func:`~shardkit.io.device.reserved_room_bytes`): the
+        usual budget on top lets the next turn start while the parser still
+        works on the end of the last, instead of the device idling until it
+        is done."""
         first = self.catalog.url(0) if self.catalog.num_shards else None
-        if first is None or not is_local(first):
-            return self.read_ahead_bytes
-        return self.read_ahead_bytes + reserved_room_bytes(local_path(first), options=self.options)
+        if first is None:
+            return self.read_ahead_bytes, None
+        if not is_local(first):
+            return self.read_ahead_bytes, min(REMOTE_START_READ_AHEAD_BYTES, self.read_ahead_bytes)
+        return self.read_ahead_bytes + reserved_room_bytes(local_path(first), options=self.options), None
 
     def load_bounds(self, shard: int) -> np.ndarray:
         """A shard's offset index: sample ``i`` is bytes ``[b[i], b[i + 1])``.
@@ -356,8 +372,9 @@ class PieceReader:
         Dropping the iterator, even unstarted, stops the reads.
         """
         jobs = (_Job(piece, self.catalog.url(piece.shard)) for piece in pieces)
+        budget, start = self._read_ahead_budget()
         ahead: ReadAhead[_Job] = ReadAhead(
-            jobs, lambda job: self._fetch(job, ahead), budget_bytes=self._read_ahead_budget()
+            jobs, lambda job: self._fetch(job, ahead), budget_bytes=budget, start_bytes=start
         )
         samples = self._parse(ahead)
         weakref.finalize(samples, ahead.close).atexit = False
