@@ -229,21 +229,23 @@ class PieceReader:
     def _fetch(self, job: _Job, ahead: ReadAhead[_Job]) -> Iterator[bytes]:
         source = self._open_shard(job.piece.shard, job.url)
         chunk_bytes = self.options.chunk_bytes
-        if not is_local(job.url) and self._reads_whole_indexed(job):
+        if is_local(job.url):
+            self._locate(job)
+            if job.bounds is not None:
+                source = _AlignedSource(source, job.bounds[job.piece.start + 1 : job.piece.stop + 1])
+            # On a disk that takes turns, each turn first waits until the
+            # read-ahead queue has room for all of it.
+            source = take_turns(source, local_path(job.url), options=self.options, room=ahead)
+            chunks = source.iter_range(job.byte_start, job.byte_stop, chunk_bytes=chunk_bytes)
+        elif self._reads_whole_indexed(job):
             # A whole remote shard: its index and its bytes are asked for at
             # once, so the first sample waits for one round trip, not two.
             index = self._load_index_soon(job.piece.shard)
             shard_bytes = self.catalog.manifest.shards[job.piece.shard].num_bytes  # type: ignore[union-attr]
-            chunks = self._cut_to_index(job, index, source.iter_range(0, shard_bytes, chunk_bytes=chunk_bytes))
+            chunks = self._cut_to_index(job, index, _remote_range(source, 0, shard_bytes, ahead, chunk_bytes))
         else:
             self._locate(job)
-            if is_local(job.url):
-                if job.bounds is not None:
-                    source = _AlignedSource(source, job.bounds[job.piece.start + 1 : job.piece.stop + 1])
-                # On a disk that takes turns, each turn first waits until the
-                # read-ahead queue has room for all of it.
-                source = take_turns(source, local_path(job.url), options=self.options, room=ahead)
-            chunks = source.iter_range(job.byte_start, job.byte_stop, chunk_bytes=chunk_bytes)
+            chunks = _remote_range(source, job.byte_start, job.byte_stop, ahead, chunk_bytes)
         return self._decompressed(job, chunks) if job.byte_start == 0 else chunks
 
     def _reads_whole_indexed(self, job: _Job) -> bool:
@@ -499,6 +501,31 @@ class PieceReader:
                 yield raw
                 got += 1
         yield from self._finish(sub, parser, received, got)
+
+
+def _remote_range(
+    source: ByteSource, start: int, end: int | None, ahead: ReadAhead[_Job], chunk_bytes: int
+) -> Iterator[bytes]:
+    """Bytes ``[start, end)`` of a remote shard, read for ``ahead``.
+
+    While ``ahead`` is still on its start budget (its consumer has taken
+    nothing), the store is asked for that budget's worth of bytes alone, and
+    for the rest only once the consumer has made room. A store sends a range
+    as fast as the link allows, whatever the reader's budget: the kernel
+    buffers what the reader does not take. One request for the whole range
+    made ahead of the consumer would thus fill the link with bytes nobody
+    waits for yet, while the rank's other DataLoader workers start and ask
+    for their first bytes behind them. The bytes are the same either way.
+    A range without a known end (no manifest size) is asked for whole: a
+    cut could ask for bytes past the end of a short object.
+    """
+    middle = start + ahead.start_bytes
+    if not ahead.starting or end is None or end <= middle:
+        yield from source.iter_range(start, end, chunk_bytes=chunk_bytes)
+        return
+    yield from source.iter_range(start, middle, chunk_bytes=chunk_bytes)
+    if ahead.wait_room(ahead.start_bytes // 2):  # False: the reader was closed meanwhile
+        yield from source.iter_range(middle, end, chunk_bytes=chunk_bytes)
 
 
 def salvage_ranges(

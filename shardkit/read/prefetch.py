@@ -157,6 +157,12 @@ class ReadAhead(Generic[J]):
         budget = min(self.budget_bytes, max(self.start_bytes, 2 * self._taken))
         return not self._held or self._held + num_bytes <= budget
 
+    @property
+    def starting(self) -> bool:
+        """Whether the start budget still holds: the consumer has taken
+        nothing yet, and ``start_bytes`` is below ``budget_bytes``."""
+        return self._taken == 0 and self.start_bytes < self.budget_bytes
+
     def _run(self) -> None:
         # Reads under this thread stop retrying the moment the consumer closes.
         with stopping_on(self._stop):
