@@ -87,9 +87,10 @@ Located = tuple[int, int, RawSample]
 FAULTS = (CorruptShardError, ManifestError, OSError)
 
 #: Read-ahead budget of a remote reader before its consumer has taken
-#: anything; it then grows with what is taken (see :class:`ReadAhead`'s
-#: ``start_bytes``). A few samples of a typical image dataset, and the first
-#: chunks of a range (64 KiB doubling) up to 1 MiB.
+#: anything, per request it may have in flight (``max_concurrent_requests``,
+#: shared by the rank's workers); it then grows with what is taken (see
+#: :class:`ReadAhead`'s ``start_bytes``). With one request, the first chunks
+#: of a range (64 KiB doubling) up to 1 MiB, about 18 samples of 110 KB.
 REMOTE_START_READ_AHEAD_BYTES = 2 << 20
 
 #: Most decompressed bytes in one chunk of a compressed shard, however well
@@ -318,10 +319,11 @@ class PieceReader:
         """The read-ahead budget, and what it starts from (None: the whole
         budget at once; see :class:`~.prefetch.ReadAhead`).
 
-        Remote shards start from :data:`REMOTE_START_READ_AHEAD_BYTES`: a
-        reader starts before its consumer asks (see :meth:`read`), and a
-        whole budget fetched by each of a rank's DataLoader workers while
-        the others still start only takes the link and the CPU from them.
+        Remote shards start from :data:`REMOTE_START_READ_AHEAD_BYTES` per
+        request the reader may have in flight: a reader starts before its
+        consumer asks (see :meth:`read`), and a whole budget fetched by each
+        of a rank's DataLoader workers while the others still start only
+        takes the link and the CPU from them.
 
         A local source's budget is raised by the room it asks for at once
         before a read it must not interrupt (a turn on a disk that takes
@@ -333,7 +335,8 @@ class PieceReader:
         if first is None:
             return self.read_ahead_bytes, None
         if not is_local(first):
-            return self.read_ahead_bytes, min(REMOTE_START_READ_AHEAD_BYTES, self.read_ahead_bytes)
+            start = REMOTE_START_READ_AHEAD_BYTES * max(self.options.max_concurrent_requests, 1)
+            return self.read_ahead_bytes, min(start, self.read_ahead_bytes)
         return self.read_ahead_bytes + reserved_room_bytes(local_path(first), options=self.options), None
 
     def load_bounds(self, shard: int) -> np.ndarray:
