@@ -238,15 +238,19 @@ class PieceReader:
             # read-ahead queue has room for all of it.
             source = take_turns(source, local_path(job.url), options=self.options, room=ahead)
             chunks = source.iter_range(job.byte_start, job.byte_stop, chunk_bytes=chunk_bytes)
-        elif self._reads_whole_indexed(job):
-            # A whole remote shard: its index and its bytes are asked for at
-            # once, so the first sample waits for one round trip, not two.
-            index = self._load_index_soon(job.piece.shard)
-            shard_bytes = self.catalog.manifest.shards[job.piece.shard].num_bytes  # type: ignore[union-attr]
-            chunks = self._cut_to_index(job, index, _remote_range(source, 0, shard_bytes, ahead, chunk_bytes))
         else:
-            self._locate(job)
-            chunks = _remote_range(source, job.byte_start, job.byte_stop, ahead, chunk_bytes)
+            # A cached source fills its entry from one read from byte 0 (see
+            # shardkit.io.cache), and a hit reads local disk: read whole.
+            room = ahead if self.options.cache_dir is None else None
+            if self._reads_whole_indexed(job):
+                # A whole remote shard: its index and its bytes are asked for
+                # at once, so the first sample waits for one round trip, not two.
+                index = self._load_index_soon(job.piece.shard)
+                shard_bytes = self.catalog.manifest.shards[job.piece.shard].num_bytes  # type: ignore[union-attr]
+                chunks = self._cut_to_index(job, index, _remote_range(source, 0, shard_bytes, room, chunk_bytes))
+            else:
+                self._locate(job)
+                chunks = _remote_range(source, job.byte_start, job.byte_stop, room, chunk_bytes)
         return self._decompressed(job, chunks) if job.byte_start == 0 else chunks
 
     def _reads_whole_indexed(self, job: _Job) -> bool:
@@ -507,13 +511,14 @@ class PieceReader:
 
 
 def _remote_range(
-    source: ByteSource, start: int, end: int | None, ahead: ReadAhead[_Job], chunk_bytes: int
+    source: ByteSource, start: int, end: int | None, ahead: ReadAhead[_Job] | None, chunk_bytes: int
 ) -> Iterator[bytes]:
-    """Bytes ``[start, end)`` of a remote shard, read for ``ahead``.
+    """Bytes ``[start, end)`` of a remote shard, read for ``ahead`` (None:
+    asked for whole).
 
     While ``ahead`` is still on its start budget (its consumer has taken
     nothing), the store is asked for that budget's worth of bytes alone, and
-    for the rest only once the consumer has made room. A store sends a range
+    for the rest once the consumer has taken half of them. A store sends a range
     as fast as the link allows, whatever the reader's budget: the kernel
     buffers what the reader does not take. One request for the whole range
     made ahead of the consumer would thus fill the link with bytes nobody
@@ -522,10 +527,10 @@ def _remote_range(
     A range without a known end (no manifest size) is asked for whole: a
     cut could ask for bytes past the end of a short object.
     """
-    middle = start + ahead.start_bytes
-    if not ahead.starting or end is None or end <= middle:
+    if ahead is None or not ahead.starting or end is None or end <= start + ahead.start_bytes:
         yield from source.iter_range(start, end, chunk_bytes=chunk_bytes)
         return
+    middle = start + ahead.start_bytes
     yield from source.iter_range(start, middle, chunk_bytes=chunk_bytes)
     if ahead.wait_room(ahead.start_bytes // 2):  # False: the reader was closed meanwhile
         yield from source.iter_range(middle, end, chunk_bytes=chunk_bytes)
