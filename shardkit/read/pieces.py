@@ -89,8 +89,8 @@ FAULTS = (CorruptShardError, ManifestError, OSError)
 #: Read-ahead budget of a remote reader before its consumer has taken
 #: anything, per request it may have in flight (``max_concurrent_requests``,
 #: shared by the rank's workers); it then grows with what is taken (see
-#: :class:`ReadAhead`'s ``start_bytes``). With one request, the first chunks
-#: of a range (64 KiB doubling) up to 1 MiB, about 18 samples of 110 KB.
+#: :class:`ReadAhead`'s ``start_bytes``). With one request (a worker of 8
+#: sharing the default 8), about 19 samples of 110 KB.
 REMOTE_START_READ_AHEAD_BYTES = 2 << 20
 
 #: Most decompressed bytes in one chunk of a compressed shard, however well
@@ -517,10 +517,10 @@ def _remote_range(
     asked for whole).
 
     While ``ahead`` is still on its start budget (its consumer has taken
-    nothing), the store is asked for that budget's worth of bytes alone, and
-    for the rest once the consumer has taken half of them. A store sends a range
-    as fast as the link allows, whatever the reader's budget: the kernel
-    buffers what the reader does not take. One request for the whole range
+    nothing), the store is asked for that budget's worth of bytes alone,
+    and for the rest once the consumer has taken half of them. A store
+    sends a range as fast as the link allows, whatever the reader's budget:
+    the kernel buffers what the reader does not take. One request for the whole range
     made ahead of the consumer would thus fill the link with bytes nobody
     waits for yet, while the rank's other DataLoader workers start and ask
     for their first bytes behind them. The bytes are the same either way.

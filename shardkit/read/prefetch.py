@@ -107,7 +107,7 @@ class ReadAhead(Generic[J]):
             raise UsageError(f"read-ahead start budget must be > 0 bytes, not {start_bytes}")
         self.budget_bytes = budget_bytes
         self.start_bytes = budget_bytes if start_bytes is None else min(start_bytes, budget_bytes)
-        self._taken = 0  # bytes the consumer has taken, while that still grows the budget
+        self._taken = 0  # bytes the consumer has taken (counted until the budget is whole)
         self._jobs = jobs
         self._fetch = fetch
         self._items: deque[tuple[J | None, object]] = deque()
