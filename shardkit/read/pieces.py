@@ -86,6 +86,13 @@ Located = tuple[int, int, RawSample]
 #: Faults the skip policy may skip; anything else is a bug and propagates.
 FAULTS = (CorruptShardError, ManifestError, OSError)
 
+#: Read-ahead budget of a remote reader before its consumer has taken
+#: anything, per request it may have in flight (``max_concurrent_requests``,
+#: shared by the rank's workers); it then grows with what is taken (see
+#: :class:`ReadAhead`'s ``start_bytes``). With one request (a worker of 8
+#: sharing the default 8), about 19 samples of 110 KB.
+REMOTE_START_READ_AHEAD_BYTES = 2 << 20
+
 #: Most decompressed bytes in one chunk of a compressed shard, however well
 #: it compresses, so that the read-ahead queue's byte budget bounds memory.
 DECOMPRESS_SLICE_BYTES = 1 << 20
@@ -223,21 +230,27 @@ class PieceReader:
     def _fetch(self, job: _Job, ahead: ReadAhead[_Job]) -> Iterator[bytes]:
         source = self._open_shard(job.piece.shard, job.url)
         chunk_bytes = self.options.chunk_bytes
-        if not is_local(job.url) and self._reads_whole_indexed(job):
-            # A whole remote shard: its index and its bytes are asked for at
-            # once, so the first sample waits for one round trip, not two.
-            index = self._load_index_soon(job.piece.shard)
-            shard_bytes = self.catalog.manifest.shards[job.piece.shard].num_bytes  # type: ignore[union-attr]
-            chunks = self._cut_to_index(job, index, source.iter_range(0, shard_bytes, chunk_bytes=chunk_bytes))
-        else:
+        if is_local(job.url):
             self._locate(job)
-            if is_local(job.url):
-                if job.bounds is not None:
-                    source = _AlignedSource(source, job.bounds[job.piece.start + 1 : job.piece.stop + 1])
-                # On a disk that takes turns, each turn first waits until the
-                # read-ahead queue has room for all of it.
-                source = take_turns(source, local_path(job.url), options=self.options, room=ahead)
+            if job.bounds is not None:
+                source = _AlignedSource(source, job.bounds[job.piece.start + 1 : job.piece.stop + 1])
+            # On a disk that takes turns, each turn first waits until the
+            # read-ahead queue has room for all of it.
+            source = take_turns(source, local_path(job.url), options=self.options, room=ahead)
             chunks = source.iter_range(job.byte_start, job.byte_stop, chunk_bytes=chunk_bytes)
+        else:
+            # A cached source fills its entry from one read from byte 0 (see
+            # shardkit.io.cache), and a hit reads local disk: read whole.
+            room = ahead if self.options.cache_dir is None else None
+            if self._reads_whole_indexed(job):
+                # A whole remote shard: its index and its bytes are asked for
+                # at once, so the first sample waits for one round trip, not two.
+                index = self._load_index_soon(job.piece.shard)
+                shard_bytes = self.catalog.manifest.shards[job.piece.shard].num_bytes  # type: ignore[union-attr]
+                chunks = self._cut_to_index(job, index, _remote_range(source, 0, shard_bytes, room, chunk_bytes))
+            else:
+                self._locate(job)
+                chunks = _remote_range(source, job.byte_start, job.byte_stop, room, chunk_bytes)
         return self._decompressed(job, chunks) if job.byte_start == 0 else chunks
 
     def _reads_whole_indexed(self, job: _Job) -> bool:
@@ -306,17 +319,29 @@ class PieceReader:
             yield from stream.pieces(chunk)
         stream.finish()
 
-    def _read_ahead_budget(self) -> int:
-        """The read-ahead budget, raised by the room a local source asks for
-        at once before a read it must not interrupt (a turn on a disk that
-        takes turns, see :func:`~shardkit.io.device.reserved_room_bytes`):
-        the usual budget on top lets the next turn start while the parser
-        still works on the end of the last, instead of the device idling
-        until it is done."""
+    def _read_ahead_budget(self) -> tuple[int, int | None]:
+        """The read-ahead budget, and what it starts from (None: the whole
+        budget at once; see :class:`~.prefetch.ReadAhead`).
+
+        Remote shards start from :data:`REMOTE_START_READ_AHEAD_BYTES` per
+        request the reader may have in flight: a reader starts before its
+        consumer asks (see :meth:`read`), and a whole budget fetched by each
+        of a rank's DataLoader workers while the others still start only
+        takes the link and the CPU from them.
+
+        A local source's budget is raised by the room it asks for at once
+        before a read it must not interrupt (a turn on a disk that takes
+        turns, see :func:`~shardkit.io.device.reserved_room_bytes`): the
+        usual budget on top lets the next turn start while the parser still
+        works on the end of the last, instead of the device idling until it
+        is done."""
         first = self.catalog.url(0) if self.catalog.num_shards else None
-        if first is None or not is_local(first):
-            return self.read_ahead_bytes
-        return self.read_ahead_bytes + reserved_room_bytes(local_path(first), options=self.options)
+        if first is None:
+            return self.read_ahead_bytes, None
+        if not is_local(first):
+            start = REMOTE_START_READ_AHEAD_BYTES * max(self.options.max_concurrent_requests, 1)
+            return self.read_ahead_bytes, min(start, self.read_ahead_bytes)
+        return self.read_ahead_bytes + reserved_room_bytes(local_path(first), options=self.options), None
 
     def load_bounds(self, shard: int) -> np.ndarray:
         """A shard's offset index: sample ``i`` is bytes ``[b[i], b[i + 1])``.
@@ -356,8 +381,9 @@ class PieceReader:
         Dropping the iterator, even unstarted, stops the reads.
         """
         jobs = (_Job(piece, self.catalog.url(piece.shard)) for piece in pieces)
+        budget, start = self._read_ahead_budget()
         ahead: ReadAhead[_Job] = ReadAhead(
-            jobs, lambda job: self._fetch(job, ahead), budget_bytes=self._read_ahead_budget()
+            jobs, lambda job: self._fetch(job, ahead), budget_bytes=budget, start_bytes=start
         )
         samples = self._parse(ahead)
         weakref.finalize(samples, ahead.close).atexit = False
@@ -482,6 +508,32 @@ class PieceReader:
                 yield raw
                 got += 1
         yield from self._finish(sub, parser, received, got)
+
+
+def _remote_range(
+    source: ByteSource, start: int, end: int | None, ahead: ReadAhead[_Job] | None, chunk_bytes: int
+) -> Iterator[bytes]:
+    """Bytes ``[start, end)`` of a remote shard, read for ``ahead`` (None:
+    asked for whole).
+
+    While ``ahead`` is still on its start budget (its consumer has taken
+    nothing), the store is asked for that budget's worth of bytes alone,
+    and for the rest once the consumer has taken half of them. A store
+    sends a range as fast as the link allows, whatever the reader's budget:
+    the kernel buffers what the reader does not take. One request for the whole range
+    made ahead of the consumer would thus fill the link with bytes nobody
+    waits for yet, while the rank's other DataLoader workers start and ask
+    for their first bytes behind them. The bytes are the same either way.
+    A range without a known end (no manifest size) is asked for whole: a
+    cut could ask for bytes past the end of a short object.
+    """
+    if ahead is None or not ahead.starting or end is None or end <= start + ahead.start_bytes:
+        yield from source.iter_range(start, end, chunk_bytes=chunk_bytes)
+        return
+    middle = start + ahead.start_bytes
+    yield from source.iter_range(start, middle, chunk_bytes=chunk_bytes)
+    if ahead.wait_room(ahead.start_bytes // 2):  # False: the reader was closed meanwhile
+        yield from source.iter_range(middle, end, chunk_bytes=chunk_bytes)
 
 
 def salvage_ranges(

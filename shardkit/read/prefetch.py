@@ -77,6 +77,13 @@ class ReadAhead(Generic[J]):
         fetch: Returns the chunks of one job (runs in the reader thread).
         budget_bytes: Most bytes fetched but not yet taken by the consumer;
             one chunk larger than the budget is still let through alone.
+        start_bytes: The budget until the consumer has taken anything; from
+            then on it is twice the bytes taken so far, up to
+            ``budget_bytes`` (None: ``budget_bytes`` from the start). A
+            reader started before anyone asks for its samples (a DataLoader
+            worker whose siblings are still starting) thus fetches what its
+            first samples need, not its whole budget, and leaves the link
+            and the CPU to the others until its consumer shows up.
         name: Thread name, for debugging.
 
     Use as a context manager, or call :meth:`close`, so the thread stops
@@ -91,11 +98,16 @@ class ReadAhead(Generic[J]):
         fetch: Callable[[J], Iterable[bytes]],
         *,
         budget_bytes: int = DEFAULT_READ_AHEAD_BYTES,
+        start_bytes: int | None = None,
         name: str = "shardkit-read-ahead",
     ):
         if budget_bytes <= 0:
             raise UsageError(f"read-ahead budget must be > 0 bytes, not {budget_bytes}")
+        if start_bytes is not None and start_bytes <= 0:
+            raise UsageError(f"read-ahead start budget must be > 0 bytes, not {start_bytes}")
         self.budget_bytes = budget_bytes
+        self.start_bytes = budget_bytes if start_bytes is None else min(start_bytes, budget_bytes)
+        self._taken = 0  # bytes the consumer has taken (counted until the budget is whole)
         self._jobs = jobs
         self._fetch = fetch
         self._items: deque[tuple[J | None, object]] = deque()
@@ -139,10 +151,17 @@ class ReadAhead(Generic[J]):
             return self._fits(num_bytes)
 
     def _fits(self, num_bytes: int) -> bool:
-        """Whether ``num_bytes`` more stay within the budget, or the queue is
-        empty (one item larger than the budget goes through alone). Call
-        with ``_cond`` held."""
-        return not self._held or self._held + num_bytes <= self.budget_bytes
+        """Whether ``num_bytes`` more stay within the budget as it stands
+        (see ``start_bytes``), or the queue is empty (one item larger than
+        the budget goes through alone). Call with ``_cond`` held."""
+        budget = min(self.budget_bytes, max(self.start_bytes, 2 * self._taken))
+        return not self._held or self._held + num_bytes <= budget
+
+    @property
+    def starting(self) -> bool:
+        """Whether the start budget still holds: the consumer has taken
+        nothing yet, and ``start_bytes`` is below ``budget_bytes``."""
+        return self._taken == 0 and self.start_bytes < self.budget_bytes
 
     def _run(self) -> None:
         # Reads under this thread stop retrying the moment the consumer closes.
@@ -194,6 +213,8 @@ class ReadAhead(Generic[J]):
                 job, item = self._items.popleft()
                 if isinstance(item, bytes):
                     self._held -= len(item)
+                    if 2 * self._taken < self.budget_bytes:
+                        self._taken += len(item)
                 self._cond.notify_all()
             yield job, item
             if isinstance(item, BaseException) and job is None:

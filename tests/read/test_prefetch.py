@@ -33,6 +33,31 @@ def test_reader_never_holds_more_than_the_budget():
     assert 0 < held_max <= 350
 
 
+def test_a_start_budget_holds_until_the_consumer_takes_then_grows_with_what_it_takes():
+    ra: ReadAhead = ReadAhead([1], lambda job: (bytes(100) for _ in range(60)), budget_bytes=2000, start_bytes=300)
+    with ra:
+        ra.start()
+        deadline = time.monotonic() + 10
+        while ra._held < 300 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        # Nothing taken yet: the start budget is all the reader may hold.
+        assert ra._held == 300 and not ra.has_room(100)
+        taken = peak = 0
+        for _, item in ra:
+            if isinstance(item, bytes):
+                taken += len(item)
+            time.sleep(0.001)  # let the reader run ahead
+            assert ra._held <= max(300, 2 * taken), "the budget grows only with what the consumer took"
+            peak = max(peak, ra._held)
+    assert taken == 6000
+    assert 1000 < peak <= 2000, "the budget grows to, and stays within, budget_bytes"
+
+
+def test_start_budget_must_be_positive():
+    with pytest.raises(UsageError, match="start budget"):
+        ReadAhead([], lambda job: [], start_bytes=0)
+
+
 def test_fetch_error_is_handed_over_and_the_stream_goes_on():
     def fetch(job):
         yield b"x"
