@@ -48,14 +48,14 @@ import functools
 import json
 import os
 import re
+import stat
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from shardkit.errors import DuplicateSampleError, InputFileError, SourceError
 from shardkit.format.codecs import encode_parsed_json, encode_value
 from shardkit.format.tar import encoded_sample_size, member_name_problem, split_key
-from shardkit.write.detect import IMAGE_EXTENSIONS
-from shardkit.write.detect import walk_files as _walk_files
+from shardkit.write.detect import IMAGE_EXTENSIONS, walk_tree
 from shardkit.write.partition import TABLE_KINDS, Partition
 from shardkit.write.spill import SpillWriter, short_digest, spill_error
 from shardkit.write.tar_inputs import (  # noqa: F401  (re-exported: the limits are documented here)
@@ -88,7 +88,8 @@ class _Scan:
         self.skipped: list[list[str]] = []
         self.extensions: set[str] = set()
         self.num_bytes = 0
-        self.files: set[str] = set()
+        self.files: set[str] = set()  # input files that rows may share (JSONL rows' fields)
+        self.num_distinct_files = 0  # input files met once each (an ImageFolder's, a tree's)
         self.has_urls = False  # a table row with a field to download (its size is not known yet)
         self._last_exts: tuple[str, ...] = ()
 
@@ -182,7 +183,7 @@ def scan_partition(
         "num_bytes": scan.num_bytes,
         "skipped": scan.skipped,
         "extensions": sorted(scan.extensions),
-        "num_files": len(scan.files),
+        "num_files": len(scan.files) + scan.num_distinct_files,
         "read_path": read_path,
         "unpacked_bytes": unpacked,
         "has_urls": scan.has_urls,
@@ -198,10 +199,29 @@ def _file_size(path: str) -> int:
     try:
         st = os.stat(path)
     except OSError as exc:
-        raise SourceError(f"{path}: cannot read input file ({exc.strerror or exc})", path=path) from exc
-    if not os.path.isfile(path):
-        raise SourceError(f"{path}: input is not a regular file", path=path)
+        raise _unreadable(path, exc) from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_a_file(path)
     return st.st_size
+
+
+def _entry_size(entry: os.DirEntry) -> int:
+    """:func:`_file_size` of a directory entry met while walking (one ``stat``)."""
+    try:
+        st = entry.stat()
+    except OSError as exc:
+        raise _unreadable(entry.path, exc) from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_a_file(entry.path)
+    return st.st_size
+
+
+def _unreadable(path: str, exc: OSError) -> SourceError:
+    return SourceError(f"{path}: cannot read input file ({exc.strerror or exc})", path=path)
+
+
+def _not_a_file(path: str) -> SourceError:
+    return SourceError(f"{path}: input is not a regular file", path=path)
 
 
 # ------------------------------------------------------------------ imagefolder
@@ -209,26 +229,38 @@ def _file_size(path: str) -> int:
 
 def _scan_class_folder(part: Partition, scan: _Scan) -> None:
     label = str(part.label).encode("ascii")
-    for path in _walk_files(part.path):
-        stem, dot, ext = os.path.basename(path).rpartition(".")
-        if not dot or ext.lower() not in IMAGE_EXTENSIONS:
-            continue  # not an image: ImageFolder ignores it too
-        rel = os.path.relpath(path, part.root)
-        key = os.path.join(os.path.dirname(rel), stem.replace(".", "_")).replace(os.sep, "/")
-        try:
-            size = _file_size(path)
-        except SourceError as exc:
-            scan.skip_or_raise(exc, path)
-            continue
-        name = rel.encode(*_ENC)
-        scan.files.add(path)
-        scan.add(key, name, 0, size, [(ext.lower(), size), ("cls", len(label))], short_digest(name + b"\0%d" % size))
+    label_tar = 512 + len(label) + (-len(label) % 512)  # its "cls" member in a shard
+    # Names relative to the ImageFolder's root: the class folder's, then the
+    # folders under it; each file's entry comes from the walk (one stat each).
+    top = os.path.relpath(part.path, part.root).replace(os.sep, "/")
+    for folder, entries in walk_tree(part.path):
+        where = f"{top}/{folder}" if folder else top
+        for entry in entries:
+            stem, dot, ext = entry.name.rpartition(".")
+            if not dot:
+                continue
+            ext = ext.lower()
+            if ext not in IMAGE_EXTENSIONS:
+                continue  # not an image: ImageFolder ignores it too
+            try:
+                size = _entry_size(entry)
+            except SourceError as exc:
+                scan.skip_or_raise(exc, entry.path)
+                continue
+            key = f"{where}/{stem.replace('.', '_')}"
+            name = f"{where}/{entry.name}".encode(*_ENC)
+            scan.num_distinct_files += 1
+            if size <= _MAX_OCTAL_SIZE and len(key) + len(ext) < 100 and key.isascii():  # one header per member
+                tar_size = 512 + size + (-size % 512) + label_tar
+            else:
+                tar_size = encoded_sample_size(key, [(ext, size), ("cls", len(label))])
+            scan.add_sized(key, name, 0, size, (ext, "cls"), tar_size, short_digest(name + b"\0%d" % size))
 
 
-def _load_class_file(part: Partition, key: str, name: str) -> list[tuple[str, bytes]]:
+def _load_class_file(part: Partition, name: str, size: int) -> list[tuple[str, bytes]]:
     path = os.path.join(part.root, name)
     ext = name.rpartition(".")[2].lower()
-    return [(ext, _read_file(path)), ("cls", str(part.label).encode("ascii"))]
+    return [(ext, _read_file(path, size)), ("cls", str(part.label).encode("ascii"))]
 
 
 # ------------------------------------------------------------------ directory
@@ -237,35 +269,37 @@ def _load_class_file(part: Partition, key: str, name: str) -> list[tuple[str, by
 def _scan_directory(part: Partition, scan: _Scan) -> None:
     root = part.path
     groups: dict[str, dict[str, tuple[str, int]]] = {}
-    for path in _walk_files(root):
-        parts = split_key(os.path.basename(path))
-        if parts is None:
-            scan.skip_or_raise(SourceError(f"{path}: file name has no KEY.EXT form, so it fits no sample", path=path), path)
-            continue
-        problem = member_name_problem(os.path.basename(path))
-        if problem is not None:
-            scan.skip_or_raise(SourceError(f"{path!r}: file name refused as a member name: {problem}", path=path), path)
-            continue
-        key, ext = parts
-        fields = groups.setdefault(key, {})
-        if ext in fields:
-            raise DuplicateSampleError(
-                f"{fields[ext][0]} and {path} both map to sample {key!r} extension {ext!r}; "
-                "rename one of them or write the folders separately",
-                first=fields[ext][0],
-                second=path,
-            )
-        try:
-            fields[ext] = (path, _file_size(path))
-        except SourceError as exc:
-            scan.skip_or_raise(exc, path)
+    for folder, entries in walk_tree(root):
+        for entry in entries:
+            path = entry.path
+            parts = split_key(entry.name)
+            if parts is None:
+                scan.skip_or_raise(SourceError(f"{path}: file name has no KEY.EXT form, so it fits no sample", path=path), path)
+                continue
+            problem = member_name_problem(entry.name)
+            if problem is not None:
+                scan.skip_or_raise(SourceError(f"{path!r}: file name refused as a member name: {problem}", path=path), path)
+                continue
+            key, ext = parts
+            fields = groups.setdefault(key, {})
+            if ext in fields:
+                raise DuplicateSampleError(
+                    f"{os.path.join(root, fields[ext][0])} and {path} both map to sample {key!r} extension {ext!r}; "
+                    "rename one of them or write the folders separately",
+                    first=os.path.join(root, fields[ext][0]),
+                    second=path,
+                )
+            try:
+                fields[ext] = (f"{folder}/{entry.name}" if folder else entry.name, _entry_size(entry))
+            except SourceError as exc:
+                scan.skip_or_raise(exc, path)
     for key, fields in sorted(groups.items()):
         if not fields:
             continue
         ordered = sorted(fields.items())
-        name = "\0".join(os.path.relpath(path, root) for _, (path, _) in ordered).encode(*_ENC)
+        name = "\0".join(rel for _, (rel, _) in ordered).encode(*_ENC)
         sizes = [(ext, size) for ext, (_, size) in ordered]
-        scan.files.update(path for _, (path, _) in ordered)
+        scan.num_distinct_files += len(ordered)
         scan.add(key, name, 0, sum(s for _, s in sizes), sizes, short_digest(name + repr(sizes).encode()))
 
 
@@ -533,16 +567,39 @@ def _extension_problem(ext: str) -> str | None:
 # ------------------------------------------------------------------ writing side
 
 
-def _read_file(path: str) -> bytes:
+def _read_file(path: str, size: int | None = None) -> bytes:
+    """The bytes of input file ``path``, read with an open, one read and a close.
+
+    ``size`` is its size when scanned (None: the open file's). One read of a
+    byte more than that returns the whole file while its size is unchanged;
+    when it returns any other length (the file changed, or a read came back
+    short) the file is read on to its end, for the caller's size check.
+    """
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if size is None:
+                size = os.fstat(fd).st_size
+            data = os.read(fd, size + 1)
+            if len(data) != size:
+                data = _read_rest(fd, data)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise InputFileError(
             f"{path}: cannot read input file ({exc.strerror or exc}); "
             "restore it, or pass --on-error skip to leave it out",
             path=path,
         ) from exc
+    return data
+
+
+def _read_rest(fd: int, start: bytes) -> bytes:
+    """``start`` and what follows it in open file ``fd``, to the end."""
+    chunks = [start]
+    while chunk := os.read(fd, max(len(start), 1 << 16)):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _load_jsonl_row(part: Partition, key: str, rec: Any, read_range: ReadRange) -> list[tuple[str, bytes]]:
@@ -609,7 +666,7 @@ def load_sample(
     elif part.kind == "tar":
         fields = load_tar_sample(part, read_path, key, rec.offset, rec.length, read_range)
     elif part.kind == "imagefolder":
-        fields = _load_class_file(part, key, name)
+        fields = _load_class_file(part, name, rec.length)  # the file's size when scanned
     else:
         fields = _load_directory_files(part, key, name)
     if _sample_size(key, [(ext, len(data)) for ext, data in fields]) != rec.size:
