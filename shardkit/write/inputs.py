@@ -667,6 +667,8 @@ def load_sample(
         fields = load_tar_sample(part, read_path, key, rec.offset, rec.length, read_range)
     elif part.kind == "imagefolder":
         fields = _load_class_file(part, name, rec.length)  # the file's size when scanned
+        if len(fields[0][1]) == rec.length:
+            return fields  # the sizes the scan planned with (the label is the partition's)
     else:
         fields = _load_directory_files(part, key, name)
     if _sample_size(key, [(ext, len(data)) for ext, data in fields]) != rec.size:
