@@ -91,7 +91,7 @@ class SpillWriter:
 
     def __init__(self, prefix: str, seed: int):
         self.prefix = prefix
-        self._hash_key = key_hash_seed(seed)
+        self._key_hasher = hashlib.blake2b(digest_size=8, key=key_hash_seed(seed))  # copied per key: no keying each time
         self._hashes = bytearray()
         self._digests = bytearray()
         self._blob = bytearray()
@@ -112,7 +112,9 @@ class SpillWriter:
 
     def add(self, key: bytes, name: bytes, offset: int, length: int, size: int, digest: bytes) -> None:
         """Append one sample (in source order)."""
-        self._hashes += hashlib.blake2b(key, digest_size=8, key=self._hash_key).digest()
+        hasher = self._key_hasher.copy()
+        hasher.update(key)
+        self._hashes += hasher.digest()
         self._digests += digest
         self._key_off.append(len(self._blob))
         self._key_len.append(len(key))
