@@ -6,7 +6,9 @@ where the spill record says they are (:func:`load_sample`). A worker scans a
 partition (see :mod:`shardkit.write.partition`) with :func:`scan_partition`,
 writing one record per sample to the partition's spill (see
 :mod:`shardkit.write.spill`) and returning a small summary. Four formats are
-understood, auto-detected by :func:`~shardkit.write.detect.detect_format`:
+understood, auto-detected by :func:`~shardkit.write.detect.detect_format`
+(the first two are scanned and read by :mod:`shardkit.write.file_inputs`,
+tar inputs by :mod:`shardkit.write.tar_inputs`):
 
 ``imagefolder``
     ``ROOT/CLASS/.../IMAGE.EXT`` (detected when every file is an image under
@@ -48,14 +50,16 @@ import functools
 import json
 import os
 import re
-import stat
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from shardkit.errors import DuplicateSampleError, InputFileError, SourceError
 from shardkit.format.codecs import encode_parsed_json, encode_value
 from shardkit.format.tar import encoded_sample_size, member_name_problem, split_key
-from shardkit.write.detect import IMAGE_EXTENSIONS, walk_tree
+from shardkit.write.file_inputs import ENC as _ENC
+from shardkit.write.file_inputs import MAX_OCTAL_SIZE as _MAX_OCTAL_SIZE
+from shardkit.write.file_inputs import file_size as _file_size
+from shardkit.write.file_inputs import load_class_file, load_directory_files, read_file, scan_class_folder, scan_directory
 from shardkit.write.partition import TABLE_KINDS, Partition
 from shardkit.write.spill import SpillWriter, short_digest, spill_error
 from shardkit.write.tar_inputs import (  # noqa: F401  (re-exported: the limits are documented here)
@@ -72,7 +76,6 @@ TEXT_EXTENSIONS = frozenset({"txt", "text", "caption", "json", "cls", "id", "md"
 
 
 
-_ENC = ("utf-8", "surrogateescape")
 
 # A field as scanned: (extension, size, file path or None, inline bytes or None).
 _Field = tuple[str, int, "str | None", "bytes | None"]
@@ -124,9 +127,6 @@ def _sample_size(key: str, fields: list[tuple[str, int]]) -> int:
     return encoded_sample_size(key, fields)
 
 
-_MAX_OCTAL_SIZE = 8**11 - 1  # what a ustar header's size field holds
-
-
 def scan_partition(
     part: Partition,
     prefix: str,
@@ -170,9 +170,9 @@ def scan_partition(
     if part.kind == "jsonl":
         _scan_jsonl(part, scan)
     elif part.kind == "imagefolder":
-        _scan_class_folder(part, scan)
+        scan_class_folder(part, scan)
     elif part.kind == "directory":
-        _scan_directory(part, scan)
+        scan_directory(part, scan)
     elif part.kind in TABLE_KINDS:
         table.scan_rows(part, scan)
     else:
@@ -193,123 +193,6 @@ def scan_partition(
     except OSError as exc:
         raise spill_error(exc, os.path.dirname(prefix), part.path) from exc
     return summary
-
-
-def _file_size(path: str) -> int:
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise _unreadable(path, exc) from exc
-    if not stat.S_ISREG(st.st_mode):
-        raise _not_a_file(path)
-    return st.st_size
-
-
-def _entry_size(entry: os.DirEntry) -> int:
-    """:func:`_file_size` of a directory entry met while walking (one ``stat``)."""
-    try:
-        st = entry.stat()
-    except OSError as exc:
-        raise _unreadable(entry.path, exc) from exc
-    if not stat.S_ISREG(st.st_mode):
-        raise _not_a_file(entry.path)
-    return st.st_size
-
-
-def _unreadable(path: str, exc: OSError) -> SourceError:
-    return SourceError(f"{path}: cannot read input file ({exc.strerror or exc})", path=path)
-
-
-def _not_a_file(path: str) -> SourceError:
-    return SourceError(f"{path}: input is not a regular file", path=path)
-
-
-# ------------------------------------------------------------------ imagefolder
-
-
-def _scan_class_folder(part: Partition, scan: _Scan) -> None:
-    label = str(part.label).encode("ascii")
-    label_tar = 512 + len(label) + (-len(label) % 512)  # its "cls" member in a shard
-    # Names relative to the ImageFolder's root: the class folder's, then the
-    # folders under it; each file's entry comes from the walk (one stat each).
-    top = os.path.relpath(part.path, part.root).replace(os.sep, "/")
-    for folder, entries in walk_tree(part.path):
-        where = f"{top}/{folder}" if folder else top
-        for entry in entries:
-            stem, dot, ext = entry.name.rpartition(".")
-            if not dot:
-                continue
-            ext = ext.lower()
-            if ext not in IMAGE_EXTENSIONS:
-                continue  # not an image: ImageFolder ignores it too
-            try:
-                size = _entry_size(entry)
-            except SourceError as exc:
-                scan.skip_or_raise(exc, entry.path)
-                continue
-            key = f"{where}/{stem.replace('.', '_')}"
-            name = f"{where}/{entry.name}".encode(*_ENC)
-            scan.num_distinct_files += 1
-            if size <= _MAX_OCTAL_SIZE and len(key) + len(ext) < 100 and key.isascii():  # one header per member
-                tar_size = 512 + size + (-size % 512) + label_tar
-            else:
-                tar_size = encoded_sample_size(key, [(ext, size), ("cls", len(label))])
-            scan.add_sized(key, name, 0, size, (ext, "cls"), tar_size, short_digest(name + b"\0%d" % size))
-
-
-def _load_class_file(part: Partition, name: str, size: int) -> list[tuple[str, bytes]]:
-    path = os.path.join(part.root, name)
-    ext = name.rpartition(".")[2].lower()
-    return [(ext, _read_file(path, size)), ("cls", str(part.label).encode("ascii"))]
-
-
-# ------------------------------------------------------------------ directory
-
-
-def _scan_directory(part: Partition, scan: _Scan) -> None:
-    root = part.path
-    groups: dict[str, dict[str, tuple[str, int]]] = {}
-    for folder, entries in walk_tree(root):
-        for entry in entries:
-            path = entry.path
-            parts = split_key(entry.name)
-            if parts is None:
-                scan.skip_or_raise(SourceError(f"{path}: file name has no KEY.EXT form, so it fits no sample", path=path), path)
-                continue
-            problem = member_name_problem(entry.name)
-            if problem is not None:
-                scan.skip_or_raise(SourceError(f"{path!r}: file name refused as a member name: {problem}", path=path), path)
-                continue
-            key, ext = parts
-            fields = groups.setdefault(key, {})
-            if ext in fields:
-                raise DuplicateSampleError(
-                    f"{os.path.join(root, fields[ext][0])} and {path} both map to sample {key!r} extension {ext!r}; "
-                    "rename one of them or write the folders separately",
-                    first=os.path.join(root, fields[ext][0]),
-                    second=path,
-                )
-            try:
-                fields[ext] = (f"{folder}/{entry.name}" if folder else entry.name, _entry_size(entry))
-            except SourceError as exc:
-                scan.skip_or_raise(exc, path)
-    for key, fields in sorted(groups.items()):
-        if not fields:
-            continue
-        ordered = sorted(fields.items())
-        name = "\0".join(rel for _, (rel, _) in ordered).encode(*_ENC)
-        sizes = [(ext, size) for ext, (_, size) in ordered]
-        scan.num_distinct_files += len(ordered)
-        scan.add(key, name, 0, sum(s for _, s in sizes), sizes, short_digest(name + repr(sizes).encode()))
-
-
-def _load_directory_files(part: Partition, key: str, name: str) -> list[tuple[str, bytes]]:
-    fields = []
-    for rel in name.split("\0"):
-        parts = split_key(os.path.basename(rel))
-        assert parts is not None  # the scan checked it
-        fields.append((parts[1], _read_file(os.path.join(part.path, rel))))
-    return fields
 
 
 # ------------------------------------------------------------------ jsonl
@@ -567,41 +450,6 @@ def _extension_problem(ext: str) -> str | None:
 # ------------------------------------------------------------------ writing side
 
 
-def _read_file(path: str, size: int | None = None) -> bytes:
-    """The bytes of input file ``path``, read with an open, one read and a close.
-
-    ``size`` is its size when scanned (None: the open file's). One read of a
-    byte more than that returns the whole file while its size is unchanged;
-    when it returns any other length (the file changed, or a read came back
-    short) the file is read on to its end, for the caller's size check.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            if size is None:
-                size = os.fstat(fd).st_size
-            data = os.read(fd, size + 1)
-            if len(data) != size:
-                data = _read_rest(fd, data)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise InputFileError(
-            f"{path}: cannot read input file ({exc.strerror or exc}); "
-            "restore it, or pass --on-error skip to leave it out",
-            path=path,
-        ) from exc
-    return data
-
-
-def _read_rest(fd: int, start: bytes) -> bytes:
-    """``start`` and what follows it in open file ``fd``, to the end."""
-    chunks = [start]
-    while chunk := os.read(fd, max(len(start), 1 << 16)):
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def _load_jsonl_row(part: Partition, key: str, rec: Any, read_range: ReadRange) -> list[tuple[str, bytes]]:
     path = part.path
     try:
@@ -627,7 +475,7 @@ def _load_jsonl_row(part: Partition, key: str, rec: Any, read_range: ReadRange) 
             continue
         value = row[ext]
         if type(value) is str and ext not in TEXT_EXTENSIONS:
-            members.append((ext, _read_file(os.path.join(_folder_of(path), value))))
+            members.append((ext, read_file(os.path.join(_folder_of(path), value))))
         else:
             members.append((ext, encode_value(value)))
     return members
@@ -666,11 +514,11 @@ def load_sample(
     elif part.kind == "tar":
         fields = load_tar_sample(part, read_path, key, rec.offset, rec.length, read_range)
     elif part.kind == "imagefolder":
-        fields = _load_class_file(part, name, rec.length)  # the file's size when scanned
+        fields = load_class_file(part, name, rec.length)  # the file's size when scanned
         if len(fields[0][1]) == rec.length:
             return fields  # the sizes the scan planned with (the label is the partition's)
     else:
-        fields = _load_directory_files(part, key, name)
+        fields = load_directory_files(part, name)
     if _sample_size(key, [(ext, len(data)) for ext, data in fields]) != rec.size:
         where = record_origin(part, read_path, name, rec.offset)
         raise InputFileError(

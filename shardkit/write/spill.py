@@ -91,7 +91,8 @@ class SpillWriter:
 
     def __init__(self, prefix: str, seed: int):
         self.prefix = prefix
-        self._key_hasher = hashlib.blake2b(digest_size=8, key=key_hash_seed(seed))  # copied per key: no keying each time
+        # Keyed once, copied per key (keying costs as much as hashing a short key).
+        self._key_hasher = hashlib.blake2b(digest_size=8, key=key_hash_seed(seed))
         self._hashes = bytearray()
         self._digests = bytearray()
         self._blob = bytearray()
@@ -249,7 +250,7 @@ def _records_start(f: BinaryIO) -> int:
 
 
 #: How a ``.rec.npy`` header (format 1.0) of this numpy begins: the records' type, C order, one dimension.
-_RECORDS_HEADER = ("{'descr': %r, 'fortran_order': False, 'shape': (" % (np.lib.format.dtype_to_descr(RECORD),)).encode("latin1")
+_RECORDS_HEADER = f"{{'descr': {np.lib.format.dtype_to_descr(RECORD)!r}, 'fortran_order': False, 'shape': (".encode("latin1")
 
 
 class SpillFetcher:
