@@ -287,8 +287,8 @@ class SpillFetcher:
             strings = os.pread(self._strings, int(ends[-1]) - base, base)
         else:
             base, strings = -1, b""
-        for values in records.tolist():
-            rec = Record(*values)
+        # Column by column: a structured array's tolist() is slower per row.
+        for rec in map(Record._make, zip(*[records[name].tolist() for name in RECORD.names])):
             if base < 0:
                 data = os.pread(self._strings, rec.key_len + rec.name_len, rec.key_off)
                 start, middle, end = 0, rec.key_len, rec.key_len + rec.name_len
