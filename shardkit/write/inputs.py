@@ -6,7 +6,9 @@ where the spill record says they are (:func:`load_sample`). A worker scans a
 partition (see :mod:`shardkit.write.partition`) with :func:`scan_partition`,
 writing one record per sample to the partition's spill (see
 :mod:`shardkit.write.spill`) and returning a small summary. Four formats are
-understood, auto-detected by :func:`~shardkit.write.detect.detect_format`:
+understood, auto-detected by :func:`~shardkit.write.detect.detect_format`
+(the first two are scanned and read by :mod:`shardkit.write.file_inputs`,
+tar inputs by :mod:`shardkit.write.tar_inputs`):
 
 ``imagefolder``
     ``ROOT/CLASS/.../IMAGE.EXT`` (detected when every file is an image under
@@ -54,8 +56,10 @@ from typing import Any, BinaryIO
 from shardkit.errors import DuplicateSampleError, InputFileError, SourceError
 from shardkit.format.codecs import encode_parsed_json, encode_value
 from shardkit.format.tar import encoded_sample_size, member_name_problem, split_key
-from shardkit.write.detect import IMAGE_EXTENSIONS
-from shardkit.write.detect import walk_files as _walk_files
+from shardkit.write.file_inputs import ENC as _ENC
+from shardkit.write.file_inputs import MAX_OCTAL_SIZE as _MAX_OCTAL_SIZE
+from shardkit.write.file_inputs import file_size as _file_size
+from shardkit.write.file_inputs import load_class_file, load_directory_files, read_file, scan_class_folder, scan_directory
 from shardkit.write.partition import TABLE_KINDS, Partition
 from shardkit.write.spill import SpillWriter, short_digest, spill_error
 from shardkit.write.tar_inputs import (  # noqa: F401  (re-exported: the limits are documented here)
@@ -72,7 +76,6 @@ TEXT_EXTENSIONS = frozenset({"txt", "text", "caption", "json", "cls", "id", "md"
 
 
 
-_ENC = ("utf-8", "surrogateescape")
 
 # A field as scanned: (extension, size, file path or None, inline bytes or None).
 _Field = tuple[str, int, "str | None", "bytes | None"]
@@ -88,7 +91,8 @@ class _Scan:
         self.skipped: list[list[str]] = []
         self.extensions: set[str] = set()
         self.num_bytes = 0
-        self.files: set[str] = set()
+        self.files: set[str] = set()  # input files that rows may share (JSONL rows' fields)
+        self.num_distinct_files = 0  # input files met once each (an ImageFolder's, a tree's)
         self.has_urls = False  # a table row with a field to download (its size is not known yet)
         self._last_exts: tuple[str, ...] = ()
 
@@ -121,9 +125,6 @@ def _sample_size(key: str, fields: list[tuple[str, int]]) -> int:
             total += 512 + size + (-size % 512)
         return total
     return encoded_sample_size(key, fields)
-
-
-_MAX_OCTAL_SIZE = 8**11 - 1  # what a ustar header's size field holds
 
 
 def scan_partition(
@@ -169,9 +170,9 @@ def scan_partition(
     if part.kind == "jsonl":
         _scan_jsonl(part, scan)
     elif part.kind == "imagefolder":
-        _scan_class_folder(part, scan)
+        scan_class_folder(part, scan)
     elif part.kind == "directory":
-        _scan_directory(part, scan)
+        scan_directory(part, scan)
     elif part.kind in TABLE_KINDS:
         table.scan_rows(part, scan)
     else:
@@ -182,7 +183,7 @@ def scan_partition(
         "num_bytes": scan.num_bytes,
         "skipped": scan.skipped,
         "extensions": sorted(scan.extensions),
-        "num_files": len(scan.files),
+        "num_files": len(scan.files) + scan.num_distinct_files,
         "read_path": read_path,
         "unpacked_bytes": unpacked,
         "has_urls": scan.has_urls,
@@ -192,90 +193,6 @@ def scan_partition(
     except OSError as exc:
         raise spill_error(exc, os.path.dirname(prefix), part.path) from exc
     return summary
-
-
-def _file_size(path: str) -> int:
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise SourceError(f"{path}: cannot read input file ({exc.strerror or exc})", path=path) from exc
-    if not os.path.isfile(path):
-        raise SourceError(f"{path}: input is not a regular file", path=path)
-    return st.st_size
-
-
-# ------------------------------------------------------------------ imagefolder
-
-
-def _scan_class_folder(part: Partition, scan: _Scan) -> None:
-    label = str(part.label).encode("ascii")
-    for path in _walk_files(part.path):
-        stem, dot, ext = os.path.basename(path).rpartition(".")
-        if not dot or ext.lower() not in IMAGE_EXTENSIONS:
-            continue  # not an image: ImageFolder ignores it too
-        rel = os.path.relpath(path, part.root)
-        key = os.path.join(os.path.dirname(rel), stem.replace(".", "_")).replace(os.sep, "/")
-        try:
-            size = _file_size(path)
-        except SourceError as exc:
-            scan.skip_or_raise(exc, path)
-            continue
-        name = rel.encode(*_ENC)
-        scan.files.add(path)
-        scan.add(key, name, 0, size, [(ext.lower(), size), ("cls", len(label))], short_digest(name + b"\0%d" % size))
-
-
-def _load_class_file(part: Partition, key: str, name: str) -> list[tuple[str, bytes]]:
-    path = os.path.join(part.root, name)
-    ext = name.rpartition(".")[2].lower()
-    return [(ext, _read_file(path)), ("cls", str(part.label).encode("ascii"))]
-
-
-# ------------------------------------------------------------------ directory
-
-
-def _scan_directory(part: Partition, scan: _Scan) -> None:
-    root = part.path
-    groups: dict[str, dict[str, tuple[str, int]]] = {}
-    for path in _walk_files(root):
-        parts = split_key(os.path.basename(path))
-        if parts is None:
-            scan.skip_or_raise(SourceError(f"{path}: file name has no KEY.EXT form, so it fits no sample", path=path), path)
-            continue
-        problem = member_name_problem(os.path.basename(path))
-        if problem is not None:
-            scan.skip_or_raise(SourceError(f"{path!r}: file name refused as a member name: {problem}", path=path), path)
-            continue
-        key, ext = parts
-        fields = groups.setdefault(key, {})
-        if ext in fields:
-            raise DuplicateSampleError(
-                f"{fields[ext][0]} and {path} both map to sample {key!r} extension {ext!r}; "
-                "rename one of them or write the folders separately",
-                first=fields[ext][0],
-                second=path,
-            )
-        try:
-            fields[ext] = (path, _file_size(path))
-        except SourceError as exc:
-            scan.skip_or_raise(exc, path)
-    for key, fields in sorted(groups.items()):
-        if not fields:
-            continue
-        ordered = sorted(fields.items())
-        name = "\0".join(os.path.relpath(path, root) for _, (path, _) in ordered).encode(*_ENC)
-        sizes = [(ext, size) for ext, (_, size) in ordered]
-        scan.files.update(path for _, (path, _) in ordered)
-        scan.add(key, name, 0, sum(s for _, s in sizes), sizes, short_digest(name + repr(sizes).encode()))
-
-
-def _load_directory_files(part: Partition, key: str, name: str) -> list[tuple[str, bytes]]:
-    fields = []
-    for rel in name.split("\0"):
-        parts = split_key(os.path.basename(rel))
-        assert parts is not None  # the scan checked it
-        fields.append((parts[1], _read_file(os.path.join(part.path, rel))))
-    return fields
 
 
 # ------------------------------------------------------------------ jsonl
@@ -533,18 +450,6 @@ def _extension_problem(ext: str) -> str | None:
 # ------------------------------------------------------------------ writing side
 
 
-def _read_file(path: str) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except OSError as exc:
-        raise InputFileError(
-            f"{path}: cannot read input file ({exc.strerror or exc}); "
-            "restore it, or pass --on-error skip to leave it out",
-            path=path,
-        ) from exc
-
-
 def _load_jsonl_row(part: Partition, key: str, rec: Any, read_range: ReadRange) -> list[tuple[str, bytes]]:
     path = part.path
     try:
@@ -570,7 +475,7 @@ def _load_jsonl_row(part: Partition, key: str, rec: Any, read_range: ReadRange) 
             continue
         value = row[ext]
         if type(value) is str and ext not in TEXT_EXTENSIONS:
-            members.append((ext, _read_file(os.path.join(_folder_of(path), value))))
+            members.append((ext, read_file(os.path.join(_folder_of(path), value))))
         else:
             members.append((ext, encode_value(value)))
     return members
@@ -609,9 +514,11 @@ def load_sample(
     elif part.kind == "tar":
         fields = load_tar_sample(part, read_path, key, rec.offset, rec.length, read_range)
     elif part.kind == "imagefolder":
-        fields = _load_class_file(part, key, name)
+        fields = load_class_file(part, name, rec.length)  # the file's size when scanned
+        if len(fields[0][1]) == rec.length:
+            return fields  # the sizes the scan planned with (the label is the partition's)
     else:
-        fields = _load_directory_files(part, key, name)
+        fields = load_directory_files(part, name)
     if _sample_size(key, [(ext, len(data)) for ext, data in fields]) != rec.size:
         where = record_origin(part, read_path, name, rec.offset)
         raise InputFileError(

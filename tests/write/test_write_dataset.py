@@ -11,6 +11,7 @@ import tarfile
 import pytest
 import webdataset as wds
 
+from shardkit.errors import InputFileError
 from shardkit.format.index import load_index
 from shardkit.format.manifest import load_manifest
 from shardkit.write.parallel import WriteOptions, write_dataset
@@ -107,6 +108,52 @@ def test_directory_groups_files_by_key_across_folders(tmp_path):
     assert set(samples) == {"a1", "b2"}
     assert samples["a1"]["jpg"] == b"a1" * 10 and samples["a1"]["cls"] == b"4"
     assert manifest.source["format"] == "directory"
+
+
+def test_imagefolder_keys_follow_the_walk_through_nested_folders(tmp_path):
+    root = tmp_path / "src"
+    files = {"cls/sub/x.JPG": b"x" * 700, "cls/a.b.jpg": b"a" * 5, "cls/z.png": b"z" * 9}
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    (root / "cls" / ".hidden.jpg").write_bytes(b"h")
+    (root / "cls" / ".git").mkdir()
+    (root / "cls" / ".git" / "y.jpg").write_bytes(b"y")
+    (root / "cls" / "notes.txt").write_text("not an image")
+    options = WriteOptions(shuffle=False, workers=1, format="imagefolder")
+    manifest = write_dataset(str(root), str(tmp_path / "out"), options=options).manifest
+    urls = [manifest.resolve(s.path) for s in manifest.shards]
+    samples = [(s["__key__"], s) for s in wds.WebDataset(urls, shardshuffle=False)]
+    # The class folder's own files first (sorted), then its folders' files.
+    assert [key for key, _ in samples] == ["cls/a_b", "cls/z", "cls/sub/x"]
+    members = [sorted(k for k in s if not k.startswith("__")) for _, s in samples]
+    assert members == [["cls", "jpg"], ["cls", "png"], ["cls", "jpg"]]
+    assert [s[ext] for (_, s), ext in zip(samples, ["jpg", "png", "jpg"])] == [b"a" * 5, b"z" * 9, b"x" * 700]
+
+
+@pytest.mark.parametrize(("kind", "change"), [("imagefolder", 1000), ("imagefolder", -2000), ("directory", -2000)])
+def test_input_changing_size_after_the_scan_is_named(imagefolder, tmp_path, kind, change):
+    root, files = imagefolder
+    victim = os.path.join(root, "eel", "img_007.jpg")
+    size = len(files["eel/img_007.jpg"][0])
+    if kind == "directory":  # a tree whose file names are the keys
+        root = str(tmp_path / "tree")
+        os.makedirs(os.path.join(root, "a"))
+        for i in range(24):
+            with open(os.path.join(root, "a", f"k{i:02d}.bin"), "wb") as f:
+                f.write(os.urandom(size))
+        victim = os.path.join(root, "a", "k23.bin")
+
+    def change_after_first_shard(event):  # the victim is in the last of 8 shards
+        with open(victim, "r+b") as f:
+            if f.seek(0, os.SEEK_END) == size:
+                f.truncate(size + change)
+
+    options = WriteOptions(max_samples=3, workers=1, shuffle=False, format=kind)
+    with pytest.raises(InputFileError, match="input changed size since it was scanned") as info:
+        write_dataset(root, str(tmp_path / "out"), options=options, progress=change_after_first_shard)
+    assert info.value.path == victim and str(info.value).startswith(f"{victim}: ")
+    assert not os.path.exists(tmp_path / "out" / "manifest.json")
 
 
 def test_jsonl_rows_with_files_and_inline_values(tmp_path):
