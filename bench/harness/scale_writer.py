@@ -238,6 +238,7 @@ def cell_quality(rows: str, dest: str) -> dict[str, Any]:
     import numpy as np
     import webdataset as wds
 
+    import shardkit
     from shardkit.format.manifest import load_manifest
     from shardkit.read.shuffle import shuffle_quality
     from shardkit.write.parallel import WriteOptions, write_dataset
@@ -250,7 +251,8 @@ def cell_quality(rows: str, dest: str) -> dict[str, Any]:
         labels += shard
         per_shard.append(len(set(shard)))
     return {"samples": len(labels), "shuffle_quality": shuffle_quality(np.array(labels), batch_size=256),
-            "min_classes_per_shard": min(per_shard), "mean_classes_per_shard": sum(per_shard) / len(per_shard)}
+            "min_classes_per_shard": min(per_shard), "mean_classes_per_shard": sum(per_shard) / len(per_shard),
+            "tree": os.path.dirname(os.path.dirname(os.path.abspath(shardkit.__file__)))}
 
 
 CELLS = {"plan": cell_plan, "write": cell_write, "webdataset": cell_webdataset, "litdata": cell_litdata,
@@ -260,9 +262,10 @@ CELLS = {"plan": cell_plan, "write": cell_write, "webdataset": cell_webdataset, 
 
 def run_cell(kind: str, *args: Any, tree: str = REPO_ROOT, timeout_s: float = 1800) -> dict[str, Any]:
     """Run one cell in a fresh interpreter importing shardkit from ``tree``; its result or error."""
-    env = {**os.environ, "PYTHONPATH": tree}
+    env = {**os.environ, "PYTHONPATH": tree, "SHARDKIT_BENCH_TREE": tree}
     # Run as a script: the interpreter then puts this folder first on sys.path, not the
-    # current directory, so `import shardkit` finds the tree asked for.
+    # current directory; the cell puts ``tree`` before this checkout (which it needs for
+    # ``bench``), so `import shardkit` finds the tree asked for.
     command = [sys.executable, os.path.abspath(__file__), "--cell", json.dumps([kind, *args])]
     try:
         done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -459,4 +462,7 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     kind, *cell_args = json.loads(sys.argv[2])  # --cell JSON, from run_cell
+    # `bench` is imported from this checkout by now; shardkit comes from the tree asked for.
+    sys.path.insert(0, os.environ.get("SHARDKIT_BENCH_TREE", REPO_ROOT))
+    assert "shardkit" not in sys.modules, "a cell must import shardkit only after choosing its tree"
     print(json.dumps(CELLS[kind](*cell_args)))
