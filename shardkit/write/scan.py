@@ -33,7 +33,7 @@ from shardkit.write.tar_inputs import DEFAULT_MAX_UNPACK_BYTES, UnpackBudget
 from shardkit.write.partition import PARTITION_BYTES, TABLE_KINDS, Partition, list_partitions
 from shardkit.write.fieldmap import FieldMap
 from shardkit.write.table_source import TableSpec, detect_table, table_partitions
-from shardkit.write.spill import SpillReader, load_summary, spill_prefix
+from shardkit.write.spill import SpillReader, load_summary, spill_intact, spill_prefix
 
 
 @dataclass
@@ -225,6 +225,8 @@ def _reusable(prefix: str, part: Partition, signature: dict) -> dict | None:
     if summary is None or summary.get("signature") != signature:
         return None
     if summary.get("read_path") != part.path:  # an unpacked copy: gone with the earlier run's temporary folder
+        return None
+    if not spill_intact(prefix, summary):  # torn by a power loss, or from an older shardkit: scan it again
         return None
     return summary
 

@@ -17,7 +17,10 @@ Scanning a partition writes, in its spill folder:
     them from here instead of parsing the line again.
 ``p-NNNNNN.json``
     The partition's summary, written last: its presence marks the spill
-    complete (``--resume`` reuses it while the input is unchanged).
+    complete (``--resume`` reuses it while the input is unchanged). It holds
+    each file's size and CRC-32 (``files``): a reused spill is checked against
+    them (:func:`spill_intact`), so a spill whose files did not all reach the
+    disk before a power loss is scanned again, and the files need no fsync.
 
 Nothing holds a Python object per sample: columns are ``array`` buffers while
 scanning and memory-mapped numpy arrays when read.
@@ -31,6 +34,7 @@ import hashlib
 import json
 import mmap
 import os
+import zlib
 from array import array
 from collections.abc import Iterator
 from typing import BinaryIO
@@ -148,34 +152,53 @@ class SpillWriter:
         by_source[order] = np.arange(len(order))
         del hashes, order
         self._drop_columns()  # the records hold them now: free them before the strings are sorted
-        _save(self.prefix + ".rec.npy", records)
-        _save(self.prefix + ".src.npy", by_source.astype("<i8"))
+        files = {
+            ".rec.npy": _save(self.prefix + ".rec.npy", records),
+            ".src.npy": _save(self.prefix + ".src.npy", by_source.astype("<i8")),
+        }
         del records, by_source
-        _save_strings(self.prefix + ".str", self._blob, starts, ends)
+        files[".str"] = _save_strings(self.prefix + ".str", self._blob, starts, ends)
         self._blob = bytearray()
+        summary = {**summary, "files": files}
         atomic_write_bytes(self.prefix + ".json", json.dumps(summary, sort_keys=True).encode(), sync_dir=False)
 
 
-def _save_strings(path: str, blob: bytearray, starts: np.ndarray, ends: np.ndarray) -> None:
-    """Write ``blob[starts[i]:ends[i]]`` for each ``i`` in turn, atomically."""
+class _Summed:
+    """A file being written that keeps its size and CRC-32 (``[size, crc]``)."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        self.sum = [0, 0]
+
+    def write(self, data: bytes) -> int:
+        self.sum[0] += len(data)
+        self.sum[1] = zlib.crc32(data, self.sum[1])
+        return self._f.write(data)
+
+
+def _save_strings(path: str, blob: bytearray, starts: np.ndarray, ends: np.ndarray) -> list[int]:
+    """Write ``blob[starts[i]:ends[i]]`` for each ``i`` in turn, atomically; its ``[size, crc]``."""
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
+        out = _Summed(f)
         for lo in range(0, len(starts), _STRINGS_PER_WRITE):
             pieces = zip(starts[lo : lo + _STRINGS_PER_WRITE].tolist(), ends[lo : lo + _STRINGS_PER_WRITE].tolist())
-            f.write(b"".join([blob[a:b] for a, b in pieces]))
-        f.flush()
-        os.fsync(f.fileno())
+            out.write(b"".join([blob[a:b] for a, b in pieces]))
     os.replace(tmp, path)
+    return out.sum
 
 
 _STRINGS_PER_WRITE = 1 << 13
 
 
-def _save(path: str, array_: np.ndarray) -> None:
+def _save(path: str, array_: np.ndarray) -> list[int]:
+    """``np.save`` of ``array_`` at ``path``, atomically; the file's ``[size, crc]``."""
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
-        np.save(f, array_, allow_pickle=False)
+        out = _Summed(f)
+        np.save(out, array_, allow_pickle=False)  # type: ignore[arg-type]
     os.replace(tmp, path)
+    return out.sum
 
 
 #: A record as a tuple with named fields (what :meth:`SpillReader.fetch` gives).
@@ -305,6 +328,28 @@ class SpillFetcher:
 def _load(path: str) -> np.ndarray:
     array_ = np.load(path, mmap_mode="r", allow_pickle=False)
     return array_ if len(array_) else np.load(path, allow_pickle=False)
+
+
+def spill_intact(prefix: str, summary: dict) -> bool:
+    """Whether the spill files at ``prefix`` are those ``summary`` describes
+    (size and CRC-32 of each; a summary without them vouches for nothing)."""
+    files = summary.get("files")
+    if not isinstance(files, dict) or set(files) != set(_SPILL_SUFFIXES):
+        return False
+    for suffix, expected in files.items():
+        crc, size = 0, 0
+        try:
+            with open(prefix + suffix, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+        except OSError:
+            return False
+        if [size, crc] != expected:
+            return False
+    return True
+
+
+_SPILL_SUFFIXES = (".rec.npy", ".src.npy", ".str")
 
 
 def load_summary(prefix: str) -> dict | None:

@@ -7,6 +7,7 @@ import json
 import os
 import tempfile
 
+import numpy as np
 import pytest
 import webdataset as wds
 
@@ -125,7 +126,9 @@ def test_resume_after_a_kill_while_scanning_reuses_finished_partitions(tmp_path)
     options = WriteOptions(max_samples=40, seed=2, workers=2, partition_bytes=600)
     write_dataset(str(source), str(tmp_path / "clean"), options=options)
     # The state a SIGKILL leaves after some partitions were scanned: their
-    # spills complete, another one's summary (written last) missing.
+    # spills complete, another one's summary (written last) missing. And what
+    # a power loss may leave: a summary on disk whose records never got there
+    # (the files are not fsynced; the summary's CRCs vouch for them instead).
     dest = tmp_path / "killed"
     work = dest / ".shardkit-journal"
     os.makedirs(work)
@@ -133,18 +136,25 @@ def test_resume_after_a_kill_while_scanning_reuses_finished_partitions(tmp_path)
         scanned, _, _ = scan_and_plan(str(source), options, work=str(work), unpack_dir=unpack_dir)
     spill_dir = str(work / "scan")
     os.unlink(spill_prefix(spill_dir, 3) + ".json")
+    torn = spill_prefix(spill_dir, 1) + ".rec.npy"
+    with open(torn, "r+b") as f:  # the numpy header survives, the records read back as zeros
+        assert np.lib.format.read_magic(f) == (1, 0)
+        np.lib.format.read_array_header_1_0(f)
+        f.write(bytes(os.path.getsize(torn) - f.tell()))
     kept = os.stat(spill_prefix(spill_dir, 0) + ".rec.npy").st_mtime_ns
+    torn_at = os.stat(torn).st_mtime_ns
     resumed = {}
 
     def on_progress(event) -> None:
         if not resumed:
             resumed["p0"] = os.stat(spill_prefix(spill_dir, 0) + ".rec.npy").st_mtime_ns
+            resumed["p1 rescanned"] = os.stat(torn).st_mtime_ns != torn_at
             resumed["p3"] = os.path.exists(spill_prefix(spill_dir, 3) + ".json")
 
     import dataclasses
 
     write_dataset(str(source), str(dest), options=dataclasses.replace(options, resume=True), progress=on_progress)
-    assert resumed == {"p0": kept, "p3": True}
+    assert resumed == {"p0": kept, "p1 rescanned": True, "p3": True}
     assert tree_bytes(dest) == tree_bytes(tmp_path / "clean")
     assert len(scanned.partitions) > 4
 
