@@ -283,16 +283,24 @@ class MixSchedule:
 
     def offset(self, stream: int, epoch: int) -> int:
         """Where ``epoch`` starts in ``stream``'s walk: the samples the
-        stream gave in all earlier epochs."""
+        stream gave in all earlier epochs.
+
+        The streams' read-ahead threads ask at once: the list only grows,
+        under :data:`_OFFSETS`, so no two threads append the same epoch (which
+        shifted every later epoch's walk, and so the samples read)."""
         offsets = self._offsets
-        if not offsets:
-            offsets.append((0,) * len(self.streams))
-        while len(offsets) <= epoch:
-            e = len(offsets) - 1
-            offsets.append(tuple(a + b for a, b in zip(offsets[e], self.shares(e))))
+        if len(offsets) <= epoch:
+            with _OFFSETS:
+                if not offsets:
+                    offsets.append((0,) * len(self.streams))
+                while len(offsets) <= epoch:
+                    e = len(offsets) - 1
+                    offsets.append(tuple(a + b for a, b in zip(offsets[e], self.shares(e))))
         return offsets[epoch][stream]
 
 
+#: Held while a mixture schedule's epoch offsets grow (see :meth:`MixSchedule.offset`).
+_OFFSETS = threading.Lock()
 #: Held while a walk's passes are computed or read (see :meth:`WalkLayout.pass_arrays`).
 _WALKS = threading.Lock()
 

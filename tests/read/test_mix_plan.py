@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import collections
 import math
+import sys
+import threading
 
 import numpy as np
 import pytest
@@ -65,6 +67,36 @@ def test_each_epoch_gives_every_stream_exactly_its_share(sizes, data, spe):
         assert sum(shares) == spe
         assert shares == tuple(largest_remainder(spe, weights))
         assert schedule.offset(0, epoch) == epoch * shares[0]
+
+
+def test_streams_asking_for_epoch_offsets_at_once_get_the_offsets_asked_alone():
+    # Each stream's read-ahead thread asks its schedule where an epoch starts.
+    # Two threads growing the offsets together once appended the same epoch
+    # twice, shifting every later epoch: a mixture then read other samples
+    # (1 run in ~200 of a recorded order).
+    streams = (Stream("a", weight={0: 1.0, 2: 0.2}), Stream("b", weight=1.0))
+    alone = MixSchedule(streams, (22, 13), samples_per_epoch=12)
+    expected = [[alone.offset(s, e) for e in range(60)] for s in range(2)]
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # hand the GIL over as often as the interpreter can
+    try:
+        for _ in range(20):
+            shared = MixSchedule(streams, (22, 13), samples_per_epoch=12)
+            start = threading.Barrier(8)
+            got: dict[int, list[int]] = {}
+
+            def ask(thread: int) -> None:
+                start.wait()
+                got[thread] = [shared.offset(thread % 2, e) for e in range(60)]
+
+            threads = [threading.Thread(target=ask, args=(t,)) for t in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert all(got[t] == expected[t % 2] for t in range(8))
+    finally:
+        sys.setswitchinterval(switch)
 
 
 def test_a_schedule_steps_at_its_epochs_and_samples_take_their_count_first():
