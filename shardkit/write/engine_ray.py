@@ -212,7 +212,14 @@ def run_tasks_on_ray(
     if not tasks:
         return
     ray = require_ray()
-    connected = connect(options.ray_address)
+    with session(options.ray_address):
+        yield from _run_all(ray, tasks, job, options, max_in_flight)
+
+
+def _run_all(
+    ray: Any, tasks: list[ShardTask], job: ShardJob, options: Any, max_in_flight: int | None
+) -> Iterator[ShardResult]:
+    """:func:`run_tasks_on_ray` once connected."""
     in_flight: dict[Any, ShardTask] = {}
     try:
         _check_nodes_see_the_run(tasks[0], job)
@@ -237,8 +244,6 @@ def run_tasks_on_ray(
             for ref in in_flight:
                 ray.cancel(ref)
             ray.wait(list(in_flight), num_returns=len(in_flight), timeout=CANCEL_WAIT_S)
-        if connected:
-            ray.shutdown()
 
 
 def _check_nodes_see_the_run(first: ShardTask, job: ShardJob) -> None:

@@ -54,7 +54,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from shardkit.errors import SourceError
-from shardkit.write.engine_ray import check_nodes_see, connect, default_max_in_flight, require_ray, task_result
+from shardkit.write.engine_ray import check_nodes_see, default_max_in_flight, require_ray, session, task_result
 from shardkit.write.scan import ScanJob
 from shardkit.write.spill import spill_error, spill_prefix
 
@@ -107,7 +107,12 @@ def scan_on_ray(
     if not jobs:
         return []
     ray = require_ray()
-    connected = connect(address)
+    with session(address):
+        return _scan_all(ray, jobs, workers, max_retries)
+
+
+def _scan_all(ray: Any, jobs: list[ScanJob], workers: int | None, max_retries: int) -> list[dict]:
+    """:func:`scan_on_ray` once connected."""
     running: deque[tuple[ScanJob, Any]] = deque()
     try:
         _check_nodes_see_the_source(jobs)
@@ -131,8 +136,6 @@ def scan_on_ray(
                 ray.cancel(stream)
             except Exception:  # already finished, or gone with its node
                 pass
-        if connected:
-            ray.shutdown()
 
 
 def _receive(ray: Any, job: ScanJob, stream: Any) -> dict:
@@ -166,11 +169,10 @@ def _receive(ray: Any, job: ScanJob, stream: Any) -> dict:
 
 
 def _close(out: Any, path: str) -> None:
-    """Finish one received file: flush it to disk and give it its final name."""
+    """Finish one received file: give it its final name. (No fsync: as for a
+    local scan, the summary's sizes and CRCs vouch for the files on reuse.)"""
     if out is None:
         return
-    out.flush()
-    os.fsync(out.fileno())
     out.close()
     os.replace(out.name, path)
 
