@@ -38,6 +38,7 @@ from shardkit.format.ustar import (
     ZERO_BLOCK,
     byte_sum,
     encode_header,
+    encode_raw_header,
     encode_sample,
     encoded_header_size,
     encoded_member_size,
@@ -56,6 +57,7 @@ __all__ = [
     "RawSample",
     "SampleParser",
     "ZERO_BLOCK",
+    "append_joined_sample",
     "append_sample",
     "byte_sum",
     "encode_header",
@@ -635,4 +637,28 @@ def append_sample(out: bytearray, key: str, fields: Iterable[tuple[str, bytes]])
         out += data
         out += _ZERO_PADDING[: -size % BLOCK_SIZE]
         crc = zlib.crc32(data, zlib.crc32(ext.encode("utf-8", "surrogateescape") + b"\x00" + size.to_bytes(8, "little"), crc))
+    return crc
+
+
+def append_joined_sample(out: bytearray, key: str, heads: Sequence[bytes], data: bytes) -> int:
+    """:func:`append_sample` for members given joined: ``heads`` alternates
+    each member's extension (UTF-8) and its size (decimal digits), and
+    ``data`` is their bytes one after another. Same bytes, same checksum,
+    without a list of ``(extension, bytes)`` pairs in between (the writer's
+    path for tiny samples, whose values the scan carried packed)."""
+    raw_key = key.encode("utf-8", "surrogateescape")
+    crc = zlib.crc32(raw_key + b"\x00")
+    prefix = raw_key + b"."
+    pos = 0
+    for i in range(0, len(heads), 2):
+        ext, size = heads[i], int(heads[i + 1])
+        name = prefix + ext
+        out += encode_raw_header(name, size)
+        member = data[pos : pos + size]
+        if len(member) != size:
+            raise ValueError(f"member {name!r} claims {size} bytes; {len(member)} are left")
+        out += member
+        out += _ZERO_PADDING[: -size % BLOCK_SIZE]
+        crc = zlib.crc32(member, zlib.crc32(ext + b"\x00" + size.to_bytes(8, "little"), crc))
+        pos += size
     return crc

@@ -144,6 +144,14 @@ def encode_header(name: str, size: int) -> bytes:
     return pax_header + pax_data + bytes(padding(len(pax_data))) + header
 
 
+def encode_raw_header(name: bytes, size: int) -> bytes:
+    """:func:`encode_header` for a name given encoded (UTF-8, with any
+    undecodable bytes as ``surrogateescape`` left them)."""
+    if size <= _MAX_OCTAL_SIZE and len(name) <= 100 and name.isascii():
+        return _short_header(name, size)
+    return encode_header(name.decode("utf-8", "surrogateescape"), size)
+
+
 def encoded_member_size(name: str, size: int) -> int:
     """Bytes a member takes in a shard: header(s), data and padding."""
     return encoded_header_size(name, size) + size + padding(size)

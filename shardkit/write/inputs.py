@@ -308,10 +308,16 @@ def pack_inline(fields: list[_Field]) -> bytes:
     return b"".join([head, b"\0\0", *[data for _, _, _, data in fields]])  # type: ignore[misc]
 
 
+def split_packed(packed: bytes) -> tuple[list[bytes], bytes]:
+    """:func:`pack_inline`'s output as ``[EXT, SIZE, EXT, SIZE, ...]`` and the
+    values joined: what :meth:`~shardkit.write.shard.ShardFile.add_joined` takes."""
+    head, _, data = packed.partition(b"\0\0")
+    return head.split(b"\0"), data
+
+
 def unpack_inline(packed: bytes) -> list[tuple[str, bytes]]:
     """The ``(extension, bytes)`` members of :func:`pack_inline`'s output."""
-    head, _, data = packed.partition(b"\0\0")
-    items = head.split(b"\0")
+    items, data = split_packed(packed)
     members = []
     pos = 0
     for i in range(0, len(items), 2):

@@ -19,7 +19,7 @@ from shardkit.errors import InputFileError, ShardkitError
 from shardkit.format.compression import Compression, compress, compressed_extension, should_compress
 from shardkit.format.manifest import SkippedInput
 from shardkit.write.destination import output_error
-from shardkit.write.inputs import load_sample, unpack_inline
+from shardkit.write.inputs import load_sample, split_packed, unpack_inline
 from shardkit.write.journal import ShardResult, journal_record
 from shardkit.write.partition import TABLE_KINDS
 from shardkit.write.plan import PlanReader, ShardTask
@@ -123,12 +123,14 @@ def write_shard(
             if plan.partitions and plan.partitions[0].kind in TABLE_KINDS:
                 rows = table_rows(plan, task, ingest=ingest, on_error=download_errors)
             else:
-                rows = _file_rows(plan, task, on_error)
+                rows = _file_rows(plan, task, on_error, packed=compress_members is None)
             for number, row in enumerate(rows):
                 if stop is not None and not number % _STOP_CHECK_ROWS and stop.is_set():
                     raise _Stopped(task.name)
                 if isinstance(row, SkippedInput):
                     skipped.append(row)
+                elif type(row[1]) is bytes:
+                    shard.add_joined(row[0], *split_packed(row[1]))
                 else:
                     shard.add(row[0], _compress_fields(row[1], compress_members))
             written = shard.commit()
@@ -143,13 +145,17 @@ def write_shard(
     return result
 
 
-def _file_rows(plan: PlanReader, task: ShardTask, on_error: str) -> Iterator[tuple[str, list] | SkippedInput]:
+def _file_rows(
+    plan: PlanReader, task: ShardTask, on_error: str, *, packed: bool = False
+) -> Iterator[tuple[str, list | bytes] | SkippedInput]:
     """A task's samples read from their input files, ``(key, fields)``, or
-    the skip record of one that could not be read (``on_error="skip"``)."""
+    the skip record of one that could not be read (``on_error="skip"``).
+    With ``packed``, a row whose values the scan spilled comes as
+    ``(key, packed values)`` (:func:`~shardkit.write.inputs.pack_inline`)."""
     for part, key, name, rec in plan.samples(task):
         if name and plan.partitions[part].kind == "jsonl" and plan.unchanged(part):
             # Its values were spilled by the scan, and the file is as scanned.
-            yield key, unpack_inline(name)
+            yield key, name if packed else unpack_inline(name)
             continue
         try:
             fields = load_sample(

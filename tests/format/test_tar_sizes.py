@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from shardkit.format.tar import (
     BLOCK_SIZE,
+    append_joined_sample,
     append_sample,
     encode_header,
     encode_sample,
@@ -95,3 +96,14 @@ def test_append_sample_is_encode_sample_with_its_checksum(key, fields):
     crc = append_sample(out, key, fields)
     assert bytes(out) == b"before" + encode_sample(key, fields)
     assert crc == sample_checksum(key, fields)
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=names, fields=st.lists(st.tuples(st.text(alphabet="abJ.ü", min_size=1, max_size=8), st.binary(max_size=1200)), max_size=4))
+def test_joined_members_give_the_same_bytes_and_checksum(key, fields):
+    # The writer's path for carried values: extensions and sizes as bytes, the data in one buffer.
+    heads = [item for ext, data in fields for item in (ext.encode("utf-8"), b"%d" % len(data))]
+    out, joined = bytearray(b"before"), bytearray(b"before")
+    crc = append_sample(out, key, fields)
+    assert append_joined_sample(joined, key, heads, b"".join(data for _, data in fields)) == crc
+    assert joined == out
