@@ -135,26 +135,35 @@ def cell_plan(rows: str, workers: int) -> dict[str, Any]:
             "driver_peak_mb": peak_rss_mb(), "rss_at_start_mb": base}
 
 
+def _written(samples: int, started: tuple[float, float]) -> dict[str, Any]:
+    """A write cell's result: ``samples`` written since ``started`` (:func:`_clocks`),
+    wall and CPU time (every thread and reaped worker process of the writer counted)."""
+    wall, cpu = (now - then for now, then in zip(_clocks(), started))
+    return {"samples": samples, "seconds": wall, "samples_per_s": samples / wall, "cpu_seconds": cpu,
+            "samples_per_cpu_s": samples / cpu, "driver_peak_mb": peak_rss_mb()}
+
+
+def _clocks() -> tuple[float, float]:
+    return time.perf_counter(), cpu_s()
+
+
 def cell_write(rows: str, workers: int, dest: str, shard_bytes: int = SHARD_BYTES) -> dict[str, Any]:
     from shardkit.write.parallel import WriteOptions, write_dataset
 
-    wall = time.perf_counter()
+    started = _clocks()
     report = write_dataset(rows, dest, options=WriteOptions(workers=workers, max_bytes=shard_bytes))
-    wall = time.perf_counter() - wall
-    return {"samples": report.manifest.num_samples, "seconds": wall, "samples_per_s": report.manifest.num_samples / wall,
-            "driver_peak_mb": peak_rss_mb()}
+    return _written(report.manifest.num_samples, started)
 
 
 def _loop(rows: str, sink: Any, key_name: str) -> dict[str, Any]:
     """Write every row through ``sink.write`` (one process, ``json.loads`` per line), timed."""
-    wall, count = time.perf_counter(), 0
+    started, count = _clocks(), 0
     with sink, open(rows) as f:
         for line in f:
             row = json.loads(line)
             sink.write({key_name: row["__key__"], "txt": row["txt"], "json": row["json"]})
             count += 1
-    wall = time.perf_counter() - wall
-    return {"samples": count, "seconds": wall, "samples_per_s": count / wall, "driver_peak_mb": peak_rss_mb()}
+    return _written(count, started)
 
 
 def cell_webdataset(rows: str, dest: str, shard_bytes: int = SHARD_BYTES) -> dict[str, Any]:
@@ -174,11 +183,10 @@ def cell_litdata(rows: str, workers: int, dest: str, shard_bytes: int = SHARD_BY
 
     with open(rows) as f:
         lines = f.read().splitlines()
-    wall = time.perf_counter()
+    started = _clocks()
     optimize(fn=_litdata_row, inputs=lines, output_dir=dest, chunk_bytes=shard_bytes, num_workers=workers,
              verbose=False, start_method="fork")
-    wall = time.perf_counter() - wall
-    return {"samples": len(lines), "seconds": wall, "samples_per_s": len(lines) / wall, "driver_peak_mb": peak_rss_mb()}
+    return _written(len(lines), started)
 
 
 def cell_mosaic(rows: str, dest: str, shard_bytes: int = SHARD_BYTES) -> dict[str, Any]:
@@ -190,15 +198,13 @@ def cell_mosaic(rows: str, dest: str, shard_bytes: int = SHARD_BYTES) -> dict[st
 
 def _image_loop(root: str, sink: Any, key_name: str) -> dict[str, Any]:
     """Write every file of the ImageFolder ``root`` through ``sink.write`` (one process), timed with the listing."""
-    wall = time.perf_counter()
+    started = _clocks()
     samples = image_samples(root)
     with sink:
         for key, path, label in samples:
             with open(path, "rb") as f:
                 sink.write({key_name: key, "jpg": f.read(), "cls": label})
-    wall = time.perf_counter() - wall
-    return {"samples": len(samples), "seconds": wall, "samples_per_s": len(samples) / wall,
-            "driver_peak_mb": peak_rss_mb()}
+    return _written(len(samples), started)
 
 
 def cell_webdataset_images(root: str, dest: str, shard_bytes: int) -> dict[str, Any]:
@@ -218,13 +224,11 @@ def _litdata_image(sample: tuple[str, str, int]) -> dict[str, Any]:
 def cell_litdata_images(root: str, workers: int, dest: str, shard_bytes: int) -> dict[str, Any]:
     from litdata import optimize
 
-    wall = time.perf_counter()
+    started = _clocks()
     samples = image_samples(root)
     optimize(fn=_litdata_image, inputs=samples, output_dir=dest, chunk_bytes=shard_bytes, num_workers=workers,
              verbose=False, start_method="fork")
-    wall = time.perf_counter() - wall
-    return {"samples": len(samples), "seconds": wall, "samples_per_s": len(samples) / wall,
-            "driver_peak_mb": peak_rss_mb()}
+    return _written(len(samples), started)
 
 
 def cell_mosaic_images(root: str, dest: str, shard_bytes: int) -> dict[str, Any]:
@@ -293,7 +297,8 @@ def measure(args: Any) -> dict[str, Any]:
             print("plan", rows, workers, cell, flush=True)
     for rows in args.e2e_rows:
         path = rows_file(workdir, rows)
-        for peer, workers, cell in _write_cells(path, args.peers, scratch, suffix="", shard_bytes=SHARD_BYTES):
+        for peer, workers, cell in _write_cells(path, args.peers, scratch, suffix="", shard_bytes=SHARD_BYTES,
+                                                repeats=args.repeats):
             record["write"].append({"rows": rows, "peer": peer, "workers": workers, **cell})
             print("write", rows, peer, workers, cell, flush=True)
     if args.image_files:
@@ -310,7 +315,7 @@ def measure(args: Any) -> dict[str, Any]:
             images["plan"].append({"workers": workers, **cell})
             print("images plan", workers, cell, flush=True)
         for peer, workers, cell in _write_cells(root, args.peers, scratch, suffix="_images",
-                                                shard_bytes=args.image_shard_bytes):
+                                                shard_bytes=args.image_shard_bytes, repeats=args.repeats):
             images["write"].append({"peer": peer, "workers": workers, **cell})
             print("images write", peer, workers, cell, flush=True)
     shutil.rmtree(scratch, ignore_errors=True)
@@ -325,21 +330,35 @@ def measure(args: Any) -> dict[str, Any]:
     return record
 
 
-def _write_cells(source: str, peers: list[str], scratch: str, *, suffix: str, shard_bytes: int) -> Any:
+def _write_cells(source: str, peers: list[str], scratch: str, *, suffix: str, shard_bytes: int, repeats: int) -> Any:
     """``(peer, workers, cell)`` for shardkit's write with 1 and 2 workers, then each peer
     (LitData with 1 and 2 workers) writing ``source`` in shards (chunks) of at most
     ``shard_bytes``; ``suffix`` picks the peers' cells for the source's kind (``""``:
-    JSONL rows, ``"_images"``: an ImageFolder)."""
-    runs = [("shardkit", 1), ("shardkit", 2)] + [(p, w) for p in peers for w in ((1, 2) if p == "litdata" else (1,))]
-    for peer, workers in runs:
-        shutil.rmtree(scratch, ignore_errors=True)
-        if peer == "shardkit":
-            cell = run_cell("write", source, workers, scratch, shard_bytes)
-        elif peer == "litdata":
-            cell = run_cell("litdata" + suffix, source, workers, scratch, shard_bytes)
-        else:
-            cell = run_cell(peer + suffix, source, scratch, shard_bytes)
-        yield peer, workers, cell
+    JSONL rows, ``"_images"``: an ImageFolder). With ``repeats`` > 1 the writers take
+    turns that many times; a cell is its median run by wall time, with every run's
+    samples/s and samples per CPU-second kept."""
+    cells = [("shardkit", 1), ("shardkit", 2)] + [(p, w) for p in peers for w in ((1, 2) if p == "litdata" else (1,))]
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {cell: [] for cell in cells}
+    for _ in range(repeats):
+        for peer, workers in cells:
+            shutil.rmtree(scratch, ignore_errors=True)
+            if peer == "shardkit":
+                cell = run_cell("write", source, workers, scratch, shard_bytes)
+            elif peer == "litdata":
+                cell = run_cell("litdata" + suffix, source, workers, scratch, shard_bytes)
+            else:
+                cell = run_cell(peer + suffix, source, scratch, shard_bytes)
+            print("  run", peer, workers, cell, flush=True)
+            runs[peer, workers].append(cell)
+    for (peer, workers), done in runs.items():
+        good = sorted((c for c in done if "error" not in c), key=lambda c: c["seconds"])
+        if not good:
+            yield peer, workers, done[0]
+            continue
+        median = dict(good[len(good) // 2])
+        if repeats > 1:
+            median["runs"] = [{k: c[k] for k in ("samples_per_s", "samples_per_cpu_s")} for c in good]
+        yield peer, workers, median
 
 
 def _row(cell: dict[str, Any], lead: str, body: Any) -> str:
@@ -355,10 +374,12 @@ def table(record: dict[str, Any]) -> str:
              "|---:|---:|---:|---:|---:|---:|"]
     lines += [_row(c, f"{c['rows']:,} | {c['workers']}", lambda c: f"{c['driver_peak_mb']:.0f} | {c['seconds']:.1f} | "
                    f"{c['rows_per_s']:,.0f} | {c['rows_per_cpu_s']:,.0f}") for c in record["plan"]]
-    lines += ["", "## End to end (default shard size 256 MB)", "", "| rows | writer | workers | seconds | samples/s |",
-              "|---:|---|---:|---:|---:|"]
-    lines += [_row(c, f"{c['rows']:,} | {c['peer']} | {c['workers']}", lambda c: f"{c['seconds']:.1f} | {c['samples_per_s']:,.0f}")
-              for c in record["write"]]
+    lines += ["", "## End to end (default shard size 256 MB)", "",
+              "CPU seconds: every thread and worker process of the writer, so samples per CPU-second is the rate per core.",
+              "", "| rows | writer | workers | seconds | samples/s | CPU seconds | samples per CPU-second |",
+              "|---:|---|---:|---:|---:|---:|---:|"]
+    lines += [_row(c, f"{c['rows']:,} | {c['peer']} | {c['workers']}", lambda c: f"{c['seconds']:.1f} | {c['samples_per_s']:,.0f} | "
+                   f"{_cpu(c)}") for c in record["write"]]
     if record.get("images"):
         lines += ["", *image_table(record["images"])]
     if record["quality"]:
@@ -370,6 +391,16 @@ def table(record: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _cpu(cell: dict[str, Any]) -> str:
+    """A write cell's CPU seconds and samples per CPU-second, with every run's rates when repeated."""
+    if "cpu_seconds" not in cell:
+        return "– | –"  # a record from before CPU time was measured
+    text = f"{cell['cpu_seconds']:.1f} | {cell['samples_per_cpu_s']:,.0f}"
+    if len(cell.get("runs", [])) > 1:
+        text += " (runs: " + ", ".join(f"{r['samples_per_cpu_s']:,.0f}" for r in cell["runs"]) + ")"
+    return text
+
+
 def image_table(images: dict[str, Any]) -> list[str]:
     """The ImageFolder section: one row per writer and worker count, shardkit's scan + plan beside its write."""
     plans = {c["workers"]: c for c in images["plan"]}
@@ -379,8 +410,8 @@ def image_table(images: dict[str, Any]) -> list[str]:
              "write loop, so their end-to-end time includes it. Driver peak: the writing process's VmHWM "
              "(worker processes not counted).", "",
              "| writer | workers | scan + plan: driver peak MB | scan + plan: files/s | end to end: seconds "
-             "| end to end: samples/s | end to end: driver peak MB |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "| end to end: samples/s | end to end: CPU seconds | samples per CPU-second | end to end: driver peak MB |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for c in images["write"]:
         plan = plans.get(c["workers"]) if c["peer"] == "shardkit" else None
         if plan is None:
@@ -390,7 +421,7 @@ def image_table(images: dict[str, Any]) -> list[str]:
         else:
             scan = f"{plan['driver_peak_mb']:.0f} | {plan['rows_per_s']:,.0f}"
         lines.append(_row(c, f"{c['peer']} | {c['workers']} | {scan}", lambda c: f"{c['seconds']:.1f} | "
-                          f"{c['samples_per_s']:,.0f} | {c['driver_peak_mb']:.0f}"))
+                          f"{c['samples_per_s']:,.0f} | {_cpu(c)} | {c['driver_peak_mb']:.0f}"))
     return lines
 
 
@@ -443,6 +474,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--image-shard-bytes", type=lambda t: int(float(t)), default=16 << 20,
                         help="shard (chunk) size of every writer in the ImageFolder rows: 16 MB by default, so "
                         "10^5 files make ~16 shards and 2 workers have shards to share")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs of each end-to-end cell, the writers taking turns; the median run is reported")
     parser.add_argument("--quality-rows", type=int, default=10**5)
     parser.add_argument("--before", help="a checkout of shardkit to compare the shuffle with (e.g. /work/main)")
     parser.add_argument("--workdir", default=os.path.join(HERE, "work", "scale-writer"))
