@@ -10,11 +10,13 @@ once the manifest is in place.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -127,3 +129,40 @@ def remove_temporaries(dest: str) -> None:
 
 def clear_journal(dest: str) -> None:
     shutil.rmtree(os.path.join(dest, JOURNAL_DIR), ignore_errors=True)
+
+
+#: The journal's record of the write's unpack folder (see :func:`unpack_folder`).
+UNPACK_RECORD = "unpack-folder"
+_UNPACK_PREFIX = "shardkit-unpack-"
+
+
+@contextlib.contextmanager
+def unpack_folder(work: str) -> Iterator[str]:
+    """A new folder in the system's temporary folder (``TMPDIR``) for the
+    plain copies of input shards compressed whole, removed when the block
+    ends. One that an earlier write on the same DEST named in its journal
+    (:func:`note_unpack_folder`) and left behind, killed before it could
+    remove it, is removed first: its copies, up to ``max_unpack_bytes``,
+    would otherwise stay in ``TMPDIR`` for good."""
+    try:
+        with open(os.path.join(work, UNPACK_RECORD), encoding="utf-8") as f:
+            left = f.read()
+    except (OSError, ValueError):
+        left = ""
+    temp = os.path.realpath(tempfile.gettempdir())
+    # Only a folder of ours directly in TMPDIR: the record is DEST's, and DEST's content is not trusted.
+    if os.path.dirname(left) == temp and os.path.basename(left).startswith(_UNPACK_PREFIX):
+        shutil.rmtree(left, ignore_errors=True)
+    folder = os.path.realpath(tempfile.mkdtemp(prefix=_UNPACK_PREFIX))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        remove_quietly(os.path.join(work, UNPACK_RECORD))
+
+
+def note_unpack_folder(work: str, folder: str) -> None:
+    """Name ``folder`` in the journal at ``work``, so that the next write on
+    the same DEST removes it if this one is killed before it can."""
+    os.makedirs(work, exist_ok=True)
+    atomic_write_bytes(os.path.join(work, UNPACK_RECORD), folder.encode("utf-8"), sync_dir=False)

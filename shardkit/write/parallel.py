@@ -37,7 +37,6 @@ import multiprocessing
 import os
 import shutil
 import threading
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
@@ -61,9 +60,11 @@ from shardkit.write.journal import (
     ShardResult,
     clear_journal,
     finished_entries,
+    note_unpack_folder,
     remove_stale,
     remove_temporaries,
     reusable_result,
+    unpack_folder,
 )
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
 from shardkit.write.partition import PARTITION_BYTES
@@ -156,6 +157,8 @@ class WriteOptions:
             by default (:data:`~shardkit.write.inputs.DEFAULT_MAX_UNPACK_BYTES`),
             None for no limit but the folder's free space. Past it the write
             stops before writing anything, naming the input and the limit.
+            The copies go when the write ends; those of a write that was
+            killed go when the next write on the same DEST starts.
         partition_bytes: Length of one JSONL partition, the unit a scanning
             worker takes (64 MiB by default). The output does not depend on it.
         fields, key_column, resize, resize_mode, image_format, image_quality,
@@ -353,11 +356,13 @@ def _write(run: _Run) -> WriteReport:
     created = not os.path.exists(dest)
     work = os.path.join(dest, JOURNAL_DIR)
     # Input shards compressed whole are unpacked here once, for the shard
-    # writers to read by byte range; the copies go when the write ends.
-    with tempfile.TemporaryDirectory(prefix="shardkit-unpack-") as unpack_dir:
+    # writers to read by byte range; the copies go when the write ends, and
+    # those of an earlier run on DEST that was killed go now.
+    with unpack_folder(work) as unpack_dir:
         try:
             if not options.resume:
                 shutil.rmtree(work, ignore_errors=True)  # an earlier run's, replaced by --overwrite
+            note_unpack_folder(work, unpack_dir)
             scanned, tasks, oversized = scan_and_plan(
                 run.source, options, work=work, unpack_dir=unpack_dir, scanner=run.scanner
             )

@@ -22,8 +22,8 @@ from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes, commit
 
 #: Bytes gathered in memory before one write() to the file and one hash
 #: update: small enough that both read them while they are still in the CPU's
-#: L2 cache (4 MiB took the kernel's copy twice the time: 1.3 s of 2 GB of
-#: tiny samples' shards).
+#: L2 cache (with 4 MiB, writing the 2 GB of shards of 10^6 tiny samples took
+#: 4.3 s of system time; with 256 KiB, 1.4 s).
 WRITE_BUFFER_BYTES = 256 << 10
 
 
@@ -81,25 +81,21 @@ class ShardFile:
 
     def add(self, key: str, fields: Sequence[tuple[str, bytes]]) -> None:
         """Append one sample; ``fields`` are ``(extension, data)`` in member order."""
-        buf = self._pending
-        start = len(buf)
-        crc = append_sample(buf, key, fields)
-        self._size += len(buf) - start
-        self._bounds.append(self._size)
-        self._checksums.append(crc)
-        if len(buf) >= WRITE_BUFFER_BYTES:
-            self._drain()
+        start = len(self._pending)
+        self._added(start, append_sample(self._pending, key, fields))
 
     def add_joined(self, key: str, heads: Sequence[bytes], data: bytes) -> None:
         """:meth:`add` for members given joined (see
         :func:`~shardkit.format.tar.append_joined_sample`)."""
-        buf = self._pending
-        start = len(buf)
-        crc = append_joined_sample(buf, key, heads, data)
-        self._size += len(buf) - start
+        start = len(self._pending)
+        self._added(start, append_joined_sample(self._pending, key, heads, data))
+
+    def _added(self, start: int, crc: int) -> None:
+        """Account for the sample appended to the buffer from ``start`` on."""
+        self._size += len(self._pending) - start
         self._bounds.append(self._size)
         self._checksums.append(crc)
-        if len(buf) >= WRITE_BUFFER_BYTES:
+        if len(self._pending) >= WRITE_BUFFER_BYTES:
             self._drain()
 
     def _drain(self) -> None:

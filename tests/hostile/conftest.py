@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pytest
@@ -62,6 +63,13 @@ def run_entry(
     except (IndexError, json.JSONDecodeError):
         return Outcome("crash", message=f"exit {done.returncode}", child_output=done.stdout + done.stderr)
     return Outcome(**report, child_output=done.stdout + done.stderr)
+
+
+def run_entries(runs: list[tuple[tuple, dict]]) -> list[Outcome]:
+    """:func:`run_entry` for each ``(args, kwargs)`` of ``runs``, two children
+    at a time (each is mostly an interpreter starting), in order."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(lambda run: run_entry(*run[0], **run[1]), runs))
 
 
 @pytest.fixture

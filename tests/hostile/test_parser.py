@@ -17,7 +17,7 @@ from shardkit.format.manifest import MANIFEST_NAME, Manifest, ShardEntry
 from shardkit.format.tar import BLOCK_SIZE, END_OF_ARCHIVE, byte_sum, encode_sample
 
 from shardkit.write.publish import publish_manifest
-from tests.hostile.conftest import run_entry
+from tests.hostile.conftest import run_entries, run_entry
 
 ENTRIES = ("stream", "loader", "indexed", "verify", "write")
 
@@ -65,18 +65,21 @@ NEGATIVE = b"\xff" + b"\xff" * 10 + b"\xfe"  # -2 in GNU base-256
 def test_a_negative_base256_size_on_a_stepped_over_header_hangs_no_entry_point(tmp_path, typeflag, entries):
     good = encode_sample("a", [("txt", b"hello")])
     root = _dataset(tmp_path / "ds", [good, _header(b"d/", NEGATIVE, typeflag) + encode_sample("b", [("txt", b"x")])])
-    for entry in entries:
-        for policy in ("raise", "skip"):
-            options = {"dest": str(tmp_path / f"out-{entry}-{policy}")} if entry == "write" else {}
-            out = run_entry(entry, root, on_error=policy, timeout_s=90, options=options)
-            assert out.outcome in ("ok", "error"), (entry, policy, out)
-            text = out.message + out.stderr + out.stdout
-            if out.outcome == "error" or out.exit_code:
-                assert "negative number in base-256" in text and "shard-000000.tar" in text, (entry, policy, text)
-            else:
-                assert policy == "skip" or entry == "write", (entry, policy, out)
-            assert all(key == "a" for key in out.keys), (entry, policy, out.keys)
-            assert out.peak_rss_mb < 2048
+    cases = [(entry, policy) for entry in entries for policy in ("raise", "skip")]
+    outs = run_entries([
+        ((entry, root), {"on_error": policy, "timeout_s": 90,
+                         "options": {"dest": str(tmp_path / f"out-{entry}-{policy}")} if entry == "write" else {}})
+        for entry, policy in cases
+    ])  # fmt: skip
+    for (entry, policy), out in zip(cases, outs):
+        assert out.outcome in ("ok", "error"), (entry, policy, out)
+        text = out.message + out.stderr + out.stdout
+        if out.outcome == "error" or out.exit_code:
+            assert "negative number in base-256" in text and "shard-000000.tar" in text, (entry, policy, text)
+        else:
+            assert policy == "skip" or entry == "write", (entry, policy, out)
+        assert all(key == "a" for key in out.keys), (entry, policy, out.keys)
+        assert out.peak_rss_mb < 2048
 
 
 def test_lying_sizes_are_refused_at_the_header(tmp_path):
@@ -85,12 +88,12 @@ def test_lying_sizes_are_refused_at_the_header(tmp_path):
         "base256": b"\x80" + b"\x00" * 3 + b"\xff" * 8,  # 2**64 - 1
         "not octal": b"12345678zz\0\0",
     }
-    for name, field in cases.items():
-        root = _dataset(tmp_path / name, [_header(b"a.txt", field, b"0") + bytes(BLOCK_SIZE)])
-        for entry in ("stream", "indexed"):
-            out = run_entry(entry, root, timeout_s=60, mem_mb=512)
-            assert out.outcome == "error" and out.error_type == "CorruptShardError", (name, entry, out)
-            assert "shard-000000.tar: member 'a.txt'" in out.message and out.keys == []
+    roots = {name: _dataset(tmp_path / name, [_header(b"a.txt", field, b"0") + bytes(BLOCK_SIZE)]) for name, field in cases.items()}
+    runs = [(name, entry, root) for name, root in roots.items() for entry in ("stream", "indexed")]
+    outs = run_entries([((entry, root), {"timeout_s": 60, "mem_mb": 512}) for _, entry, root in runs])
+    for (name, entry, _), out in zip(runs, outs):
+        assert out.outcome == "error" and out.error_type == "CorruptShardError", (name, entry, out)
+        assert "shard-000000.tar: member 'a.txt'" in out.message and out.keys == []
 
 
 def test_readers_and_verify_agree_on_entries_between_samples(tmp_path):

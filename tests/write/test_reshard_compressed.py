@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import gzip
 import os
+import signal
+import subprocess
+import sys
 import tempfile
+import textwrap
 
 import pytest
 
@@ -51,6 +55,37 @@ def test_resume_from_compressed_inputs_reuses_every_shard(tmp_path):
     assert again.num_written == 0 and again.num_reused == first.manifest.num_shards == 3
     assert again.manifest.to_json() == first.manifest.to_json()
     assert _unpack_dirs() == before, "the unpacked copies outlived the write"
+
+
+# Writes compressed inputs with TMPDIR set, and SIGKILLs itself (the whole
+# process group) once the first shard is done: its unpack folder is left.
+KILL_AFTER_ONE_SHARD = textwrap.dedent(
+    """
+    import os, signal, sys
+    from shardkit.write.parallel import WriteOptions, write_dataset
+    def on_progress(event):
+        os.killpg(0, signal.SIGKILL)
+    write_dataset(sys.argv[1], sys.argv[2], options=WriteOptions(max_samples=4, workers=1), progress=on_progress)
+    """
+)
+
+
+def test_the_unpacked_copies_of_a_killed_write_go_with_the_next_write_on_its_dest(tmp_path):
+    packed = _gzip_shards(tmp_path)
+    dest, temp = tmp_path / "out", tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    killed = subprocess.run([sys.executable, "-c", KILL_AFTER_ONE_SHARD, packed, str(dest)], env=env, start_new_session=True)
+    assert killed.returncode == -signal.SIGKILL
+    (left,) = os.listdir(temp)  # the killed write's copies, ~16 KB here, up to max_unpack_bytes in use
+    assert left.startswith("shardkit-unpack-") and os.listdir(temp / left)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "shardkit", "write", packed, str(dest), "--max-samples", "4", "--workers", "1", "--resume", "-q"],
+        env=env, capture_output=True, text=True,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert os.listdir(temp) == [], "the killed write's unpacked copies outlived the next write on its DEST"
+    assert sorted(n for n in os.listdir(dest) if n.endswith(".tar")) == [f"shard-00000{i}.tar" for i in range(3)]
 
 
 def _unpack_dirs() -> set[str]:
