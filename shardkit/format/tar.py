@@ -24,8 +24,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shardkit.errors import CorruptShardError
@@ -36,14 +35,16 @@ from shardkit.format.ustar import (
     MEMBER_MTIME,
     PAX_HEADER_NAME,
     ZERO_BLOCK,
+    append_joined_sample,
+    append_sample,
     byte_sum,
     encode_header,
-    encode_raw_header,
     encode_sample,
     encoded_header_size,
     encoded_member_size,
     encoded_sample_size,
     padding,
+    sample_checksum,
 )
 
 __all__ = [
@@ -612,53 +613,3 @@ def _ustar_name(header: bytes) -> str:
     if header[257:262] == b"ustar" and header[345] != 0:
         raw_name = header[345:500].split(b"\x00", 1)[0] + b"/" + raw_name
     return raw_name.decode("utf-8", "surrogateescape")
-
-
-def sample_checksum(key: str, fields: Iterable[tuple[str, bytes]]) -> int:
-    """A sample's CRC-32: over its key, then each field's extension, length
-    and bytes in member order (what the offset index stores per sample)."""
-    crc = zlib.crc32(key.encode("utf-8", "surrogateescape") + b"\x00")
-    for ext, data in fields:
-        crc = zlib.crc32(ext.encode("utf-8", "surrogateescape") + b"\x00" + len(data).to_bytes(8, "little"), crc)
-        crc = zlib.crc32(data, crc)
-    return crc
-
-
-_ZERO_PADDING = bytes(BLOCK_SIZE)
-
-
-def append_sample(out: bytearray, key: str, fields: Iterable[tuple[str, bytes]]) -> int:
-    """Append one sample's tar bytes (:func:`encode_sample`) to ``out`` and
-    return its :func:`sample_checksum`: the shard writer's one pass per sample."""
-    crc = zlib.crc32(key.encode("utf-8", "surrogateescape") + b"\x00")
-    for ext, data in fields:
-        size = len(data)
-        out += encode_header(f"{key}.{ext}", size)
-        out += data
-        out += _ZERO_PADDING[: -size % BLOCK_SIZE]
-        crc = zlib.crc32(data, zlib.crc32(ext.encode("utf-8", "surrogateescape") + b"\x00" + size.to_bytes(8, "little"), crc))
-    return crc
-
-
-def append_joined_sample(out: bytearray, key: str, heads: Sequence[bytes], data: bytes) -> int:
-    """:func:`append_sample` for members given joined: ``heads`` alternates
-    each member's extension (UTF-8) and its size (decimal digits), and
-    ``data`` is their bytes one after another. Same bytes, same checksum,
-    without a list of ``(extension, bytes)`` pairs in between (the writer's
-    path for tiny samples, whose values the scan carried packed)."""
-    raw_key = key.encode("utf-8", "surrogateescape")
-    crc = zlib.crc32(raw_key + b"\x00")
-    prefix = raw_key + b"."
-    pos = 0
-    for i in range(0, len(heads), 2):
-        ext, size = heads[i], int(heads[i + 1])
-        name = prefix + ext
-        out += encode_raw_header(name, size)
-        member = data[pos : pos + size]
-        if len(member) != size:
-            raise ValueError(f"member {name!r} claims {size} bytes; {len(member)} are left")
-        out += member
-        out += _ZERO_PADDING[: -size % BLOCK_SIZE]
-        crc = zlib.crc32(member, zlib.crc32(ext + b"\x00" + size.to_bytes(8, "little"), crc))
-        pos += size
-    return crc

@@ -1,4 +1,4 @@
-"""Reproducible ustar encoding of members: header blocks, padding, sizes.
+"""Reproducible ustar encoding of members and samples: header blocks, padding, sizes, checksums.
 
 Encoding writes plain ustar headers with fixed metadata (mtime 0, uid/gid 0,
 empty owner names, mode 0644) so the same input gives the same bytes. A pax
@@ -190,3 +190,51 @@ def encode_sample(key: str, fields: Sequence[tuple[str, bytes]]) -> bytes:
         parts.append(data)
         parts.append(bytes(padding(len(data))))
     return b"".join(parts)
+
+
+def sample_checksum(key: str, fields: Iterable[tuple[str, bytes]]) -> int:
+    """A sample's CRC-32: over its key, then each field's extension, length
+    and bytes in member order (what the offset index stores per sample)."""
+    crc = zlib.crc32(key.encode("utf-8", "surrogateescape") + b"\x00")
+    for ext, data in fields:
+        crc = zlib.crc32(ext.encode("utf-8", "surrogateescape") + b"\x00" + len(data).to_bytes(8, "little"), crc)
+        crc = zlib.crc32(data, crc)
+    return crc
+
+
+
+def append_sample(out: bytearray, key: str, fields: Iterable[tuple[str, bytes]]) -> int:
+    """Append one sample's tar bytes (:func:`encode_sample`) to ``out`` and
+    return its :func:`sample_checksum`: the shard writer's one pass per sample."""
+    crc = zlib.crc32(key.encode("utf-8", "surrogateescape") + b"\x00")
+    for ext, data in fields:
+        size = len(data)
+        out += encode_header(f"{key}.{ext}", size)
+        out += data
+        out += ZERO_BLOCK[: -size % BLOCK_SIZE]
+        crc = zlib.crc32(data, zlib.crc32(ext.encode("utf-8", "surrogateescape") + b"\x00" + size.to_bytes(8, "little"), crc))
+    return crc
+
+
+def append_joined_sample(out: bytearray, key: str, heads: Sequence[bytes], data: bytes) -> int:
+    """:func:`append_sample` for members given joined: ``heads`` alternates
+    each member's extension (UTF-8) and its size (decimal digits), and
+    ``data`` is their bytes one after another. Same bytes, same checksum,
+    without a list of ``(extension, bytes)`` pairs in between (the writer's
+    path for tiny samples, whose values the scan carried packed)."""
+    raw_key = key.encode("utf-8", "surrogateescape")
+    crc = zlib.crc32(raw_key + b"\x00")
+    prefix = raw_key + b"."
+    pos = 0
+    for i in range(0, len(heads), 2):
+        ext, size = heads[i], int(heads[i + 1])
+        name = prefix + ext
+        out += encode_raw_header(name, size)
+        member = data[pos : pos + size]
+        if len(member) != size:
+            raise ValueError(f"member {name!r} claims {size} bytes; {len(member)} are left")
+        out += member
+        out += ZERO_BLOCK[: -size % BLOCK_SIZE]
+        crc = zlib.crc32(member, zlib.crc32(ext + b"\x00" + size.to_bytes(8, "little"), crc))
+        pos += size
+    return crc
