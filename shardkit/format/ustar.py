@@ -202,7 +202,6 @@ def sample_checksum(key: str, fields: Iterable[tuple[str, bytes]]) -> int:
     return crc
 
 
-
 def append_sample(out: bytearray, key: str, fields: Iterable[tuple[str, bytes]]) -> int:
     """Append one sample's tar bytes (:func:`encode_sample`) to ``out`` and
     return its :func:`sample_checksum`: the shard writer's one pass per sample."""
