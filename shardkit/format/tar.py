@@ -39,12 +39,15 @@ from shardkit.format.ustar import (
     append_sample,
     byte_sum,
     encode_header,
+    encode_joined_block,
     encode_sample,
+    join_members,
     encoded_header_size,
     encoded_member_size,
     encoded_sample_size,
     padding,
     sample_checksum,
+    split_joined,
 )
 
 __all__ = [
@@ -62,13 +65,16 @@ __all__ = [
     "append_sample",
     "byte_sum",
     "encode_header",
+    "encode_joined_block",
     "encode_sample",
     "encoded_header_size",
     "encoded_member_size",
     "encoded_sample_size",
+    "join_members",
     "member_name_problem",
     "padding",
     "sample_checksum",
+    "split_joined",
     "split_key",
 ]
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
 BLOCK_SIZE = 512
 END_OF_ARCHIVE = bytes(2 * BLOCK_SIZE)
 ZERO_BLOCK = bytes(BLOCK_SIZE)
@@ -237,3 +239,189 @@ def append_joined_sample(out: bytearray, key: str, heads: Sequence[bytes], data:
         crc = zlib.crc32(member, zlib.crc32(ext + b"\x00" + size.to_bytes(8, "little"), crc))
         pos += size
     return crc
+
+
+# ----------------------------------------------------------- many at once
+
+
+def join_members(members: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """A sample's members, ``(extension as UTF-8, data)``, in one buffer:
+    ``EXT\\0SIZE`` for each (size in decimal), ``\\0``-separated, then
+    ``\\0\\0`` and the data one after another. Extensions hold no NUL and no
+    item is empty, so the first ``\\0\\0`` ends the list. (What the writer's
+    scan carries for a tiny sample, and :func:`encode_joined_block` takes.)"""
+    members = list(members)
+    head = b"\0".join(b"%s\0%d" % (ext, len(data)) for ext, data in members)
+    return b"".join([head, b"\0\0", *[data for _, data in members]])
+
+
+def split_joined(joined: bytes) -> tuple[list[bytes], bytes]:
+    """:func:`join_members`' buffer as ``[EXT, SIZE, EXT, SIZE, ...]`` and the
+    data joined: what :func:`append_joined_sample` takes."""
+    head, _, data = joined.partition(b"\0\0")
+    return head.split(b"\0"), data
+
+
+# The short header (see _short_header) as an array: typeflag "0", checksum
+# field blank (spaces), name and size fields zero.
+_TEMPLATE_ARRAY = np.frombuffer(_HEADER_TEMPLATE[:156] + b"0" + _HEADER_TEMPLATE[157:], dtype=np.uint8)
+_TEMPLATE_SUM = int(_TEMPLATE_ARRAY.sum())
+#: The header's bytes from the mode field to the typeflag (mode, owner,
+#: size, mtime, checksum, typeflag) and from the magic to the device
+#: numbers: all of its bytes that are not zero, but for the name's.
+_MIDDLE = slice(100, 157)
+_MAGIC_TO_DEVICES = slice(257, 345)
+_SIZE_SHIFTS = np.arange(30, -1, -3, dtype=np.int64)  # 11 octal digits
+_SUM_SHIFTS = np.arange(15, -1, -3, dtype=np.int64)  # 6 octal digits
+_MAX_SIZE_DIGITS = 10  # decimal digits of _MAX_OCTAL_SIZE
+
+
+def encode_joined_block(keys: Sequence[bytes], joined: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray, list[int]] | None:
+    """Many samples' :func:`append_joined_sample` at once, with numpy: the
+    same bytes and checksums, encoded a column at a time rather than a
+    member at a time (the writer's path for runs of tiny samples).
+
+    Args:
+        keys: Each sample's key, encoded (UTF-8).
+        joined: Each sample's members as :func:`join_members` lays them out.
+
+    Returns:
+        The tar bytes (uint8 array), each sample's end offset in them, and
+        each sample's :func:`sample_checksum`; or None when a sample is not
+        of the kind this encodes (a name that is not ASCII or longer than a
+        ustar name field, a size an octal field cannot hold, a buffer not
+        laid out as :func:`join_members` does): :func:`append_joined_sample`
+        then takes each sample, and names what is wrong.
+    """
+    raw_keys = b"".join(keys)
+    if not keys or not raw_keys.isascii():
+        return None
+    packed = np.frombuffer(b"".join(joined), dtype=np.uint8)
+    sample_lens = _lengths(joined)
+    members = _members(packed, np.cumsum(sample_lens) - sample_lens, sample_lens)
+    if members is None:
+        return None
+    counts, ext_starts, ext_lens, sizes, data_starts = members
+    key_lens = _lengths(keys)
+    key_starts = np.cumsum(key_lens) - key_lens
+    owner = np.repeat(np.arange(len(keys)), counts)  # each member's sample
+    if int((key_lens[owner] + 1 + ext_lens).max()) > 100 or int(packed[_spread(ext_starts, ext_lens)].max()) > 127:
+        return None  # a name too long for the name field, or not ASCII
+    keys_array = np.frombuffer(raw_keys, dtype=np.uint8)
+    # Each member: its header, then its data padded to whole blocks.
+    spans = BLOCK_SIZE + (sizes + (BLOCK_SIZE - 1)) // BLOCK_SIZE * BLOCK_SIZE
+    member_ends = np.cumsum(spans)
+    member_starts = member_ends - spans
+    out = np.zeros(int(member_ends[-1]), dtype=np.uint8)
+    blocks = out.reshape(-1, BLOCK_SIZE)
+    at = member_starts // BLOCK_SIZE
+    # The name field: KEY.EXT, NUL-padded.
+    names = np.zeros((len(sizes), 100), dtype=np.uint8)
+    rows = np.arange(len(sizes)) * 100
+    _copy(names.reshape(-1), rows, keys_array, key_starts[owner], key_lens[owner])
+    names.reshape(-1)[rows + key_lens[owner]] = ord(".")
+    _copy(names.reshape(-1), rows + key_lens[owner] + 1, packed, ext_starts, ext_lens)
+    blocks[at, :100] = names
+    middle = np.empty((len(sizes), _MIDDLE.stop - _MIDDLE.start), dtype=np.uint8)
+    middle[:] = _TEMPLATE_ARRAY[_MIDDLE]
+    size_field = ((sizes[:, None] >> _SIZE_SHIFTS) & 7) + ord("0")
+    middle[:, 24:35] = size_field  # header bytes 124-134
+    checksum = _TEMPLATE_SUM + names.sum(axis=1, dtype=np.int64) + size_field.sum(axis=1)
+    middle[:, 48:54] = ((checksum[:, None] >> _SUM_SHIFTS) & 7) + ord("0")  # header bytes 148-153
+    middle[:, 54] = 0
+    blocks[at, _MIDDLE] = middle
+    blocks[at, _MAGIC_TO_DEVICES] = _TEMPLATE_ARRAY[_MAGIC_TO_DEVICES]
+    _copy(out, member_starts + BLOCK_SIZE, packed, data_starts, sizes)
+    last = np.cumsum(counts) - 1
+    checksums = _checksums(keys_array, key_starts, key_lens, packed, owner, counts, ext_starts, ext_lens, sizes, data_starts)
+    return out, member_ends[last], checksums
+
+
+def _members(
+    packed: np.ndarray, starts: np.ndarray, lengths: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Where the members of each buffer of :func:`join_members` (found in
+    ``packed`` at ``starts``, of ``lengths``) are: their number per sample,
+    then per member its extension's start and length, its size and its
+    data's start. None for a buffer laid out otherwise."""
+    ends = starts + lengths
+    nul = packed == 0
+    pairs = np.flatnonzero(nul[:-1] & nul[1:])
+    found = np.searchsorted(pairs, starts)
+    if int(found.max()) >= len(pairs):
+        return None
+    head_ends = pairs[found]  # each list's "\0\0"
+    if bool((head_ends <= starts).any()) or bool((head_ends + 2 > ends).any()):
+        return None
+    # The NULs inside the lists separate their items.
+    inside = np.zeros(len(packed) + 1, dtype=np.int8)
+    inside[starts] = 1  # no list ends where another starts: each is followed by its data
+    inside[head_ends] = -1
+    separators = np.flatnonzero(nul & (np.cumsum(inside[:-1]) > 0))
+    item_starts = np.sort(np.concatenate((starts, separators + 1)))
+    item_ends = np.sort(np.concatenate((separators, head_ends)))
+    items = np.searchsorted(item_starts, head_ends) - np.searchsorted(item_starts, starts)
+    if bool((items % 2).any()) or bool((item_ends <= item_starts).any()):
+        return None
+    counts = items // 2
+    digit_starts, digit_lens = item_starts[1::2], item_ends[1::2] - item_starts[1::2]
+    if int(digit_lens.max()) > _MAX_SIZE_DIGITS:
+        return None
+    digits = packed[_spread(digit_starts, digit_lens)].astype(np.int64) - ord("0")
+    if bool(((digits < 0) | (digits > 9)).any()):
+        return None
+    place = np.repeat(digit_starts + digit_lens - 1, digit_lens) - _spread(digit_starts, digit_lens)
+    sizes = np.add.reduceat(digits * 10**place, np.cumsum(digit_lens) - digit_lens)
+    first = np.cumsum(counts) - counts
+    before = np.cumsum(sizes) - sizes  # member bytes before each member's, over all samples
+    if int(sizes.max()) > _MAX_OCTAL_SIZE or not np.array_equal(np.add.reduceat(sizes, first), ends - head_ends - 2):
+        return None
+    owner = np.repeat(np.arange(len(starts)), counts)
+    data_starts = (head_ends + 2)[owner] + before - before[first][owner]
+    return counts, item_starts[0::2], item_ends[0::2] - item_starts[0::2], sizes, data_starts
+
+
+def _checksums(
+    keys: np.ndarray,
+    key_starts: np.ndarray,
+    key_lens: np.ndarray,
+    packed: np.ndarray,
+    owner: np.ndarray,
+    counts: np.ndarray,
+    ext_starts: np.ndarray,
+    ext_lens: np.ndarray,
+    sizes: np.ndarray,
+    data_starts: np.ndarray,
+) -> list[int]:
+    """Each sample's :func:`sample_checksum`: what it sums (the key, a NUL,
+    then per member its extension, a NUL, its size in 8 bytes and its data)
+    laid out for all the samples, then one CRC call per sample."""
+    member_lens = ext_lens + 9 + sizes
+    first = np.cumsum(counts) - counts
+    sample_lens = key_lens + 1 + np.add.reduceat(member_lens, first)
+    sample_ends = np.cumsum(sample_lens)
+    sample_starts = sample_ends - sample_lens
+    before = np.cumsum(member_lens) - member_lens
+    member_starts = (sample_starts + key_lens + 1)[owner] + before - before[first][owner]
+    summed = np.zeros(int(sample_ends[-1]), dtype=np.uint8)
+    _copy(summed, sample_starts, keys, key_starts, key_lens)
+    _copy(summed, member_starts, packed, ext_starts, ext_lens)
+    size_at = member_starts + ext_lens + 1
+    summed[size_at[:, None] + np.arange(8)] = sizes.astype("<u8").view(np.uint8).reshape(-1, 8)
+    _copy(summed, size_at + 8, packed, data_starts, sizes)
+    view = memoryview(summed)
+    return [zlib.crc32(view[a:b]) for a, b in zip(sample_starts.tolist(), sample_ends.tolist())]
+
+
+def _lengths(items: Sequence[bytes]) -> np.ndarray:
+    return np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+
+
+def _spread(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The positions ``start, start + 1, ..., start + length - 1`` of each piece, one after another."""
+    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
+
+
+def _copy(out: np.ndarray, to: np.ndarray, source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> None:
+    """Copy the pieces of ``source`` at ``starts``, of ``lengths``, to ``out`` at ``to``."""
+    out[_spread(to, lengths)] = source[_spread(starts, lengths)]

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardkit.write.partition import Partition
-from shardkit.write.plan import PARTITIONS_FILE, PlanReader, ShardTask
-from shardkit.write.spill import RECORD, Record
+from shardkit.write.plan import PARTITIONS_FILE, PlanReader, SampleBlock, ShardTask
+from shardkit.write.spill import RECORD, cut_strings
 
 
 @dataclass(frozen=True)
@@ -87,14 +87,9 @@ class CarriedPlan(PlanReader):
     def unchanged(self, part: int) -> bool:
         return False  # no spill summary here: JSONL rows are read from their lines
 
-    def samples(self, task: ShardTask) -> Iterator[tuple[int, str, bytes, Record]]:
-        """``(partition, key, name, record)`` of the carried samples, in write order."""
-        parts = np.frombuffer(self._rows.parts, dtype="<u4").tolist()
-        records = np.frombuffer(self._rows.records, dtype=RECORD).tolist()
+    def blocks(self, task: ShardTask) -> Iterator[SampleBlock]:
+        """The carried samples, in write order, as one block."""
+        records = np.frombuffer(self._rows.records, dtype=RECORD)
         strings = self._rows.strings
-        for part, values in zip(parts, records):
-            rec = Record(*values)
-            middle = rec.key_off + rec.key_len
-            key = strings[rec.key_off : middle].decode("utf-8", "surrogateescape")
-            name = strings[middle : middle + rec.name_len]
-            yield part, key, name, rec
+        keys, names = cut_strings(strings, *(records[name].tolist() for name in ("key_off", "key_len", "name_len")))
+        yield SampleBlock(np.frombuffer(self._rows.parts, dtype="<u4").tolist(), records, keys, names)

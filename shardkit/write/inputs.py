@@ -55,7 +55,7 @@ from typing import Any, BinaryIO
 
 from shardkit.errors import DuplicateSampleError, InputFileError, SourceError
 from shardkit.format.codecs import encode_parsed_json, encode_value
-from shardkit.format.tar import encoded_sample_size, member_name_problem, split_key
+from shardkit.format.tar import encoded_sample_size, join_members, member_name_problem, split_joined, split_key
 from shardkit.write.file_inputs import ENC as _ENC
 from shardkit.write.file_inputs import MAX_OCTAL_SIZE as _MAX_OCTAL_SIZE
 from shardkit.write.file_inputs import file_size as _file_size
@@ -300,24 +300,14 @@ def _common_extension(ext: str) -> bytes | None:
 
 
 def pack_inline(fields: list[_Field]) -> bytes:
-    """A JSONL row's inline values as its spill name: ``EXT\\0SIZE`` for each
-    field, ``\\0``-separated, then ``\\0\\0`` and the values one after another.
-    (Extensions hold no NUL, and no item is empty, so the first ``\\0\\0``
-    ends the list.)"""
-    head = b"\0".join(b"%s\0%d" % (ext.encode("utf-8"), size) for ext, size, _, _ in fields)
-    return b"".join([head, b"\0\0", *[data for _, _, _, data in fields]])  # type: ignore[misc]
-
-
-def split_packed(packed: bytes) -> tuple[list[bytes], bytes]:
-    """:func:`pack_inline`'s output as ``[EXT, SIZE, EXT, SIZE, ...]`` and the
-    values joined: what :meth:`~shardkit.write.shard.ShardFile.add_joined` takes."""
-    head, _, data = packed.partition(b"\0\0")
-    return head.split(b"\0"), data
+    """A JSONL row's inline values as its spill name: the members joined
+    (:func:`~shardkit.format.tar.join_members`)."""
+    return join_members((ext.encode("utf-8"), data) for ext, _, _, data in fields)  # type: ignore[misc]
 
 
 def unpack_inline(packed: bytes) -> list[tuple[str, bytes]]:
     """The ``(extension, bytes)`` members of :func:`pack_inline`'s output."""
-    items, data = split_packed(packed)
+    items, data = split_joined(packed)
     members = []
     pos = 0
     for i in range(0, len(items), 2):

@@ -290,6 +290,22 @@ class _Cutter:
         return self.tasks
 
 
+@dataclass(frozen=True)
+class SampleBlock:
+    """Some of a task's samples, in write order: each one's partition,
+    spill record, and key and name as the spill holds them (bytes)."""
+
+    parts: list[int]
+    records: np.ndarray
+    keys: list[bytes]
+    names: list[bytes]
+
+    def samples(self) -> Iterator[tuple[int, str, bytes, Record]]:
+        """``(partition, key, name, record)`` of each sample, the key decoded."""
+        for part, key, name, values in zip(self.parts, self.keys, self.names, self.records.tolist()):
+            yield part, key.decode("utf-8", "surrogateescape"), name, Record(*values)
+
+
 class PlanReader:
     """A plan read back by a shard writer: the partitions, their spills, the
     order files, and the input files it reads from (kept open until :meth:`close`)."""
@@ -314,16 +330,37 @@ class PlanReader:
     def samples(self, task: ShardTask) -> Iterator[tuple[int, str, bytes, Record]]:
         """``(partition, key, name, record)`` of the task's samples, in write
         order; the name as the spill holds it (bytes)."""
+        for block in self.blocks(task):
+            yield from block.samples()
+
+    def blocks(self, task: ShardTask) -> Iterator[SampleBlock]:
+        """The task's samples in write order, a block at a time (memory stays small)."""
         for chunk, start, end in task.segments:
             order = np.load(order_path(self.plan_dir, chunk), mmap_mode="r", allow_pickle=False)
-            for block in range(start, end, _BLOCK_ROWS):  # a block of samples at a time: memory stays small
+            for block in range(start, end, _BLOCK_ROWS):
                 rows = np.array(order[block : min(end, block + _BLOCK_ROWS)])
-                parts = rows["part"]
-                fetched = {part: self.spill(part).fetch(rows["rec"][parts == part]) for part in np.unique(parts).tolist()}
-                for part in parts.tolist():  # one batch of reads per partition
-                    rec, key, name = next(fetched[part])
-                    yield part, key.decode("utf-8", "surrogateescape"), name, rec
+                yield self._fetch_block(rows["part"], rows["rec"])
             del order
+
+    def _fetch_block(self, parts: np.ndarray, recs: np.ndarray) -> SampleBlock:
+        """One batch of reads per partition, put back in the order given."""
+        unique = np.unique(parts).tolist()
+        if len(unique) == 1:
+            return SampleBlock(parts.tolist(), *self.spill(unique[0]).fetch(recs))
+        fetched = [self.spill(part).fetch(recs[parts == part]) for part in unique]
+        # The fetched rows come grouped by partition (a stable sort of the
+        # block); the block's row i is the grouped row ``grouped[i]``.
+        grouped = np.empty(len(parts), dtype=np.intp)
+        grouped[np.argsort(parts, kind="stable")] = np.arange(len(parts))
+        at = grouped.tolist()
+        keys = [key for _, some, _ in fetched for key in some]
+        names = [name for _, _, some in fetched for name in some]
+        return SampleBlock(
+            parts=parts.tolist(),
+            records=np.concatenate([records for records, _, _ in fetched])[grouped],
+            keys=[keys[i] for i in at],
+            names=[names[i] for i in at],
+        )
 
     def unchanged(self, part: int) -> bool:
         """Whether partition ``part``'s input has the size and modification

@@ -19,7 +19,7 @@ from shardkit.errors import InputFileError, ShardkitError
 from shardkit.format.compression import Compression, compress, compressed_extension, should_compress
 from shardkit.format.manifest import SkippedInput
 from shardkit.write.destination import output_error
-from shardkit.write.inputs import load_sample, split_packed, unpack_inline
+from shardkit.write.inputs import load_sample, unpack_inline
 from shardkit.write.journal import ShardResult, journal_record
 from shardkit.write.partition import TABLE_KINDS
 from shardkit.write.plan import PlanReader, ShardTask
@@ -123,16 +123,18 @@ def write_shard(
             if plan.partitions and plan.partitions[0].kind in TABLE_KINDS:
                 rows = table_rows(plan, task, ingest=ingest, on_error=download_errors)
             else:
-                rows = _file_rows(plan, task, on_error, packed=compress_members is None)
-            for number, row in enumerate(rows):
-                if stop is not None and not number % _STOP_CHECK_ROWS and stop.is_set():
+                rows = _file_rows(plan, task, on_error, joined=compress_members is None)
+            number = 0
+            for row in rows:
+                if stop is not None and (type(row) is _Carried or not number % _STOP_CHECK_ROWS) and stop.is_set():
                     raise _Stopped(task.name)
-                if isinstance(row, SkippedInput):
+                if type(row) is _Carried:
+                    shard.add_joined_block(row.keys, row.joined)
+                elif isinstance(row, SkippedInput):
                     skipped.append(row)
-                elif type(row[1]) is bytes:
-                    shard.add_joined(row[0], *split_packed(row[1]))
                 else:
                     shard.add(row[0], _compress_fields(row[1], compress_members))
+                number += 1
             written = shard.commit()
         result = ShardResult(
             index=task.index, entry=written.entry(), fingerprint=task.fingerprint, skipped=tuple(skipped)
@@ -145,29 +147,45 @@ def write_shard(
     return result
 
 
+@dataclass(frozen=True)
+class _Carried:
+    """A block of samples whose values the scan carried (JSONL rows whose
+    files are as scanned): keys, and members joined
+    (:func:`~shardkit.format.tar.join_members`), as the spill holds them."""
+
+    keys: list[bytes]
+    joined: list[bytes]
+
+
 def _file_rows(
-    plan: PlanReader, task: ShardTask, on_error: str, *, packed: bool = False
-) -> Iterator[tuple[str, list | bytes] | SkippedInput]:
+    plan: PlanReader, task: ShardTask, on_error: str, *, joined: bool = False
+) -> Iterator[tuple[str, list] | SkippedInput | _Carried]:
     """A task's samples read from their input files, ``(key, fields)``, or
     the skip record of one that could not be read (``on_error="skip"``).
-    With ``packed``, a row whose values the scan spilled comes as
-    ``(key, packed values)`` (:func:`~shardkit.write.inputs.pack_inline`)."""
-    for part, key, name, rec in plan.samples(task):
-        if name and plan.partitions[part].kind == "jsonl" and plan.unchanged(part):
-            # Its values were spilled by the scan, and the file is as scanned.
-            yield key, name if packed else unpack_inline(name)
+    With ``joined``, a block of samples whose values the scan carried comes
+    as one :class:`_Carried`."""
+    for block in plan.blocks(task):
+        parts = set(block.parts)
+        carried = {part for part in parts if plan.partitions[part].kind == "jsonl" and plan.unchanged(part)}
+        if joined and carried == parts and all(block.names):
+            yield _Carried(block.keys, block.names)
             continue
-        try:
-            fields = load_sample(
-                plan.partitions[part], plan.read_paths[part], key, name.decode("utf-8", "surrogateescape"), rec,
-                plan.read_range,
-            )
-        except InputFileError as exc:
-            if on_error == "raise":
-                raise
-            yield SkippedInput(path=exc.path or plan.partitions[part].path, reason=str(exc))
-            continue
-        yield key, fields
+        for part, key, name, rec in block.samples():
+            if name and part in carried:
+                # Its values were spilled by the scan, and the file is as scanned.
+                yield key, unpack_inline(name)
+                continue
+            try:
+                fields = load_sample(
+                    plan.partitions[part], plan.read_paths[part], key, name.decode("utf-8", "surrogateescape"), rec,
+                    plan.read_range,
+                )
+            except InputFileError as exc:
+                if on_error == "raise":
+                    raise
+                yield SkippedInput(path=exc.path or plan.partitions[part].path, reason=str(exc))
+                continue
+            yield key, fields
 
 
 def run_shard_in_worker(task: ShardTask, job: ShardJob) -> ShardResult:

@@ -36,7 +36,7 @@ import mmap
 import os
 import zlib
 from array import array
-from collections.abc import Iterator
+from itertools import accumulate
 from typing import BinaryIO
 
 import numpy as np
@@ -289,8 +289,8 @@ class SpillFetcher:
         self._records = os.open(prefix + ".rec.npy", os.O_RDONLY)
         self._strings = os.open(prefix + ".str", os.O_RDONLY)
 
-    def fetch(self, rows: np.ndarray) -> Iterator[tuple[Record, bytes, bytes]]:
-        """The records of ``rows`` with their keys and names, in that order.
+    def fetch(self, rows: np.ndarray) -> tuple[np.ndarray, list[bytes], list[bytes]]:
+        """The records of ``rows``, with their keys and names, in that order.
 
         A run of consecutive rows (a bucket's rows of one partition, in a
         shuffled write) is read with one ``pread`` for the records and one
@@ -304,25 +304,27 @@ class SpillFetcher:
         if len(data) != size * len(rows):
             raise OSError(f"{self._path}: the spill is shorter than its plan says")
         records = np.frombuffer(data, dtype=RECORD)
+        key_off, key_len, name_len = (records[name].tolist() for name in ("key_off", "key_len", "name_len"))
         ends = records["key_off"] + records["key_len"] + records["name_len"]
         if len(records) and bool(np.all(records["key_off"][1:] == ends[:-1])):
-            base = int(records["key_off"][0])
+            base = key_off[0]
             strings = os.pread(self._strings, int(ends[-1]) - base, base)
+            starts = [off - base for off in key_off]
         else:
-            base, strings = -1, b""
-        # Column by column: a structured array's tolist() is slower per row.
-        for rec in map(Record._make, zip(*[records[name].tolist() for name in RECORD.names])):
-            if base < 0:
-                data = os.pread(self._strings, rec.key_len + rec.name_len, rec.key_off)
-                start, middle, end = 0, rec.key_len, rec.key_len + rec.name_len
-            else:
-                data, start = strings, rec.key_off - base
-                middle, end = start + rec.key_len, start + rec.key_len + rec.name_len
-            yield rec, data[start:middle], data[middle:end]
+            strings = b"".join(os.pread(self._strings, k + n, off) for off, k, n in zip(key_off, key_len, name_len))
+            starts = list(accumulate((k + n for k, n in zip(key_len, name_len)), initial=0))
+        return (records, *cut_strings(strings, starts, key_len, name_len))
 
     def close(self) -> None:
         os.close(self._records)
         os.close(self._strings)
+
+
+def cut_strings(strings: bytes, starts: list[int], key_len: list[int], name_len: list[int]) -> tuple[list[bytes], list[bytes]]:
+    """The keys and names held in ``strings``: each record's key at its
+    start, its name right after it."""
+    middles = [a + k for a, k in zip(starts, key_len)]
+    return [strings[a:m] for a, m in zip(starts, middles)], [strings[m : m + n] for m, n in zip(middles, name_len)]
 
 
 def _load(path: str) -> np.ndarray:

@@ -13,12 +13,15 @@ from shardkit.format.tar import (
     append_joined_sample,
     append_sample,
     encode_header,
+    encode_joined_block,
+    join_members,
     encode_sample,
     encoded_header_size,
     encoded_member_size,
     encoded_sample_size,
     padding,
     sample_checksum,
+    split_joined,
 )
 
 MAX_OCTAL_SIZE = 8**11 - 1  # the largest size an 11-digit octal field holds; beyond it a pax "size" record
@@ -107,3 +110,55 @@ def test_joined_members_give_the_same_bytes_and_checksum(key, fields):
     crc = append_sample(out, key, fields)
     assert append_joined_sample(joined, key, heads, b"".join(data for _, data in fields)) == crc
     assert joined == out
+
+
+block_keys = st.one_of(st.text(alphabet="ab/_-09", min_size=1, max_size=110), names)
+block_fields = st.lists(st.tuples(st.text(alphabet="abJ.ü", min_size=1, max_size=8), st.binary(max_size=1200)), min_size=1, max_size=3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(samples=st.lists(st.tuples(block_keys, block_fields), min_size=1, max_size=12))
+@example(samples=[("k" * 95, [("json", b"{}")]), ("k", [("txt", b"x" * 512), ("cls", b"")])])  # a name of 100 bytes; block edges
+@example(samples=[("k" * 96, [("json", b"{}")])])  # 101 bytes: not taken
+def test_a_block_of_joined_samples_is_each_sample_appended(samples):
+    raw_keys = [key.encode("utf-8") for key, _ in samples]
+    joined = [join_members((ext.encode("utf-8"), data) for ext, data in fields) for _, fields in samples]
+    out, ends, crcs = bytearray(), [], []
+    for key, fields in samples:
+        crcs.append(append_sample(out, key, fields))
+        ends.append(len(out))
+    encoded = encode_joined_block(raw_keys, joined)
+    short = all(len(name) <= 100 and name.isascii() for key, fields in samples for name in (f"{key}.{ext}" for ext, _ in fields))
+    if not short:
+        assert encoded is None  # the writer then appends these one by one
+        return
+    block, block_ends, block_crcs = encoded
+    assert block.tobytes() == bytes(out)
+    assert block_ends.tolist() == ends
+    assert block_crcs == crcs
+    assert [split_joined(j) for j in joined] == [
+        ([item for ext, data in fields for item in (ext.encode("utf-8"), b"%d" % len(data))], b"".join(d for _, d in fields))
+        for _, fields in samples
+    ]
+
+
+@pytest.mark.parametrize(
+    "joined",
+    [
+        [b"txt\x003\x00\x00abc", b"txt\x002\x00\x00xyz"],  # 2 bytes claimed, 3 there
+        [b"txt\x003\x00\x00ab"],  # 3 claimed, 2 there
+        [b"txt\x00-3\x00\x00abc"],  # not a size
+        [b"txt\x00" + b"9" * 30 + b"\x00\x00abc"],  # past any octal size (and int64)
+        [b"txt\x00\x00abc"],  # an extension without its size
+        [b"txt\x003abc"],  # no end to the list
+        [b"\x00\x00txt\x003\x00\x00abc"],  # an empty list
+        [b"t\xc3\xbcx\x003\x00\x00abc"],  # an extension that is not ASCII
+    ],
+)
+def test_a_block_not_laid_out_as_joined_members_is_left_to_the_one_by_one_path(joined):
+    assert encode_joined_block([b"k%d" % i for i in range(len(joined))], joined) is None
+
+
+def test_the_one_by_one_path_names_members_that_do_not_add_up():
+    with pytest.raises(ValueError, match="claims 3 bytes; 2 are left"):
+        append_joined_sample(bytearray(), "k", *split_joined(b"txt\x003\x00\x00ab"))

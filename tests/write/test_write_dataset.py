@@ -172,6 +172,27 @@ def test_jsonl_rows_with_files_and_inline_values(tmp_path):
     assert samples["a1"]["txt"] == b"a caption" and samples["b2"]["txt"] == b"only text"
 
 
+def test_many_tiny_jsonl_rows_are_written_exactly_with_their_checksums(tmp_path):
+    # Thousands of rows of inline values: the writer encodes them a block at a
+    # time. Among them, rows it must take one by one (a name too long for a
+    # ustar header, a key that is not ASCII) in the middle of a block.
+    rows = [{"__key__": f"r{i:05d}", "txt": f"caption {i} " * (i % 7), "json": {"i": i}, "cls": i % 10} for i in range(5000)]
+    rows[2500]["__key__"] = "long/" + "k" * 120
+    rows[4100]["__key__"] = "k\u00e9y"
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for workers in (1, 2):
+        write_dataset(str(src), str(tmp_path / f"w{workers}"), options=WriteOptions(max_samples=3000, workers=workers, seed=3))
+    assert tree_bytes(tmp_path / "w1") == tree_bytes(tmp_path / "w2")
+    verify_dataset(str(tmp_path / "w1"))  # every sample against its index checksum
+    samples = read_with_webdataset(load_manifest(str(tmp_path / "w1" / "manifest.json")))
+    assert len(samples) == len(rows)
+    for row in rows:
+        sample = samples[row["__key__"]]
+        assert sample["txt"] == row["txt"].encode() and sample["cls"] == str(row["cls"]).encode()
+        assert json.loads(sample["json"]) == row["json"]
+
+
 def test_reshards_webdataset_tars_keeping_every_sample(tmp_path):
     src = tmp_path / "wds"
     src.mkdir()
