@@ -550,11 +550,13 @@ def _run_tasks(tasks: list[ShardTask], job: ShardJob, options: WriteOptions) -> 
     workers = min(options.workers or os.cpu_count() or 1, max(len(tasks), 1))
     stop: Any
     if workers <= 1:
-        # One process, two threads: file reads, hashing and writes release the
-        # GIL, so one shard's fsync overlaps the next shard's writing.
-        stop = threading.Event()
+        # One process, two threads taking turns (see write_shard's ``turn``):
+        # one shard's fsync, rename and upload overlap the next one's samples,
+        # and the two do not fight over the GIL at every input file (which
+        # cost an ImageFolder write a third more CPU).
+        stop, turn = threading.Event(), threading.Lock()
         pool: Executor = ThreadPoolExecutor(max_workers=2)
-        futures = [pool.submit(run_shard, task, job, stop=stop) for task in tasks]
+        futures = [pool.submit(run_shard, task, job, stop=stop, turn=turn) for task in tasks]
     else:
         context = _pool_context()
         stop = context.Event()

@@ -9,11 +9,13 @@ The index also stores each sample's CRC-32 (see :mod:`shardkit.format.index`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from shardkit.format.index import encode_index, index_path_for
 from shardkit.format.manifest import ShardEntry
@@ -58,13 +60,18 @@ class ShardFile:
     Args:
         path: Final shard path (``.tar``). Bytes go to ``path + ".tmp"`` until
             :meth:`commit`.
+        turn: A lock the caller holds while it adds samples, shared with a
+            writer in another thread: the file lets go of it while it hashes
+            and writes a buffer (work that runs without the GIL), so the
+            other writer makes its samples meanwhile.
 
     Use as a context manager: leaving the block by an exception removes the
     temporary file and leaves no final file.
     """
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, *, turn: Any = None):
         self.path = path
+        self._turn = turn
         self.index_path = index_path_for(path)
         self._tmp = path + TMP_SUFFIX
         self._file = open(self._tmp, "wb")
@@ -101,7 +108,8 @@ class ShardFile:
         a group at a time; a group it does not take goes one by one."""
         for lo in range(0, len(keys), _BLOCK_SAMPLES):
             hi = lo + _BLOCK_SAMPLES
-            encoded = encode_joined_block(keys[lo:hi], joined[lo:hi])
+            with self._letting_go():  # large numpy steps, hashing and writing: much of it without the GIL
+                encoded = encode_joined_block(keys[lo:hi], joined[lo:hi])
             if encoded is None:
                 for key, members in zip(keys[lo:hi], joined[lo:hi]):
                     self.add_joined(key.decode("utf-8", "surrogateescape"), *split_joined(members))
@@ -112,8 +120,9 @@ class ShardFile:
             self._size += len(out)
             self._drain()
             view = memoryview(out)
-            for at in range(0, len(out), WRITE_BUFFER_BYTES):
-                self._write(view[at : at + WRITE_BUFFER_BYTES])
+            with self._letting_go():
+                for at in range(0, len(out), WRITE_BUFFER_BYTES):
+                    self._write(view[at : at + WRITE_BUFFER_BYTES])
 
     def _added(self, start: int, crc: int) -> None:
         """Account for the sample appended to the buffer from ``start`` on."""
@@ -124,18 +133,34 @@ class ShardFile:
             self._drain()
 
     def _drain(self) -> None:
-        self._write(self._pending)  # one write and one hash update, not one per member
-        self._pending.clear()
+        if self._pending:
+            with self._letting_go():
+                self._write(self._pending)  # one write and one hash update, not one per member
+            self._pending.clear()
 
     def _write(self, data: bytes | bytearray | memoryview) -> None:
         self._hash.update(data)
         self._file.write(data)
 
+    @contextlib.contextmanager
+    def _letting_go(self) -> Iterator[None]:
+        """Let go of the turn (if any) for the block's duration."""
+        if self._turn is None:
+            yield
+            return
+        self._turn.release()
+        try:
+            yield
+        finally:
+            self._turn.acquire()
+
     def commit(self) -> WrittenShard:
-        """Finish the tar, fsync, write the index, and rename into place."""
+        """Finish the tar, fsync, write the index, and rename into place
+        (called without the turn)."""
         self._pending += END_OF_ARCHIVE
         self._size += len(END_OF_ARCHIVE)
-        self._drain()
+        self._write(self._pending)
+        self._pending.clear()
         self._file.flush()
         os.fsync(self._file.fileno())
         self._file.close()

@@ -10,6 +10,7 @@ shard by shard.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -42,7 +43,9 @@ class ShardJob:
     arguments: dict[str, Any]
 
 
-def run_shard(task: ShardTask, job: ShardJob, *, stop: Any = None, plan: PlanReader | None = None) -> ShardResult:
+def run_shard(
+    task: ShardTask, job: ShardJob, *, stop: Any = None, plan: PlanReader | None = None, turn: Any = None
+) -> ShardResult:
     """Write and publish one shard: the body of every engine's task.
 
     Args:
@@ -50,12 +53,14 @@ def run_shard(task: ShardTask, job: ShardJob, *, stop: Any = None, plan: PlanRea
         job: The write's publisher and shard options.
         stop: The run's stop event, if any (see :func:`write_shard`).
         plan: The rows the task carries, if it does (see :func:`write_shard`).
+        turn: A lock the tasks running in threads of one process share (see
+            :func:`write_shard`).
 
     Raises:
         As :func:`write_shard`, and RemoteError when the upload failed for good.
     """
     return job.publisher.publish(
-        task.name, lambda folder: write_shard(task, folder, stop=stop, plan=plan, **job.arguments)
+        task.name, lambda folder: write_shard(task, folder, stop=stop, plan=plan, turn=turn, **job.arguments)
     )
 
 
@@ -88,6 +93,7 @@ def write_shard(
     ingest: IngestOptions | None = None,
     download_errors: str = "skip",
     plan: PlanReader | None = None,
+    turn: Any = None,
 ) -> ShardResult:
     """Write one planned shard into local directory ``dest``.
 
@@ -106,6 +112,13 @@ def write_shard(
         plan: Where the task's samples are read from: its rows of the plan's
             files (None, the default) or the rows it carries
             (:class:`~shardkit.write.carried.CarriedPlan`).
+        turn: A lock held while the task makes its samples from input files,
+            and let go while it hashes and writes them (see
+            :class:`~shardkit.write.shard.ShardFile`) and once the shard is
+            to be finished (fsync, index, rename) and published. Tasks in two
+            threads of one process take turns: one runs Python while the
+            other runs without the GIL, and they do not contend for it at
+            every file read. (Table rows, which wait on downloads, take no turn.)
 
     Raises:
         InputFileError: An input vanished, became unreadable or changed, and
@@ -119,23 +132,26 @@ def write_shard(
     skipped = []
     path = os.path.join(dest, task.name)
     try:
-        with plan or PlanReader(task) as plan, ShardFile(path) as shard:
+        with plan or PlanReader(task) as plan:
             if plan.partitions and plan.partitions[0].kind in TABLE_KINDS:
                 rows = table_rows(plan, task, ingest=ingest, on_error=download_errors)
+                turn = None
             else:
                 rows = _file_rows(plan, task, on_error, joined=compress_members is None)
-            number = 0
-            for row in rows:
-                if stop is not None and (type(row) is _Carried or not number % _STOP_CHECK_ROWS) and stop.is_set():
-                    raise _Stopped(task.name)
-                if type(row) is _Carried:
-                    shard.add_joined_block(row.keys, row.joined)
-                elif isinstance(row, SkippedInput):
-                    skipped.append(row)
-                else:
-                    shard.add(row[0], _compress_fields(row[1], compress_members))
-                number += 1
-            written = shard.commit()
+            with ShardFile(path, turn=turn) as shard:
+                number = 0
+                with turn or contextlib.nullcontext():
+                    for row in rows:
+                        if stop is not None and (type(row) is _Carried or not number % _STOP_CHECK_ROWS) and stop.is_set():
+                            raise _Stopped(task.name)
+                        if type(row) is _Carried:
+                            shard.add_joined_block(row.keys, row.joined)
+                        elif isinstance(row, SkippedInput):
+                            skipped.append(row)
+                        else:
+                            shard.add(row[0], _compress_fields(row[1], compress_members))
+                        number += 1
+                written = shard.commit()
         result = ShardResult(
             index=task.index, entry=written.entry(), fingerprint=task.fingerprint, skipped=tuple(skipped)
         )
