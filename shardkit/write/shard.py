@@ -62,8 +62,9 @@ class ShardFile:
             :meth:`commit`.
         turn: A lock the caller holds while it adds samples, shared with a
             writer in another thread: the file lets go of it while it hashes
-            and writes a buffer (work that runs without the GIL), so the
-            other writer makes its samples meanwhile.
+            and writes a buffer or encodes a block of samples (work that runs
+            mostly without the GIL), so the other writer makes its samples
+            meanwhile.
 
     Use as a context manager: leaving the block by an exception removes the
     temporary file and leaves no final file.
@@ -108,7 +109,7 @@ class ShardFile:
         a group at a time; a group it does not take goes one by one."""
         for lo in range(0, len(keys), _BLOCK_SAMPLES):
             hi = lo + _BLOCK_SAMPLES
-            with self._letting_go():  # large numpy steps, hashing and writing: much of it without the GIL
+            with self._letting_go():  # large numpy steps, many of them without the GIL
                 encoded = encode_joined_block(keys[lo:hi], joined[lo:hi])
             if encoded is None:
                 for key, members in zip(keys[lo:hi], joined[lo:hi]):
