@@ -305,7 +305,8 @@ def encode_joined_block(keys: Sequence[bytes], joined: Sequence[bytes]) -> tuple
     key_lens = _lengths(keys)
     key_starts = np.cumsum(key_lens) - key_lens
     owner = np.repeat(np.arange(len(keys)), counts)  # each member's sample
-    if int((key_lens[owner] + 1 + ext_lens).max()) > 100 or int(packed[_spread(ext_starts, ext_lens)].max()) > 127:
+    member_key_lens = key_lens[owner]
+    if int((member_key_lens + 1 + ext_lens).max()) > 100 or int(packed[_spread(ext_starts, ext_lens)].max()) > 127:
         return None  # a name too long for the name field, or not ASCII
     keys_array = np.frombuffer(raw_keys, dtype=np.uint8)
     # Each member: its header, then its data padded to whole blocks.
@@ -317,10 +318,11 @@ def encode_joined_block(keys: Sequence[bytes], joined: Sequence[bytes]) -> tuple
     at = member_starts // BLOCK_SIZE
     # The name field: KEY.EXT, NUL-padded.
     names = np.zeros((len(sizes), 100), dtype=np.uint8)
-    rows = np.arange(len(sizes)) * 100
-    _copy(names.reshape(-1), rows, keys_array, key_starts[owner], key_lens[owner])
-    names.reshape(-1)[rows + key_lens[owner]] = ord(".")
-    _copy(names.reshape(-1), rows + key_lens[owner] + 1, packed, ext_starts, ext_lens)
+    name_bytes = names.reshape(-1)
+    dots = np.arange(len(sizes)) * 100 + member_key_lens
+    _copy(name_bytes, dots - member_key_lens, keys_array, key_starts[owner], member_key_lens)
+    name_bytes[dots] = ord(".")
+    _copy(name_bytes, dots + 1, packed, ext_starts, ext_lens)
     blocks[at, :100] = names
     middle = np.empty((len(sizes), _MIDDLE.stop - _MIDDLE.start), dtype=np.uint8)
     middle[:] = _TEMPLATE_ARRAY[_MIDDLE]
