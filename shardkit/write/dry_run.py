@@ -4,15 +4,24 @@
 :func:`~shardkit.write.parallel.write_dataset` (scan the source, plan the
 shards) with the same options, so its figures are the ones a write with those
 options gives: samples, shards, shard bytes and the inputs left out under
-``on_error="skip"``. It never touches the destination; input shards
-compressed whole are unpacked into a temporary folder that is gone when it
-returns.
+``on_error="skip"``. It never touches the destination. Its spills, its plan
+and the unpacked copies of input shards compressed whole live in a scratch
+folder under the temporary directory (``TMPDIR``), gone when it returns. A dry
+run that is killed (``SIGKILL``, ``SIGTERM``) cannot remove its own, so each
+scratch folder holds a lock for its owner's lifetime, and the next dry run
+removes the folders whose lock nobody holds.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from shardkit.format.manifest import SkippedInput
@@ -73,11 +82,11 @@ def plan_dataset(source: str, *, options: WriteOptions | None = None) -> WritePl
     """
     options = options or WriteOptions()
     started = time.perf_counter()
-    # The spills, the plan and unpacked copies of compressed inputs live in
-    # temporary folders, gone when this returns.
-    with tempfile.TemporaryDirectory(prefix="shardkit-unpack-") as unpack_dir:
-        with tempfile.TemporaryDirectory(prefix="shardkit-plan-") as work:
-            scanned, tasks, oversized = scan_and_plan(source, options, work=work, unpack_dir=unpack_dir)
+    with scratch_folder() as scratch:
+        work, unpack_dir = os.path.join(scratch, "plan"), os.path.join(scratch, "unpack")
+        os.mkdir(work)
+        os.mkdir(unpack_dir)
+        scanned, tasks, oversized = scan_and_plan(source, options, work=work, unpack_dir=unpack_dir)
     return WritePlanSummary(
         format=scanned.format,
         num_inputs=scanned.num_files,
@@ -89,3 +98,58 @@ def plan_dataset(source: str, *, options: WriteOptions | None = None) -> WritePl
         seconds=time.perf_counter() - started,
         has_urls=scanned.has_urls,
     )
+
+
+SCRATCH_PREFIX = "shardkit-dry-run-"
+_LOCK_NAME = "owner.lock"
+
+logger = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def scratch_folder() -> Iterator[str]:
+    """A new folder under the temporary directory, removed on exit; it holds
+    an exclusive ``flock`` on its lock file until then, so that
+    :func:`remove_orphans` can tell it from one whose owner was killed.
+    Orphans are removed first."""
+    remove_orphans()
+    with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX) as folder:
+        fd = os.open(os.path.join(folder, _LOCK_NAME), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # a new file: nobody else can hold it
+            yield folder
+        finally:
+            os.close(fd)
+
+
+def remove_orphans(parent: str | None = None) -> list[str]:
+    """Remove the scratch folders under ``parent`` (the temporary directory)
+    that this user owns and whose lock no process holds: their dry runs were
+    killed. A folder without its lock file is left alone (its owner may be
+    about to create it). Returns the folders removed."""
+    parent = parent or tempfile.gettempdir()
+    removed = []
+    try:
+        entries = [e for e in os.scandir(parent) if e.name.startswith(SCRATCH_PREFIX)]
+    except OSError:
+        return removed
+    for entry in entries:
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+            fd = os.open(os.path.join(entry.path, _LOCK_NAME), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # its dry run is still going
+        try:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+        finally:
+            os.close(fd)
+    if removed:
+        logger.info("removed %d scratch folder(s) left by killed dry runs under %s", len(removed), parent)
+    return removed

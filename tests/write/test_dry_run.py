@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 from shardkit.cli import main
+from shardkit.write.dry_run import remove_orphans
 from tests.write.test_reshard_compressed import _gzip_shards
 
 
@@ -75,3 +78,52 @@ def test_dry_run_with_the_ray_engine_plans_here_without_a_cluster(tmp_path, caps
     assert "  engine:  ray; planned on this machine as a Ray write's driver plans, the cluster was not contacted" in out
     assert "  samples: 30\n  shards:  5\n" in out and "  inputs:  1 files (jsonl)\n" in out
     assert not os.path.exists(dest)
+
+
+_HOLD_SCRATCH = """
+import sys, time
+from shardkit.write.dry_run import scratch_folder
+with scratch_folder() as folder:
+    print(folder, flush=True)
+    time.sleep(120)
+"""
+
+
+def _holder(own_tmp) -> tuple[subprocess.Popen, str]:
+    """A process inside a dry run's scratch folder (under ``own_tmp``), and the folder."""
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD_SCRATCH], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(own_tmp)})
+    folder = proc.stdout.readline().strip()
+    assert folder.startswith(str(own_tmp)) and os.path.isdir(folder)
+    return proc, folder
+
+
+def _killed(own_tmp) -> str:
+    proc, folder = _holder(own_tmp)
+    proc.kill()  # SIGKILL: no cleanup runs
+    proc.wait()
+    assert os.path.isdir(folder)
+    return folder
+
+
+def test_a_killed_dry_runs_scratch_folder_is_removed_by_the_next_and_a_live_ones_is_not(tmp_path, capsys, own_tmp):
+    _killed(own_tmp)
+    live, running = _holder(own_tmp)  # removes the orphan on its way in
+    try:
+        assert os.listdir(own_tmp) == [os.path.basename(running)]
+        orphan = _killed(own_tmp)  # leaves the live one alone
+        assert sorted(os.listdir(own_tmp)) == sorted([os.path.basename(running), os.path.basename(orphan)])
+        source = tmp_path / "rows.jsonl"
+        source.write_text("".join(json.dumps({"__key__": f"r{i}", "txt": "x"}) + "\n" for i in range(10)))
+        figures = dry_run(capsys, str(source), str(tmp_path / "out"), "-q")
+        assert figures["samples"] == "10"
+        # The killed run's folder is gone; the running one's is untouched, with its contents.
+        assert os.listdir(own_tmp) == [os.path.basename(running)]
+        assert os.listdir(running) == ["owner.lock"]
+    finally:
+        live.kill()
+        live.wait()
+    # A folder without a lock file (its owner between creating it and locking) is left alone.
+    (own_tmp / "shardkit-dry-run-bare").mkdir()
+    assert remove_orphans(str(own_tmp)) == [running]
+    assert os.listdir(own_tmp) == ["shardkit-dry-run-bare"]
