@@ -1,18 +1,36 @@
 """The hostile-data harness: each case runs one entry point in a child
-process (see :mod:`tests.hostile.entry`) with a memory cap and a timeout."""
+process (see :mod:`tests.hostile.entry`) with a memory cap and a timeout.
+
+The readers' children (``stream``, ``loader``, ``indexed``) are forked from
+a ``forkserver`` that imported torch and shardkit once, as DataLoader workers
+started that way are: a new interpreter importing torch takes ~2.5 s, most of
+these tests' time. The server is a process of its own, started before any
+thread or test state exists, so each child starts from the same clean
+state. The writer, ``verify`` and ``info`` run in a new interpreter without
+torch, as users run them.
+"""
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pytest
 
+from tests.hostile import entry as entry_module
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+_READERS = multiprocessing.get_context("forkserver")
+# Takes effect when the server starts, at the first reader case (a server
+# another test started earlier would import these in each child instead).
+_READERS.set_forkserver_preload(["torch", "shardkit", "tests.hostile.entry"])
 
 
 @dataclass
@@ -47,22 +65,45 @@ def run_entry(
 ) -> Outcome:
     """Run ``entry`` on ``target`` in a child process; a child that runs past
     ``timeout_s`` is killed and reported as ``outcome="hang"``."""
-    cmd = [
-        sys.executable, "-m", "tests.hostile.entry", entry, str(target),
-        "--on-error", on_error, "--mem-mb", str(mem_mb), "--options", json.dumps(options or {}),
-    ]
+    argv = [entry, str(target), "--on-error", on_error, "--mem-mb", str(mem_mb), "--options", json.dumps(options or {})]
+    if entry in entry_module.READERS and env is None:
+        return _run_forked(argv, timeout_s)
+    cmd = [sys.executable, "-m", "tests.hostile.entry", *argv]
     child_env = dict(os.environ, PYTHONPATH=ROOT, **(env or {}))
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT, env=child_env)
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         return Outcome("hang", child_output=out)
-    lines = done.stdout.strip().splitlines()
+    return _outcome(done.stdout + done.stderr, done.stdout, f"exit {done.returncode}")
+
+
+def _run_forked(argv: list[str], timeout_s: float) -> Outcome:
+    """:func:`run_entry` for a reader: a child of the preloaded forkserver."""
+    with tempfile.TemporaryDirectory(prefix="shardkit-hostile-") as folder:
+        output = os.path.join(folder, "output")
+        child = _READERS.Process(target=entry_module.run_forked, args=(argv, output))
+        child.start()
+        child.join(timeout_s)
+        hung = child.is_alive()
+        if hung:
+            child.kill()
+            child.join()
+        with open(output, errors="replace") if os.path.exists(output) else open(os.devnull) as f:
+            printed = f.read()
+    if hung:
+        return Outcome("hang", child_output=printed)
+    return _outcome(printed, printed, f"exit {child.exitcode}")
+
+
+def _outcome(printed: str, stdout: str, status: str) -> Outcome:
+    """The child's report: the last line of ``stdout``, or a crash."""
+    lines = stdout.strip().splitlines()
     try:
         report = json.loads(lines[-1])
     except (IndexError, json.JSONDecodeError):
-        return Outcome("crash", message=f"exit {done.returncode}", child_output=done.stdout + done.stderr)
-    return Outcome(**report, child_output=done.stdout + done.stderr)
+        return Outcome("crash", message=status, child_output=printed)
+    return Outcome(**report, child_output=printed)
 
 
 def run_entries(runs: list[tuple[tuple, dict]]) -> list[Outcome]:

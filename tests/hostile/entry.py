@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import resource
 import sys
 import zlib
@@ -104,14 +105,14 @@ def run(entry: str, target: str, *, on_error: str, options: dict) -> dict:
     return report
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("entry", choices=ENTRIES)
     parser.add_argument("target")
     parser.add_argument("--on-error", default="raise", choices=("raise", "skip"))
     parser.add_argument("--mem-mb", type=int, default=1024)
     parser.add_argument("--options", default="{}")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     import shardkit  # noqa: F401  (imports count in the baseline, not in the cap)
 
     if args.entry in READERS:  # the writer, verify and info run without torch (as users run them)
@@ -130,6 +131,19 @@ def main() -> None:
         report["message"] = str(exc)
     report["peak_rss_mb"] = _peak_rss_mb()
     sys.stdout.write("\n" + json.dumps(report) + "\n")
+
+
+def run_forked(argv: list[str], output: str) -> None:
+    """:func:`main` on ``argv`` in a child forked from a server that has
+    imported torch and shardkit already (the readers' children: starting an
+    interpreter and importing torch takes seconds a case). Everything the
+    child prints, at the file-descriptor level, goes to ``output``."""
+    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    main(argv)
+    sys.stdout.flush()
 
 
 def _peak_rss_mb() -> float:
