@@ -97,15 +97,16 @@ def _check(argv: list[str], what: str, env: dict[str, str]) -> None:
 
 
 def _stop_namespace(name: str) -> None:
-    """Stop every process in namespace ``name`` (TERM, then KILL) and delete it."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    """Stop every process in namespace ``name`` (TERM, then KILL) and delete it.
+    Ray's processes get 3 s to end on TERM: nothing of theirs is kept."""
+    for sig, grace_s in ((signal.SIGTERM, 3), (signal.SIGKILL, 10)):
         pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout.split()
         for pid in pids:
             try:
                 os.kill(int(pid), sig)
             except (ProcessLookupError, ValueError):
                 pass
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + grace_s
         while pids and time.monotonic() < deadline:
             pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout.split()
             time.sleep(0.2)
@@ -168,7 +169,7 @@ def user_home(tmp_path_factory) -> Path:
     return home
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # stopped after tests/ray: its idle processes would share the cores with the rest
 def ray_cluster(user_home) -> Iterator[RayCluster]:
     pytest.importorskip("ray", reason="the Ray tests need `pip install 'shardkit[ray]'` (make test installs it)")
     if os.geteuid() != 0:
