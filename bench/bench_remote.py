@@ -12,12 +12,15 @@ workers, once with ``shardkit.ShardDataset`` over ``http://`` and once with
 
 Reports MB/s (10^6 bytes of shard files per second, first request to last
 sample), the fraction of the aggregate cap reached, and shardkit's ratio to
-webdataset at the same worker count. Writes ``bench/results/remote.json`` and
+webdataset at the same worker count. Each cell runs ``--repeats`` times (3),
+the tools taking turns so that a burst of load on the shared machine hits
+both; the table gives each figure's median and the record keeps every run.
+Writes ``bench/results/remote.json`` and
 ``bench/results/remote.md`` and prints the Markdown table.
 
 Needs root (network namespace, tc, apt-get for nginx if missing):
 
-    .venv/bin/python bench/bench_remote.py                 # ~3 minutes, 0.9 GB
+    .venv/bin/python bench/bench_remote.py                 # ~8 minutes, 0.9 GB
     .venv/bin/python bench/bench_remote.py --quick         # smaller dataset
     .venv/bin/python bench/bench_remote.py --url http://host:port   # a server you run
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -136,11 +140,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--tools", nargs="+", default=["shardkit", "webdataset"])
     parser.add_argument("--url", help="use this server (serving --workdir/data) instead of starting the emulation")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each cell, the tools taking turns; medians reported")
     parser.add_argument("--quick", action="store_true", help="8 shards of 16 MB")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "remote.json"))
     args = parser.parse_args(argv)
     if args.quick:
         args.shards, args.shard_mb = 8, 16
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
 
     load_before = os.getloadavg()[0]  # the box may be shared: say how busy it was
     data_dir = os.path.join(args.workdir, "data")
@@ -152,39 +159,38 @@ def main(argv: list[str] | None = None) -> int:
     capped = not args.url and args.aggregate_mbps and "://127.0.0.1:" not in base
     aggregate = args.aggregate_mbps if capped else None
     urls = [f"{base}/{s.path}" for s in manifest.shards]
-    rows: list[dict[str, Any]] = []
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
     try:
         for workers in args.workers:
-            for tool in args.tools:
-                dataset = (
-                    shardkit_dataset(base, args.requests, args.part_mib)
-                    if tool == "shardkit"
-                    else webdataset_dataset(urls)
-                )
-                cpu_before = cpu_seconds()
-                count, payload, first, batch, seconds = run_loader(dataset, workers)
-                cpu = cpu_seconds() - cpu_before
-                if count != manifest.num_samples:
-                    raise SystemExit(f"{tool} with {workers} workers read {count} of {manifest.num_samples} samples")
-                mbps = total / seconds / MB
-                rows.append(
-                    {
-                        "tool": tool,
-                        "workers": workers,
-                        "seconds": round(seconds, 3),
-                        "first_sample_s": round(first, 3),
-                        "first_batch_s": round(batch, 3),
-                        "MB_per_s": round(mbps, 1),
-                        "fraction_of_cap": None if aggregate is None else round(mbps / aggregate, 3),
-                        "samples": count,
-                        "cpu_s_per_GB": round(cpu / (total / 1e9), 2),
-                    }
-                )
-                print(f"{tool:10s} workers={workers}: {mbps:7.1f} MB/s ({seconds:.1f} s)", file=sys.stderr)
+            for _ in range(args.repeats):
+                for tool in args.tools:
+                    dataset = (
+                        shardkit_dataset(base, args.requests, args.part_mib)
+                        if tool == "shardkit"
+                        else webdataset_dataset(urls)
+                    )
+                    cpu_before = cpu_seconds()
+                    count, payload, first, batch, seconds = run_loader(dataset, workers)
+                    cpu = cpu_seconds() - cpu_before
+                    if count != manifest.num_samples:
+                        raise SystemExit(f"{tool} with {workers} workers read {count} of {manifest.num_samples} samples")
+                    mbps = total / seconds / MB
+                    runs.setdefault((tool, workers), []).append(
+                        {
+                            "seconds": round(seconds, 3),
+                            "first_sample_s": round(first, 3),
+                            "first_batch_s": round(batch, 3),
+                            "MB_per_s": round(mbps, 1),
+                            "cpu_s_per_GB": round(cpu / (total / 1e9), 2),
+                        }
+                    )
+                    print(f"{tool:10s} workers={workers}: {mbps:7.1f} MB/s ({seconds:.1f} s, first {FIRST_BATCH} "
+                          f"samples {batch:.3f} s)", file=sys.stderr)
     finally:
         if not args.url:
             emulation_down()
 
+    rows = [_median_row(tool, workers, cell, aggregate, manifest.num_samples) for (tool, workers), cell in runs.items()]
     by = {(r["tool"], r["workers"]): r for r in rows}
     for r in rows:
         other = by.get(("webdataset", r["workers"]))
@@ -205,12 +211,24 @@ def main(argv: list[str] | None = None) -> int:
             "python": platform.python_version(),
             "load_average_1min_before": round(load_before, 2),
         },
+        "repeats": args.repeats,
         "rows": rows,
     }
     table = markdown(result)
     save_record(args.out, result, table)
     print(table)
     return 0
+
+
+def _median_row(tool: str, workers: int, cell: list[dict[str, Any]], aggregate: float | None, samples: int) -> dict[str, Any]:
+    """One table row: each figure's median over the cell's runs, and the runs."""
+    row: dict[str, Any] = {"tool": tool, "workers": workers}
+    for name in ("seconds", "first_sample_s", "first_batch_s", "MB_per_s", "cpu_s_per_GB"):
+        row[name] = round(statistics.median(run[name] for run in cell), 3)
+    row["fraction_of_cap"] = None if aggregate is None else round(row["MB_per_s"] / aggregate, 3)
+    row["samples"] = samples
+    row["runs"] = cell
+    return row
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -231,6 +249,13 @@ def markdown(result: dict[str, Any]) -> str:
         cells = [r["tool"], r["workers"], f"{r['MB_per_s']:.1f}", frac, ratio]
         cells += [f"{r['first_sample_s']:.2f}", f"{r.get('first_batch_s', float('nan')):.2f}", f"{r['cpu_s_per_GB']:.1f}"]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    repeats = result.get("repeats", 1)
+    if repeats > 1:
+        lines += ["", f"Medians of {repeats} runs per cell, the tools taking turns. Every run, "
+                  f"MB/s / first {FIRST_BATCH} samples (s):", ""]
+        for r in result["rows"]:
+            every = ", ".join(f"{run['MB_per_s']:.1f} / {run['first_batch_s']:.3f}" for run in r["runs"])
+            lines.append(f"- {r['tool']}, {r['workers']} workers: {every}")
     lines += ["", f"Command: `{result['command']}`", ""]
     return "\n".join(lines)
 
