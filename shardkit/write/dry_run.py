@@ -114,9 +114,13 @@ def scratch_folder() -> Iterator[str]:
     Orphans are removed first."""
     remove_orphans()
     with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX) as folder:
-        fd = os.open(os.path.join(folder, _LOCK_NAME), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        # Locked under another name, then renamed: a sweep never finds the
+        # lock file before it is held.
+        unnamed = os.path.join(folder, ".owner.lock.new")
+        fd = os.open(unnamed, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # a new file: nobody else can hold it
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.rename(unnamed, os.path.join(folder, _LOCK_NAME))
             yield folder
         finally:
             os.close(fd)
@@ -126,7 +130,7 @@ def remove_orphans(parent: str | None = None) -> list[str]:
     """Remove the scratch folders under ``parent`` (the temporary directory)
     that this user owns and whose lock no process holds: their dry runs were
     killed. A folder without its lock file is left alone (its owner may be
-    about to create it). Returns the folders removed."""
+    about to lock it). Returns the folders removed."""
     parent = parent or tempfile.gettempdir()
     removed = []
     try:
@@ -147,9 +151,10 @@ def remove_orphans(parent: str | None = None) -> list[str]:
             continue  # its dry run is still going
         try:
             shutil.rmtree(entry.path, ignore_errors=True)
-            removed.append(entry.path)
         finally:
             os.close(fd)
+        if not os.path.lexists(entry.path):
+            removed.append(entry.path)
     if removed:
         logger.info("removed %d scratch folder(s) left by killed dry runs under %s", len(removed), parent)
     return removed

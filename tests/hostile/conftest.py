@@ -4,9 +4,8 @@ process (see :mod:`tests.hostile.entry`) with a memory cap and a timeout.
 The readers' children (``stream``, ``loader``, ``indexed``) are forked from
 a ``forkserver`` that imported torch and shardkit once, as DataLoader workers
 started that way are: a new interpreter importing torch takes ~2.5 s, most of
-these tests' time. The server is a process of its own, started before any
-thread or test state exists, so each child starts from the same clean
-state. The writer, ``verify`` and ``info`` run in a new interpreter without
+these tests' time. The server is a new interpreter, not a fork of the test
+process, so each child starts from the same clean state. The writer, ``verify`` and ``info`` run in a new interpreter without
 torch, as users run them.
 """
 
@@ -97,13 +96,15 @@ def _run_forked(argv: list[str], timeout_s: float) -> Outcome:
 
 
 def _outcome(printed: str, stdout: str, status: str) -> Outcome:
-    """The child's report: the last line of ``stdout``, or a crash."""
-    lines = stdout.strip().splitlines()
-    try:
-        report = json.loads(lines[-1])
-    except (IndexError, json.JSONDecodeError):
-        return Outcome("crash", message=status, child_output=printed)
-    return Outcome(**report, child_output=printed)
+    """The child's report: the last line of ``stdout`` that is a JSON object
+    (a forked child's stdout has its stderr in it), or a crash."""
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                return Outcome(**json.loads(line), child_output=printed)
+            except (json.JSONDecodeError, TypeError):  # not the report
+                break
+    return Outcome("crash", message=status, child_output=printed)
 
 
 def run_entries(runs: list[tuple[tuple, dict]]) -> list[Outcome]:
