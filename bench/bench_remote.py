@@ -20,7 +20,7 @@ Writes ``bench/results/remote.json`` and
 
 Needs root (network namespace, tc, apt-get for nginx if missing):
 
-    .venv/bin/python bench/bench_remote.py                 # ~8 minutes, 0.9 GB
+    .venv/bin/python bench/bench_remote.py                 # ~10 minutes, 0.9 GB
     .venv/bin/python bench/bench_remote.py --quick         # smaller dataset
     .venv/bin/python bench/bench_remote.py --url http://host:port   # a server you run
 """
