@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
+import multiprocessing
 import os
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -28,6 +31,47 @@ log = logging.getLogger(__name__)
 def supports_out_of_order() -> bool:
     """Whether the installed torch's DataLoader takes ``in_order=``."""
     return "in_order" in inspect.signature(DataLoader.__init__).parameters
+
+
+def fork_can_deadlock(version: tuple[int, ...] = tuple(sys.version_info[:3])) -> bool:
+    """Whether this CPython's forked child can hang before it runs any code
+    when another thread held the interpreter's thread-state lock at the fork
+    (CPython gh-112275). It is fixed in 3.12 and in 3.11.10; 3.10 is not
+    known to be fixed."""
+    return version < (3, 11, 10)
+
+
+def fork_hazard(loader: DataLoader) -> str | None:
+    """Why starting ``loader``'s workers by ``fork`` here may hang, or None.
+
+    torch.distributed's gloo thread makes and drops a Python thread state
+    after each collective (it releases the tensors' Python objects), taking
+    the interpreter's thread-state lock; a DataLoader worker forked at that
+    moment can hang before its first line on CPython versions that
+    :func:`fork_can_deadlock`. Lightning starts its loader's workers right
+    after such collectives.
+    """
+    if loader.num_workers == 0 or not fork_can_deadlock():
+        return None
+    context = loader.multiprocessing_context or multiprocessing.get_context()
+    if context.get_start_method() != "fork":
+        return None
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    return (
+        f"DataLoader workers are started by fork beside torch.distributed's threads, and on Python "
+        f"{'.'.join(map(str, sys.version_info[:3]))} a worker forked while such a thread holds the interpreter's "
+        "thread-state lock can hang before it starts (CPython gh-112275, fixed in 3.11.10 and 3.12): upgrade "
+        "Python, or pass make_loader(..., multiprocessing_context=\"forkserver\") (the script then needs an "
+        "`if __name__ == \"__main__\":` guard)"
+    )
+
+
+@functools.cache
+def _warn_fork_hazard(message: str) -> None:
+    log.warning(message)  # once per process
 
 
 def default_num_workers() -> int:
@@ -157,6 +201,8 @@ class ShardLoader(DataLoader):
             if len(base) == len(resume.levels) - 1:  # the same topology: keep the order of workers
                 shift = resume.levels[-1].first_worker(world.rank)
         self._slots.resume, self._slots.shift = resume, shift
+        if getattr(self, "_iterator", None) is None and (hazard := fork_hazard(self)) is not None:
+            _warn_fork_hazard(hazard)
         try:
             batches = super().__iter__()  # workers start here, each with its copy of the start
         finally:

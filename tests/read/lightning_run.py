@@ -1,6 +1,10 @@
 """Run under torchrun (2 ranks, gloo) by tests/read/test_frameworks.py: the
 README's PyTorch Lightning recipe (its lines, in their order), with
-``strategy="ddp"`` on CPU.
+``strategy="ddp"`` on CPU, and the loader's workers started by a forkserver:
+Lightning starts them right after gloo collectives, and on this project's
+Python (3.11.7) a worker forked while gloo's thread holds the interpreter's
+thread-state lock hangs before it starts (CPython gh-112275; ``make_loader``
+warns of it, see ``shardkit.read.loader.fork_hazard``).
 
 Each rank writes ``OUT/rank{RANK}.json``: ``{"seen": [...]}``, the sample
 indices its training steps received, in order (2 epochs).
@@ -35,7 +39,7 @@ def train(data: str) -> dict[str, Any]:
 
         def train_dataloader(self):
             self.dataset = shardkit.ShardDataset(data, seed=0, map=to_features)
-            return shardkit.make_loader(self.dataset, batch_size=5, num_workers=2)
+            return shardkit.make_loader(self.dataset, batch_size=5, num_workers=2, multiprocessing_context="forkserver")
 
         def on_train_epoch_start(self):
             self.dataset.set_epoch(self.current_epoch)

@@ -106,6 +106,11 @@ README_TO_RUN: tuple[tuple[str, str, str], ...] = (
     ('output_dir="out"', "output_dir=out", "a temporary folder"),
     ("dataloader_num_workers=2)", "dataloader_num_workers=2, **ON_CPU_QUIETLY)", "CPU, no reports or checkpoints"),
     (
+        "batch_size=5, num_workers=2)",
+        'batch_size=5, num_workers=2, multiprocessing_context="forkserver")',
+        "Lightning's workers from a forkserver: Python 3.11.7 can hang forking beside gloo's thread (gh-112275)",
+    ),
+    (
         'L.Trainer(devices=8, strategy="ddp", max_epochs=2).fit(Model())',
         'L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, **QUIETLY).fit(model)',
         "two CPU processes, quietly; the test reads what the model saw",

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
 from shardkit import ShardDataset, make_loader
 from shardkit.errors import UsageError
-from shardkit.read.loader import supports_out_of_order
+from shardkit.read.loader import fork_can_deadlock, fork_hazard, supports_out_of_order
 
 
 def test_loader_delivers_each_sample_once_per_epoch_with_persistent_workers(make_shards):
@@ -65,3 +67,28 @@ def test_workers_started_by_spawn_or_forkserver_yield_every_sample_once_and_coun
     assert sorted(keys) == expected
     assert ds.num_skipped == 2
     assert sum(sum(row) for row in loader.state_dict()["levels"][-1]["delivered"]) == len(keys)
+
+
+def test_fork_deadlock_is_known_by_version():
+    assert fork_can_deadlock((3, 10, 14)) and fork_can_deadlock((3, 11, 7)) and fork_can_deadlock((3, 11, 9))
+    assert not fork_can_deadlock((3, 11, 10)) and not fork_can_deadlock((3, 12, 0)) and not fork_can_deadlock((3, 13, 1))
+
+
+def test_forking_workers_beside_a_process_group_names_the_cpython_hang_and_the_remedy(make_shards, tmp_path):
+    """No worker is started here: forking beside gloo's thread is the hazard itself."""
+    import torch.distributed as dist
+
+    ds = ShardDataset(make_shards([3]), mode="exact", rank=0, world_size=1)
+    assert fork_hazard(make_loader(ds, num_workers=1)) is None  # no process group: no thread of its
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        hazard = fork_hazard(make_loader(ds, num_workers=1))
+        if fork_can_deadlock():  # as on this project's pinned Python, 3.11.7
+            assert hazard is not None and "gh-112275" in hazard and 'multiprocessing_context="forkserver"' in hazard
+            assert sys.version.split()[0] in hazard
+        else:
+            assert hazard is None
+        assert fork_hazard(make_loader(ds, num_workers=1, multiprocessing_context="forkserver")) is None
+        assert fork_hazard(make_loader(ds, num_workers=0)) is None
+    finally:
+        dist.destroy_process_group()
