@@ -26,10 +26,10 @@ from tests.hostile import entry as entry_module
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-_READERS = multiprocessing.get_context("forkserver")
+_PRELOADED = multiprocessing.get_context("forkserver")
 # Takes effect when the server starts, at the first reader case (a server
 # another test started earlier would import these in each child instead).
-_READERS.set_forkserver_preload(["torch", "shardkit", "tests.hostile.entry"])
+_PRELOADED.set_forkserver_preload(["torch", "shardkit", "tests.hostile.entry"])
 
 
 @dataclass
@@ -81,7 +81,7 @@ def _run_forked(argv: list[str], timeout_s: float) -> Outcome:
     """:func:`run_entry` for a reader: a child of the preloaded forkserver."""
     with tempfile.TemporaryDirectory(prefix="shardkit-hostile-") as folder:
         output = os.path.join(folder, "output")
-        child = _READERS.Process(target=entry_module.run_forked, args=(argv, output))
+        child = _PRELOADED.Process(target=entry_module.run_forked, args=(argv, output))
         child.start()
         child.join(timeout_s)
         hung = child.is_alive()
