@@ -23,6 +23,7 @@ from shardkit.errors import (
     TruncatedShardError,
     UsageError,
     VerifyError,
+    WorkerStartError,
 )
 from shardkit.format.manifest import Manifest, ShardEntry, SkippedInput, load_manifest
 from shardkit.io.base import SourceOptions
@@ -118,6 +119,7 @@ __all__ = [
     "TruncatedShardError",
     "UsageError",
     "VerifyError",
+    "WorkerStartError",
     "World",
     "WriteOptions",
     "__version__",

@@ -345,6 +345,11 @@ class MissingShardError(ShardkitError, FileNotFoundError):
         self.path = path
 
 
+class WorkerStartError(ShardkitError, RuntimeError):
+    """A DataLoader worker never started (stuck before running any code) and
+    was stopped; the message says which and the likely cause."""
+
+
 class StateError(ShardkitError, ValueError):
     """A reader checkpoint cannot be restored: malformed, from another
     dataset, made with incompatible options, or missing the ranks needed."""

@@ -35,6 +35,7 @@ EXAMPLES = {
     errors.VerifyError: (("s.tar: sha256 mismatch",), {"path": "s.tar"}),
     errors.MissingShardError: (("s.tar: shard missing",), {"path": "s.tar"}),
     errors.StateError: (("state from another dataset",), {}),
+    errors.WorkerStartError: (("DataLoader worker 1 (pid 4242) never started",), {}),
     errors.RemoteError: (
         ("https://h/x.tar: 503",),
         {"url": "https://h/x.tar", "offset": 10, "status": 503, "retryable": True},

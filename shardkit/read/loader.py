@@ -16,13 +16,15 @@ from torch.utils.data import (
     IterableDataset,
     default_collate,
     default_convert,
+    get_worker_info,
 )
 
-from shardkit.errors import UsageError
+from shardkit.errors import UsageError, WorkerStartError
 from shardkit.read.dataset import ShardDataset
 from shardkit.read.frameworks import REBUILT_LOADER_MESSAGE, called_by_accelerate
 from shardkit.read.resume.state import Level, ReaderState, start_for
 from shardkit.read.slot import collate_samples
+from shardkit.read.worker_start import DEFAULT_STALL_S, StartWatch
 from shardkit.world import World, detect_worker
 
 log = logging.getLogger(__name__)
@@ -122,6 +124,8 @@ class _TaggedSlots(IterableDataset):
         #: so that the first batch comes from the slot the interrupted run would have taken
         #: next (a DataLoader starts each iteration with worker 0).
         self.shift = 0
+        #: The start flags of the workers being started, or None.
+        self.start: StartWatch | None = None
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -142,6 +146,9 @@ class _TaggedSlots(IterableDataset):
         self.dataset.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[tuple[int, int, Any]]:
+        info = get_worker_info()
+        if self.start is not None and info is not None:
+            self.start.mark_started(info.id)
         dataset = self.dataset
         world = detect_worker(dataset.world)
         epoch = dataset.epoch
@@ -166,12 +173,24 @@ class ShardLoader(DataLoader):
     prefetched), with any ``in_order`` setting. Per batch this costs one
     tuple; nothing is gathered until :meth:`state_dict` is called.
 
+    Workers that never start (stuck before running any code, see
+    :mod:`~shardkit.read.worker_start`) are stopped after
+    ``worker_start_timeout_s`` seconds without CPU, and iterating raises
+    :class:`~shardkit.errors.WorkerStartError` instead of waiting forever.
+
     Attributes:
         shard_dataset: The dataset given to :func:`make_loader` (``dataset``
             is a wrapper over it that tags its items).
     """
 
-    def __init__(self, dataset: ShardDataset, *, batch_size: int | None, **kwargs: Any):
+    def __init__(
+        self,
+        dataset: ShardDataset,
+        *,
+        batch_size: int | None,
+        worker_start_timeout_s: float | None = DEFAULT_STALL_S,
+        **kwargs: Any,
+    ):
         batched = batch_size is not None
         collate = _TaggedCollate(default_collate if batched else default_convert, batched=batched)
         self._slots = _TaggedSlots(dataset)
@@ -182,6 +201,8 @@ class ShardLoader(DataLoader):
         self._counts: list[int] = []
         self._next = [0]  # the worker (slot) whose batch comes next
         self._started = False
+        self._start_timeout_s = worker_start_timeout_s
+        self._start_watch: StartWatch | None = None
 
     def _world(self) -> World:
         return self.shard_dataset.world.with_worker(0, max(self.num_workers, 1))
@@ -201,24 +222,48 @@ class ShardLoader(DataLoader):
             if len(base) == len(resume.levels) - 1:  # the same topology: keep the order of workers
                 shift = resume.levels[-1].first_worker(world.rank)
         self._slots.resume, self._slots.shift = resume, shift
-        if getattr(self, "_iterator", None) is None and (hazard := fork_hazard(self)) is not None:
-            _warn_fork_hazard(hazard)
+        watch = self._watch_new_workers()
         try:
             batches = super().__iter__()  # workers start here, each with its copy of the start
         finally:
-            self._slots.resume, self._slots.shift = None, 0
+            self._slots.resume, self._slots.shift, self._slots.start = None, 0, None
+        if watch is not None:
+            watch.watch(batches)
+            self._start_watch = watch
         self._epoch, self._base, self._counts, self._started = epoch, base, counts, True
         self._next = [shift]
-        return self._unwrap(batches, counts, self._next, world.num_workers)
+        return self._unwrap(batches, counts, self._next, world.num_workers, self._start_watch)
+
+    def _watch_new_workers(self) -> StartWatch | None:
+        """Start flags for the workers this iteration starts, if it starts
+        any (persistent workers start once), and warns of a fork hazard."""
+        if self.num_workers == 0 or (self.persistent_workers and getattr(self, "_iterator", None) is not None):
+            return None
+        if (hazard := fork_hazard(self)) is not None:
+            _warn_fork_hazard(hazard)
+        if not self._start_timeout_s:
+            return None
+        context = self.multiprocessing_context or multiprocessing.get_context()
+        self._slots.start = StartWatch(self.num_workers, context=context, stall_s=self._start_timeout_s, cause=hazard)
+        return self._slots.start
 
     @staticmethod
     def _unwrap(
-        batches: Iterator[tuple[int, int, Any]], counts: list[int], turn: list[int], num_slots: int
+        batches: Iterator[tuple[int, int, Any]],
+        counts: list[int],
+        turn: list[int],
+        num_slots: int,
+        watch: StartWatch | None,
     ) -> Iterator[Any]:
-        for worker, count, batch in batches:
-            counts[worker] = count
-            turn[0] = (worker + 1) % num_slots
-            yield batch
+        try:
+            for worker, count, batch in batches:
+                counts[worker] = count
+                turn[0] = (worker + 1) % num_slots
+                yield batch
+        except RuntimeError as exc:  # the DataLoader's report of a worker the watch stopped
+            if watch is None or watch.failure is None:
+                raise
+            raise WorkerStartError(watch.failure) from exc
 
     def state_dict(self) -> dict[str, Any]:
         """This rank's position: after the last batch handed to the caller.
@@ -275,6 +320,7 @@ def make_loader(
     drop_last: bool = False,
     timeout_s: float = 0,
     multiprocessing_context: Any = None,
+    worker_start_timeout_s: float | None = DEFAULT_STALL_S,
 ) -> ShardLoader:
     """Build a DataLoader over a ShardDataset, with checkpointing.
 
@@ -301,6 +347,11 @@ def make_loader(
         drop_last: Drop each worker's last partial DataLoader batch.
         timeout_s: Seconds to wait for a batch before raising (0: forever).
         multiprocessing_context: Passed to the DataLoader (e.g. ``"spawn"``).
+        worker_start_timeout_s: A worker that has not started iterating and
+            has used no CPU for this many seconds is stuck (e.g. a fork that
+            hangs, see :func:`fork_hazard`): it is stopped and iterating
+            raises :class:`~shardkit.errors.WorkerStartError`. None or 0:
+            wait forever.
 
     Returns:
         A :class:`ShardLoader` (a DataLoader with ``state_dict()`` /
@@ -330,5 +381,6 @@ def make_loader(
         pin_memory=pin_memory,
         drop_last=drop_last,
         timeout=timeout_s,
+        worker_start_timeout_s=worker_start_timeout_s,
         **kwargs,
     )
