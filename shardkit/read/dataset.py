@@ -222,7 +222,9 @@ class ShardDataset(IterableDataset):
             its folder or URL prefix; ``allowed_prefixes`` names the places
             outside it the manifest may point to.
         read_ahead_bytes: Byte budget of each worker's read-ahead thread
-            (a mixture shares it among its streams).
+            (a mixture shares it among its streams). Remote shards use at
+            most 8 MiB of it per request the worker may have in flight
+            (its share of ``max_concurrent_requests``).
         samples_per_epoch: Samples of each epoch of a mixture; default the
             sum of the streams' sizes (or of their ``samples``).
         options: The arguments from ``mode`` to ``interleave`` as one

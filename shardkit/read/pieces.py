@@ -93,6 +93,18 @@ FAULTS = (CorruptShardError, ManifestError, OSError)
 #: sharing the default 8), about 19 samples of 110 KB.
 REMOTE_START_READ_AHEAD_BYTES = 2 << 20
 
+#: Most read-ahead of a remote reader per request it may have in flight,
+#: below its ``read_ahead_bytes`` where that is larger: a few tenths of a
+#: second of what one connection to an object store delivers. A DataLoader
+#: hands out its workers' samples in turn, so the rank gets its samples no
+#: faster than its slowest worker receives them. A worker whose connection
+#: got ahead of its siblings' only holds bytes nobody asks for yet, and
+#: while it has room for more, its connection keeps taking a share of the
+#: link from the workers behind. With little room it stops, and the link
+#: goes to those that lag: the workers finish an epoch together instead of
+#: the last one alone on one connection.
+REMOTE_READ_AHEAD_BYTES_PER_REQUEST = 8 << 20
+
 #: Most decompressed bytes in one chunk of a compressed shard, however well
 #: it compresses, so that the read-ahead queue's byte budget bounds memory.
 DECOMPRESS_SLICE_BYTES = 1 << 20
@@ -327,7 +339,8 @@ class PieceReader:
         request the reader may have in flight: a reader starts before its
         consumer asks (see :meth:`read`), and a whole budget fetched by each
         of a rank's DataLoader workers while the others still start only
-        takes the link and the CPU from them.
+        takes the link and the CPU from them. Their budget is then at most
+        :data:`REMOTE_READ_AHEAD_BYTES_PER_REQUEST` per request.
 
         A local source's budget is raised by the room it asks for at once
         before a read it must not interrupt (a turn on a disk that takes
@@ -339,8 +352,9 @@ class PieceReader:
         if first is None:
             return self.read_ahead_bytes, None
         if not is_local(first):
-            start = REMOTE_START_READ_AHEAD_BYTES * max(self.options.max_concurrent_requests, 1)
-            return self.read_ahead_bytes, min(start, self.read_ahead_bytes)
+            requests = max(self.options.max_concurrent_requests, 1)
+            budget = min(self.read_ahead_bytes, REMOTE_READ_AHEAD_BYTES_PER_REQUEST * requests)
+            return budget, min(REMOTE_START_READ_AHEAD_BYTES * requests, budget)
         return self.read_ahead_bytes + reserved_room_bytes(local_path(first), options=self.options), None
 
     def load_bounds(self, shard: int) -> np.ndarray:

@@ -243,3 +243,34 @@ def test_a_reader_asks_for_its_start_budget_alone_until_its_consumer_takes(
     assert all(s["bin"] == sample_payload(s["__key__"], 80_000) for s in samples)
     whole = [f"bytes=0-{size - 1}"]
     assert http_server.gets(shard) == (whole if cached else [f"bytes=0-{START - 1}", f"bytes={START}-{size - 1}"])
+
+
+@pytest.mark.parametrize(("requests", "read_ahead_mib", "budget_mib"), [(1, 32, 8), (2, 32, 16), (8, 32, 32), (1, 4, 4)])
+def test_a_remote_reader_holds_a_few_connections_worth_ahead_not_its_whole_budget(
+    make_shards, serve_dataset, monkeypatch, requests, read_ahead_mib, budget_mib
+):
+    """A remote reader's read-ahead is at most
+    REMOTE_READ_AHEAD_BYTES_PER_REQUEST per request it may have in flight
+    (a DataLoader worker of 8 sharing the default 8 has one), within its
+    read_ahead_bytes: in a DataLoader, a worker far ahead of its siblings
+    only takes the link from them. Every sample still comes through."""
+    from shardkit.read import prefetch
+    from shardkit.read.pieces import REMOTE_READ_AHEAD_BYTES_PER_REQUEST as PER_REQUEST
+
+    assert PER_REQUEST == 8 << 20  # the table above is in MiB of it
+    budgets: list[int] = []
+    init = prefetch.ReadAhead.__init__
+
+    def spy(self, *args, **kwargs):  # the real ReadAhead, its budget noted
+        init(self, *args, **kwargs)
+        budgets.append(self.budget_bytes)
+
+    monkeypatch.setattr(prefetch.ReadAhead, "__init__", spy)
+    manifest = make_shards([6], payload_bytes=1000)
+    options = shardkit.SourceOptions(max_concurrent_requests=requests)
+    keys = read_keys(
+        serve_dataset(manifest) + "/", mode="exact", shuffle=False, source_options=options,
+        read_ahead_bytes=read_ahead_mib << 20,
+    )  # fmt: skip
+    assert keys == expected_keys([6])
+    assert budgets == [budget_mib << 20]
