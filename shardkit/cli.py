@@ -424,7 +424,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         listed = ", ".join(names) + (", ..." if len(m.class_names) > 8 else "")
         print(f"classes:    {len(m.class_names)} ({listed})")
     print(f"seed:       {shown(m.seed) if m.seed is not None else 'none (source order)'}")
-    print(f"options:    {', '.join(f'{shown(k)}={shown(v)}' for k, v in sorted(m.options.items()))}")
+    options = ", ".join(f"{shown(k)}={shown(v)}" for k, v in sorted(m.options.items()))
+    print(f"options:    {options or 'none recorded'}")
     print(f"skipped:    {len(m.skipped)}{_by_reason(m.skipped)}")
     _print_skipped(m.skipped, "  ")
     if args.shards:

@@ -371,3 +371,13 @@ def test_cli_index_runs_as_a_module(tmp_path, published):
     assert "indexed 5 shards (5 read, 0 unchanged, 0 removed), 23 samples" in run.stdout
     table = load_manifest(str(tmp_path / "o")).table
     assert np.array_equal(table.counts, [5, 5, 5, 5, 3])
+
+
+def test_info_of_an_indexed_dataset_says_no_write_options_were_recorded(tmp_path, published, capsys):
+    src, _ = published
+    assert main(["index", str(src), "--out", str(tmp_path / "o"), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "o")]) == 0
+    lines = dict(line.split(":", 1) for line in capsys.readouterr().out.splitlines() if ":" in line)
+    assert lines["options"].strip() == "none recorded"
+    assert lines["samples"].strip() == "23"
