@@ -65,6 +65,7 @@ from shardkit.format.compression import (
     decompress,
     member_compression,
 )
+from shardkit.io.urls import redact_url
 from shardkit.read.decoders.arrays import decode_npy, decode_npz, decode_tenbin
 from shardkit.read.decoders.images import DEFAULT_MAX_IMAGE_PIXELS, IMAGE_EXTENSIONS, decode_pil, decode_tensor
 from shardkit.read.decoders.values import (
@@ -243,7 +244,8 @@ class Decoder:
             except Exception as exc:
                 add_note = getattr(exc, "add_note", None)  # Python 3.11+
                 if add_note is not None:
-                    add_note(f"while decoding field {ext!r} of sample {sample.get('__key__')!r}")
+                    where = f" in {redact_url(path)}" if path else ""
+                    add_note(f"while decoding field {ext!r} of sample {sample.get('__key__')!r}{where}")
                 raise
         return sample
 

@@ -194,6 +194,11 @@ def test_a_field_that_fails_to_decode_names_field_and_key():
     with pytest.raises(ValueError, match="invalid literal for int") as info:
         Decoder()({"__key__": "shard3/k9", "cls": b"seven"})
     assert "while decoding field 'cls' of sample 'shard3/k9'" in info.value.__notes__
+    with pytest.raises(ValueError) as info:
+        Decoder()({"__key__": "k9", "cls": b"seven"}, path="https://user:secret@host/shard-3.tar?sig=token")
+    (note,) = info.value.__notes__
+    assert note.startswith("while decoding field 'cls' of sample 'k9' in https://") and "shard-3.tar" in note
+    assert "secret" not in note and "token" not in note
     with pytest.raises(ValueError, match="corrupt gzip data"):
         Decoder()({"__key__": "k", "txt.gz": b"\x1f\x8b not really"})
 
