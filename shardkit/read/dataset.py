@@ -210,7 +210,9 @@ class ShardDataset(IterableDataset):
             offset; ``"skip"`` logs a warning, counts the fault in
             :attr:`num_skipped`, and goes on with the next readable sample.
             A damaged sample is left out whole: a partial sample is never
-            yielded.
+            yielded. A field that ``decode`` cannot decode (a broken image,
+            a label that is no number) is such a fault too: raised as its
+            decoder's error, with a note naming field, sample and shard.
         verify_checksums: Check every sample against the CRC-32 its offset
             index stores (``shardkit write`` stores one per sample), so a
             changed byte in a member's data is a fault naming the sample's

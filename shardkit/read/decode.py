@@ -274,3 +274,23 @@ def make_decoder(decode: ImageMode | Decoder | None) -> Decoder | None:
     if decode in ("pil", "tensor"):
         return Decoder(image=decode)
     raise UsageError(f"decode must be 'pil', 'tensor', a shardkit Decoder or None, not {decode!r}")
+
+
+def undecodable(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by :meth:`Decoder.__call__`, is the data's
+    fault (a field that does not decode: a broken image, malformed JSON, a
+    member over a limit), which ``on_error="skip"`` skips like a corrupt
+    sample; not a setting's (:class:`~shardkit.errors.UsageError`, e.g.
+    pickle not allowed) or the process's (``MemoryError``)."""
+    return isinstance(exc, Exception) and not isinstance(exc, (UsageError, MemoryError))
+
+
+def describe_fault(exc: BaseException) -> str:
+    """One line for a skipped decoding fault: shardkit's own message, or the
+    decoder's error with the note naming field, sample and shard."""
+    if isinstance(exc, MemberTooLargeError):
+        return str(exc)
+    notes = "; ".join(getattr(exc, "__notes__", ()))
+    text = f"{type(exc).__name__}: {exc}"
+    return f"{text} ({notes})" if notes else text
+

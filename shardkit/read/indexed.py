@@ -60,7 +60,7 @@ from shardkit.io.registry import open_remote, open_source
 from shardkit.io.urls import is_local, local_path, redact_url
 from shardkit.read.catalog import ShardCatalog, resolve_catalog
 from shardkit.read.counters import SharedCounters
-from shardkit.read.decode import Decoder, ImageMode, make_decoder
+from shardkit.read.decode import Decoder, ImageMode, describe_fault, make_decoder, undecodable
 from shardkit.read.pieces import FAULTS, ON_ERROR, OnError
 from shardkit.read.slot import collate_samples
 
@@ -155,7 +155,7 @@ class IndexedDataset(Dataset):
     offset index names the ``.idx`` file (the error every reader raises for
     it, see :func:`~shardkit.io.index.fetch_offset_index`). Under ``"skip"`` the fault is logged and counted in
     :attr:`num_skipped` (summed over DataLoader workers) and ``ds[i]``
-    returns None; batch with ``collate_fn=IndexedDataset.collate``, which
+    returns None, as it does for a field ``decode`` cannot decode; batch with ``collate_fn=IndexedDataset.collate``, which
     leaves the Nones out (a batch may thus be smaller) and, unlike torch's
     default, names the field and samples when a batch cannot be stacked
     (images of different sizes, PIL images).
@@ -306,9 +306,16 @@ class IndexedDataset(Dataset):
         sample: Sample = {"__key__": raw.key}
         sample.update(raw.fields)
         sample["__index__"] = global_index
-        try:
-            if self._decoder is not None:
+        if self._decoder is not None:
+            try:
                 sample = self._decoder(sample, path=self.shard_url(shard))
+            except Exception as exc:
+                if self._on_error == "raise" or not undecodable(exc):
+                    raise
+                log.warning("skipping sample %d: %s", global_index, describe_fault(exc))
+                self._counters.count_skip(exc)
+                return None
+        try:
             return sample if self._map is None else self._map(sample)
         except MemberTooLargeError as exc:  # a data fault, like corruption
             error = exc if exc.path is not None else exc.located(path=self.shard_url(shard), member=exc.member)

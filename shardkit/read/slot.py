@@ -25,6 +25,7 @@ from torch.utils.data import default_collate
 from shardkit.errors import MemberTooLargeError, StateError, UsageError
 from shardkit.io.base import SourceOptions
 from shardkit.read.catalog import ShardCatalog
+from shardkit.read.decode import describe_fault, undecodable
 from shardkit.read.options import OutputOptions, ReaderOptions
 from shardkit.read.plan import EpochLayout, ReadPlan, check_infinite
 from shardkit.read.resume.elastic import LevelPlan, part_spans
@@ -429,15 +430,24 @@ def _decoded(
     on_skip: Callable[[Exception], None],
     on_filtered: Callable[[], None] | None,
 ) -> Iterator[tuple[int, Any]]:
-    """Decode, select and map each sample. A member over a limit
+    """Decode, select and map each sample. A field that does not decode
+    (:func:`~shardkit.read.decode.undecodable`) and a member over a limit
     (:class:`~shardkit.errors.MemberTooLargeError`, from the decoder or a
-    transform in ``map``) is a data fault: raised naming the shard, or under
-    ``on_error="skip"`` logged, counted and the sample dropped."""
+    transform in ``map``) are data faults: raised, or under
+    ``on_error="skip"`` logged, counted and the sample dropped (it still
+    counts as consumed, so a checkpoint resumes past it)."""
     decoder, select, fn = output.decoder, output.select, output.map
     for n, sample, url in samples:
-        try:
-            if decoder is not None:
+        if decoder is not None:
+            try:
                 sample = decoder(sample, path=url)
+            except Exception as exc:
+                if on_error == "raise" or not undecodable(exc):
+                    raise
+                log.warning("skipping sample (on_error='skip'): %s", describe_fault(exc))
+                on_skip(exc)
+                continue
+        try:
             if select is not None and not select(sample):
                 if on_filtered is not None:
                     on_filtered()
