@@ -250,17 +250,20 @@ def cmd_write(args: argparse.Namespace) -> int:
 
     def on_progress(event: Any) -> None:
         nonlocal written_bytes, bar, skipped
-        written_bytes += event.num_bytes
+        if not event.reused:  # a resumed run's finished shards are not written again
+            written_bytes += event.num_bytes
         if not args.quiet:
             if bar is None:
                 from tqdm import tqdm
 
                 bar = tqdm(total=event.total_samples, unit=" samples", desc="write", file=sys.stderr)
+                # Its clock starts with the writing, not with the first shard finished.
+                bar.start_t -= event.elapsed_s
             bar.update(event.num_samples + event.num_skipped)
             skipped += event.num_skipped
-            elapsed = bar.format_dict.get("elapsed") or 1e-9
             failed = f", {100 * skipped / max(bar.n, 1):.1f}% skipped" if skipped else ""
-            bar.set_postfix_str(f"{written_bytes / elapsed / 1e6:.1f} MB/s{failed}, {event.shard}", refresh=False)
+            rate = written_bytes / max(event.elapsed_s, 1e-9) / 1e6
+            bar.set_postfix_str(f"{rate:.1f} MB/s{failed}, {event.shard}", refresh=False)
 
     try:
         report = write_dataset(args.source, args.dest, options=options, progress=on_progress)

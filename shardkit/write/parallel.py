@@ -101,7 +101,10 @@ class Progress:
     """One progress event: a shard finished (written or reused).
 
     ``total_samples`` is what the whole plan holds, for a progress bar total;
-    ``num_skipped`` the inputs the shard left out (failed downloads...).
+    ``num_skipped`` the inputs the shard left out (failed downloads...);
+    ``elapsed_s`` the seconds since the shards began to be written (the
+    plan done), the clock for rates: the first event comes only once the
+    first shard is finished.
     """
 
     shard: str
@@ -110,6 +113,7 @@ class Progress:
     reused: bool
     total_samples: int = 0
     num_skipped: int = 0
+    elapsed_s: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -418,19 +422,20 @@ def _write_planned(run: _Run, scanned: ScanResult, tasks: list[ShardTask], overs
     """The rest of :func:`_write`, once the source is scanned and planned:
     run the tasks not done yet on the engine, then write the manifest."""
     dest, options = run.dest, run.options
+    since = time.perf_counter()  # the clock of progress events' elapsed_s
     prepare_destination(dest, overwrite=options.overwrite, resume=options.resume, keep=JOURNAL_DIR)
     for description in oversized:
         log.warning("sample %s alone exceeds max_bytes=%s; it gets a shard of its own", description, options.max_bytes)
     results: dict[int, ShardResult] = {}
     try:
-        todo = _reuse_finished(run, scanned, tasks, results) if options.resume else tasks
+        todo = _reuse_finished(run, scanned, tasks, results, since) if options.resume else tasks
         if not run.publisher.remote:  # a remote DEST stages a few shards at a time
             check_free_space(dest, _planned_file_sizes(todo))
         runner = run.engine(todo, run.job(), options)
         try:
             for result in runner:
                 results[result.index] = result
-                _report(run.progress, result, scanned.num_samples)
+                _report(run.progress, result, scanned.num_samples, since)
         finally:
             runner.close()  # stops the pool at once when the loop ends early
         ordered = [results[t.index] for t in tasks]
@@ -456,7 +461,7 @@ def _source_info(run: _Run, scanned: ScanResult) -> dict:
 
 
 def _reuse_finished(
-    run: _Run, scanned: ScanResult, tasks: list[ShardTask], results: dict[int, ShardResult]
+    run: _Run, scanned: ScanResult, tasks: list[ShardTask], results: dict[int, ShardResult], since: float
 ) -> list[ShardTask]:
     """``--resume``: put the finished shards that match the plan into
     ``results``, remove stale files, and return the tasks left to run."""
@@ -469,7 +474,7 @@ def _reuse_finished(
             todo.append(task)
         else:
             results[task.index] = reused
-            _report(run.progress, reused, scanned.num_samples)
+            _report(run.progress, reused, scanned.num_samples, since)
     remove_stale(dest, keep={t.name for t in tasks})
     if os.path.exists(os.path.join(dest, MANIFEST_NAME)) and todo:
         os.unlink(os.path.join(dest, MANIFEST_NAME))
@@ -520,10 +525,12 @@ _MANIFEST_ALLOWANCE_BYTES = 64 << 10
 _MANIFEST_BYTES_PER_SHARD = 512
 
 
-def _report(progress: Callable[[Progress], None] | None, result: ShardResult, total: int) -> None:
+def _report(progress: Callable[[Progress], None] | None, result: ShardResult, total: int, since: float) -> None:
+    """Tell ``progress`` that a shard is done; ``since``: when writing began (``perf_counter``)."""
     if progress is not None:
         entry = result.entry
-        progress(Progress(entry.path, entry.num_samples, entry.num_bytes, result.reused, total, len(result.skipped)))
+        elapsed = time.perf_counter() - since
+        progress(Progress(entry.path, entry.num_samples, entry.num_bytes, result.reused, total, len(result.skipped), elapsed))
 
 
 def _pool_context() -> multiprocessing.context.BaseContext:

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import tarfile
+import time
 
 import pytest
 import webdataset as wds
@@ -53,6 +54,29 @@ def test_shards_are_byte_identical_for_1_and_2_workers(imagefolder, tmp_path):
         write_dataset(root, str(tmp_path / f"w{workers}"), options=WriteOptions(max_samples=4, workers=workers, seed=7))
     one, two = tree_bytes(tmp_path / "w1"), tree_bytes(tmp_path / "w2")
     assert one == two and len([n for n in one if n.endswith(".tar")]) == 6
+
+
+def test_progress_clock_starts_with_the_writing_not_with_the_first_finished_shard(imagefolder, tmp_path, monkeypatch):
+    """A progress bar's rates use each event's elapsed_s: seconds since the
+    shards began to be written. The first event comes once a shard is done,
+    so a clock started there would make the first rates near infinite."""
+    from shardkit.write import shard as shard_module
+
+    commit = shard_module.ShardFile.commit
+
+    def slow_commit(self):  # every shard takes at least 50 ms
+        time.sleep(0.05)
+        return commit(self)
+
+    monkeypatch.setattr(shard_module.ShardFile, "commit", slow_commit)
+    root, files = imagefolder
+    events = []
+    report = write_dataset(root, str(tmp_path / "out"), options=WriteOptions(max_samples=5, workers=1), progress=events.append)
+    assert sum(e.num_samples for e in events) == len(files)
+    elapsed = [e.elapsed_s for e in events]
+    assert elapsed[0] >= 0.05, "the first event's clock started before its shard was written"
+    assert elapsed == sorted(elapsed) and elapsed[-1] <= report.seconds
+    assert elapsed[-1] >= 0.05 * len(events) / 2  # (one worker writes two shards at once, in two threads)
 
 
 def test_seed_changes_the_mix_and_no_shuffle_keeps_source_order(imagefolder, tmp_path):

@@ -147,10 +147,10 @@ def test_input_vanishing_mid_run_is_one_line_naming_it(imagefolder, tmp_path, mo
     victim = os.path.join(root, "cat", "img_002.jpg")
     report = parallel._report
 
-    def report_then_delete(progress, result, total):
+    def report_then_delete(*args):
         if os.path.exists(victim):
             os.unlink(victim)
-        report(progress, result, total)
+        report(*args)
 
     monkeypatch.setattr(parallel, "_report", report_then_delete)
     code, _, err = run(capsys, *argv, "--resume")
