@@ -403,11 +403,29 @@ class ShardDataset(IterableDataset):
         """Samples this rank reads in the current epoch, or None if unknown / endless."""
         return self._slots.samples_per_rank(self._world, epoch=self.epoch)
 
+    def samples_per_worker(self, num_workers: int) -> list[int] | None:
+        """Samples each of this rank's ``num_workers`` DataLoader workers
+        reads in the current epoch (worker 0 first), or None if unknown or
+        endless. Each worker batches its own share, so a batch count is
+        counted per worker (see ``len()`` of :func:`~shardkit.make_loader`'s loader)."""
+        slots = [self._world.with_worker(w, num_workers) for w in range(num_workers)]
+        counts = [self._slots.samples_per_slot(slot, epoch=self.epoch) for slot in slots]
+        return None if None in counts else counts  # type: ignore[return-value]
+
     def __len__(self) -> int:
         """Samples this rank reads per epoch (single samples, finite modes only)."""
         count = self.num_samples
-        if count is None or self.batch_size is not None:
-            raise TypeError("len() is defined for single samples in 'exact'/'balanced' mode with sample counts")
+        if count is None:
+            raise TypeError(
+                "len() needs a finite epoch with known sample counts: not mode='infinite', and shards with "
+                "a manifest or offset indexes (`shardkit index SOURCE` makes them for published shards)"
+            )
+        if self.batch_size is not None:
+            raise TypeError(
+                "len() counts samples, and this dataset batches in its DataLoader workers, each its own share: "
+                "how many batches that makes depends on the worker count. len(make_loader(dataset, ...)) "
+                "counts them; dataset.num_samples is the samples per epoch"
+            )
         return count
 
     def set_epoch(self, epoch: int) -> None:

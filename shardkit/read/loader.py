@@ -207,6 +207,33 @@ class ShardLoader(DataLoader):
     def _world(self) -> World:
         return self.shard_dataset.world.with_worker(0, max(self.num_workers, 1))
 
+    def __len__(self) -> int:
+        """Items this rank's loader yields per epoch: batches, or samples
+        when nothing batches. Each worker batches its own share of the
+        epoch, so every worker may end with a partial batch: counted per
+        worker, this is exact, where ``ceil(samples / batch_size)`` (what a
+        plain DataLoader reports) can fall short by up to a batch per
+        worker. An upper bound when ``select=`` drops samples.
+
+        Raises:
+            TypeError: The epoch is endless (``mode="infinite"``) or its
+                sample counts are unknown.
+        """
+        dataset = self.shard_dataset
+        counts = dataset.samples_per_worker(max(self.num_workers, 1))
+        if counts is None:
+            raise TypeError(
+                "len() needs a finite epoch with known sample counts: not mode='infinite', and shards with "
+                "a manifest or offset indexes (`shardkit index SOURCE` makes them for published shards)"
+            )
+        if self.batch_size is not None:
+            size, partial = self.batch_size, not self.drop_last
+        elif dataset.batch_size is not None:
+            size, partial = dataset.batch_size, dataset._slots.output.partial_batches  # its companion, as in _items
+        else:
+            return sum(counts)
+        return sum(-(-count // size) if partial else count // size for count in counts)
+
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         dataset = self.shard_dataset
         world = self._world()

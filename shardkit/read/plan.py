@@ -28,6 +28,7 @@ from shardkit.read.split import (
     part_span,
     samples_per_rank,
     seed_sequence,
+    slot_span,
 )
 from shardkit.world import World
 
@@ -186,6 +187,13 @@ class ReadPlan:
         total = self.layout.length(epoch)
         opts = self.options
         return samples_per_rank(total, rank=world.rank, world_size=world.world_size, mode=opts.mode, pad=opts.pad)
+
+    def samples_per_slot(self, world: World, *, epoch: int = 0) -> int | None:
+        """Samples ``world``'s (rank, worker) slot reads in ``epoch``; None if unknown or endless."""
+        if self.layout is None or self.options.mode == "infinite":
+            return None
+        start, stop = slot_span(self.layout.length(epoch), world, mode=self.options.mode, pad=self.options.pad)
+        return stop - start
 
     def pieces(self, world: World, *, epoch: int, part: int = 0) -> Iterator[Piece]:
         """The pieces read part ``part`` of ``world``'s slot reads from

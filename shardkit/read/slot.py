@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -240,8 +240,11 @@ class SlotReader:
 
     def samples_per_rank(self, world: World, *, epoch: int) -> int | None:
         """Samples ``world``'s rank reads in ``epoch``; None if unknown or endless."""
-        counts = [p.samples_per_rank(world, epoch=epoch) for p in self.plans(epoch)]
-        return None if any(c is None for c in counts) else sum(c or 0 for c in counts)
+        return _sum_known(p.samples_per_rank(world, epoch=epoch) for p in self.plans(epoch))
+
+    def samples_per_slot(self, world: World, *, epoch: int) -> int | None:
+        """Samples ``world``'s (rank, worker) slot reads in ``epoch``; None if unknown or endless."""
+        return _sum_known(p.samples_per_slot(world, epoch=epoch) for p in self.plans(epoch))
 
     def _readers(
         self, world: World, on_skip: Callable[[Exception], None], shares: tuple[int, ...]
@@ -421,6 +424,16 @@ def finish_items(
         collate = default_collate if output.collate is None else output.collate
         out = _batches(out, output.batch_size, collate, output.partial_batches)
     return out
+
+
+def _sum_known(counts: Iterable[int | None]) -> int | None:
+    """The sum of ``counts``, or None if any is unknown."""
+    total = 0
+    for count in counts:
+        if count is None:
+            return None
+        total += count
+    return total
 
 
 def _decoded(

@@ -92,3 +92,50 @@ def test_forking_workers_beside_a_process_group_names_the_cpython_hang_and_the_r
         assert fork_hazard(make_loader(ds, num_workers=0)) is None
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize(
+    ("workers", "batch_size", "drop_last", "rank", "world_size", "mode"),
+    [
+        (4, 10, False, 0, 1, "exact"),  # 4 workers x 12 or 13 samples: 2 batches each, not ceil(49 / 10) = 5
+        (4, 10, True, 0, 1, "exact"),
+        (3, 4, False, 1, 2, "exact"),
+        (3, 4, False, 2, 3, "balanced"),
+        (0, 7, False, 0, 1, "exact"),
+        (2, None, False, 1, 2, "balanced"),
+    ],
+)
+def test_len_of_the_loader_is_the_number_of_batches_it_yields(make_shards, workers, batch_size, drop_last, rank, world_size, mode):
+    manifest = make_shards([13, 9, 11, 16])
+    ds = ShardDataset(manifest, mode=mode, seed=2, rank=rank, world_size=world_size)
+    loader = make_loader(ds, batch_size=batch_size, num_workers=workers, drop_last=drop_last)
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        assert len(loader) == sum(1 for _ in loader)
+    counts = ds.samples_per_worker(max(workers, 1))
+    assert sum(counts) == ds.num_samples and max(counts) - min(counts) <= 1
+
+
+@pytest.mark.parametrize("partial", [True, False])
+def test_len_counts_batches_made_in_the_workers_and_of_a_mixture(make_shards, tmp_path, partial):
+    from shardkit import Stream
+    from tests.conftest import build_dataset
+
+    manifest = make_shards([13, 9, 11, 16])
+    ds = ShardDataset(manifest, mode="exact", seed=2, batch_size=5, partial_batches=partial)
+    loader = make_loader(ds, num_workers=3)
+    assert len(loader) == sum(1 for _ in loader)
+    with pytest.raises(TypeError, match=r"len\(make_loader"):
+        len(ds)
+    build_dataset(str(tmp_path / "small"), [3, 2])
+    mixture = ShardDataset(
+        [Stream(manifest.location, weight=0.5), Stream(str(tmp_path / "small"), weight=0.5)], mode="exact", seed=1
+    )
+    loader = make_loader(mixture, batch_size=4, num_workers=3)
+    assert len(loader) == sum(1 for _ in loader)
+
+
+def test_len_of_an_endless_loader_says_why_it_has_none(make_shards):
+    ds = ShardDataset(make_shards([4, 4]), mode="infinite")
+    with pytest.raises(TypeError, match="mode='infinite'"):
+        len(make_loader(ds, num_workers=2))
