@@ -293,4 +293,3 @@ def describe_fault(exc: BaseException) -> str:
     notes = "; ".join(getattr(exc, "__notes__", ()))
     text = f"{type(exc).__name__}: {exc}"
     return f"{text} ({notes})" if notes else text
-

@@ -153,12 +153,13 @@ class IndexedDataset(Dataset):
     :class:`~shardkit.CorruptShardError` naming the shard and the byte
     offset, a shard cut short names the byte range it lacks, and a damaged
     offset index names the ``.idx`` file (the error every reader raises for
-    it, see :func:`~shardkit.io.index.fetch_offset_index`). Under ``"skip"`` the fault is logged and counted in
-    :attr:`num_skipped` (summed over DataLoader workers) and ``ds[i]``
-    returns None, as it does for a field ``decode`` cannot decode; batch with ``collate_fn=IndexedDataset.collate``, which
-    leaves the Nones out (a batch may thus be smaller) and, unlike torch's
-    default, names the field and samples when a batch cannot be stacked
-    (images of different sizes, PIL images).
+    it, see :func:`~shardkit.io.index.fetch_offset_index`). Under ``"skip"``
+    the fault is logged and counted in :attr:`num_skipped` (summed over
+    DataLoader workers) and ``ds[i]`` returns None, as it does for a field
+    ``decode`` cannot decode; batch with ``collate_fn=IndexedDataset.collate``,
+    which leaves the Nones out (a batch may thus be smaller) and, unlike
+    torch's default, names the field and samples when a batch cannot be
+    stacked (images of different sizes, PIL images).
 
     Example::
 
