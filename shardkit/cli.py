@@ -535,9 +535,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     note = f" ({entries} entries that belong to no sample skipped in {len(skipped)} shards)" if skipped else ""
     if stream_only:
         note += f" ({len(stream_only)} compressed shards stream-only: no offset index to check)"
-    if manifest.skipped:
-        left = len(manifest.skipped)
-        note += f" ({left} input{'s were' if left > 1 else ' was'} left out when it was made: `shardkit info` lists them)"
+    if left := len(manifest.skipped):
+        note += f" ({left} input{'s' if left > 1 else ''} left out when it was made: `shardkit info` lists them)"
     print(f"OK: {manifest.num_shards} shards, {samples} samples, {_human_bytes(manifest.num_bytes)} verified{note}")
     return EXIT_OK
 
