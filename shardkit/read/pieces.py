@@ -95,14 +95,16 @@ REMOTE_START_READ_AHEAD_BYTES = 2 << 20
 
 #: Most read-ahead of a remote reader per request it may have in flight,
 #: below its ``read_ahead_bytes`` where that is larger: under a second of
-#: what one connection to an object store delivers (0.4 s at 20 MiB/s). A DataLoader
-#: hands out its workers' samples in turn, so the rank gets its samples no
-#: faster than its slowest worker receives them. A worker whose connection
-#: got ahead of its siblings' only holds bytes nobody asks for yet, and
-#: while it has room for more, its connection keeps taking a share of the
-#: link from the workers behind. With little room it stops, and the link
-#: goes to those that lag: the workers finish an epoch together instead of
-#: the last one alone on one connection.
+#: what one connection to an object store delivers (0.4 s at 20 MiB/s). A
+#: DataLoader that delivers in order (torch's default) hands out its
+#: workers' samples in turn, so the rank gets its samples no faster than
+#: its slowest worker receives them. A worker whose connection got ahead of
+#: its siblings' only holds bytes nobody asks for yet, and while it has room
+#: for more, its connection keeps taking a share of the link from the
+#: workers behind. With little room it stops, and the link goes to those
+#: that lag: the workers finish an epoch together instead of the last one
+#: alone on one connection. (Out of order, as ``make_loader`` delivers by
+#: default, nothing holds a worker back and this changes little.)
 REMOTE_READ_AHEAD_BYTES_PER_REQUEST = 8 << 20
 
 #: Most decompressed bytes in one chunk of a compressed shard, however well
