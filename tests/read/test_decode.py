@@ -257,3 +257,31 @@ def test_member_and_image_limits_are_options_of_the_decoder():
         Decoder(image=image, max_image_pixels=64)({"__key__": "k7", "png": buf.getvalue()})
     with pytest.raises(UsageError, match="max_member_bytes"):
         Decoder(max_member_bytes=0)
+
+
+def test_without_torchvision_decoders_tensors_come_from_pil_alike(monkeypatch):
+    """torchvision.io's image decoders are deprecated since 0.29; where the
+    installed torchvision no longer has them, decode="tensor" decodes JPEG
+    and PNG through PIL: same shape and dtype, PNG bit for bit."""
+    from shardkit.read.decoders import images
+
+    rng = np.random.default_rng(0)
+    pixels = Image.fromarray(rng.integers(0, 256, (12, 20, 3), dtype=np.uint8))
+    encoded = {}
+    for fmt in ("PNG", "JPEG"):
+        out = io.BytesIO()
+        pixels.save(out, format=fmt)
+        encoded[fmt] = out.getvalue()
+    assert images.torchvision_decoder() is not None  # this machine's torchvision still has them
+    with_torchvision = {fmt: images.decode_tensor(data) for fmt, data in encoded.items()}
+    images.torchvision_decoder.cache_clear()
+    monkeypatch.setitem(sys.modules, "torchvision.io", None)  # `from torchvision.io import ...` now fails
+    try:
+        assert images.torchvision_decoder() is None
+        with_pil = {fmt: images.decode_tensor(data) for fmt, data in encoded.items()}
+    finally:
+        images.torchvision_decoder.cache_clear()
+    assert torch.equal(with_pil["PNG"], with_torchvision["PNG"])
+    jpeg_a, jpeg_b = with_pil["JPEG"], with_torchvision["JPEG"]
+    assert jpeg_a.shape == jpeg_b.shape == (3, 12, 20) and jpeg_a.dtype == jpeg_b.dtype == torch.uint8
+    assert (jpeg_a.int() - jpeg_b.int()).abs().float().mean() < 2.0

@@ -10,8 +10,10 @@ bytes instead of failing to decode.
 
 from __future__ import annotations
 
+import functools
 import io
 import re
+import warnings
 from typing import Any
 
 from shardkit.errors import ImageTooLargeError
@@ -147,12 +149,29 @@ def _torchvision_kind(data: bytes) -> bool:
     return data[:3] == b"\xff\xd8\xff" or data[:8] == b"\x89PNG\r\n\x1a\n" or (data[:4] == b"RIFF" and data[8:12] == b"WEBP")
 
 
+@functools.cache
+def torchvision_decoder() -> tuple[Any, Any] | None:
+    """``torchvision.io``'s ``(decode_image, ImageReadMode)``, or None where
+    the installed torchvision has no image decoders. They are deprecated
+    since torchvision 0.29 (in favour of TorchCodec) and will go; without
+    them every format goes through PIL. Their deprecation warning is about
+    shardkit's choice of decoder, which a user cannot act on: not shown."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from torchvision.io import ImageReadMode, decode_image
+    except ImportError:
+        return None
+    return decode_image, ImageReadMode
+
+
 def decode_tensor(data: bytes, *, max_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS) -> Any:
     """Decode an image to a ``torch.uint8`` tensor of shape ``C x H x W``.
 
     JPEG, PNG and WebP go through ``torchvision.io.decode_image`` (channels
-    as stored: 1 for grayscale, 3 for RGB, 4 with alpha). Every other format
-    is opened with PIL: grayscale, RGB and their alpha forms keep their
+    as stored: 1 for grayscale, 3 for RGB, 4 with alpha), where the
+    installed torchvision still has it (:func:`torchvision_decoder`). Every
+    other format is opened with PIL: grayscale, RGB and their alpha forms keep their
     channels, palette and 1-bit images become RGB (RGBA when transparent),
     other colour spaces RGB; 16-bit, 32-bit integer and float images keep
     their dtype (``uint16``, ``int32``, ``float32``) with one channel.
@@ -171,9 +190,11 @@ def decode_tensor(data: bytes, *, max_pixels: int | None = DEFAULT_MAX_IMAGE_PIX
     """
     import torch
 
-    if _torchvision_kind(data):
+    torchvision = torchvision_decoder() if _torchvision_kind(data) else None
+    if torchvision is not None:
         from PIL import UnidentifiedImageError
-        from torchvision.io import ImageReadMode, decode_image
+
+        decode_image, ImageReadMode = torchvision
 
         try:
             open_image(data, max_pixels)  # the header only: refuses a bomb before torchvision allocates
