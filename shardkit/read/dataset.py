@@ -72,6 +72,13 @@ class _Progress:
         self.count = 0
 
 
+#: Why ``len()`` of a dataset, or of its loader, is undefined.
+NO_LENGTH_MESSAGE = (
+    "len() needs a finite epoch with known sample counts: not mode='infinite', and shards with "
+    "a manifest or offset indexes (`shardkit index SOURCE` makes them for published shards)"
+)
+
+
 class ShardDataset(IterableDataset):
     """Stream samples from tar shards, split across ranks and workers.
 
@@ -416,10 +423,7 @@ class ShardDataset(IterableDataset):
         """Samples this rank reads per epoch (single samples, finite modes only)."""
         count = self.num_samples
         if count is None:
-            raise TypeError(
-                "len() needs a finite epoch with known sample counts: not mode='infinite', and shards with "
-                "a manifest or offset indexes (`shardkit index SOURCE` makes them for published shards)"
-            )
+            raise TypeError(NO_LENGTH_MESSAGE)
         if self.batch_size is not None:
             raise TypeError(
                 "len() counts samples, and this dataset batches in its DataLoader workers, each its own share: "

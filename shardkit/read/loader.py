@@ -20,7 +20,7 @@ from torch.utils.data import (
 )
 
 from shardkit.errors import UsageError, WorkerStartError
-from shardkit.read.dataset import ShardDataset
+from shardkit.read.dataset import NO_LENGTH_MESSAGE, ShardDataset
 from shardkit.read.frameworks import REBUILT_LOADER_MESSAGE, called_by_accelerate
 from shardkit.read.resume.state import Level, ReaderState, start_for
 from shardkit.read.slot import collate_samples
@@ -222,10 +222,7 @@ class ShardLoader(DataLoader):
         dataset = self.shard_dataset
         counts = dataset.samples_per_worker(max(self.num_workers, 1))
         if counts is None:
-            raise TypeError(
-                "len() needs a finite epoch with known sample counts: not mode='infinite', and shards with "
-                "a manifest or offset indexes (`shardkit index SOURCE` makes them for published shards)"
-            )
+            raise TypeError(NO_LENGTH_MESSAGE)
         if self.batch_size is not None:
             size, partial = self.batch_size, not self.drop_last
         elif dataset.batch_size is not None:
