@@ -6,7 +6,9 @@ nginx with a per-connection ``limit_rate``, in a network namespace whose veth
 end is shaped by ``tc tbf`` to an aggregate cap), serves a synthetic dataset
 from it (28 shards of 32 MB: ~8,300 samples of 110 KB, like 8,000 JPEGs) and
 reads every sample of it through a DataLoader with 1, 2, 4 and 8
-workers, once with ``shardkit.ShardDataset`` over ``http://`` and once with
+workers, with ``shardkit.ShardDataset`` over ``http://`` in a plain
+DataLoader (``shardkit``) and in ``shardkit.make_loader``'s (``make_loader``:
+out-of-order delivery, its default), and with
 ``webdataset.WebDataset`` over the same URLs (which opens each shard with
 ``curl``). Raw bytes, no decoding, no shuffling: this measures transport.
 
@@ -20,7 +22,7 @@ Writes ``bench/results/remote.json`` and
 
 Needs root (network namespace, tc, apt-get for nginx if missing):
 
-    .venv/bin/python bench/bench_remote.py                 # ~10 minutes, 0.9 GB
+    .venv/bin/python bench/bench_remote.py                 # ~12 minutes, 0.9 GB
     .venv/bin/python bench/bench_remote.py --quick         # smaller dataset
     .venv/bin/python bench/bench_remote.py --url http://host:port   # a server you run
 """
@@ -91,14 +93,21 @@ def cpu_seconds() -> float:
 #: Samples of the batch whose arrival is timed as the "first batch".
 FIRST_BATCH = 64
 
+#: What reads, in the order of the table.
+TOOLS = ("shardkit", "make_loader", "webdataset")
 
-def run_loader(dataset: Any, workers: int) -> tuple[int, int, float, float, float]:
-    """Iterate a DataLoader over ``dataset``; returns (samples, payload bytes,
+
+def run_loader(dataset: Any, workers: int, *, helper: bool = False) -> tuple[int, int, float, float, float]:
+    """Iterate a DataLoader over ``dataset`` (``helper``: the one
+    ``shardkit.make_loader`` builds); returns (samples, payload bytes,
     seconds to the first sample, seconds to the first :data:`FIRST_BATCH`
     samples, seconds in all)."""
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(dataset, batch_size=None, num_workers=workers, prefetch_factor=4)
+    if helper:
+        loader = shardkit.make_loader(dataset, num_workers=workers, prefetch_factor=4, persistent_workers=False)
+    else:
+        loader = DataLoader(dataset, batch_size=None, num_workers=workers, prefetch_factor=4)
     count = nbytes = 0
     first = batch = 0.0
     start = time.perf_counter()
@@ -138,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, help="shardkit max_concurrent_requests (default: SourceOptions')")
     parser.add_argument("--part-mib", type=int, help="shardkit part_bytes in MiB (default: SourceOptions')")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--tools", nargs="+", default=["shardkit", "webdataset"])
+    parser.add_argument("--tools", nargs="+", default=list(TOOLS), choices=TOOLS)
     parser.add_argument("--url", help="use this server (serving --workdir/data) instead of starting the emulation")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each cell, the tools taking turns; medians reported")
     parser.add_argument("--quick", action="store_true", help="8 shards of 16 MB")
@@ -165,12 +174,14 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(args.repeats):
                 for tool in args.tools:
                     dataset = (
-                        shardkit_dataset(base, args.requests, args.part_mib)
-                        if tool == "shardkit"
-                        else webdataset_dataset(urls)
+                        webdataset_dataset(urls)
+                        if tool == "webdataset"
+                        else shardkit_dataset(base, args.requests, args.part_mib)
                     )
                     cpu_before = cpu_seconds()
-                    count, payload, first, batch, seconds = run_loader(dataset, workers)
+                    count, payload, first, batch, seconds = run_loader(
+                        dataset, workers, helper=tool == "make_loader"
+                    )
                     cpu = cpu_seconds() - cpu_before
                     if count != manifest.num_samples:
                         raise SystemExit(f"{tool} with {workers} workers read {count} of {manifest.num_samples} samples")
@@ -184,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                             "cpu_s_per_GB": round(cpu / (total / 1e9), 2),
                         }
                     )
-                    print(f"{tool:10s} workers={workers}: {mbps:7.1f} MB/s ({seconds:.1f} s, first {FIRST_BATCH} "
+                    print(f"{tool:12s} workers={workers}: {mbps:7.1f} MB/s ({seconds:.1f} s, first {FIRST_BATCH} "
                           f"samples {batch:.3f} s)", file=sys.stderr)
     finally:
         if not args.url:
