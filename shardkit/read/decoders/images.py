@@ -171,10 +171,11 @@ def decode_tensor(data: bytes, *, max_pixels: int | None = DEFAULT_MAX_IMAGE_PIX
     JPEG, PNG and WebP go through ``torchvision.io.decode_image`` (channels
     as stored: 1 for grayscale, 3 for RGB, 4 with alpha), where the
     installed torchvision still has it (:func:`torchvision_decoder`). Every
-    other format is opened with PIL: grayscale, RGB and their alpha forms keep their
-    channels, palette and 1-bit images become RGB (RGBA when transparent),
-    other colour spaces RGB; 16-bit, 32-bit integer and float images keep
-    their dtype (``uint16``, ``int32``, ``float32``) with one channel.
+    other format is opened with PIL: grayscale, RGB and their alpha forms
+    keep their channels, palette and 1-bit images become RGB (RGBA when
+    transparent), other colour spaces RGB; 16-bit, 32-bit integer and float
+    images keep their dtype (``uint16``, ``int32``, ``float32``) with one
+    channel.
 
     The image's size is read from its header first (PIL opens lazily) and
     checked against ``max_pixels`` before anything is decoded, as for
