@@ -43,6 +43,12 @@ def fork_can_deadlock(version: tuple[int, ...] = tuple(sys.version_info[:3])) ->
     return version < (3, 11, 10)
 
 
+def _start_context(loader: DataLoader) -> Any:
+    """The ``multiprocessing`` context that starts ``loader``'s workers
+    (the DataLoader's default when it was given none)."""
+    return loader.multiprocessing_context or multiprocessing.get_context()
+
+
 def fork_hazard(loader: DataLoader) -> str | None:
     """Why starting ``loader``'s workers by ``fork`` here may hang, or None.
 
@@ -55,8 +61,7 @@ def fork_hazard(loader: DataLoader) -> str | None:
     """
     if loader.num_workers == 0 or not fork_can_deadlock():
         return None
-    context = loader.multiprocessing_context or multiprocessing.get_context()
-    if context.get_start_method() != "fork":
+    if _start_context(loader).get_start_method() != "fork":
         return None
     import torch.distributed as dist
 
@@ -267,8 +272,9 @@ class ShardLoader(DataLoader):
             _warn_fork_hazard(hazard)
         if not self._start_timeout_s:
             return None
-        context = self.multiprocessing_context or multiprocessing.get_context()
-        self._slots.start = StartWatch(self.num_workers, context=context, stall_s=self._start_timeout_s, cause=hazard)
+        self._slots.start = StartWatch(
+            self.num_workers, context=_start_context(self), stall_s=self._start_timeout_s, cause=hazard
+        )
         return self._slots.start
 
     @staticmethod
