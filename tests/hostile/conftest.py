@@ -5,8 +5,9 @@ The readers' children (``stream``, ``loader``, ``indexed``) are forked from
 a ``forkserver`` that imported torch and shardkit once, as DataLoader workers
 started that way are: a new interpreter importing torch takes ~2.5 s, most of
 these tests' time. The server is a new interpreter, not a fork of the test
-process, so each child starts from the same clean state. The writer, ``verify`` and ``info`` run in a new interpreter without
-torch, as users run them.
+process, so each child starts from the same clean state. The writer,
+``verify`` and ``info`` run in a new interpreter without torch, as users run
+them.
 """
 
 from __future__ import annotations
