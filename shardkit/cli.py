@@ -218,7 +218,7 @@ def _dry_run(args: argparse.Namespace, options: Any) -> int:
           f"nothing written to {shown(args.dest)}")
     if options.engine == "ray":
         print("  engine:  ray; planned on this machine as a Ray write's driver plans, the cluster was not contacted")
-    print(f"  inputs:  {plan.num_inputs} files ({plan.format})")
+    print(f"  inputs:  {plan.num_inputs} file{'s' * (plan.num_inputs != 1)} ({plan.format})")
     print(f"  samples: {plan.num_samples}")
     print(f"  shards:  {plan.num_shards}")
     at_most = "at most " if options.compress_members else ""  # planned with uncompressed member sizes
@@ -287,7 +287,7 @@ def cmd_write(args: argparse.Namespace) -> int:
 
 
 #: Skipped inputs listed one per line by `write` and `info`; past it, counts by reason only.
-_LISTED_SKIPS = 50
+_LISTED_SKIPS = 20
 
 
 def _by_reason(skipped: Sequence[Any]) -> str:

@@ -9,11 +9,14 @@ wrote it and leaves a user's own.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
+import logging
 import os
 import re
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from shardkit.errors import DestinationError
 from shardkit.io.atomic import TMP_SUFFIX
@@ -24,6 +27,45 @@ JOURNAL_DIR = ".shardkit-journal"
 _OURS = re.compile(
     r"^(shard-\d{6,}\.(tar|idx)(\.tmp)?|manifest\.json(\.tmp)?|shards-[0-9a-f]{16}\.table(\.[^/]*)?|\.shardkit-journal)$"
 )
+
+
+logger = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def holding_destination(dest: str) -> Iterator[None]:
+    """Hold local directory ``dest`` (made if missing) for one write: an
+    exclusive ``flock`` on the directory itself, so no file is added for it.
+
+    Two writes into one folder at once (a job started again while the first
+    still runs) would write the same shard names and remove each other's
+    temporary files; the second is refused instead. The writer processes a
+    write forks share the lock and hold it until they end. Where the file
+    system has no ``flock`` for directories (some network file systems) the
+    write goes on unlocked.
+
+    Raises:
+        DestinationError: Another write holds ``dest``.
+    """
+    try:
+        os.makedirs(dest, exist_ok=True)
+        fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise output_error(exc, dest, resume_hint=False) from exc
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise DestinationError(
+                    f"{dest}: another shardkit write into this folder is running (it holds the folder's lock); "
+                    "wait for it to end, or stop it and rerun with --resume",
+                    path=dest,
+                ) from None
+            logger.debug("%s: no lock for this write (%s)", dest, exc)
+        yield
+    finally:
+        os.close(fd)
 
 
 def is_shardkit_name(name: str) -> bool:

@@ -53,7 +53,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +91,7 @@ from shardkit.write.index_previous import (
 )
 from shardkit.write.index_shard import IndexResult, IndexTask, index_shard, index_shards
 from shardkit.write.index_source import ShardListing, list_shards
+from shardkit.write.pool import process_pool
 from shardkit.write.publish import publish_manifest
 
 logger = logging.getLogger(__name__)
@@ -197,13 +198,11 @@ def _run_local(
         for task in tasks:
             yield index_shard(task, options)
         return
-    from shardkit.write.parallel import _pool_context
-
     def finished(running: list[Future[list[IndexResult]]]) -> tuple[list[Any], list[Any]]:
         done, rest = wait(running, return_when=FIRST_COMPLETED)
         return list(done), list(rest)
 
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context())
+    pool = process_pool(workers)
     try:
         yield from _bounded(
             _groups(tasks, batch),

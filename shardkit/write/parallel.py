@@ -33,25 +33,25 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import multiprocessing
 import os
 import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from concurrent.futures import Executor, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.format.compression import COMPRESSIONS, Compression, compressed_extension
-from shardkit.format.manifest import MANIFEST_NAME, Manifest
+from shardkit.format.manifest import MANIFEST_NAME, Manifest, SkippedInput
 from shardkit.format.tar import field_name
 from shardkit.io.registry import open_destination
 from shardkit.write.destination import (
     JOURNAL_DIR,
     check_destination,
     check_free_space,
+    holding_destination,
     output_error,
     prepare_destination,
 )
@@ -69,6 +69,7 @@ from shardkit.write.journal import (
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
 from shardkit.write.partition import PARTITION_BYTES
 from shardkit.write.plan import ShardTask, plan_shards
+from shardkit.write.pool import pool_context, process_pool
 from shardkit.write.publish import publish_manifest
 from shardkit.write.publisher import ShardPublisher
 from shardkit.write.scan import ScanResult, Scanner, scan_dataset, scan_locally
@@ -355,9 +356,18 @@ def _choose_engine(options: WriteOptions) -> tuple[Engine, Scanner, contextlib.A
 def _write(run: _Run) -> WriteReport:
     """Scan and plan into the work folder of ``run.dest``, then :func:`_write_planned`."""
     dest, options = run.dest, run.options
-    # Refuse an unusable DEST before scanning, changing nothing there yet.
-    check_destination(dest, overwrite=options.overwrite, resume=options.resume)
     created = not os.path.exists(dest)
+    if not os.path.isdir(dest):
+        check_destination(dest, overwrite=options.overwrite, resume=options.resume)  # a file there: refused, nothing made
+    with holding_destination(dest):
+        # Refuse an unusable DEST before scanning, changing nothing there yet.
+        check_destination(dest, overwrite=options.overwrite, resume=options.resume)
+        return _write_held(run, created)
+
+
+def _write_held(run: _Run, created: bool) -> WriteReport:
+    """:func:`_write` once DEST is held; ``created``: whether this write made it."""
+    dest, options = run.dest, run.options
     work = os.path.join(dest, JOURNAL_DIR)
     # Input shards compressed whole are unpacked here once, for the shard
     # writers to read by byte range; the copies go when the write ends, and
@@ -481,12 +491,17 @@ def _reuse_finished(
     return todo
 
 
+def _source_position(item: SkippedInput) -> tuple[str, int]:
+    """Where a skipped input stands in the source: its path, then its row (``PATH#row=N``)."""
+    path, marker, row = item.path.rpartition("#row=")
+    return (path, int(row)) if marker and row.isdigit() else (item.path, -1)
+
+
 def _publish_manifest(run: _Run, scanned: ScanResult, ordered: list[ShardResult]) -> Manifest:
     """Write the manifest into ``run.dest`` (atomically, last) and drop the work folder."""
     options, dest = run.options, run.dest
-    skipped = list(scanned.skipped)
-    for r in ordered:
-        skipped.extend(r.skipped)
+    # Inputs the shards left out (failed downloads...), in source order, not the plan's shuffled order.
+    skipped = list(scanned.skipped) + sorted((s for r in ordered for s in r.skipped), key=_source_position)
     kind = options.compress_members
     # the fields readers give (KEY.JPG is read as jpg)
     extensions = sorted({field_name(compressed_extension(ext, kind)) for ext in scanned.extensions})
@@ -533,19 +548,6 @@ def _report(progress: Callable[[Progress], None] | None, result: ShardResult, to
         progress(Progress(entry.path, entry.num_samples, entry.num_bytes, result.reused, total, len(result.skipped), elapsed))
 
 
-def _pool_context() -> multiprocessing.context.BaseContext:
-    """Start method for writer processes.
-
-    ``fork`` where the platform has it: the workers only read files, hash and
-    write, so they need nothing that fork could leave in a bad state, and
-    unlike ``spawn``/``forkserver`` it does not re-import the caller's
-    ``__main__`` (which would re-run a training script without a main guard,
-    or fail for ``python -c``/stdin programs).
-    """
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-
-
 def _run_tasks(tasks: list[ShardTask], job: ShardJob, options: WriteOptions) -> Iterator[ShardResult]:
     """The local engine: run shard tasks in a process pool, yielding results
     as they finish (any order).
@@ -565,9 +567,8 @@ def _run_tasks(tasks: list[ShardTask], job: ShardJob, options: WriteOptions) -> 
         pool: Executor = ThreadPoolExecutor(max_workers=2)
         futures = [pool.submit(run_shard, task, job, stop=stop, turn=turn) for task in tasks]
     else:
-        context = _pool_context()
-        stop = context.Event()
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=init_worker, initargs=(stop,))
+        stop = pool_context().Event()
+        pool = process_pool(workers, init_worker, (stop,))
         futures = [pool.submit(run_shard_in_worker, task, job) for task in tasks]
     try:
         for future in as_completed(futures):

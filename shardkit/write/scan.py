@@ -16,10 +16,8 @@ workers.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +29,7 @@ from shardkit.write.detect import detect_format
 from shardkit.write.inputs import FORMATS, scan_partition
 from shardkit.write.tar_inputs import DEFAULT_MAX_UNPACK_BYTES, UnpackBudget
 from shardkit.write.partition import PARTITION_BYTES, TABLE_KINDS, Partition, list_partitions
+from shardkit.write.pool import process_pool
 from shardkit.write.fieldmap import FieldMap
 from shardkit.write.table_source import TableSpec, detect_table, table_partitions
 from shardkit.write.spill import SpillReader, load_summary, spill_intact, spill_prefix
@@ -68,7 +67,10 @@ class ScanResult:
     @property
     def num_files(self) -> int:
         """Input files the samples are read from (a file that rows of two
-        JSONL partitions both name counts twice; the JSONL file once)."""
+        JSONL partitions both name counts twice; the JSONL file once, and a
+        table file cut into partitions by row groups or lines once)."""
+        if self.format in TABLE_KINDS:
+            return len({part.path for part in self.partitions})
         return sum(s["num_files"] for s in self.summaries) + (self.format == "jsonl")
 
     @property
@@ -253,9 +255,7 @@ def scan_locally(jobs: list[ScanJob], workers: int | None) -> list[dict]:
     workers = min(workers or os.cpu_count() or 1, len(jobs))
     if workers <= 1:
         return [job.run() for job in jobs]
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with process_pool(workers) as pool:
         futures = [pool.submit(_run_job, job) for job in jobs]
         try:
             return [future.result() for future in futures]

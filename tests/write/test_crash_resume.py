@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -32,6 +33,33 @@ KILLER = textwrap.dedent(
                   progress=on_progress)
     """
 )
+
+
+# The same, but only the driver is killed (`kill -9 PID`, the OOM killer):
+# its writer processes are told the pids first, in a file.
+DRIVER_KILLER = textwrap.dedent(
+    """
+    import multiprocessing, os, signal, sys
+    from shardkit.write.parallel import WriteOptions, write_dataset
+    done = []
+    def on_progress(event):
+        done.append(event)
+        if len(done) == 2:
+            with open(sys.argv[3], "w") as f:
+                f.write(" ".join(str(p.pid) for p in multiprocessing.active_children()))
+            os.kill(os.getpid(), signal.SIGKILL)
+    write_dataset(sys.argv[1], sys.argv[2], options=WriteOptions(max_samples=2, workers=2, seed=5),
+                  progress=on_progress)
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def complete_tar(path: str) -> int:
@@ -106,3 +134,68 @@ def test_resume_over_a_format1_manifest_reuses_its_shards_and_writes_format2(ima
     out = capsys.readouterr().out
     assert "1 written" in out and "4 reused" in out
     assert {n: open(os.path.join(dest, n), "rb").read() for n in os.listdir(dest)} == original
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_writer_processes_die_with_a_sigkilled_driver_and_resume_gives_the_same_bytes(tmp_path):
+    # Left running, they would go on writing shards under the names the
+    # resumed run writes, each removing the other's temporary files.
+    root = str(tmp_path / "images")
+    make_imagefolder(root, per_class=60, size=4000)
+    dest, pids = tmp_path / "killed", tmp_path / "pids"
+    proc = subprocess.run([sys.executable, "-c", DRIVER_KILLER, root, str(dest), str(pids)])
+    assert proc.returncode == -signal.SIGKILL
+    workers = [int(p) for p in pids.read_text().split()]
+    assert len(workers) == 2
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    survivors = [pid for pid in workers if _alive(pid)]
+    for pid in survivors:  # leave no orphan behind the test, even when it fails
+        os.kill(pid, signal.SIGKILL)
+    assert not survivors, "writer processes outlived their driver"
+
+    assert main(["write", root, str(dest), "--max-samples", "2", "--seed", "5", "--resume", "-q"]) == 0
+    assert main(["write", root, str(tmp_path / "clean"), "--max-samples", "2", "--seed", "5", "-q"]) == 0
+    clean = sorted(os.listdir(tmp_path / "clean"))
+    assert sorted(os.listdir(dest)) == clean
+    assert all((dest / n).read_bytes() == (tmp_path / "clean" / n).read_bytes() for n in clean)
+
+
+# A write that stops after its first shard until the file GO exists.
+PAUSED_WRITER = textwrap.dedent(
+    """
+    import os, sys, time
+    from shardkit.write.parallel import WriteOptions, write_dataset
+    def on_progress(event):
+        open(sys.argv[3] + ".started", "w").close()
+        while not os.path.exists(sys.argv[3]):
+            time.sleep(0.02)
+    write_dataset(sys.argv[1], sys.argv[2], options=WriteOptions(max_samples=2, workers=2, seed=5),
+                  progress=on_progress)
+    """
+)
+
+
+def test_a_second_write_into_a_folder_being_written_is_refused_and_the_first_completes(tmp_path, capsys):
+    root = str(tmp_path / "images")
+    make_imagefolder(root, per_class=10, size=1000)
+    dest, go = tmp_path / "out", tmp_path / "go"
+    first = subprocess.Popen([sys.executable, "-c", PAUSED_WRITER, root, str(dest), str(go)])
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "go.started").exists() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert (tmp_path / "go.started").exists()
+        for flags in (["--resume"], ["--overwrite"]):  # a rerun's flags, while the first still runs
+            assert main(["write", root, str(dest), "--max-samples", "2", "--seed", "5", "-q", *flags]) == 2
+            err = capsys.readouterr().err
+            assert f"{dest}: another shardkit write into this folder is running" in err and "--resume" in err
+        go.touch()
+        assert first.wait(timeout=60) == 0
+    finally:
+        first.kill()
+        first.wait()
+    assert main(["verify", str(dest), "-q"]) == 0  # the first write's dataset, whole
+    assert main(["write", root, str(tmp_path / "clean"), "--max-samples", "2", "--seed", "5", "-q"]) == 0
+    assert sorted(os.listdir(dest)) == sorted(os.listdir(tmp_path / "clean"))

@@ -76,7 +76,7 @@ def test_dry_run_with_the_ray_engine_plans_here_without_a_cluster(tmp_path, caps
                  "--max-samples", "7"]) == 0
     out = capsys.readouterr().out
     assert "  engine:  ray; planned on this machine as a Ray write's driver plans, the cluster was not contacted" in out
-    assert "  samples: 30\n  shards:  5\n" in out and "  inputs:  1 files (jsonl)\n" in out
+    assert "  samples: 30\n  shards:  5\n" in out and "  inputs:  1 file (jsonl)\n" in out
     assert not os.path.exists(dest)
 
 
