@@ -82,7 +82,12 @@ def detect_format(source: str) -> str:
     * ``imagefolder`` when it holds only class folders of images;
     * ``directory`` when no file in it is a tar shard or a ``.jsonl`` file
       (packing those as sample fields is never a guess: it takes
-      ``--format directory``).
+      ``--format directory``), and its folders are not class folders of
+      images with other files beside them (an ImageFolder with a stray
+      ``notes.txt``, or a tree to group by name? that takes ``--format``).
+      Files named like an image in its folder (``a1.jpg``, ``a1.cls``), or
+      a top-level folder with no image (``imgs/``, ``labels/``), tell a
+      tree to group.
 
     Raises:
         SourceError: The path does not exist, or its shape fits no format or
@@ -124,10 +129,12 @@ def detect_format(source: str) -> str:
             },
         )
     if all(e.is_dir() for e in entries):
-        tars = jsonl = images = others = 0
-        example = ""
-        for _, entries in walk_tree(source):
-            for entry in entries:
+        tars = jsonl = images = others = paired = 0
+        example = other_example = ""
+        with_images = set()  # top-level folders holding an image
+        for folder, files_here in walk_tree(source):
+            image_keys, other_keys = set(), []
+            for entry in files_here:
                 name = entry.name
                 if name.endswith(TAR_SUFFIXES):
                     tars += 1
@@ -137,8 +144,14 @@ def detect_format(source: str) -> str:
                     example = example or entry.path
                 elif name.rpartition(".")[2].lower() in IMAGE_EXTENSIONS:
                     images += 1
+                    image_keys.add(name.partition(".")[0])
+                    with_images.add(folder.partition("/")[0])
                 else:
                     others += 1
+                    other_example = other_example or entry.path
+                    other_keys.append(name.partition(".")[0])
+            # a file named like an image beside it (a1.jpg, a1.cls) is one of its fields
+            paired += sum(1 for key in other_keys if key in image_keys)
         if tars or jsonl:
             formats = {"tar": "on a folder of shards, or on a brace pattern naming them"} if tars else {}
             if jsonl:
@@ -148,6 +161,16 @@ def detect_format(source: str) -> str:
             raise _ambiguous(source, f"its folders hold {what} (e.g. {example})", formats)
         if images and not others:
             return "imagefolder"
+        if images and not paired and with_images == {e.name for e in entries}:
+            # Class folders that all hold images, and other files beside them.
+            raise _ambiguous(
+                source,
+                f"its folders hold images and {others} other file(s) (e.g. {other_example})",
+                {
+                    "imagefolder": "for one sample per image, labelled by its class folder, the other files left out",
+                    "directory": "to group every file by its name up to the first dot, with no labels",
+                },
+            )
         return "directory"
     jsonl_files = [name for name in files if name.endswith(".jsonl")]
     if jsonl_files:

@@ -101,3 +101,36 @@ def test_plain_folders_keep_their_formats(tmp_path):
     (tmp_path / "classes" / "cat").mkdir(parents=True)
     (tmp_path / "classes" / "cat" / "1.jpg").write_bytes(b"j")
     assert detect_format(str(tmp_path / "classes")) == "imagefolder"
+
+
+def test_class_folders_of_images_with_stray_files_are_not_guessed(tmp_path, capsys):
+    # Read as a plain tree, they would lose their labels without a word.
+    src = tmp_path / "classes"
+    for label in ("cat", "dog"):
+        (src / label).mkdir(parents=True)
+        for i in range(3):
+            (src / label / f"{label}{i}.jpg").write_bytes(b"jpeg %d" % i)
+    (src / "dog" / "notes.txt").write_text("collected in 2019")
+    with pytest.raises(SourceError, match=r"images and 1 other file\(s\) \(e\.g\. .*dog/notes\.txt\)") as info:
+        detect_format(str(src))
+    assert "`--format imagefolder`" in str(info.value) and "`--format directory`" in str(info.value)
+    assert main(["write", str(src), str(tmp_path / "guess"), "-q"]) == 2
+    assert "cannot tell the source format" in capsys.readouterr().err
+    assert main(["write", str(src), str(tmp_path / "out"), "-q", "--format", "imagefolder"]) == 0
+    labels = {s["__key__"]: s["cls"] for s in shardkit.ShardDataset(str(tmp_path / "out"), shuffle=False)}
+    assert labels == {f"{c}/{c}{i}": str(n).encode() for n, c in enumerate(("cat", "dog")) for i in range(3)}
+
+
+@pytest.mark.parametrize("layout", ["kind_folders", "fields_beside"])
+def test_trees_whose_files_group_by_name_are_still_directories(tmp_path, layout):
+    src = tmp_path / "tree"
+    if layout == "kind_folders":  # imgs/a1.jpg + labels/a1.cls: a folder without images
+        (src / "imgs").mkdir(parents=True)
+        (src / "labels").mkdir()
+        (src / "imgs" / "a1.jpg").write_bytes(b"j")
+        (src / "labels" / "a1.cls").write_text("3")
+    else:  # part0/a1.jpg beside part0/a1.cls
+        (src / "part0").mkdir(parents=True)
+        (src / "part0" / "a1.jpg").write_bytes(b"j")
+        (src / "part0" / "a1.cls").write_text("3")
+    assert detect_format(str(src)) == "directory"
