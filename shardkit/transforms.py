@@ -223,8 +223,9 @@ def _resample(source: _Source, box: tuple[float, float, float, float], out_hw: t
     if flip:
         out = out.flip(-1)
     # Channels-last strides, as torchvision's ToImage gives for a PIL image:
-    # a copy to plain CHW order would cost as much as the resize.
-    return out[0] if out.data_ptr() != region.data_ptr() else out[0].contiguous(memory_format=torch.channels_last)
+    # a copy to plain CHW order would cost as much as the resize. (The
+    # resize's output has them already; a region kept at its size is copied.)
+    return out.contiguous(memory_format=torch.channels_last)[0]
 
 
 def _finish(tensor: torch.Tensor, output: Output) -> Any:

@@ -226,6 +226,21 @@ def test_small_image_is_upscaled_to_the_output_size():
     assert DecodeResizeCenterCrop(224)(data).shape == (3, 224, 224)
 
 
+def test_a_box_already_at_the_output_size_is_the_decoded_pixels():
+    # No resize runs then: the region itself is the output (a 48-pixel image
+    # cropped to 32 at full scale met this).
+    image = _pattern("RGB", size=(32, 32))
+    data = encoded(image, "PNG")
+    pixels = TF.pil_to_tensor(image)
+    whole = DecodeRandomResizedCrop(32, scale=(1.0, 1.0), ratio=(1.0, 1.0))  # the whole image, flipped or not
+    torch.manual_seed(0)
+    got = [whole(data) for _ in range(8)] + [DecodeResizeCenterCrop(32, resize=32)(data)]
+    flipped = [torch.equal(g, pixels.flip(-1)) for g in got]
+    assert all(f or torch.equal(g, pixels) for f, g in zip(flipped, got))
+    assert any(flipped) and not all(flipped)
+    assert all(g.stride() == (1, 32 * 3, 3) for g in got)  # channels-last, as after a resize
+
+
 # -- outputs, options, pickling ------------------------------------------------------------------
 
 
