@@ -194,10 +194,11 @@ class ShardLoader(DataLoader):
         *,
         batch_size: int | None,
         worker_start_timeout_s: float | None = DEFAULT_STALL_S,
+        collate_fn: Callable[[Any], Any] | None = None,
         **kwargs: Any,
     ):
         batched = batch_size is not None
-        collate = _TaggedCollate(default_collate if batched else default_convert, batched=batched)
+        collate = _TaggedCollate(collate_fn or (default_collate if batched else default_convert), batched=batched)
         self._slots = _TaggedSlots(dataset)
         super().__init__(self._slots, batch_size=batch_size, collate_fn=collate, **kwargs)
         self.shard_dataset = dataset
@@ -351,6 +352,8 @@ def make_loader(
     timeout_s: float = 0,
     multiprocessing_context: Any = None,
     worker_start_timeout_s: float | None = DEFAULT_STALL_S,
+    collate_fn: Callable[[Any], Any] | None = None,
+    worker_init_fn: Callable[[int], None] | None = None,
 ) -> ShardLoader:
     """Build a DataLoader over a ShardDataset, with checkpointing.
 
@@ -383,6 +386,14 @@ def make_loader(
             raises :class:`~shardkit.errors.WorkerStartError`. None or 0:
             wait forever.
 
+        collate_fn: As the DataLoader's: makes a batch of ``batch_size``
+            samples (default ``default_collate``, with a clear error for
+            images of different sizes), or converts each item when
+            ``batch_size`` is None (default ``default_convert``). Checkpoints
+            count samples, so any collation keeps them exact.
+        worker_init_fn: As the DataLoader's: called with the worker id in
+            each worker process before it reads.
+
     Returns:
         A :class:`ShardLoader` (a DataLoader with ``state_dict()`` /
         ``load_state_dict()``).
@@ -412,5 +423,7 @@ def make_loader(
         drop_last=drop_last,
         timeout=timeout_s,
         worker_start_timeout_s=worker_start_timeout_s,
+        collate_fn=collate_fn,
+        worker_init_fn=worker_init_fn,
         **kwargs,
     )

@@ -139,3 +139,41 @@ def test_len_of_an_endless_loader_says_why_it_has_none(make_shards):
     ds = ShardDataset(make_shards([4, 4]), mode="infinite")
     with pytest.raises(TypeError, match="mode='infinite'"):
         len(make_loader(ds, num_workers=2))
+
+
+_WORKER_MARK: list[int] = []
+
+
+def _mark_worker(worker_id: int) -> None:
+    _WORKER_MARK[:] = [100 + worker_id]
+
+
+def _keys_and_mark(samples: list[dict]) -> tuple[list[int], list[str]]:
+    """A collation of one's own: the batch's keys, and what the worker's init left."""
+    return list(_WORKER_MARK), [s["__key__"] for s in samples]
+
+
+def test_collate_fn_and_worker_init_fn_are_the_dataloaders_and_resume_stays_exact(make_shards):
+    manifest = make_shards([7, 5, 6, 4])
+    every = sorted(f"s{i:03d}_{j:05d}" for i, n in enumerate([7, 5, 6, 4]) for j in range(n))
+
+    def loader() -> torch.utils.data.DataLoader:
+        ds = ShardDataset(manifest, mode="exact", seed=3, buffer_size=4)
+        ds.set_epoch(1)
+        return make_loader(ds, batch_size=3, num_workers=2, in_order=True,
+                           collate_fn=_keys_and_mark, worker_init_fn=_mark_worker)
+
+    full = list(loader())
+    assert {tuple(mark) for mark, _ in full} == {(100,), (101,)}  # each worker's init ran there
+    assert sorted(k for _, keys in full for k in keys) == every
+
+    first = loader()
+    seen = []
+    for step, (_, keys) in enumerate(first):
+        seen += keys
+        if step == 2:
+            state = first.state_dict()
+            break
+    resumed = loader()
+    resumed.load_state_dict(state)
+    assert seen + [k for _, keys in resumed for k in keys] == [k for _, keys in full for k in keys]
