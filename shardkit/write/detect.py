@@ -145,11 +145,12 @@ def detect_format(source: str) -> str:
                 elif name.rpartition(".")[2].lower() in IMAGE_EXTENSIONS:
                     images += 1
                     image_keys.add(name.partition(".")[0])
-                    with_images.add(folder.partition("/")[0])
                 else:
                     others += 1
                     other_example = other_example or entry.path
                     other_keys.append(name.partition(".")[0])
+            if image_keys:
+                with_images.add(folder.partition("/")[0])
             # a file named like an image beside it (a1.jpg, a1.cls) is one of its fields
             paired += sum(1 for key in other_keys if key in image_keys)
         if tars or jsonl:
