@@ -15,6 +15,7 @@ the file (or ``command line``) and the key.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import types
 import typing
@@ -138,11 +139,9 @@ def load_options(
 
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
-    unknown = sorted(str(k) for k in raw if k not in names)
-    if unknown:
-        raise UsageError(
-            f"{where}: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}"
-        )
+    # A key spelled as its command-line flag (field, key, connect-timeout) is the usual slip.
+    flags = {flag.lstrip("-"): name for name, flag in (override_names or {}).items()}
+    _refuse_unknown(raw, names, where, {**flags, **{k.replace("-", "_"): v for k, v in flags.items()}})
     for key, value in raw.items():
         values[key] = _convert(value, hints.get(key, Any), key, f"{where}: {key}")
         origins[key] = f"{where}: {key}"
@@ -196,12 +195,24 @@ def _convert(value: Any, annotation: Any, name: str, label: str) -> Any:
     return value
 
 
+def _refuse_unknown(raw: Mapping[str, Any], names: set[str], where: str, aliases: Mapping[str, str] | None = None) -> None:
+    """Refuse keys of ``raw`` that are not in ``names``, naming for each the
+    option it stands for in ``aliases`` (flag spellings) or else the nearest
+    name, and the whole list."""
+    unknown = sorted(str(k) for k in raw if k not in names)
+    if not unknown:
+        return
+    guesses = []
+    for key in unknown:
+        near = [aliases[key]] if aliases and key in aliases else difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+        guesses.append(f"{key} (did you mean {near[0]}?)" if near else key)
+    raise UsageError(f"{where}: unknown option(s) {', '.join(guesses)}; known: {', '.join(sorted(names))}")
+
+
 def _load_nested(cls: type, raw: Mapping[str, Any], label: str) -> Any:
     """A dataclass-typed field given as a mapping (``source: {cache_dir: ...}``)."""
     names = {f.name for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(str(k) for k in raw if k not in names)
-    if unknown:
-        raise UsageError(f"{label}: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+    _refuse_unknown(raw, names, label)
     hints = _type_hints(cls)
     values = {k: _convert(v, hints.get(k, Any), k, f"{label}.{k}") for k, v in raw.items()}
     try:

@@ -35,6 +35,19 @@ def test_unknown_key_is_refused_by_name_with_the_file(tmp_path):
     assert str(config) in str(info.value)
 
 
+def test_a_key_spelled_as_its_flag_is_refused_naming_the_option_it_stands_for(tmp_path, capsys):
+    from shardkit.cli import main
+
+    config = tmp_path / "c.yaml"
+    config.write_text("field: [jpg=url]\nkey: url\nconnect-timeout: 3\nmax_sample: 3\n")
+    assert main(["write", str(tmp_path / "rows.csv"), str(tmp_path / "out"), "--config", str(config), "-q"]) == 2
+    err = capsys.readouterr().err
+    for key, option in [("field", "fields"), ("key", "key_column"), ("connect-timeout", "connect_timeout_s"),
+                        ("max_sample", "max_samples")]:
+        assert f"{key} (did you mean {option}?)" in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_bad_value_names_file_and_key(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text("cache_max_bytes: lots\n")

@@ -74,7 +74,13 @@ from shardkit.write.publish import publish_manifest
 from shardkit.write.publisher import ShardPublisher
 from shardkit.write.scan import ScanResult, Scanner, scan_dataset, scan_locally
 from shardkit.write.shard_task import ShardJob, init_worker, run_shard, run_shard_in_worker, write_shard
-from shardkit.write.table_source import IngestOptions, close_process_downloader, ingest_options, planned_options
+from shardkit.write.table_source import (
+    IngestOptions,
+    close_process_downloader,
+    ingest_options,
+    note_image_format,
+    planned_options,
+)
 from shardkit.write.tar_inputs import DEFAULT_MAX_UNPACK_BYTES
 from shardkit.write.upload import publish_report, remote_staging
 
@@ -330,6 +336,7 @@ def write_dataset(
         UsageError, SourceError, DestinationError, InputFileError, RemoteError.
     """
     options = options or WriteOptions()
+    note_image_format(options)
     engine, scanner, session = _choose_engine(options)  # before scanning: no Ray, or no cluster there, fails at once
     destination = open_destination(dest)
     with session:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import threading
 from collections.abc import Iterator
@@ -39,6 +40,7 @@ from typing import Any
 
 from shardkit.errors import SourceError, UsageError
 from shardkit.format.manifest import SkippedInput
+from shardkit.write.detect import IMAGE_EXTENSIONS
 from shardkit.write.download import DownloadOptions, Downloader
 from shardkit.write.fieldmap import FieldMap, RowSample, UrlField, encode_record
 from shardkit.write.ingest import SkippedRow, ingest_rows
@@ -46,6 +48,8 @@ from shardkit.write.partition import Partition
 from shardkit.write.resize import ImageOptions
 from shardkit.write.spill import short_digest
 from shardkit.write.tables import PartitionList, Table, TablePartition, open_table, read_rows, table_format
+
+logger = logging.getLogger(__name__)
 
 #: Samples per shard of a table with fields to download, when ``max_samples``
 #: is not given (img2dataset's default too).
@@ -101,6 +105,23 @@ def ingest_options(options: Any) -> IngestOptions:
         quality=options.image_quality,
     )  # fmt: skip
     return IngestOptions(download, images)
+
+
+def note_image_format(options: Any) -> None:
+    """Log once when ``image_format`` stores images under a field named for
+    another format (``--field jpg=URL --image-format webp``: WebP bytes in
+    ``KEY.jpg`` members); the field keeps its name, as the user mapped it."""
+    wanted = options.image_format
+    if wanted is None:
+        return
+    for ext, column in options.field_map().fields:
+        named = {"jpeg": "jpg"}.get(ext.lower(), ext.lower())
+        if named in IMAGE_EXTENSIONS and named != wanted:
+            logger.warning(
+                "field %r will hold %s images (image_format=%s) in members named KEY.%s; to name them after what "
+                "they hold, map the column as --field %s=%s",
+                ext, wanted.upper(), wanted, ext, wanted, column,
+            )  # fmt: skip
 
 
 def planned_options(options: Any, scanned: Any) -> Any:

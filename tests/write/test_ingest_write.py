@@ -129,6 +129,27 @@ def test_resize_and_dry_run_and_resume(tmp_path, server, capsys):
     assert not journal.exists()
 
 
+def test_image_format_other_than_the_fields_name_is_said_before_writing(tmp_path, server, caplog):
+    source, _ = _url_table(tmp_path, server)
+    args = ["--field", "jpg=URL", "--field", "txt=TEXT", "--image-format", "webp", "--max-samples", "4", *FAST]
+    with caplog.at_level("WARNING", logger="shardkit"):
+        assert main(["write", source, str(tmp_path / "dry"), "--dry-run", *args]) == 0
+    warned = [r.getMessage() for r in caplog.records if "image_format=webp" in r.getMessage()]
+    assert warned == ["field 'jpg' will hold WEBP images (image_format=webp) in members named KEY.jpg; "
+                      "to name them after what they hold, map the column as --field webp=URL"]
+    caplog.clear()
+    assert main(["write", source, str(tmp_path / "out"), "--workers", "1", *args]) == 0
+    assert any("image_format=webp" in r.getMessage() for r in caplog.records)
+    for fields in _members(tmp_path / "out").values():  # the field keeps its name; the bytes are WebP
+        assert fields["jpg"][:4] == b"RIFF" and fields["jpg"][8:12] == b"WEBP"
+
+    caplog.clear()
+    renamed = ["--field", "webp=URL", "--field", "txt=TEXT", "--image-format", "webp", "--dry-run", *FAST]
+    with caplog.at_level("WARNING", logger="shardkit"):
+        assert main(["write", source, str(tmp_path / "dry2"), *renamed]) == 0
+    assert not [r for r in caplog.records if "image_format" in r.getMessage()]
+
+
 def test_on_error_raise_stops_at_the_first_failed_row_naming_it(tmp_path, server, capsys):
     source, _ = _url_table(tmp_path, server)
     code = main(["write", source, str(tmp_path / "out"), "--field", "jpg=URL", "--on-error", "raise",
