@@ -201,6 +201,7 @@ def scan_partition(
 def _scan_jsonl(part: Partition, scan: _Scan) -> None:
     path = part.path
     base = os.path.dirname(os.path.abspath(path))
+    root = part.root or base  # row paths must stay in it (see files_root)
     lines = _LineNumbers(path, part.start)
     with open(path, "rb") as f:
         position = _first_line_start(f, part.start)
@@ -218,7 +219,7 @@ def _scan_jsonl(part: Partition, scan: _Scan) -> None:
             if line.isspace():
                 continue
             try:
-                key, fields = _jsonl_fields(line, path, base, lambda: lines.number(number))
+                key, fields = _jsonl_fields(line, path, base, root, lambda: lines.number(number))
             except SourceError as exc:
                 scan.skip_or_raise(exc, path)
                 continue
@@ -368,8 +369,9 @@ def line_number(path: str, offset: int) -> int:
     return count + 1
 
 
-def _jsonl_fields(line: bytes, path: str, base: str, number: Callable[[], int]) -> tuple[str, list[_Field]]:
+def _jsonl_fields(line: bytes, path: str, base: str, root: str, number: Callable[[], int]) -> tuple[str, list[_Field]]:
     """A JSONL row's key and fields (sizes, and a path or inline bytes each);
+    file paths are relative to ``base`` and must stay in ``root``;
     ``number()`` gives the line's number for an error message."""
     try:
         row = _JSON_DECODER.decode(line.decode("utf-8"))
@@ -400,6 +402,15 @@ def _jsonl_fields(line: bytes, path: str, base: str, number: Callable[[], int]) 
         value = row[ext]
         if type(value) is str and ext not in TEXT_EXTENSIONS:
             file = os.path.join(base, value)
+            if not _inside(file, root):
+                n = number()
+                raise SourceError(
+                    f"{path}:{n}: line {n}: field {ext!r} refers to {file}, outside {root}, the folder row paths "
+                    "must stay in (a row naming any file could copy it into the shards); pass --files-root with "
+                    "a folder that holds the files (files_root=...) to allow it",
+                    path=path,
+                    line=n,
+                )
             try:
                 size = _file_size(file)
             except SourceError as exc:
@@ -475,6 +486,13 @@ def _load_jsonl_row(part: Partition, key: str, rec: Any, read_range: ReadRange) 
         else:
             members.append((ext, encode_value(value)))
     return members
+
+
+def _inside(file: str, root: str) -> bool:
+    """Whether ``file`` (absolute or relative to the working folder), with
+    ``..`` resolved by name, lies in folder ``root``."""
+    file, root = os.path.abspath(file), os.path.abspath(root)
+    return os.path.commonpath([file, root]) == root
 
 
 @functools.lru_cache(maxsize=64)

@@ -172,6 +172,10 @@ class WriteOptions:
             killed go when the next write on the same DEST starts.
         partition_bytes: Length of one JSONL partition, the unit a scanning
             worker takes (64 MiB by default). The output does not depend on it.
+        files_root: The folder a JSONL source's rows may name files in
+            (None: the JSONL file's own). A row naming a file outside it,
+            by an absolute path or ``..``, is refused, so a JSONL from
+            elsewhere cannot copy ``~/.ssh`` into a dataset you publish.
         fields, key_column, resize, resize_mode, image_format, image_quality,
         download_threads, max_connections_per_host, connect_timeout_s,
         read_timeout_s, download_retries, respect_opt_out, user_agent_contact:
@@ -194,6 +198,7 @@ class WriteOptions:
     ray_max_retries: int = 3
     max_unpack_bytes: int | None = DEFAULT_MAX_UNPACK_BYTES
     partition_bytes: int = PARTITION_BYTES
+    files_root: str | None = None
     fields: tuple[str, ...] = ()
     key_column: str | None = None
     resize: int | None = None
@@ -272,7 +277,7 @@ class WriteOptions:
         }
         if self.fields or self.key_column is not None:  # table sources only: absent otherwise
             recorded.update(fields=list(self.fields), key_column=self.key_column)
-        if self.resize is not None:
+        if self.resize is not None or self.image_format is not None:
             recorded.update(resize=self.resize, resize_mode=self.resize_mode, image_format=self.image_format,
                             image_quality=self.image_quality)  # fmt: skip
         if self.compress_members is not None:  # absent otherwise: older manifests stay as they were
@@ -413,6 +418,7 @@ def scan_and_plan(
         source, spill_dir=spill_dir, format=options.format, on_error=options.input_errors, seed=options.seed,
         workers=options.workers, unpack_dir=unpack_dir, max_unpack_bytes=options.max_unpack_bytes,
         partition_bytes=options.partition_bytes, reuse=options.resume, fields=options.field_map(),
+        files_root=options.files_root,
         table_output=options.ingest_options().output_signature(), scanner=scanner,
     )
     options = planned_options(options, scanned)

@@ -53,7 +53,9 @@ class Partition:
         path: The JSONL file, the input shard, the class folder or the tree.
         start: First byte of a JSONL range (0 otherwise).
         end: End of a JSONL range (0 otherwise).
-        root: For an ImageFolder, its root (keys are relative to it).
+        root: For an ImageFolder, its root (keys are relative to it); for
+            a JSONL range, the folder its rows' file paths must stay in
+            (``""``: the JSONL file's).
         label: For an ImageFolder, the class index (-1 otherwise).
         first_row: For a table, the position of its first row in the table.
         first_line: For a CSV/TSV table, the line number of its first row.
@@ -83,9 +85,11 @@ class Partition:
 
 
 def list_partitions(
-    source: str, format: str, *, partition_bytes: int = PARTITION_BYTES
+    source: str, format: str, *, partition_bytes: int = PARTITION_BYTES, files_root: str | None = None
 ) -> tuple[list[Partition], tuple[str, ...] | None]:
     """The partitions of ``source`` in source order, and the class names of an ImageFolder.
+
+    ``files_root``: the folder a JSONL's rows may name files in (None: the JSONL file's).
 
     Raises:
         SourceError: No class folders, or no tar files.
@@ -95,7 +99,9 @@ def list_partitions(
         bounds = list(range(0, size, partition_bytes)) + [size]
         if len(bounds) == 1:
             bounds = [0, 0]
-        return [Partition(i, "jsonl", source, start, end) for i, (start, end) in enumerate(zip(bounds, bounds[1:]))], None
+        root = os.path.abspath(files_root) if files_root else ""
+        ranges = enumerate(zip(bounds, bounds[1:]))
+        return [Partition(i, "jsonl", source, start, end, root=root) for i, (start, end) in ranges], None
     if format == "tar":
         paths = tar_paths(source)
         if not paths:

@@ -151,6 +151,7 @@ def scan_dataset(
     fields: Any = None,
     table_output: str = "",
     scanner: Scanner | None = None,
+    files_root: str | None = None,
 ) -> ScanResult:
     """Scan ``source`` partition by partition into spills under ``spill_dir``.
 
@@ -173,6 +174,8 @@ def scan_dataset(
             the stored bytes (in each row's digest, for ``--resume``).
         scanner: Runs the partitions' scans (default :func:`scan_locally`);
             the result does not depend on it.
+        files_root: For a JSONL source, the folder its rows may name files
+            in (None: the JSONL file's); a row naming a file outside it is refused.
 
     Raises:
         UsageError: Unknown format or policy.
@@ -201,7 +204,9 @@ def scan_dataset(
         )
         class_names = None
     else:
-        partitions, class_names = list_partitions(source, format, partition_bytes=partition_bytes)
+        partitions, class_names = list_partitions(
+            source, format, partition_bytes=partition_bytes, files_root=files_root
+        )
     extra = table.signature() if table is not None else {}
     signatures = [{**p.signature(), "seed": seed, "on_error": on_error, **extra} for p in partitions]
     summaries: list[dict | None] = [None] * len(partitions)

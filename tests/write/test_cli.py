@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+import shardkit
 from shardkit.cli import main
 
 
@@ -121,6 +122,32 @@ def test_malformed_jsonl_names_the_line(tmp_path, capsys, lines, message):
     src.write_text("\n".join(lines) + "\n")
     code, _, err = run(capsys, "write", str(src), str(tmp_path / "out"))
     assert code == 2 and message in err and "rows.jsonl" in err
+
+
+def test_jsonl_rows_name_files_only_inside_their_folder_unless_told_where(tmp_path, capsys):
+    # A JSONL from elsewhere could otherwise copy any file it names into shards you publish.
+    secret = tmp_path / "secret.key"
+    secret.write_bytes(b"PRIVATE")
+    lists = tmp_path / "lists"
+    (lists / "imgs").mkdir(parents=True)
+    (lists / "imgs" / "a.jpg").write_bytes(b"jpeg a")
+    for name, path in [("absolute", str(secret)), ("dotdot", "../secret.key")]:
+        src = lists / f"{name}.jsonl"
+        src.write_text(json.dumps({"__key__": "a", "jpg": "imgs/../imgs/a.jpg"}) + "\n"
+                       + json.dumps({"__key__": "b", "jpg": path}) + "\n")
+        code, _, err = run(capsys, "write", str(src), str(tmp_path / name))
+        assert code == 2 and not (tmp_path / name).exists()
+        assert f"{name}.jsonl:2: line 2: field 'jpg' refers to" in err and f"outside {lists}," in err
+        assert "--files-root" in err
+        # skipped and recorded under --on-error skip; the row inside the folder is written
+        assert run(capsys, "write", str(src), str(tmp_path / f"{name}-skip"), "--on-error", "skip", "-q")[0] == 0
+        manifest = json.loads((tmp_path / f"{name}-skip" / "manifest.json").read_text())
+        assert manifest["num_samples"] == 1 and "outside" in manifest["skipped"][0]["reason"]
+        # told where: both rows, the file's bytes as they are
+        dest = tmp_path / f"{name}-root"
+        assert run(capsys, "write", str(src), str(dest), "--files-root", str(tmp_path), "-q")[0] == 0
+        samples = {s["__key__"]: s["jpg"] for s in shardkit.ShardDataset(str(dest), shuffle=False)}
+        assert samples == {"a": b"jpeg a", "b": b"PRIVATE"}
 
 
 def test_config_file_supplies_options_and_flags_win(imagefolder, tmp_path, capsys):

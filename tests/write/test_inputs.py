@@ -30,7 +30,7 @@ def test_the_scans_hot_path_agrees_with_the_full_parser(key, row, indent, space)
     common = _common_row(line)
     if common is None:
         return  # the full path alone decides (and names what is wrong)
-    full_key, fields = _jsonl_fields(line, "rows.jsonl", "/nowhere", lambda: 1)
+    full_key, fields = _jsonl_fields(line, "rows.jsonl", "/nowhere", "/nowhere", lambda: 1)
     assert common == (full_key, tuple(ext for ext, *_ in fields), pack_inline(fields), _sample_size(full_key, [(e, n) for e, n, _, _ in fields]))
     assert unpack_inline(common[2]) == [(ext, data) for ext, _, _, data in fields]
 

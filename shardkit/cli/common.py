@@ -1,0 +1,83 @@
+"""What the subcommands share: exit codes, text made safe for a terminal,
+the ``-v``/``--debug-wire`` flags and the listing of skipped inputs."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import unicodedata
+from collections.abc import Sequence
+from typing import Any
+
+from shardkit.errors import redact_text
+
+#: Invisible characters that reorder or hide the text around them.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_USAGE = 2
+
+
+def shown(value: object) -> str:
+    """``value`` as text safe for a terminal: URLs redacted, and control
+    characters (C0, DEL, C1: ESC, CR, BEL...), bidi overrides and other
+    invisible format characters escaped the way ``repr`` does (``\\x1b``,
+    ``\\u202e``), backslashes included, so a name from a manifest written by
+    someone else can neither drive the terminal nor pass for another."""
+    text = redact_text(str(value))
+    if text.isprintable() and "\\" not in text:
+        return text
+    out = []
+    for ch in text:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch in _BIDI or unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Co", "Cs", "Cn"):
+            out.append(ascii(ch)[1:-1])
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+_VERBOSE_HELP = "log shardkit's debug details; tracebacks on errors (no wire logs: see --debug-wire)"
+_DEBUG_WIRE_HELP = (
+    "also log the HTTP and S3 wire traffic (urllib3, botocore, boto3, s3transfer) at debug level. "
+    "WARNING: these logs contain credentials (AWS access key ids, session tokens, signed headers "
+    "and URLs); never share them"
+)
+
+
+def add_verbose(parser: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) -> None:
+    # Also after the subcommand (`shardkit write SRC DEST -v`); SUPPRESS keeps
+    # a `shardkit -v write ...` given before it.
+    parser.add_argument("-v", "--verbose", action="store_true", default=default, help=_VERBOSE_HELP)
+    parser.add_argument("--debug-wire", action="store_true", default=default, help=_DEBUG_WIRE_HELP)
+
+
+#: Skipped inputs listed one per line by `write` and `info`; past it, counts by reason only.
+_LISTED_SKIPS = 20
+
+
+def by_reason(skipped: Sequence[Any]) -> str:
+    """`` (by reason: http_404 3, timeout 1)``, or "" when there is nothing to count."""
+    from shardkit.write.table_source import skip_reason
+
+    counts = collections.Counter(skip_reason(item.reason) for item in skipped)
+    if not counts or set(counts) == {"input"}:
+        return ""
+    return " (by reason: " + ", ".join(f"{shown(reason)} {n}" for reason, n in sorted(counts.items())) + ")"
+
+
+def print_skipped(skipped: Sequence[Any], prefix: str) -> None:
+    for item in skipped[:_LISTED_SKIPS]:
+        print(f"{prefix}{shown(item.path)}: {shown(item.reason)}")
+    if len(skipped) > _LISTED_SKIPS:
+        print(f"{prefix}... and {len(skipped) - _LISTED_SKIPS} more (all are in manifest.json)")

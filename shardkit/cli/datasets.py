@@ -1,0 +1,243 @@
+"""The subcommands over a dataset that exists: ``index``, ``info``, ``upgrade`` and ``verify``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from shardkit.cli.common import EXIT_CHECK_FAILED, EXIT_OK, add_verbose, by_reason, human_bytes, print_skipped, shown
+from shardkit.errors import UsageError, VerifyError
+
+# -------------------------------------------------------------------- index
+
+
+def add_index(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "index", help="index published tar shards in place (no copy)", description=cmd_index.__doc__
+    )
+    p.add_argument(
+        "source",
+        nargs="+",
+        help="folder of shards (local, s3://... or fsspec URL ending in /), brace pattern, or shards",
+    )
+    p.add_argument(
+        "--out",
+        help="folder for manifest.json, the shard table and offset indexes (needed when the shards are "
+        "remote or read-only; default: beside the shards)",
+    )
+    p.add_argument("--workers", help="processes reading shards (default: all cores)")
+    p.add_argument(
+        "--engine", choices=("local", "ray"), default="local",
+        help="local: a process pool here (default); ray: one Ray task per shard",
+    )
+    p.add_argument("--ray-address", help="with --engine ray: 'auto' or HOST:PORT of the cluster head")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
+    add_verbose(p)
+    p.set_defaults(func=cmd_index)
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    """Read each shard of SOURCE once, in parallel, and publish a shard table,
+    manifest and offset indexes for them (beside the shards, or into --out),
+    so every reader feature works on the shards as published. A rerun reads
+    only new or changed shards. Exit 1 when a shard could not be indexed
+    (it is listed, the others are indexed)."""
+    from shardkit.write.indexer import IndexOptions, index_dataset
+
+    workers = None
+    if args.workers is not None:
+        if not args.workers.isdigit() or int(args.workers) < 1:
+            raise UsageError(f"--workers must be a whole number of at least 1, not {args.workers!r}")
+        workers = int(args.workers)
+    options = IndexOptions(workers=workers, engine=args.engine, ray_address=args.ray_address)
+    source = args.source[0] if len(args.source) == 1 else args.source
+    bar = None
+
+    def on_progress(result: Any) -> None:
+        nonlocal bar
+        if args.quiet:
+            return
+        if bar is None:
+            from tqdm import tqdm
+
+            bar = tqdm(unit=" shards", desc="index", file=sys.stderr)
+        bar.update(1)
+
+    try:
+        report = index_dataset(source, out=args.out, options=options, progress=on_progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    m = report.manifest
+    if not args.quiet:
+        rate = report.bytes_read / max(report.seconds, 1e-9)
+        print(
+            f"indexed {m.num_shards} shards ({report.num_indexed} read, {report.num_unchanged} unchanged, "
+            f"{report.num_removed} removed), {m.num_samples} samples, {human_bytes(m.num_bytes)}; read "
+            f"{human_bytes(report.bytes_read)} in {report.seconds:.2f}s ({human_bytes(rate)}/s)"
+        )
+        if report.num_compressed:
+            print(
+                f"  note: {report.num_compressed} compressed shards are stream-only (no offset index): "
+                "the reader reads them whole"
+            )
+        print(f"manifest: {shown(report.location.rstrip('/') + '/' + 'manifest.json')}")
+    for item in report.skipped:
+        print(f"  skipped {shown(item.path)}: {shown(item.reason)}", file=sys.stderr)
+    if report.skipped:
+        print(
+            f"shardkit: {len(report.skipped)} shard(s) not indexed (listed above); fix or remove them and rerun "
+            "`shardkit index`",
+            file=sys.stderr,
+        )
+        return EXIT_CHECK_FAILED
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------- info
+
+
+def add_info(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("info", help="summarize a dataset's manifest", description=cmd_info.__doc__)
+    p.add_argument("dataset", help="dataset directory, manifest.json, or their URL")
+    p.add_argument("--shards", action="store_true", help="also list every shard")
+    add_verbose(p)
+    p.set_defaults(func=cmd_info)
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    """Print the summary of a dataset's manifest."""
+    from shardkit.format.manifest import FORMAT_VERSION
+    from shardkit.io.manifest import fetch_manifest
+
+    m = fetch_manifest(args.dataset)
+    # Every field comes from a file someone else may have written: shown() escapes it.
+    counts = m.table.counts if m.num_shards else [0]  # an array view of the shard table
+    print(f"dataset:    {shown(m.location)}")
+    if m.shards_base is not None:
+        print(f"shards in:  {shown(m.shards_base)} (indexed by `shardkit index --out`)")
+    print(f"source:     {shown(m.source.get('format'))} {shown(m.source.get('path', ''))}")
+    print(f"shards:     {m.num_shards} (samples per shard: min {int(min(counts))}, max {int(max(counts))})")
+    print(f"format:     {m.loaded_version}" + ("" if m.loaded_version == FORMAT_VERSION else
+          f" (run `shardkit upgrade {shown(args.dataset)}` to bring it to {FORMAT_VERSION})"))
+    print(f"samples:    {m.num_samples}")
+    print(f"bytes:      {m.num_bytes} ({human_bytes(m.num_bytes)})")
+    print(f"extensions: {', '.join(shown(e) for e in m.extensions)}")
+    if m.class_names is not None:
+        names = [shown(name) for name in m.class_names[:8]]
+        listed = ", ".join(names) + (", ..." if len(m.class_names) > 8 else "")
+        print(f"classes:    {len(m.class_names)} ({listed})")
+    print(f"seed:       {shown(m.seed) if m.seed is not None else 'none (source order)'}")
+    options = ", ".join(f"{shown(k)}={shown(v)}" for k, v in sorted(m.options.items()))
+    print(f"options:    {options or 'none recorded'}")
+    print(f"skipped:    {len(m.skipped)}{by_reason(m.skipped)}")
+    print_skipped(m.skipped, "  ")
+    if args.shards:
+        for number in range(m.num_shards):
+            s = m.table.entry(number)
+            print(f"  {shown(s.path)}  {s.num_samples:>8} samples  {s.num_bytes:>12} bytes  {shown(s.sha256[:16])}")
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------ upgrade
+
+
+def add_upgrade(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "upgrade", help="bring a dataset of an earlier shardkit to the current format", description=cmd_upgrade.__doc__
+    )
+    p.add_argument("dataset", help="dataset directory or s3:// (or other writable) URL")
+    add_verbose(p)
+    p.set_defaults(func=cmd_upgrade)
+
+
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    """Rewrite a dataset's manifest in the current format (a shard table beside
+    a small manifest.json), in place: the shards are untouched, a crash leaves
+    the old or the new manifest, and a second run changes nothing."""
+    from shardkit.format.manifest import FORMAT_VERSION
+    from shardkit.write.publish import upgrade_dataset
+
+    report = upgrade_dataset(args.dataset)
+    where = shown(report.location)
+    if report.upgraded:
+        print(
+            f"upgraded {where} from format {report.from_version} to {FORMAT_VERSION}: {report.num_shards} shards, "
+            f"shard table {report.table_name} ({human_bytes(report.table_bytes)}); shards untouched"
+        )
+    else:
+        removed = f"; removed {len(report.removed)} stray table(s) of an interrupted run" if report.removed else ""
+        print(f"{where} is already in format {FORMAT_VERSION}; nothing to do{removed}")
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------- verify
+
+
+def add_verify(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("verify", help="re-read every shard and check it", description=cmd_verify.__doc__)
+    p.add_argument("dataset", help="dataset directory, manifest.json, or their URL")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--max-member-bytes",
+        help="most bytes a compressed member may decompress to, e.g. 1GiB (default 256MiB, as the readers)",
+    )
+    p.add_argument(
+        "--allow-prefix",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help="a folder or URL prefix outside the dataset that its manifest may name shards in "
+        "(repeatable; SourceOptions.allowed_prefixes)",
+    )
+    add_verbose(p)
+    p.set_defaults(func=cmd_verify)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Check every shard's size, checksum, tar structure, sample count and offset index."""
+    from shardkit.io.base import SourceOptions
+    from shardkit.io.manifest import fetch_manifest
+    from shardkit.verify import SkippedEntries, StreamOnlyShard, verify_shard
+
+    from shardkit.config import parse_size
+    from shardkit.format.compression import DEFAULT_MAX_MEMBER_BYTES
+
+    limit = DEFAULT_MAX_MEMBER_BYTES if args.max_member_bytes is None else parse_size(args.max_member_bytes)
+    options = SourceOptions(allowed_prefixes=tuple(args.allow_prefix))
+    manifest = fetch_manifest(args.dataset, options=options)
+    bar = None
+    if not args.quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(total=manifest.num_bytes, unit="B", unit_scale=True, desc="verify", file=sys.stderr)
+    samples = 0
+    skipped: list[SkippedEntries] = []
+    stream_only: list[StreamOnlyShard] = []
+    try:
+        for number in range(manifest.num_shards):  # one entry at a time, from the shard table
+            entry = manifest.table.entry(number)
+            try:
+                samples += verify_shard(
+                    manifest, entry, options=options, number=number, max_member_bytes=limit, skipped=skipped,
+                    stream_only=stream_only,
+                )
+            except VerifyError as exc:
+                print(f"FAILED: {shown(exc)}", file=sys.stderr)
+                return EXIT_CHECK_FAILED
+            if bar is not None:
+                bar.update(entry.num_bytes)
+    finally:
+        if bar is not None:
+            bar.close()
+    for item in [*skipped, *stream_only]:
+        print(f"WARNING: {shown(item.warning())}", file=sys.stderr)
+    entries = sum(item.count for item in skipped)
+    note = f" ({entries} entries that belong to no sample skipped in {len(skipped)} shards)" if skipped else ""
+    if stream_only:
+        note += f" ({len(stream_only)} compressed shards stream-only: no offset index to check)"
+    if left := len(manifest.skipped):
+        note += f" ({left} input{'s' if left > 1 else ''} left out when it was made: `shardkit info` lists them)"
+    print(f"OK: {manifest.num_shards} shards, {samples} samples, {human_bytes(manifest.num_bytes)} verified{note}")
+    return EXIT_OK

@@ -1,0 +1,225 @@
+"""``shardkit write``: its flags, its dry run and its progress bar."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from shardkit.cli.common import EXIT_OK, add_verbose, by_reason, human_bytes, print_skipped, shown
+
+# Command-line flags of `write` that set a WriteOptions field (flags win over --config).
+_WRITE_FLAGS = {
+    "format": "--format",
+    "max_samples": "--max-samples",
+    "max_bytes": "--max-bytes",
+    "shuffle": "--no-shuffle",
+    "seed": "--seed",
+    "workers": "--workers",
+    "on_error": "--on-error",
+    "compress_members": "--compress-members",
+    "engine": "--engine",
+    "ray_address": "--ray-address",
+    "max_unpack_bytes": "--max-unpack-bytes",
+    "files_root": "--files-root",
+    "fields": "--field",
+    "key_column": "--key",
+    "resize": "--resize",
+    "resize_mode": "--resize-mode",
+    "image_format": "--image-format",
+    "image_quality": "--image-quality",
+    "download_threads": "--download-threads",
+    "max_connections_per_host": "--max-connections-per-host",
+    "connect_timeout_s": "--connect-timeout",
+    "read_timeout_s": "--read-timeout",
+    "download_retries": "--retries",
+    "respect_opt_out": "--no-respect-opt-out",
+    "user_agent_contact": "--user-agent-contact",
+}
+
+_WRITE_EPILOG = """tables (pip install 'shardkit[tables]' for Parquet and datasets folders):
+  SOURCE may be a .parquet file, a folder or brace pattern of them, a .csv/.tsv
+  file (UTF-8, header line) or a folder saved by datasets' save_to_disk.
+  With --format hf, SOURCE may also be a dataset's Hub name that datasets
+  has cached (NAME, NAME:SPLIT or NAME:CONFIG:SPLIT; split train by default),
+  e.g. `shardkit write user/name:train out/ --format hf`: it is read from the
+  cache ($HF_DATASETS_CACHE, else $HF_HOME/datasets) and never downloaded. Each
+  row is a sample: --field EXT=COLUMN (repeatable) maps a column to a member,
+  --field json=* stores the other columns as JSON; without --field, columns
+  named after an extension (jpg, txt, json...) map to themselves. A string
+  under a non-text extension is a URL (http(s):// or s3://), downloaded while
+  the shard is written, images checked to decode (--resize to scale them).
+  Rows whose download fails are skipped and counted by reason in the
+  manifest (shown by `shardkit info`) unless --on-error raise is given.
+  URL fields have no size before download, so such shards are cut by count:
+  10000 samples unless --max-samples is given.
+"""
+
+
+def add_write(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "write", help="pack a dataset into tar shards", description=cmd_write.__doc__, epilog=_WRITE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "source",
+        help="ImageFolder tree, directory, JSONL file, tar shards (file, dir, brace pattern), or a table: "
+        "Parquet (file, dir, brace pattern), CSV/TSV, datasets save_to_disk folder",
+    )
+    p.add_argument("dest", help="output directory, or an s3:// or other fsspec URL")
+    p.add_argument(
+        "--format",
+        choices=("imagefolder", "directory", "jsonl", "tar", "parquet", "csv", "tsv", "hf"),
+        help="source format (default: detect; hf: a datasets save_to_disk folder, or a Hub name "
+        "datasets has cached, NAME[:SPLIT], looked up offline)",
+    )
+    p.add_argument("--max-samples", help="most samples per shard")
+    p.add_argument("--max-bytes", help="most bytes per shard, e.g. 256MB, 1GiB (default 256MiB)")
+    p.add_argument("--seed", help="shuffle seed (default 0)")
+    p.add_argument("--no-shuffle", dest="shuffle", action="store_const", const=False, help="keep source order")
+    p.add_argument("--workers", help="scanning and writer processes (default: all cores; with --engine ray: "
+                   "Ray tasks in flight, default two per cluster CPU); output does not depend on it")
+    p.add_argument(
+        "--on-error",
+        choices=("raise", "skip"),
+        help="unusable inputs: stop or skip and record; default: stop for unreadable files, "
+        "skip and record table rows whose download fails",
+    )
+    p.add_argument(
+        "--compress-members",
+        choices=("gzip", "zstd"),
+        help="compress text-like members (txt, json, npy...; never images) as KEY.txt.gz / KEY.txt.zst",
+    )
+    p.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        help="local: a process pool here (default); ray: one Ray task per partition to scan, then one per "
+        "shard, on a Ray cluster (pip install 'shardkit[ray]'; every node must see the source by the same "
+        "path, and DEST too unless it is a URL)",
+    )
+    p.add_argument("--ray-address", help="with --engine ray: 'auto' or HOST:PORT of the cluster head")
+    p.add_argument(
+        "--max-unpack-bytes",
+        help="most temporary space (in TMPDIR) the plain copies of .tar.gz/.tar.zst inputs may take (default 64GiB)",
+    )
+    p.add_argument(
+        "--files-root", metavar="DIR",
+        help="the folder a JSONL's rows may name files in (default: the JSONL file's); a row naming a file "
+        "outside it (absolute path, ..) is refused",
+    )
+    t = p.add_argument_group("tables and URL downloads")
+    t.add_argument("--field", dest="fields", action="append", metavar="EXT=COLUMN",
+                   help="store COLUMN as member EXT (repeatable); json=* stores the other columns as JSON")
+    t.add_argument("--key", dest="key_column", metavar="COLUMN",
+                   help="column of sample keys (default: the row position, 9 digits)")
+    t.add_argument("--resize", metavar="N", help="scale images so the shorter side is N pixels (never up)")
+    t.add_argument("--resize-mode", choices=("keep_ratio", "center_crop", "border"),
+                   help="keep_ratio (default), center_crop to NxN, or border: fit in NxN, padded")
+    t.add_argument("--image-format", choices=("jpg", "png", "webp"),
+                   help="re-encode resized images in this format (default: keep each one's)")
+    t.add_argument("--image-quality", metavar="Q", help="JPEG/WebP quality of re-encoded images (default 95)")
+    t.add_argument("--download-threads", metavar="N", help="downloads in flight per writer process (default 16)")
+    t.add_argument("--max-connections-per-host", metavar="N",
+                   help="downloads in flight to one host per writer process (default 4)")
+    t.add_argument("--connect-timeout", dest="connect_timeout_s", metavar="S",
+                   help="seconds to connect to a URL's server (default 10)")
+    t.add_argument("--read-timeout", dest="read_timeout_s", metavar="S",
+                   help="longest silence in seconds while reading a URL (default 20)")
+    t.add_argument("--retries", dest="download_retries", metavar="N",
+                   help="retries after connection errors, timeouts, 429 and 5xx, with backoff (default 2)")
+    t.add_argument("--no-respect-opt-out", dest="respect_opt_out", action="store_const", const=False,
+                   help="also store answers whose X-Robots-Tag says noai/noimageai (left out by default)")
+    t.add_argument("--user-agent-contact", metavar="URL_OR_EMAIL",
+                   help="appended to the User-Agent (shardkit/VERSION) so site owners can reach you")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true", help="keep finished shards of an interrupted run")
+    mode.add_argument("--overwrite", action="store_true", help="replace an earlier shardkit output in DEST")
+    p.add_argument("--config", help="YAML file with the same options (command-line flags win)")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="scan and plan only: print the samples, shards, bytes and skipped inputs a write would give "
+        "(also with -q); create nothing at DEST",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
+    add_verbose(p)
+    p.set_defaults(func=cmd_write)
+
+
+def _dry_run(args: argparse.Namespace, options: Any) -> int:
+    """``write --dry-run``: the plan's figures, one per line; nothing is written."""
+    from shardkit.write.dry_run import plan_dataset
+
+    plan = plan_dataset(args.source, options=options)
+    rate = plan.num_samples / max(plan.seconds, 1e-9)
+    print(f"dry run: scanned and planned in {plan.seconds:.2f}s ({rate:.0f} samples/s); "
+          f"nothing written to {shown(args.dest)}")
+    if options.engine == "ray":
+        print("  engine:  ray; planned on this machine as a Ray write's driver plans, the cluster was not contacted")
+    print(f"  inputs:  {plan.num_inputs} file{'s' * (plan.num_inputs != 1)} ({plan.format})")
+    print(f"  samples: {plan.num_samples}")
+    print(f"  shards:  {plan.num_shards}")
+    at_most = "at most " if options.compress_members else ""  # planned with uncompressed member sizes
+    fetched = " + the fields to download (sized once fetched)" if plan.has_urls else ""
+    print(f"  bytes:   {at_most}{plan.num_bytes} ({human_bytes(plan.num_bytes)}){fetched}")
+    print(f"  skipped: {len(plan.skipped)}")
+    for item in plan.skipped:
+        print(f"    {shown(item.path)}: {shown(item.reason)}")
+    for origin in plan.oversized:
+        print(f"  warning: {shown(origin)} alone exceeds --max-bytes; it would have a shard of its own")
+    return EXIT_OK
+
+
+def cmd_write(args: argparse.Namespace) -> int:
+    """Pack SOURCE into tar shards under DEST with a manifest and offset indexes."""
+    from shardkit.config import load_options
+    from shardkit.write.parallel import WriteOptions, write_dataset
+
+    overrides = {field: getattr(args, field, None) for field in _WRITE_FLAGS}
+    overrides["resume"] = args.resume or None
+    overrides["overwrite"] = args.overwrite or None
+    options = load_options(
+        WriteOptions, args.config, section="write", overrides=overrides, override_names=_WRITE_FLAGS
+    )
+    if args.dry_run:
+        return _dry_run(args, options)
+    bar = None
+    written_bytes = skipped = 0
+
+    def on_progress(event: Any) -> None:
+        nonlocal written_bytes, bar, skipped
+        if not event.reused:  # a resumed run's finished shards are not written again
+            written_bytes += event.num_bytes
+        if not args.quiet:
+            if bar is None:
+                from tqdm import tqdm
+
+                bar = tqdm(total=event.total_samples, unit=" samples", desc="write", file=sys.stderr)
+                # Its clock starts with the writing, not with the first shard finished.
+                bar.start_t -= event.elapsed_s
+            bar.update(event.num_samples + event.num_skipped)
+            skipped += event.num_skipped
+            failed = f", {100 * skipped / max(bar.n, 1):.1f}% skipped" if skipped else ""
+            rate = written_bytes / max(event.elapsed_s, 1e-9) / 1e6
+            bar.set_postfix_str(f"{rate:.1f} MB/s{failed}, {event.shard}", refresh=False)
+
+    try:
+        report = write_dataset(args.source, args.dest, options=options, progress=on_progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    if not args.quiet:
+        m = report.manifest
+        rate = m.num_bytes / max(report.seconds, 1e-9)
+        print(
+            f"wrote {m.num_shards} shards ({report.num_written} written, {report.num_reused} reused), "
+            f"{m.num_samples} samples, {human_bytes(m.num_bytes)} in {report.seconds:.2f}s "
+            f"({m.num_samples / max(report.seconds, 1e-9):.0f} samples/s, {human_bytes(rate)}/s); "
+            f"skipped {len(m.skipped)}{by_reason(m.skipped)}"
+        )
+        print_skipped(m.skipped, "  skipped ")
+        for origin in report.oversized:
+            print(f"  warning: {shown(origin)} alone exceeds --max-bytes; it has a shard of its own")
+        print(f"manifest: {shown(os.path.join(args.dest, 'manifest.json'))}")
+    return EXIT_OK
