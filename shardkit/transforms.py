@@ -65,7 +65,6 @@ pickle as plain options.
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from shardkit.format.manifest import MANIFEST_NAME, Manifest
+from shardkit.format.manifest import Manifest
 from shardkit.write.publish import publish_manifest
 from shardkit.write.destination import shard_name
 from shardkit.write.shard import ShardFile

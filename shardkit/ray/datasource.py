@@ -22,7 +22,7 @@ import pyarrow as pa
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
-from shardkit.format.manifest import Manifest, ShardEntry
+from shardkit.format.manifest import Manifest
 from shardkit.format.tar import SampleParser
 from shardkit.io.base import SourceOptions
 from shardkit.io.index import fetch_offset_index

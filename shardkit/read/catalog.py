@@ -31,7 +31,7 @@ import numpy as np
 from shardkit.errors import InputFileError, ManifestError, UsageError
 from shardkit.format.compression import SHARD_SUFFIXES, compression_from_name, file_compression
 from shardkit.format.index import index_path_for, load_index
-from shardkit.format.manifest import MANIFEST_NAME, Manifest, load_manifest
+from shardkit.format.manifest import Manifest, load_manifest
 from shardkit.format.table import ShardTable
 from shardkit.io.base import SourceOptions
 from shardkit.io.manifest import manifest_url, remote_manifest

@@ -8,9 +8,7 @@ engine and the Ray tasks on both nodes fetch the same URLs.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

@@ -5,7 +5,6 @@ checksums name the sample a changed byte hit."""
 from __future__ import annotations
 
 import os
-import shutil
 
 import numpy as np
 import pytest

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 import shardkit
-from shardkit.errors import CorruptShardError, ManifestError, TruncatedShardError, UsageError
+from shardkit.errors import CorruptShardError, TruncatedShardError, UsageError
 from shardkit.format.manifest import Manifest, ShardEntry
 from shardkit.format.table import build_table
 from shardkit.read.indexed import IndexedDataset, compression_of

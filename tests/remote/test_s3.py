@@ -8,7 +8,7 @@ import os
 import pytest
 
 from shardkit.errors import DestinationError, RemoteError
-from shardkit.format.manifest import MANIFEST_NAME, Manifest
+from shardkit.format.manifest import MANIFEST_NAME
 from shardkit.io.base import SourceOptions
 from shardkit.io.registry import open_destination, open_source
 from shardkit.io.manifest import fetch_manifest
