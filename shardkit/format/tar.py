@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from shardkit.errors import CorruptShardError
@@ -116,6 +116,19 @@ def field_name(stored_ext: str) -> str:
     """The field a member's stored extension becomes: lower-cased, as
     webdataset and Hugging Face read it (``KEY.JPG`` -> ``jpg``)."""
     return stored_ext.lower()
+
+
+def repeated_field(exts: Iterable[str]) -> tuple[str, str] | None:
+    """Two of a sample's member extensions that read as one field (``TXT``
+    and ``txt``: readers lower-case them, and a reader meeting both refuses
+    the sample), or None. Writers check a sample with it before storing it."""
+    seen: dict[str, str] = {}
+    for ext in exts:
+        name = field_name(ext)
+        if name in seen:
+            return seen[name], ext
+        seen[name] = ext
+    return None
 
 
 def split_key(name: str) -> tuple[str, str] | None:

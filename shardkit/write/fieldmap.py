@@ -112,8 +112,9 @@ class FieldMap:
             ext, column = ext.strip(), column.strip()
             if not eq or not ext or not column:
                 raise UsageError(f"--field {spec!r}: write EXT=COLUMN, e.g. --field jpg=URL or --field json=*")
-            if ext in pairs:
-                raise UsageError(f"--field: extension {ext!r} is given twice ({pairs[ext]!r} and {column!r})")
+            same = next((e for e in pairs if e.lower() == ext.lower()), None)  # readers lower-case extensions
+            if same is not None:
+                raise UsageError(f"--field: extension {ext!r} is given twice ({pairs[same]!r} and {column!r})")
             if split_key(f"k.{ext}") != ("k", ext) or member_name_problem(f"k.{ext}") is not None or "/" in ext:
                 raise UsageError(f"--field {spec!r}: {ext!r} cannot be a member's extension")
             if column == REST and ext != "json":
@@ -201,7 +202,7 @@ def _field_value(ext: str, value: Any) -> bytes | UrlField | None:
         if data is not None:
             return bytes(data)
         value = value.get("path")
-    if ext in TEXT_EXTENSIONS:
+    if ext.lower() in TEXT_EXTENSIONS:
         return None if value is None else encode_value(_json_ready(value) if not isinstance(value, str) else value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)

@@ -116,11 +116,12 @@ def scan_directory(part: Partition, scan: Any) -> None:
                 continue
             key, ext = parts
             fields = groups.setdefault(key, {})
-            if ext in fields:
+            same = next((e for e in fields if e.lower() == ext.lower()), None)  # read as one field (a.TXT, a.txt)
+            if same is not None:
                 raise DuplicateSampleError(
-                    f"{os.path.join(root, fields[ext][0])} and {path} both map to sample {key!r} extension {ext!r}; "
-                    "rename one of them or write the folders separately",
-                    first=os.path.join(root, fields[ext][0]),
+                    f"{os.path.join(root, fields[same][0])} and {path} both map to sample {key!r} field "
+                    f"{ext.lower()!r}; rename one of them or write the folders separately",
+                    first=os.path.join(root, fields[same][0]),
                     second=path,
                 )
             try:

@@ -23,7 +23,7 @@ tar inputs by :mod:`shardkit.write.tar_inputs`):
 ``jsonl``
     One JSON object per line: ``{"__key__": "a1", "jpg": "imgs/a1.jpg",
     "cls": 3, "json": {...}}``. A string value is a file path (relative to the
-    JSONL file) except under a text extension (``txt``, ``json``, ``cls``...,
+    JSONL file) except under a text extension (``txt``, ``json``, ``cls``..., in any case,
     see :data:`TEXT_EXTENSIONS`) where it is the value itself. Numbers are
     stored as text, objects and lists as JSON. The spill keeps where the
     line is and, for a row whose values are all inline, those values (the
@@ -55,7 +55,14 @@ from typing import Any, BinaryIO
 
 from shardkit.errors import DuplicateSampleError, InputFileError, SourceError
 from shardkit.format.codecs import encode_parsed_json, encode_value
-from shardkit.format.tar import encoded_sample_size, join_members, member_name_problem, split_joined, split_key
+from shardkit.format.tar import (
+    encoded_sample_size,
+    join_members,
+    member_name_problem,
+    repeated_field,
+    split_joined,
+    split_key,
+)
 from shardkit.write.file_inputs import ENC as _ENC
 from shardkit.write.file_inputs import MAX_OCTAL_SIZE as _MAX_OCTAL_SIZE
 from shardkit.write.file_inputs import file_size as _file_size
@@ -291,7 +298,7 @@ def _common_extension(ext: str) -> bytes | None:
     extension that is not ASCII or needs :func:`_jsonl_fields`' checks."""
     if ext.startswith("__"):
         head = b""
-    elif ext.isascii() and _extension_problem(ext) is None:
+    elif ext.isascii() and ext == ext.lower() and _extension_problem(ext) is None:  # others: checked in full
         head = ext.encode("ascii") + b"\0"
     else:
         return None
@@ -400,7 +407,7 @@ def _jsonl_fields(line: bytes, path: str, base: str, root: str, number: Callable
                 line=n,
             )
         value = row[ext]
-        if type(value) is str and ext not in TEXT_EXTENSIONS:
+        if type(value) is str and ext.lower() not in TEXT_EXTENSIONS:
             file = os.path.join(base, value)
             if not _inside(file, root):
                 n = number()
@@ -425,6 +432,15 @@ def _jsonl_fields(line: bytes, path: str, base: str, root: str, number: Callable
     if not fields:
         n = number()
         raise SourceError(f"{path}:{n}: line {n} has no fields besides __key__", path=path, line=n)
+    clash = repeated_field(ext for ext, *_ in fields)
+    if clash is not None:
+        n = number()
+        raise SourceError(
+            f"{path}:{n}: line {n}: fields {clash[0]!r} and {clash[1]!r} would both be read as field "
+            f"{clash[1].lower()!r} (readers lower-case extensions); rename one of them",
+            path=path,
+            line=n,
+        )
     return key, fields
 
 
@@ -481,7 +497,7 @@ def _load_jsonl_row(part: Partition, key: str, rec: Any, read_range: ReadRange) 
         if ext.startswith("__"):
             continue
         value = row[ext]
-        if type(value) is str and ext not in TEXT_EXTENSIONS:
+        if type(value) is str and ext.lower() not in TEXT_EXTENSIONS:
             members.append((ext, read_file(os.path.join(_folder_of(path), value))))
         else:
             members.append((ext, encode_value(value)))

@@ -216,6 +216,23 @@ def _to_rgb(image: Any, Image: Any, wanted: str) -> Any:
     return image.convert("RGBA" if "A" in image.getbands() and wanted != "jpg" else "RGB")
 
 
+def encode_image(image: Any, ext: str, quality: int = 95) -> bytes:
+    """A Pillow image as the bytes of a ``jpg``/``jpeg``, ``png`` or ``webp``
+    member (JPEG at ``quality``, its alpha flattened on white).
+
+    Raises:
+        TypeError: Another extension (the caller should store bytes it encoded).
+    """
+    wanted = {"jpeg": "jpg"}.get(ext.lower(), ext.lower())
+    if wanted not in _FORMATS:
+        raise TypeError(
+            f"cannot encode an image as .{ext}: use jpg, png or webp, or store bytes you encoded yourself"
+        )
+    buffer = io.BytesIO()
+    _to_rgb(image, _pil(), wanted).save(buffer, format=_FORMATS[wanted], **_save_options(wanted, quality))
+    return buffer.getvalue()
+
+
 def _fit(pixels: Any, Image: Any, out: tuple[int, int], options: ImageOptions) -> Any:
     width, height = pixels.size
     if options.mode == "center_crop":
@@ -245,6 +262,7 @@ __all__ = [
     "ImageProblem",
     "PreparedImage",
     "RESIZE_MODES",
+    "encode_image",
     "output_size",
     "prepare_image",
 ]

@@ -1,0 +1,79 @@
+"""ShardWriter takes what a training script holds (Pillow images, numpy
+arrays, tensors) as webdataset's writer does, and no writer stores a sample
+that readers would refuse: two extensions that read as one field."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import webdataset as wds
+from PIL import Image
+
+import shardkit
+from shardkit.cli import main
+from shardkit.errors import UsageError
+
+
+def test_images_arrays_and_tensors_are_stored_as_webdataset_stores_them(tmp_path):
+    pixels = np.arange(4 * 5 * 3, dtype=np.uint8).reshape(4, 5, 3)
+    array = np.arange(6, dtype=np.int32).reshape(2, 3)
+    with shardkit.ShardWriter(str(tmp_path / "out")) as writer:
+        writer.write({"__key__": "a", "jpg": Image.new("RGBA", (8, 6), (255, 0, 0, 0)), "cls": np.int64(3)})
+        writer.write({"__key__": "b", "npy": array, "png": pixels})
+        writer.write({"__key__": "c", "npy": torch.ones(2, 2), "cls": torch.tensor(7)})
+    got = {s["__key__"]: s for s in shardkit.ShardDataset(str(tmp_path / "out"), shuffle=False, decode="pil")}
+    assert got["a"]["cls"] == 3 and got["c"]["cls"] == 7  # 0-d values are their numbers
+    assert got["a"]["jpg"].format == "JPEG" and got["a"]["jpg"].size == (8, 6)
+    assert got["a"]["jpg"].getpixel((4, 3))[0] > 240  # transparent pixels flattened on white, not black
+    assert np.array_equal(got["b"]["npy"], array) and got["b"]["npy"].dtype == np.int32
+    assert np.array_equal(np.asarray(got["b"]["png"]), pixels)  # PNG keeps the pixels
+    assert np.array_equal(got["c"]["npy"], np.ones((2, 2), np.float32))
+    # webdataset reads them back the same way
+    shard = str(next((tmp_path / "out").glob("*.tar")))
+    theirs = {s["__key__"]: s for s in wds.WebDataset(shard, shardshuffle=False, empty_check=False).decode("rgb8")}
+    assert np.array_equal(theirs["b"]["png"], pixels) and np.array_equal(theirs["b"]["npy"], array)
+
+
+@pytest.mark.parametrize(
+    ("sample", "message"),
+    [
+        ({"npy": np.array([object()])}, "field 'npy': Object arrays cannot be saved"),
+        ({"jpg": np.zeros((4, 5, 3), np.float32)}, "field 'jpg': cannot store a float32 array of shape (4, 5, 3)"),
+        ({"tif": Image.new("RGB", (2, 2))}, "field 'tif': cannot encode an image as .tif"),
+        ({"txt": "a", "TXT": "b"}, "fields 'TXT' and 'txt' would both be read as field 'txt'"),
+        ({"pth": torch.ones(2, 2)}, "field 'pth': cannot store a float32 array of shape (2, 2) as .pth"),
+    ],
+    ids=["object-array", "float-image", "tif", "case-clash", "tensor-as-pth"],
+)
+def test_what_cannot_be_stored_is_refused_naming_the_field_and_nothing_of_it_is_written(tmp_path, sample, message):
+    with shardkit.ShardWriter(str(tmp_path / "out")) as writer:
+        writer.write({"__key__": "ok", "txt": "kept"})
+        with pytest.raises(UsageError, match=r"sample 'bad'") as info:
+            writer.write({"__key__": "bad", **sample})
+        assert message in str(info.value)
+    assert [s["__key__"] for s in shardkit.ShardDataset(str(tmp_path / "out"), shuffle=False)] == ["ok"]
+
+
+def test_jsonl_rows_and_files_whose_extensions_read_as_one_field_are_refused(tmp_path, capsys):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"__key__": "a", "txt": "x", "TXT": "y"}) + "\n")
+    assert main(["write", str(rows), str(tmp_path / "out1"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "rows.jsonl:1: line 1: fields 'TXT' and 'txt' would both be read as field 'txt'" in err
+    tree = tmp_path / "tree" / "x"
+    tree.mkdir(parents=True)
+    (tree / "a.txt").write_text("1")
+    (tree / "a.TXT").write_text("2")
+    assert main(["write", str(tmp_path / "tree"), str(tmp_path / "out2"), "--format", "directory", "-q"]) == 2
+    assert "both map to sample 'a' field 'txt'" in capsys.readouterr().err
+    assert not (tmp_path / "out1").exists() and not (tmp_path / "out2").exists()
+
+
+def test_a_table_field_given_twice_in_two_cases_is_refused():
+    from shardkit.write.fieldmap import FieldMap
+
+    with pytest.raises(UsageError, match=r"extension 'TXT' is given twice \('a' and 'b'\)"):
+        FieldMap.parse(["txt=a", "TXT=b"])
