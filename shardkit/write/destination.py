@@ -68,6 +68,26 @@ def holding_destination(dest: str) -> Iterator[None]:
         os.close(fd)
 
 
+def check_outside_source(dest: str, source: str, format: str | None) -> None:
+    """Refuse a ``dest`` that is a folder ``source`` or inside it, where the
+    write would scan its own output: as one more (empty) class of an
+    ImageFolder, or as files to pack. (A tar source reads only the shards at
+    its top level, so a folder inside it is no harm there.)
+
+    Raises:
+        DestinationError: ``dest`` is ``source`` or inside it.
+    """
+    if format == "tar" or not os.path.isdir(source):
+        return
+    here, folder = os.path.realpath(dest), os.path.realpath(source)
+    if os.path.commonpath([here, folder]) == folder:
+        raise DestinationError(
+            f"{dest}: the destination is inside the source {source}, so the write would read its own output "
+            "(as one more class folder, or as files to pack); choose a destination outside it",
+            path=dest,
+        )
+
+
 def is_shardkit_name(name: str) -> bool:
     """Whether ``name`` (in DEST) is a file or folder shardkit itself writes."""
     return _OURS.match(name) is not None

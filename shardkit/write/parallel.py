@@ -51,6 +51,7 @@ from shardkit.write.destination import (
     JOURNAL_DIR,
     check_destination,
     check_free_space,
+    check_outside_source,
     holding_destination,
     output_error,
     prepare_destination,
@@ -368,6 +369,7 @@ def _choose_engine(options: WriteOptions) -> tuple[Engine, Scanner, contextlib.A
 def _write(run: _Run) -> WriteReport:
     """Scan and plan into the work folder of ``run.dest``, then :func:`_write_planned`."""
     dest, options = run.dest, run.options
+    check_outside_source(dest, run.source, options.format)
     created = not os.path.exists(dest)
     if not os.path.isdir(dest):
         check_destination(dest, overwrite=options.overwrite, resume=options.resume)  # a file there: refused, nothing made

@@ -150,6 +150,22 @@ def test_jsonl_rows_name_files_only_inside_their_folder_unless_told_where(tmp_pa
         assert samples == {"a": b"jpeg a", "b": b"PRIVATE"}
 
 
+@pytest.mark.parametrize("format", [None, "imagefolder", "directory"])
+def test_a_destination_inside_the_source_is_refused_before_anything_is_made(tmp_path, capsys, format):
+    # It would be scanned as one more class folder (an ImageFolder's labels
+    # named a class "shards"), or its shards packed as files.
+    src = tmp_path / "data"
+    for label in ("cat", "dog"):
+        (src / label).mkdir(parents=True)
+        (src / label / f"{label}1.jpg").write_bytes(b"jpeg")
+    flags = ["--format", format] if format else []
+    for dest in (src / "shards", src):
+        code, _, err = run(capsys, "write", str(src), str(dest), "-q", *flags)
+        assert code == 2 and f"{dest}: the destination is inside the source {src}" in err
+    assert sorted(os.listdir(src)) == ["cat", "dog"]
+    assert run(capsys, "write", str(src), str(tmp_path / "shards"), "-q", *flags)[0] == 0
+
+
 def test_config_file_supplies_options_and_flags_win(imagefolder, tmp_path, capsys):
     root, _ = imagefolder
     config = tmp_path / "c.yaml"
