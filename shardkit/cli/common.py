@@ -4,9 +4,8 @@ the ``-v``/``--debug-wire`` flags and the listing of skipped inputs."""
 from __future__ import annotations
 
 import argparse
-import collections
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shardkit.errors import redact_text
@@ -66,18 +65,20 @@ def add_verbose(parser: argparse.ArgumentParser, default: Any = argparse.SUPPRES
 _LISTED_SKIPS = 20
 
 
-def by_reason(skipped: Sequence[Any]) -> str:
-    """`` (by reason: http_404 3, timeout 1)``, or "" when there is nothing to count."""
-    from shardkit.write.table_source import skip_reason
-
-    counts = collections.Counter(skip_reason(item.reason) for item in skipped)
+def by_reason(counts: Mapping[str, int]) -> str:
+    """`` (by reason: http_404 3, timeout 1)`` for skipped inputs counted by
+    category, or "" when there is nothing to count."""
     if not counts or set(counts) == {"input"}:
         return ""
     return " (by reason: " + ", ".join(f"{shown(reason)} {n}" for reason, n in sorted(counts.items())) + ")"
 
 
-def print_skipped(skipped: Sequence[Any], prefix: str) -> None:
-    for item in skipped[:_LISTED_SKIPS]:
+def print_skipped(listed: Sequence[Any], total: int, prefix: str) -> None:
+    """The first skipped inputs, one per line, and how many more there are
+    (``listed``: those a manifest lists, of ``total``)."""
+    for item in listed[:_LISTED_SKIPS]:
         print(f"{prefix}{shown(item.path)}: {shown(item.reason)}")
-    if len(skipped) > _LISTED_SKIPS:
-        print(f"{prefix}... and {len(skipped) - _LISTED_SKIPS} more (all are in manifest.json)")
+    more = total - min(len(listed), _LISTED_SKIPS)
+    if more > 0:
+        where = "all are in manifest.json" if len(listed) == total else f"manifest.json lists the first {len(listed)}"
+        print(f"{prefix}... and {more} more ({where})")

@@ -131,8 +131,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"seed:       {shown(m.seed) if m.seed is not None else 'none (source order)'}")
     options = ", ".join(f"{shown(k)}={shown(v)}" for k, v in sorted(m.options.items()))
     print(f"options:    {options or 'none recorded'}")
-    print(f"skipped:    {len(m.skipped)}{by_reason(m.skipped)}")
-    print_skipped(m.skipped, "  ")
+    print(f"skipped:    {m.num_skipped}{by_reason(m.skipped_by_category)}")
+    print_skipped(m.skipped, m.num_skipped, "  ")
     if args.shards:
         for number in range(m.num_shards):
             s = m.table.entry(number)
@@ -237,7 +237,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     note = f" ({entries} entries that belong to no sample skipped in {len(skipped)} shards)" if skipped else ""
     if stream_only:
         note += f" ({len(stream_only)} compressed shards stream-only: no offset index to check)"
-    if left := len(manifest.skipped):
+    if left := manifest.num_skipped:
         note += f" ({left} input{'s' if left > 1 else ''} left out when it was made: `shardkit info` lists them)"
     print(f"OK: {manifest.num_shards} shards, {samples} samples, {human_bytes(manifest.num_bytes)} verified{note}")
     return EXIT_OK

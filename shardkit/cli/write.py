@@ -164,8 +164,7 @@ def _dry_run(args: argparse.Namespace, options: Any) -> int:
     fetched = " + the fields to download (sized once fetched)" if plan.has_urls else ""
     print(f"  bytes:   {at_most}{plan.num_bytes} ({human_bytes(plan.num_bytes)}){fetched}")
     print(f"  skipped: {len(plan.skipped)}")
-    for item in plan.skipped:
-        print(f"    {shown(item.path)}: {shown(item.reason)}")
+    print_skipped(plan.skipped, len(plan.skipped), "    ")
     for origin in plan.oversized:
         print(f"  warning: {shown(origin)} alone exceeds --max-bytes; it would have a shard of its own")
     return EXIT_OK
@@ -216,9 +215,9 @@ def cmd_write(args: argparse.Namespace) -> int:
             f"wrote {m.num_shards} shards ({report.num_written} written, {report.num_reused} reused), "
             f"{m.num_samples} samples, {human_bytes(m.num_bytes)} in {report.seconds:.2f}s "
             f"({m.num_samples / max(report.seconds, 1e-9):.0f} samples/s, {human_bytes(rate)}/s); "
-            f"skipped {len(m.skipped)}{by_reason(m.skipped)}"
+            f"skipped {m.num_skipped}{by_reason(m.skipped_by_category)}"
         )
-        print_skipped(m.skipped, "  skipped ")
+        print_skipped(m.skipped, m.num_skipped, "  skipped ")
         for origin in report.oversized:
             print(f"  warning: {shown(origin)} alone exceeds --max-bytes; it has a shard of its own")
         print(f"manifest: {shown(os.path.join(args.dest, 'manifest.json'))}")

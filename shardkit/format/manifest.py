@@ -33,6 +33,10 @@ A dataset written with ``compress_members`` also has ``"member_compression":
 "gzip"`` (or ``"zstd"``): its text-like members are stored compressed, as
 ``KEY.txt.gz`` (see :mod:`shardkit.format.compression`).
 
+When more inputs were left out than :data:`SKIPPED_LISTED` (a table of URLs
+at scale), ``"skipped"`` lists the first of them in source order and
+``"skipped_counts"`` counts them all by category: ``{"http_404": 41873, ...}``.
+
 A manifest that ``shardkit index SOURCE --out DIR`` wrote beside no shards
 also has ``"shards_base"``: the absolute folder or URL prefix of the shards
 it describes (checked by
@@ -52,10 +56,10 @@ the same dataset gives the same manifest and table bytes.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -64,8 +68,8 @@ import numpy as np
 
 from shardkit.errors import ManifestError
 from shardkit.format.location import check_shards_base, open_regular, redact_url, resolve_inside
+from shardkit.format.manifest_checks import MAX_COUNT, check_fields, json_depth_exceeds, short
 from shardkit.format.table import (
-    TABLE_NAME,
     Naming,
     ShardEntry,
     ShardTable,
@@ -90,9 +94,6 @@ MAX_MANIFEST_BYTES = 1 << 30
 #: Deepest nesting of JSON arrays and objects accepted in a manifest; a
 #: shardkit manifest needs 3, ``source`` and ``options`` may add a few.
 MAX_MANIFEST_DEPTH = 64
-#: Largest count or byte size a manifest may state, per shard and in total
-#: (2**62: every sum stays within a 64-bit integer).
-MAX_COUNT = 1 << 62
 
 #: Opens a format-2 manifest's table: (manifest location, table reference,
 #: naming, where for messages) -> table.
@@ -112,6 +113,20 @@ class SkippedInput:
     reason: str
 
 
+#: Most skipped inputs a manifest lists (the first in source order); all of
+#: them are counted by reason (:attr:`Manifest.skipped_counts`). A table of
+#: URLs at LAION's scale leaves out 10**8 rows or more: listed whole, they
+#: would make manifest.json gigabytes, and the writer's memory grow with them.
+SKIPPED_LISTED = 1000
+
+
+def skip_category(reason: str) -> str:
+    """The category a skip record's reason starts with (``http_404``,
+    ``timeout``, ``not_image``...), or ``input`` for other skipped inputs."""
+    head, colon, _ = reason.partition(":")
+    return head if colon and head and head.replace("_", "").isalnum() and head.islower() else "input"
+
+
 @dataclass(frozen=True)
 class Manifest:
     """A written dataset: its shards in order and how it was made.
@@ -125,7 +140,12 @@ class Manifest:
         source: ``{"format": ..., "path": ...}`` of the input.
         options: Writer options that shape the output (not worker count).
         seed: Shuffle seed, or None when the order was kept.
-        skipped: Inputs skipped under ``on_error="skip"``.
+        skipped: Inputs skipped under ``on_error="skip"``: all of them, or
+            the first :data:`SKIPPED_LISTED` in source order when
+            :attr:`skipped_counts` is set.
+        skipped_counts: Every skipped input counted by category
+            (:func:`skip_category`), when ``skipped`` lists only some; None
+            when it lists them all.
         member_compression: ``"gzip"`` or ``"zstd"`` when the writer
             compressed members (``KEY.txt.gz``), else None.
         location: Where the manifest was loaded from (a directory or URL
@@ -155,6 +175,19 @@ class Manifest:
     stored_fingerprint: str | None = field(default=None, compare=False, repr=False)
     loaded_version: int = field(default=FORMAT_VERSION, compare=False, repr=False)
     shards_base: str | None = None
+    skipped_counts: Mapping[str, int] | None = None
+
+    @property
+    def num_skipped(self) -> int:
+        """Inputs left out when the dataset was made (listed or not)."""
+        return sum(self.skipped_counts.values()) if self.skipped_counts is not None else len(self.skipped)
+
+    @property
+    def skipped_by_category(self) -> dict[str, int]:
+        """:attr:`num_skipped` by :func:`skip_category`."""
+        if self.skipped_counts is not None:
+            return dict(self.skipped_counts)
+        return dict(collections.Counter(skip_category(s.reason) for s in self.skipped))
 
     def __post_init__(self) -> None:
         if isinstance(self.shards, ShardTable):
@@ -281,6 +314,8 @@ class Manifest:
             out["member_compression"] = self.member_compression
         if self.shards_base is not None:
             out["shards_base"] = self.shards_base
+        if self.skipped_counts is not None:
+            out["skipped_counts"] = dict(sorted(self.skipped_counts.items()))
         return out
 
     def to_json(self) -> str:
@@ -325,15 +360,15 @@ class Manifest:
         """
         where = redact_url(origin) if origin else (location.rstrip("/") + "/" + MANIFEST_NAME if location else "<manifest>")
         if data.get("format") != FORMAT_NAME:
-            raise ManifestError(f"{where}: not a shardkit manifest (format={_short(data.get('format'))})", path=location)
+            raise ManifestError(f"{where}: not a shardkit manifest (format={short(data.get('format'))})", path=location)
         version = data.get("format_version")
         if version not in SUPPORTED_VERSIONS or isinstance(version, bool):
             raise ManifestError(
-                f"{where}: manifest format_version {_short(version)} is not supported by this shardkit "
+                f"{where}: manifest format_version {short(version)} is not supported by this shardkit "
                 f"(supports {', '.join(map(str, SUPPORTED_VERSIONS))}); upgrade shardkit or rewrite the dataset",
                 path=location,
             )
-        _check_fields(data, where, location, version)
+        check_fields(data, where, location, version)
         shards_base = None
         if data.get("shards_base") is not None:
             shards_base = check_shards_base(data["shards_base"], manifest_location=location, where=where)
@@ -361,6 +396,7 @@ class Manifest:
                 options=dict(data.get("options", {})),
                 seed=data.get("seed"),
                 skipped=tuple(SkippedInput(**s) for s in data.get("skipped", ())),
+                skipped_counts=data.get("skipped_counts"),
                 location=location,
                 member_compression=data.get("member_compression"),
                 origin=origin,
@@ -370,7 +406,7 @@ class Manifest:
             )
         except (KeyError, TypeError) as exc:
             raise ManifestError(
-                f"{where}: malformed manifest ({_short(exc)}); rewrite it with `shardkit write`", path=location
+                f"{where}: malformed manifest ({short(exc)}); rewrite it with `shardkit write`", path=location
             ) from None
         for name in ("num_samples", "num_bytes"):
             if getattr(manifest, name) > MAX_COUNT:
@@ -379,7 +415,7 @@ class Manifest:
             for name in ("num_samples", "num_bytes", "num_shards"):
                 if name in data and data[name] != getattr(manifest, name):
                     raise ManifestError(
-                        f"{where}: {name} is {_short(data[name])} but the shard list adds up to {getattr(manifest, name)}",
+                        f"{where}: {name} is {short(data[name])} but the shard list adds up to {getattr(manifest, name)}",
                         path=location,
                     )
         else:
@@ -419,7 +455,7 @@ class Manifest:
         except RecursionError:  # the scan above should have refused it
             raise ManifestError(f"{where}: JSON nested too deeply; not a shardkit manifest", path=location) from None
         except ValueError as exc:  # JSONDecodeError, an integer of too many digits, bad UTF-8
-            raise ManifestError(f"{where}: not valid JSON ({_short(exc, 200)})", path=location) from None
+            raise ManifestError(f"{where}: not valid JSON ({short(exc, 200)})", path=location) from None
         if not isinstance(data, dict):
             raise ManifestError(f"{where}: not a JSON object", path=location)
         return cls.from_dict(data, location=location, origin=origin, open_table=open_table)
@@ -470,7 +506,7 @@ def _naming(value: object, where: str, location: str | None) -> Naming | None:
     except ValueError:
         raise ManifestError(
             f"{where}: 'naming' must be {{'shard': 'NAME-{{:06d}}.tar', 'index': ...}} of plain file names, "
-            f"not {_short(value)}; the manifest is damaged. Rewrite it or rerun `shardkit upgrade`.",
+            f"not {short(value)}; the manifest is damaged. Rewrite it or rerun `shardkit upgrade`.",
             path=location,
         ) from None
 
@@ -487,111 +523,12 @@ def open_local_table(location: str, ref: Mapping[str, Any], naming: Naming | Non
     )
 
 
-def _short(value: object, limit: int = 60) -> str:
-    """``repr(value)`` cut to ``limit`` characters (values from a manifest may be huge)."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _too_large(where: str, size: int, location: str | None) -> ManifestError:
     return ManifestError(
         f"{where}: {size} bytes, more than a manifest may hold ({MAX_MANIFEST_BYTES}); not a shardkit "
         "manifest (a damaged or hostile file)",
         path=location,
     )
-
-
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_NOT_BRACKET = re.compile(rb"[^\[\]{}]+")
-_DEPTH_BLOCK = 1 << 20
-
-
-def json_depth_exceeds(raw: bytes, limit: int) -> bool:
-    """Whether the JSON text ``raw`` nests arrays and objects deeper than
-    ``limit``, found without recursion: brackets outside strings are
-    counted in blocks (a broken string makes the count high, never low)."""
-    brackets = _NOT_BRACKET.sub(b"", _JSON_STRING.sub(b"", raw))
-    if len(brackets) <= limit:
-        return False
-    codes = np.frombuffer(brackets, dtype=np.uint8)
-    depth = 0
-    for lo in range(0, len(codes), _DEPTH_BLOCK):
-        block = codes[lo : lo + _DEPTH_BLOCK]
-        steps = np.where((block == ord("[")) | (block == ord("{")), 1, -1).astype(np.int64)
-        running = np.cumsum(steps) + depth
-        if int(running.max()) > limit:
-            return True
-        depth = int(running[-1])
-    return False
-
-
-def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
-
-
-def _check_fields(data: Mapping[str, Any], where: str, location: str | None, version: int) -> None:
-    """Check the type and range of every field a reader relies on."""
-
-    def bad(field_name: str, wanted: str, value: object) -> ManifestError:
-        return ManifestError(
-            f"{where}: {field_name} must be {wanted}, not {_short(value)}; the manifest is damaged or was "
-            "not written by shardkit. Rewrite it with `shardkit write`.",
-            path=location,
-        )
-
-    if version == 1:
-        shards = data.get("shards")
-        if not isinstance(shards, list):
-            raise bad("'shards'", "a list of shard entries", shards)
-        for i, entry in enumerate(shards):
-            if not isinstance(entry, dict):
-                raise bad(f"shard {i}", "an object", entry)
-            for key in ("path", "index", "sha256"):
-                if key in entry and not isinstance(entry[key], str):
-                    raise bad(f"shard {i} {key}", "a string", entry[key])
-            for key in ("num_samples", "num_bytes"):
-                if key in entry and not _is_count(entry[key]):
-                    raise bad(f"shard {i} {key}", "a whole number from 0 to 2**62", entry[key])
-    else:
-        for key in ("num_samples", "num_bytes", "num_shards"):
-            if not _is_count(data.get(key)):
-                raise bad(f"'{key}'", "a whole number from 0 to 2**62", data.get(key))
-        fingerprint = data.get("fingerprint")
-        if not isinstance(fingerprint, str) or not re.fullmatch(r"[0-9a-f]{64}", fingerprint):
-            raise bad("'fingerprint'", "64 hex digits", fingerprint)
-        ref = data.get("table")
-        if not isinstance(ref, dict) or set(ref) != {"path", "num_bytes", "sha256"}:
-            raise bad("'table'", "{'path': ..., 'num_bytes': ..., 'sha256': ...}", ref)
-        if not isinstance(ref["path"], str) or not TABLE_NAME.match(ref["path"]):
-            raise bad("'table' path", "a name like 'shards-0123456789abcdef.table'", ref["path"])
-        if not _is_count(ref["num_bytes"]):
-            raise bad("'table' num_bytes", "a whole number from 0 to 2**62", ref["num_bytes"])
-        if not isinstance(ref["sha256"], str) or not re.fullmatch(r"[0-9a-f]{64}", ref["sha256"]):
-            raise bad("'table' sha256", "64 hex digits", ref["sha256"])
-        if not ref["path"].startswith(table_name(ref["sha256"])[:23]):
-            raise bad("'table' path", "named by its sha256", ref["path"])
-    for key in ("num_samples", "num_bytes", "num_shards"):
-        if key in data and not _is_count(data[key]):
-            raise bad(f"'{key}'", "a whole number from 0 to 2**62", data[key])
-    for key in ("extensions", "skipped"):
-        if not isinstance(data.get(key, []), list):
-            raise bad(f"'{key}'", "a list", data[key])
-    if not all(isinstance(e, str) for e in data.get("extensions", [])):
-        raise bad("'extensions'", "a list of strings", data["extensions"])
-    if not all(isinstance(s, dict) for s in data.get("skipped", [])):
-        raise bad("'skipped'", "a list of objects", data["skipped"])
-    names = data.get("class_names")
-    if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
-        raise bad("'class_names'", "a list of strings or null", names)
-    for key in ("source", "options"):
-        if not isinstance(data.get(key, {}), dict):
-            raise bad(f"'{key}'", "an object", data[key])
-    seed = data.get("seed")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or abs(seed) > MAX_COUNT):
-        raise bad("'seed'", "a whole number or null", seed)
-    compression = data.get("member_compression")
-    if compression is not None and not isinstance(compression, str):
-        raise bad("'member_compression'", "a string or null", compression)
 
 
 def manifest_file(path: str) -> str:

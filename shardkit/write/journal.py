@@ -10,18 +10,19 @@ once the manifest is in place.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from shardkit.format.index import index_path_for
-from shardkit.format.manifest import ShardEntry, SkippedInput, load_manifest
+from shardkit.format.manifest import SKIPPED_LISTED, ShardEntry, SkippedInput, load_manifest, skip_category
 from shardkit.format.table import TABLE_NAME
 from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes, remove_quietly
 from shardkit.io.local import file_sha256
@@ -38,6 +39,53 @@ class ShardResult:
     fingerprint: str
     skipped: tuple[SkippedInput, ...] = ()
     reused: bool = False
+
+
+class SkipTally:
+    """Every skipped input of a write, counted by category, and the first
+    ``limit`` in source order kept (what the manifest records): the driver's
+    memory does not grow with the number of inputs left out.
+
+    Source order: by path, then by row for a table's ``PATH#row=N``; inputs
+    of equal position keep the order they were added in (a scan's, then the
+    shards')."""
+
+    def __init__(self, limit: int | None = None):
+        self.limit = SKIPPED_LISTED if limit is None else limit
+        self.counts: collections.Counter[str] = collections.Counter()
+        self._kept: list[tuple[tuple[str, int], int, SkippedInput]] = []
+        self._added = 0
+
+    def add(self, items: Iterable[SkippedInput]) -> None:
+        for item in items:
+            self.counts[skip_category(item.reason)] += 1
+            self._kept.append((_source_position(item), self._added, item))
+            self._added += 1
+        if len(self._kept) > 2 * self.limit:
+            self._trim()
+
+    def _trim(self) -> None:
+        self._kept.sort(key=lambda kept: kept[:2])
+        del self._kept[self.limit :]
+
+    @property
+    def total(self) -> int:
+        return self._added
+
+    def listed(self) -> tuple[SkippedInput, ...]:
+        """The first ``limit`` skipped inputs, in source order."""
+        self._trim()
+        return tuple(item for _, _, item in self._kept)
+
+    def counts_if_partial(self) -> dict[str, int] | None:
+        """The counts by category when :meth:`listed` leaves some out, else None."""
+        return dict(self.counts) if self._added > self.limit else None
+
+
+def _source_position(item: SkippedInput) -> tuple[str, int]:
+    """Where a skipped input stands in the source: its path, then its row (``PATH#row=N``)."""
+    path, marker, row = item.path.rpartition("#row=")
+    return (path, int(row)) if marker and row.isdigit() else (item.path, -1)
 
 
 def _journal_path(dest: str, task_name: str) -> str:

@@ -44,7 +44,7 @@ from typing import Any
 
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.format.compression import COMPRESSIONS, Compression, compressed_extension
-from shardkit.format.manifest import MANIFEST_NAME, Manifest, SkippedInput
+from shardkit.format.manifest import MANIFEST_NAME, Manifest
 from shardkit.format.tar import field_name
 from shardkit.io.registry import open_destination
 from shardkit.write.destination import (
@@ -59,6 +59,7 @@ from shardkit.write.destination import (
 from shardkit.write.fieldmap import FieldMap
 from shardkit.write.journal import (
     ShardResult,
+    SkipTally,
     clear_journal,
     finished_entries,
     note_unpack_folder,
@@ -452,19 +453,21 @@ def _write_planned(run: _Run, scanned: ScanResult, tasks: list[ShardTask], overs
     for description in oversized:
         log.warning("sample %s alone exceeds max_bytes=%s; it gets a shard of its own", description, options.max_bytes)
     results: dict[int, ShardResult] = {}
+    skips = SkipTally()
+    skips.add(scanned.skipped)
     try:
-        todo = _reuse_finished(run, scanned, tasks, results, since) if options.resume else tasks
+        todo = _reuse_finished(run, scanned, tasks, results, skips, since) if options.resume else tasks
         if not run.publisher.remote:  # a remote DEST stages a few shards at a time
             check_free_space(dest, _planned_file_sizes(todo))
         runner = run.engine(todo, run.job(), options)
         try:
             for result in runner:
-                results[result.index] = result
                 _report(run.progress, result, scanned.num_samples, since)
+                _collect(result, results, skips)
         finally:
             runner.close()  # stops the pool at once when the loop ends early
         ordered = [results[t.index] for t in tasks]
-        manifest = _publish_manifest(run, scanned, ordered)
+        manifest = _publish_manifest(run, scanned, ordered, skips)
     except BaseException as exc:
         remove_temporaries(dest)
         if not options.resume and not any(not r.reused for r in results.values()):
@@ -485,11 +488,19 @@ def _source_info(run: _Run, scanned: ScanResult) -> dict:
     return {"format": scanned.format, "path": run.source}
 
 
+def _collect(result: ShardResult, results: dict[int, ShardResult], skips: SkipTally) -> None:
+    """Keep ``result`` in ``results`` without its skipped inputs, which
+    ``skips`` counts instead: the driver holds no list per shard."""
+    skips.add(result.skipped)
+    results[result.index] = dataclasses.replace(result, skipped=()) if result.skipped else result
+
+
 def _reuse_finished(
-    run: _Run, scanned: ScanResult, tasks: list[ShardTask], results: dict[int, ShardResult], since: float
+    run: _Run, scanned: ScanResult, tasks: list[ShardTask], results: dict[int, ShardResult], skips: SkipTally,
+    since: float,
 ) -> list[ShardTask]:
     """``--resume``: put the finished shards that match the plan into
-    ``results``, remove stale files, and return the tasks left to run."""
+    ``results`` (see :func:`_collect`), remove stale files, and return the tasks left to run."""
     dest = run.dest
     finished = finished_entries(dest, _source_info(run, scanned), run.options)
     todo = []
@@ -498,25 +509,19 @@ def _reuse_finished(
         if reused is None:
             todo.append(task)
         else:
-            results[task.index] = reused
             _report(run.progress, reused, scanned.num_samples, since)
+            _collect(reused, results, skips)
     remove_stale(dest, keep={t.name for t in tasks})
     if os.path.exists(os.path.join(dest, MANIFEST_NAME)) and todo:
         os.unlink(os.path.join(dest, MANIFEST_NAME))
     return todo
 
 
-def _source_position(item: SkippedInput) -> tuple[str, int]:
-    """Where a skipped input stands in the source: its path, then its row (``PATH#row=N``)."""
-    path, marker, row = item.path.rpartition("#row=")
-    return (path, int(row)) if marker and row.isdigit() else (item.path, -1)
-
-
-def _publish_manifest(run: _Run, scanned: ScanResult, ordered: list[ShardResult]) -> Manifest:
-    """Write the manifest into ``run.dest`` (atomically, last) and drop the work folder."""
+def _publish_manifest(run: _Run, scanned: ScanResult, ordered: list[ShardResult], skips: SkipTally) -> Manifest:
+    """Write the manifest into ``run.dest`` (atomically, last) and drop the
+    work folder. It lists the first skipped inputs in source order (not the
+    plan's shuffled order) and counts them all (see :class:`SkipTally`)."""
     options, dest = run.options, run.dest
-    # Inputs the shards left out (failed downloads...), in source order, not the plan's shuffled order.
-    skipped = list(scanned.skipped) + sorted((s for r in ordered for s in r.skipped), key=_source_position)
     kind = options.compress_members
     # the fields readers give (KEY.JPG is read as jpg)
     extensions = sorted({field_name(compressed_extension(ext, kind)) for ext in scanned.extensions})
@@ -527,7 +532,8 @@ def _publish_manifest(run: _Run, scanned: ScanResult, ordered: list[ShardResult]
         source=_source_info(run, scanned),
         options=options.recorded(),
         seed=options.seed if options.shuffle else None,
-        skipped=tuple(skipped),
+        skipped=skips.listed(),
+        skipped_counts=skips.counts_if_partial(),
         location=os.path.abspath(dest),
         member_compression=kind,
     )

@@ -320,13 +320,6 @@ def table_rows(
             yield result.key, list(result.fields)
 
 
-def skip_reason(reason: str) -> str:
-    """The category a skip record's reason starts with (``http_404``,
-    ``timeout``, ``not_image``...), or ``input`` for other skipped inputs."""
-    head, colon, _ = reason.partition(":")
-    return head if colon and head and head.replace("_", "").isalnum() and head.islower() else "input"
-
-
 __all__ = [
     "DEFAULT_URL_SHARD_SAMPLES",
     "IngestOptions",
@@ -338,7 +331,6 @@ __all__ = [
     "planned_options",
     "ingest_options",
     "process_downloader",
-    "skip_reason",
     "table_partitions",
     "table_rows",
 ]

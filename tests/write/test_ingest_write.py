@@ -150,6 +150,43 @@ def test_image_format_other_than_the_fields_name_is_said_before_writing(tmp_path
     assert not [r for r in caplog.records if "image_format" in r.getMessage()]
 
 
+def test_a_manifest_lists_the_first_skipped_rows_and_counts_them_all(tmp_path, server, capsys):
+    # At LAION's scale 10**8 rows fail: listed whole they would make
+    # manifest.json gigabytes (and the driver hold them all).
+    import csv
+
+    from shardkit.format.manifest import SKIPPED_LISTED
+
+    rows = SKIPPED_LISTED + 150
+    good = {i for i in range(0, rows, 40)}
+    photo = photo_jpeg(32, 24, seed=1)
+    url = server.serve("/p.jpg", Answer(200, photo))
+    source = tmp_path / "rows.csv"
+    with open(source, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["url", "caption"])
+        for i in range(rows):
+            writer.writerow([url if i in good else f"nope-{i}", f"row {i}"])
+    dest = tmp_path / "out"
+    args = ["--field", "jpg=url", "--field", "txt=caption", "--max-samples", "100", *FAST]
+    assert main(["write", str(source), str(dest), *args]) == 0
+    manifest = load_manifest(str(dest))
+    failed = [i for i in range(rows) if i not in good]
+    assert manifest.num_samples == len(good) and manifest.num_skipped == len(failed)
+    assert manifest.skipped_by_category == {"bad_url": len(failed)}
+    assert [s.path for s in manifest.skipped] == [f"{source}#row={i}" for i in failed[:SKIPPED_LISTED]]
+    stored = json.loads((dest / "manifest.json").read_text())
+    assert stored["skipped_counts"] == {"bad_url": len(failed)} and len(stored["skipped"]) == SKIPPED_LISTED
+
+    capsys.readouterr()
+    assert main(["info", str(dest)]) == 0
+    out = capsys.readouterr().out
+    assert f"skipped:    {len(failed)} (by reason: bad_url {len(failed)})" in out
+    assert f"... and {len(failed) - 20} more (manifest.json lists the first {SKIPPED_LISTED})" in out
+    assert main(["verify", str(dest)]) == 0
+    assert f"({len(failed)} inputs left out when it was made" in capsys.readouterr().out
+
+
 def test_on_error_raise_stops_at_the_first_failed_row_naming_it(tmp_path, server, capsys):
     source, _ = _url_table(tmp_path, server)
     code = main(["write", source, str(tmp_path / "out"), "--field", "jpg=URL", "--on-error", "raise",
