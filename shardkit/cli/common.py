@@ -77,7 +77,9 @@ def print_skipped(listed: Sequence[Any], total: int, prefix: str) -> None:
     """The first skipped inputs, one per line, and how many more there are
     (``listed``: those a manifest lists, of ``total``)."""
     for item in listed[:_LISTED_SKIPS]:
-        print(f"{prefix}{shown(item.path)}: {shown(item.reason)}")
+        # A reason that names its input first (`rows.jsonl:7: line 7 ...`) is not given the path again.
+        named = item.reason.startswith(f"{item.path}:")
+        print(f"{prefix}{shown(item.reason)}" if named else f"{prefix}{shown(item.path)}: {shown(item.reason)}")
     more = total - min(len(listed), _LISTED_SKIPS)
     if more > 0:
         where = "all are in manifest.json" if len(listed) == total else f"manifest.json lists the first {len(listed)}"

@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterable, Iterator
 
 from shardkit.errors import DestinationError
@@ -31,6 +32,10 @@ _OURS = re.compile(
 
 logger = logging.getLogger(__name__)
 
+#: How long a write waits for DEST's lock before it refuses: the processes of
+#: a write that was just killed take a moment to exit and let go of it.
+LOCK_WAIT_S = 5.0
+
 
 @contextlib.contextmanager
 def holding_destination(dest: str) -> Iterator[None]:
@@ -39,8 +44,9 @@ def holding_destination(dest: str) -> Iterator[None]:
 
     Two writes into one folder at once (a job started again while the first
     still runs) would write the same shard names and remove each other's
-    temporary files; the second is refused instead. The writer processes a
-    write forks share the lock and hold it until they end. Where the file
+    temporary files; the second is refused instead, once it has waited
+    :data:`LOCK_WAIT_S` for the lock. The writer processes a write forks
+    share the lock and hold it until they end. Where the file
     system has no ``flock`` for directories (some network file systems) the
     write goes on unlocked.
 
@@ -53,16 +59,22 @@ def holding_destination(dest: str) -> Iterator[None]:
     except OSError as exc:
         raise output_error(exc, dest, resume_hint=False) from exc
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise DestinationError(
-                    f"{dest}: another shardkit write into this folder is running (it holds the folder's lock); "
-                    "wait for it to end, or stop it and rerun with --resume",
-                    path=dest,
-                ) from None
-            logger.debug("%s: no lock for this write (%s)", dest, exc)
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    logger.debug("%s: no lock for this write (%s)", dest, exc)
+                    break
+                if time.monotonic() >= deadline:
+                    raise DestinationError(
+                        f"{dest}: another shardkit write into this folder is running (it holds the folder's "
+                        "lock); wait for it to end, or stop it and rerun with --resume",
+                        path=dest,
+                    ) from None
+                time.sleep(0.05)
         yield
     finally:
         os.close(fd)

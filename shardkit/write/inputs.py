@@ -422,8 +422,9 @@ def _jsonl_fields(line: bytes, path: str, base: str, root: str, number: Callable
                 size = _file_size(file)
             except SourceError as exc:
                 n = number()
+                detail = str(exc).removeprefix(f"{file}: ")  # the message names the file first
                 raise SourceError(
-                    f"{path}:{n}: line {n}: field {ext!r} refers to {file}: {exc}", path=path, line=n
+                    f"{path}:{n}: line {n}: field {ext!r} refers to {file}: {detail}", path=path, line=n
                 ) from exc
             fields.append((ext, size, file, None))
         else:

@@ -177,7 +177,8 @@ PAUSED_WRITER = textwrap.dedent(
 )
 
 
-def test_a_second_write_into_a_folder_being_written_is_refused_and_the_first_completes(tmp_path, capsys):
+def test_a_second_write_into_a_folder_being_written_is_refused_and_the_first_completes(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("shardkit.write.destination.LOCK_WAIT_S", 0.5)  # how long the second waits before it refuses
     root = str(tmp_path / "images")
     make_imagefolder(root, per_class=10, size=1000)
     dest, go = tmp_path / "out", tmp_path / "go"
