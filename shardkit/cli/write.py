@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from shardkit.cli.common import EXIT_OK, add_verbose, by_reason, human_bytes, print_skipped, shown
@@ -165,9 +166,17 @@ def _dry_run(args: argparse.Namespace, options: Any) -> int:
     print(f"  bytes:   {at_most}{plan.num_bytes} ({human_bytes(plan.num_bytes)}){fetched}")
     print(f"  skipped: {len(plan.skipped)}")
     print_skipped(plan.skipped, len(plan.skipped), "    ")
-    for origin in plan.oversized:
-        print(f"  warning: {shown(origin)} alone exceeds --max-bytes; it would have a shard of its own")
+    _warn_oversized(plan.oversized, plan.num_oversized, "would have")
     return EXIT_OK
+
+
+def _warn_oversized(examples: Sequence[str], count: int, verb: str) -> None:
+    """One line for the samples over --max-bytes (a limit set too small makes every sample one)."""
+    if count == 1:
+        print(f"  warning: {shown(examples[0])} alone exceeds --max-bytes; it {verb} a shard of its own")
+    elif count:
+        print(f"  warning: {count} samples alone exceed --max-bytes, each getting a shard of its own "
+              f"(e.g. {shown(examples[0])}); raise --max-bytes")  # fmt: skip
 
 
 def cmd_write(args: argparse.Namespace) -> int:
@@ -218,7 +227,6 @@ def cmd_write(args: argparse.Namespace) -> int:
             f"skipped {m.num_skipped}{by_reason(m.skipped_by_category)}"
         )
         print_skipped(m.skipped, m.num_skipped, "  skipped ")
-        for origin in report.oversized:
-            print(f"  warning: {shown(origin)} alone exceeds --max-bytes; it has a shard of its own")
+        _warn_oversized(report.oversized, report.num_oversized, "has")
         print(f"manifest: {shown(os.path.join(args.dest, 'manifest.json'))}")
     return EXIT_OK

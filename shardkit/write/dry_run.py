@@ -47,8 +47,9 @@ class WritePlanSummary:
             ``compress_members`` is set: then planned with the uncompressed
             member sizes, so the shards come out smaller.
         skipped: Inputs left out while scanning, with the reason.
-        oversized: Samples (``"origin (sample 'key')"``) that alone exceed
-            ``max_bytes`` and would get a shard of their own.
+        oversized: The first samples (``"origin (sample 'key')"``) that
+            alone exceed ``max_bytes`` and would get a shard of their own.
+        num_oversized: How many such samples there are in all.
         seconds: Time the scan and the plan took.
         has_urls: Table rows have fields to download: ``num_bytes`` counts
             only the bytes held in the table.
@@ -63,6 +64,7 @@ class WritePlanSummary:
     oversized: tuple[str, ...]
     seconds: float
     has_urls: bool = False
+    num_oversized: int = 0
 
 
 def plan_dataset(source: str, *, options: WriteOptions | None = None) -> WritePlanSummary:
@@ -96,9 +98,10 @@ def plan_dataset(source: str, *, options: WriteOptions | None = None) -> WritePl
         num_shards=len(tasks),
         num_bytes=sum(task.planned_bytes for task in tasks),
         skipped=tuple(scanned.skipped),
-        oversized=tuple(oversized),
+        oversized=oversized.examples,
         seconds=time.perf_counter() - started,
         has_urls=scanned.has_urls,
+        num_oversized=oversized.count,
     )
 
 

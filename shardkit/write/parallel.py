@@ -70,7 +70,7 @@ from shardkit.write.journal import (
 )
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
 from shardkit.write.partition import PARTITION_BYTES
-from shardkit.write.plan import ShardTask, plan_shards
+from shardkit.write.plan import Oversized, ShardTask, plan_shards
 from shardkit.write.pool import pool_context, process_pool
 from shardkit.write.publish import publish_manifest
 from shardkit.write.publisher import ShardPublisher
@@ -103,6 +103,7 @@ class WriteReport:
     num_reused: int
     seconds: float
     oversized: tuple[str, ...] = ()
+    num_oversized: int = 0
 
 
 @dataclass(frozen=True)
@@ -406,12 +407,12 @@ def _write_held(run: _Run, created: bool) -> WriteReport:
 
 def scan_and_plan(
     source: str, options: WriteOptions, *, work: str, unpack_dir: str, scanner: Scanner = scan_locally
-) -> tuple[ScanResult, list[ShardTask], list[str]]:
+) -> tuple[ScanResult, list[ShardTask], Oversized]:
     """Scan ``source`` into ``work/scan`` and plan it into ``work/plan`` as a
     write with ``options`` does (its dry run too, with the local scanner).
 
     Returns:
-        The scan, the shard tasks, and the oversized samples' descriptions.
+        The scan, the shard tasks, and the samples over ``max_bytes``.
     """
     spill_dir, plan_dir = os.path.join(work, "scan"), os.path.join(work, "plan")
     os.makedirs(spill_dir, exist_ok=True)
@@ -444,14 +445,14 @@ def _discard_scan(dest: str, work: str, *, created: bool, keep: bool) -> None:
             pass
 
 
-def _write_planned(run: _Run, scanned: ScanResult, tasks: list[ShardTask], oversized: list[str]) -> WriteReport:
+def _write_planned(run: _Run, scanned: ScanResult, tasks: list[ShardTask], oversized: Oversized) -> WriteReport:
     """The rest of :func:`_write`, once the source is scanned and planned:
     run the tasks not done yet on the engine, then write the manifest."""
     dest, options = run.dest, run.options
     since = time.perf_counter()  # the clock of progress events' elapsed_s
     prepare_destination(dest, overwrite=options.overwrite, resume=options.resume, keep=JOURNAL_DIR)
-    for description in oversized:
-        log.warning("sample %s alone exceeds max_bytes=%s; it gets a shard of its own", description, options.max_bytes)
+    if oversized.count:
+        log.warning("%s", oversized.warning(options.max_bytes))
     results: dict[int, ShardResult] = {}
     skips = SkipTally()
     skips.add(scanned.skipped)
@@ -480,7 +481,8 @@ def _write_planned(run: _Run, scanned: ScanResult, tasks: list[ShardTask], overs
         num_written=sum(not r.reused for r in ordered),
         num_reused=sum(r.reused for r in ordered),
         seconds=time.perf_counter() - run.started,
-        oversized=tuple(oversized),
+        oversized=oversized.examples,
+        num_oversized=oversized.count,
     )
 
 

@@ -29,6 +29,7 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -85,9 +86,32 @@ def order_path(plan_dir: str, chunk: int) -> str:
     return os.path.join(plan_dir, f"order-{chunk:06d}.npy")
 
 
+#: Samples over ``max_bytes`` a plan names (it counts them all).
+OVERSIZED_LISTED = 10
+
+
+@dataclass(frozen=True)
+class Oversized:
+    """Samples that alone exceed ``max_bytes`` (each still gets a shard of its
+    own): how many, and the first few as ``"origin (sample 'key')"``. A limit
+    set too small can make every sample one: the plan holds no list of them."""
+
+    count: int = 0
+    examples: tuple[str, ...] = ()
+
+    def warning(self, max_bytes: Any) -> str:
+        """One line saying so, for the log."""
+        if self.count == 1:
+            return f"sample {self.examples[0]} alone exceeds max_bytes={max_bytes}; it gets a shard of its own"
+        return (
+            f"{self.count} samples alone exceed max_bytes={max_bytes}, each getting a shard of its own "
+            f"(e.g. {self.examples[0]}); raise --max-bytes"
+        )
+
+
 def plan_shards(
     scan: ScanResult, *, limits: ShardLimits, shuffle: bool = True, plan_dir: str
-) -> tuple[list[ShardTask], list[str]]:
+) -> tuple[list[ShardTask], Oversized]:
     """Order the scanned samples and cut them into shards that respect ``limits``.
 
     Args:
@@ -97,9 +121,8 @@ def plan_shards(
         plan_dir: An existing folder for the order files.
 
     Returns:
-        The shard tasks in order, and the samples (``"origin (sample 'key')"``)
-        that alone exceed ``max_bytes`` (each still gets a shard of its own;
-        the caller warns).
+        The shard tasks in order, and the samples that alone exceed
+        ``max_bytes`` (:class:`Oversized`; the caller warns).
 
     Raises:
         DuplicateSampleError: Two samples share a key (both inputs named).
@@ -128,7 +151,7 @@ def plan_shards(
             records = reader.read_rows(0, len(by_source))
             cutter.feed(chunk, parts, by_source, records["size"][by_source], records["digest"][by_source])
             del records
-    return cutter.finish(), cutter.oversized
+    return cutter.finish(), Oversized(cutter.num_oversized, tuple(cutter.oversized))
 
 
 def _save_order(plan_dir: str, chunk: int, parts: np.ndarray, recs: np.ndarray) -> None:
@@ -226,7 +249,8 @@ class _Cutter:
         self.spill_dir = spill_dir
         self.context = context
         self.tasks: list[ShardTask] = []
-        self.oversized: list[str] = []
+        self.oversized: list[str] = []  # the first OVERSIZED_LISTED
+        self.num_oversized = 0
         self._segments: list[tuple[int, int, int]] = []
         self._count = 0
         self._bytes = 0
@@ -240,7 +264,9 @@ class _Cutter:
         max_bytes, max_samples = self.limits.max_bytes, self.limits.max_samples
         end_marker = len(END_OF_ARCHIVE)
         if max_bytes is not None:
-            for i in np.flatnonzero(sizes + end_marker > max_bytes):
+            over = np.flatnonzero(sizes + end_marker > max_bytes)
+            self.num_oversized += len(over)
+            for i in over[: OVERSIZED_LISTED - len(self.oversized)]:
                 partition, read_path, name, offset = self.context.where(int(parts[i]), int(recs[i]))
                 key = self.context.key(int(parts[i]), int(recs[i])).decode("utf-8", "surrogateescape")
                 self.oversized.append(f"{record_origin(partition, read_path, name, offset)} (sample {key!r})")

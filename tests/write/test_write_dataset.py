@@ -120,6 +120,29 @@ def test_oversized_sample_gets_own_shard_and_warning(tmp_path, caplog):
     assert report.manifest.num_samples == 5
 
 
+def test_a_limit_every_sample_exceeds_is_said_once_not_once_per_sample(tmp_path, caplog, capsys):
+    # The plan counts such samples and keeps a few (a limit set too small for
+    # 10**8 samples would otherwise hold 10**8 descriptions, and print them).
+    from shardkit.cli import main
+    from shardkit.write.plan import OVERSIZED_LISTED
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(OVERSIZED_LISTED + 5):
+        (src / f"s{i:02d}.bin").write_bytes(os.urandom(3000))
+    with caplog.at_level(logging.WARNING, logger="shardkit"):
+        report = write_dataset(str(src), str(tmp_path / "out"), options=WriteOptions(max_bytes=2048, shuffle=False))
+    assert report.num_oversized == OVERSIZED_LISTED + 5 == report.manifest.num_shards
+    assert len(report.oversized) == OVERSIZED_LISTED and "sample 's00'" in report.oversized[0]
+    warned = [r.getMessage() for r in caplog.records if "exceed" in r.getMessage()]
+    assert warned == [f"{OVERSIZED_LISTED + 5} samples alone exceed max_bytes=2048, each getting a shard of its own "
+                      f"(e.g. {report.oversized[0]}); raise --max-bytes"]
+    capsys.readouterr()
+    assert main(["write", str(src), str(tmp_path / "cli"), "--max-bytes", "2048", "--no-shuffle", "-q", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("exceed") == 1 and f"warning: {OVERSIZED_LISTED + 5} samples alone exceed --max-bytes" in out
+
+
 def test_directory_groups_files_by_key_across_folders(tmp_path):
     src = tmp_path / "src"
     (src / "imgs").mkdir(parents=True)
