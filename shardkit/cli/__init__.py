@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -28,6 +29,9 @@ from shardkit.cli.write import add_write
 from shardkit.errors import ShardkitError, UsageError, redact_text
 
 __all__ = ["build_parser", "configure_logging", "main", "shown"]
+
+#: Exit code when stdout's reader closed the pipe early (128 + SIGPIPE, as git and the shell give).
+EXIT_BROKEN_PIPE = 141
 
 #: Loggers that log requests on the wire, with credentials (botocore logs the
 #: signed headers: access key id, session token). Debug only with --debug-wire.
@@ -116,6 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         verbose = args.verbose
         configure_logging(verbose=verbose, debug_wire=args.debug_wire)
         return args.func(args)
+    except BrokenPipeError:
+        # The reader of our output went away (`shardkit info DS | head`): stop
+        # quietly, as other command-line tools do, and let no later flush fail.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except (ShardkitError, OSError, ImportError) as exc:
         # One line naming the file (or the missing extra) and what to do; the traceback only with -v.
         if verbose:

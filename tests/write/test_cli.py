@@ -30,6 +30,18 @@ def test_write_info_verify_happy_path(imagefolder, tmp_path, capsys):
     assert code == 0 and out.startswith("OK: 3 shards")
 
 
+def test_output_piped_to_a_reader_that_stops_early_ends_quietly(imagefolder, tmp_path):
+    # `shardkit info DS | head -1`: no "error: BrokenPipeError" and no traceback, exit 141 as git gives.
+    root, _ = imagefolder
+    dest = str(tmp_path / "out")
+    assert main(["write", root, dest, "--max-samples", "2", "-q"]) == 0
+    proc = subprocess.Popen([sys.executable, "-m", "shardkit", "info", dest, "--shards"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the command has written anything
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 141 and err == b""
+
+
 def test_dest_not_empty_is_refused_and_untouched(imagefolder, tmp_path, capsys):
     root, _ = imagefolder
     dest = tmp_path / "out"
