@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import unicodedata
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from shardkit.errors import redact_text
 
@@ -73,14 +73,15 @@ def by_reason(counts: Mapping[str, int]) -> str:
     return " (by reason: " + ", ".join(f"{shown(reason)} {n}" for reason, n in sorted(counts.items())) + ")"
 
 
-def print_skipped(listed: Sequence[Any], total: int, prefix: str) -> None:
+def print_skipped(listed: Sequence[Any], total: int, prefix: str, file: TextIO | None = None) -> None:
     """The first skipped inputs, one per line, and how many more there are
-    (``listed``: those a manifest lists, of ``total``)."""
+    (``listed``: those a manifest lists, of ``total``), to ``file`` (stdout)."""
     for item in listed[:_LISTED_SKIPS]:
         # A reason that names its input first (`rows.jsonl:7: line 7 ...`) is not given the path again.
         named = item.reason.startswith(f"{item.path}:")
-        print(f"{prefix}{shown(item.reason)}" if named else f"{prefix}{shown(item.path)}: {shown(item.reason)}")
+        line = f"{prefix}{shown(item.reason)}" if named else f"{prefix}{shown(item.path)}: {shown(item.reason)}"
+        print(line, file=file)
     more = total - min(len(listed), _LISTED_SKIPS)
     if more > 0:
         where = "all are in manifest.json" if len(listed) == total else f"manifest.json lists the first {len(listed)}"
-        print(f"{prefix}... and {more} more ({where})")
+        print(f"{prefix}... and {more} more ({where})", file=file)

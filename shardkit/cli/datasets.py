@@ -83,8 +83,7 @@ def cmd_index(args: argparse.Namespace) -> int:
                 "the reader reads them whole"
             )
         print(f"manifest: {shown(report.location.rstrip('/') + '/' + 'manifest.json')}")
-    for item in report.skipped:
-        print(f"  skipped {shown(item.path)}: {shown(item.reason)}", file=sys.stderr)
+    print_skipped(report.skipped, len(report.skipped), "  skipped ", file=sys.stderr)
     if report.skipped:
         print(
             f"shardkit: {len(report.skipped)} shard(s) not indexed (listed above); fix or remove them and rerun "

@@ -317,8 +317,12 @@ def index_dataset(
                 ),
                 shards_base=listing.base if out is not None else None,
             )
-            for item in manifest.skipped:
-                logger.warning("%s: not indexed: %s", item.path, item.reason)
+            if manifest.skipped:  # one line, however many: manifest.json lists them all
+                first = manifest.skipped[0]
+                logger.warning(
+                    "%d shard(s) not indexed (manifest.json's 'skipped' lists them), e.g. %s: %s",
+                    len(manifest.skipped), first.path, first.reason,
+                )
             num_compressed = sum(
                 count_compressed(listing.names[start : start + len(records)][published(records)],
                                  records["compressed"][published(records)])
