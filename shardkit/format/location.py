@@ -102,7 +102,8 @@ def _normal_url(url: str) -> str | None:
     return urllib.parse.urlunsplit((parts.scheme.lower(), parts.netloc.lower(), path, parts.query, ""))
 
 
-def _under(path: str, root: str) -> bool:
+def path_under(path: str, root: str) -> bool:
+    """Whether normalised local ``path`` is folder ``root`` or lies inside it."""
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
@@ -165,7 +166,7 @@ def _allowed(candidate: str, prefixes: Sequence[str]) -> bool:
             return False
         return any(_is_url(p) and (normal.startswith(p) or normal == p.rstrip("/")) for p in prefixes)
     real = os.path.realpath(_local(candidate))
-    return any(not _is_url(p) and _under(real, os.path.realpath(p)) for p in prefixes)
+    return any(not _is_url(p) and path_under(real, os.path.realpath(p)) for p in prefixes)
 
 
 def _suggest(target: str) -> str | None:
@@ -248,7 +249,7 @@ def resolve_inside(base: str, relative: str, *, allowed_prefixes: Sequence[str] 
     path = os.path.join(base, *parts)
     real_base = _real_folder(base)
     real = _real_inside(real_base, parts)
-    if not _under(real, real_base) and not _allowed(path, prefixes):
+    if not path_under(real, real_base) and not _allowed(path, prefixes):
         raise _refuse(what, relative, f"is a symlink that leads to {real}, outside the dataset", base, real)
     return ConfinedPath(path, [real_base, *_local_roots(prefixes)])
 
@@ -356,7 +357,7 @@ def _opened_path(fd: int, path: str) -> str | None:
 def _check_opened_inside(fd: int, path: ConfinedPath, what: str) -> None:
     """Refuse the open file ``fd`` unless it lies under one of ``path.roots``."""
     real = _opened_path(fd, path)
-    if real is not None and any(_under(real, root) for root in path.roots):
+    if real is not None and any(path_under(real, root) for root in path.roots):
         return
     where = "a file that cannot be told" if real is None else real
     raise ManifestError(

@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable, Iterator
 
 from shardkit.errors import DestinationError
+from shardkit.format.location import path_under
 from shardkit.io.atomic import TMP_SUFFIX
 from shardkit.write.publish import CARD_NAME
 
@@ -91,8 +92,7 @@ def check_outside_source(dest: str, source: str, format: str | None) -> None:
     """
     if format == "tar" or not os.path.isdir(source):
         return
-    here, folder = os.path.realpath(dest), os.path.realpath(source)
-    if os.path.commonpath([here, folder]) == folder:
+    if path_under(os.path.realpath(dest), os.path.realpath(source)):
         raise DestinationError(
             f"{dest}: the destination is inside the source {source}, so the write would read its own output "
             "(as one more class folder, or as files to pack); choose a destination outside it",

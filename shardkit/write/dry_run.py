@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 from shardkit.format.manifest import SkippedInput
 from shardkit.write.parallel import WriteOptions, scan_and_plan
-from shardkit.write.table_source import note_image_format
 
 
 @dataclass(frozen=True)
@@ -84,7 +83,6 @@ def plan_dataset(source: str, *, options: WriteOptions | None = None) -> WritePl
         UsageError, SourceError: as ``write_dataset`` raises them while scanning.
     """
     options = options or WriteOptions()
-    note_image_format(options)
     started = time.perf_counter()
     with scratch_folder() as scratch:
         work, unpack_dir = os.path.join(scratch, "plan"), os.path.join(scratch, "unpack")

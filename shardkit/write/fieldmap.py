@@ -39,7 +39,7 @@ from typing import Any
 
 from shardkit.errors import SourceError, UsageError
 from shardkit.format.codecs import encode_value
-from shardkit.format.tar import member_name_problem, split_key
+from shardkit.format.tar import field_name, member_name_problem, split_key
 from shardkit.write.detect import IMAGE_EXTENSIONS
 from shardkit.write.inputs import TEXT_EXTENSIONS  # text, not URLs, as in JSONL rows
 
@@ -112,7 +112,7 @@ class FieldMap:
             ext, column = ext.strip(), column.strip()
             if not eq or not ext or not column:
                 raise UsageError(f"--field {spec!r}: write EXT=COLUMN, e.g. --field jpg=URL or --field json=*")
-            same = next((e for e in pairs if e.lower() == ext.lower()), None)  # readers lower-case extensions
+            same = next((e for e in pairs if field_name(e) == field_name(ext)), None)  # read as one field
             if same is not None:
                 raise UsageError(f"--field: extension {ext!r} is given twice ({pairs[same]!r} and {column!r})")
             if split_key(f"k.{ext}") != ("k", ext) or member_name_problem(f"k.{ext}") is not None or "/" in ext:

@@ -15,7 +15,7 @@ import stat
 from typing import Any
 
 from shardkit.errors import DuplicateSampleError, InputFileError, SourceError
-from shardkit.format.tar import encoded_sample_size, member_name_problem, split_key
+from shardkit.format.tar import encoded_sample_size, field_name, member_name_problem, split_key
 from shardkit.write.detect import IMAGE_EXTENSIONS, walk_tree
 from shardkit.write.partition import Partition
 from shardkit.write.spill import short_digest
@@ -116,11 +116,11 @@ def scan_directory(part: Partition, scan: Any) -> None:
                 continue
             key, ext = parts
             fields = groups.setdefault(key, {})
-            same = next((e for e in fields if e.lower() == ext.lower()), None)  # read as one field (a.TXT, a.txt)
+            same = next((e for e in fields if field_name(e) == field_name(ext)), None)  # one field: a.TXT, a.txt
             if same is not None:
                 raise DuplicateSampleError(
                     f"{os.path.join(root, fields[same][0])} and {path} both map to sample {key!r} field "
-                    f"{ext.lower()!r}; rename one of them or write the folders separately",
+                    f"{field_name(ext)!r}; rename one of them or write the folders separately",
                     first=os.path.join(root, fields[same][0]),
                     second=path,
                 )

@@ -55,8 +55,10 @@ from typing import Any, BinaryIO
 
 from shardkit.errors import DuplicateSampleError, InputFileError, SourceError
 from shardkit.format.codecs import encode_parsed_json, encode_value
+from shardkit.format.location import path_under
 from shardkit.format.tar import (
     encoded_sample_size,
+    field_name,
     join_members,
     member_name_problem,
     repeated_field,
@@ -409,7 +411,7 @@ def _jsonl_fields(line: bytes, path: str, base: str, root: str, number: Callable
         value = row[ext]
         if type(value) is str and ext.lower() not in TEXT_EXTENSIONS:
             file = os.path.join(base, value)
-            if not _inside(file, root):
+            if not path_under(os.path.abspath(file), os.path.abspath(root)):  # ".." resolved by name
                 n = number()
                 raise SourceError(
                     f"{path}:{n}: line {n}: field {ext!r} refers to {file}, outside {root}, the folder row paths "
@@ -438,7 +440,7 @@ def _jsonl_fields(line: bytes, path: str, base: str, root: str, number: Callable
         n = number()
         raise SourceError(
             f"{path}:{n}: line {n}: fields {clash[0]!r} and {clash[1]!r} would both be read as field "
-            f"{clash[1].lower()!r} (readers lower-case extensions); rename one of them",
+            f"{field_name(clash[1])!r} (readers lower-case extensions); rename one of them",
             path=path,
             line=n,
         )
@@ -503,13 +505,6 @@ def _load_jsonl_row(part: Partition, key: str, rec: Any, read_range: ReadRange) 
         else:
             members.append((ext, encode_value(value)))
     return members
-
-
-def _inside(file: str, root: str) -> bool:
-    """Whether ``file`` (absolute or relative to the working folder), with
-    ``..`` resolved by name, lies in folder ``root``."""
-    file, root = os.path.abspath(file), os.path.abspath(root)
-    return os.path.commonpath([file, root]) == root
 
 
 @functools.lru_cache(maxsize=64)

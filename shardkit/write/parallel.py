@@ -344,7 +344,6 @@ def write_dataset(
         UsageError, SourceError, DestinationError, InputFileError, RemoteError.
     """
     options = options or WriteOptions()
-    note_image_format(options)
     engine, scanner, session = _choose_engine(options)  # before scanning: no Ray, or no cluster there, fails at once
     destination = open_destination(dest)
     with session:
@@ -414,6 +413,7 @@ def scan_and_plan(
     Returns:
         The scan, the shard tasks, and the samples over ``max_bytes``.
     """
+    note_image_format(options)
     spill_dir, plan_dir = os.path.join(work, "scan"), os.path.join(work, "plan")
     os.makedirs(spill_dir, exist_ok=True)
     shutil.rmtree(plan_dir, ignore_errors=True)

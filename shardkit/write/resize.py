@@ -216,6 +216,11 @@ def _to_rgb(image: Any, Image: Any, wanted: str) -> Any:
     return image.convert("RGBA" if "A" in image.getbands() and wanted != "jpg" else "RGB")
 
 
+def image_format_name(ext: str) -> str:
+    """The output format an image extension names (``JPEG`` -> ``jpg``, as :data:`_FORMATS` keys them)."""
+    return {"jpeg": "jpg"}.get(ext.lower(), ext.lower())
+
+
 def encode_image(image: Any, ext: str, quality: int = 95) -> bytes:
     """A Pillow image as the bytes of a ``jpg``/``jpeg``, ``png`` or ``webp``
     member (JPEG at ``quality``, its alpha flattened on white).
@@ -223,7 +228,7 @@ def encode_image(image: Any, ext: str, quality: int = 95) -> bytes:
     Raises:
         TypeError: Another extension (the caller should store bytes it encoded).
     """
-    wanted = {"jpeg": "jpg"}.get(ext.lower(), ext.lower())
+    wanted = image_format_name(ext)
     if wanted not in _FORMATS:
         raise TypeError(
             f"cannot encode an image as .{ext}: use jpg, png or webp, or store bytes you encoded yourself"

@@ -45,7 +45,7 @@ from shardkit.write.download import DownloadOptions, Downloader
 from shardkit.write.fieldmap import FieldMap, RowSample, UrlField, encode_record
 from shardkit.write.ingest import SkippedRow, ingest_rows
 from shardkit.write.partition import Partition
-from shardkit.write.resize import ImageOptions
+from shardkit.write.resize import ImageOptions, image_format_name
 from shardkit.write.spill import short_digest
 from shardkit.write.tables import PartitionList, Table, TablePartition, open_table, read_rows, table_format
 
@@ -115,7 +115,7 @@ def note_image_format(options: Any) -> None:
     if wanted is None:
         return
     for ext, column in options.field_map().fields:
-        named = {"jpeg": "jpg"}.get(ext.lower(), ext.lower())
+        named = image_format_name(ext)
         if named in IMAGE_EXTENSIONS and named != wanted:
             logger.warning(
                 "field %r will hold %s images (image_format=%s) in members named KEY.%s; to name them after what "
