@@ -68,10 +68,6 @@ class SkipTally:
         self._kept.sort(key=lambda kept: kept[:2])
         del self._kept[self.limit :]
 
-    @property
-    def total(self) -> int:
-        return self._added
-
     def listed(self) -> tuple[SkippedInput, ...]:
         """The first ``limit`` skipped inputs, in source order."""
         self._trim()
