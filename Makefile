@@ -52,15 +52,22 @@ bench-mix: $(STAMP)
 
 # Reader at scale (#22): open time, memory per process (USS, 8 workers),
 # pickled size and first batch at 10^3..10^6 shards against webdataset, LitData
-# and Mosaic; bench/results/scale.{json,md,png}. Installs the peers (extra
-# bench-scale) with the torch pin and the venv's own numpy kept (a pin file
-# from pip freeze), so they replace neither. Synthetic datasets are cached in
+# and Mosaic; bench/results/scale.{json,md,png}. The peers get a venv of their
+# own (.venv-scale, shardkit installed there too): Mosaic needs transformers<5,
+# whose huggingface-hub<1 would break the `datasets` that `make test` uses.
+# It keeps the torch pin and .venv's numpy (a pin file from pip freeze), so
+# both sides run on the same ones. Synthetic datasets are cached in
 # bench/work/scale (~3 GB of metadata and directory entries at 10^6 shards).
 # Pass options with BENCH_SCALE_ARGS, e.g. BENCH_SCALE_ARGS=--quick.
-bench-scale: $(STAMP)
-	$(PY) -m pip freeze | grep -i '^numpy==' > $(VENV)/numpy-pin.txt
-	$(PY) -m pip install --quiet -e '.[bench-scale]' -c $(CONSTRAINTS) -c $(VENV)/numpy-pin.txt
-	$(PY) bench/bench_scale.py $(BENCH_SCALE_ARGS)
+SCALE_VENV := .venv-scale
+$(SCALE_VENV)/.installed: pyproject.toml $(CONSTRAINTS) | $(STAMP)
+	$(PYTHON) -m venv $(SCALE_VENV)
+	$(PY) -m pip freeze | grep -i '^numpy==' > $(SCALE_VENV)/numpy-pin.txt
+	$(SCALE_VENV)/bin/python -m pip install --quiet -e '.[torch,bench-scale]' -c $(CONSTRAINTS) -c $(SCALE_VENV)/numpy-pin.txt
+	touch $@
+
+bench-scale: $(SCALE_VENV)/.installed
+	$(SCALE_VENV)/bin/python bench/bench_scale.py $(BENCH_SCALE_ARGS)
 
 # From a table of URLs (#24): img2dataset against `shardkit write --resize`;
 # bench/results/ingest.{json,md,png}. The URLs are served by

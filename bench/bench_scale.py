@@ -46,10 +46,11 @@ child when the machine's available memory falls below ``--min-free-gb``.
 
 Writes ``bench/results/scale.json`` / ``.md`` / ``.png``::
 
-    .venv/bin/python bench/bench_scale.py            # 10^3 .. 10^6 shards: ~25 min on 2 cores,
-                                                     # +7 min the first time to make ~3 GB of metadata in bench/work/scale
-    .venv/bin/python bench/bench_scale.py --quick    # 10^3 and 10^4 shards
-    .venv/bin/python bench/bench_scale.py --sizes 1000,500000 --peers shardkit,webdataset
+    make bench-scale                                       # sets up .venv-scale (the peers), then:
+    .venv-scale/bin/python bench/bench_scale.py            # 10^3 .. 10^6 shards: ~25 min on 2 cores,
+                                                           # +7 min the first time to make ~3 GB of metadata
+    .venv-scale/bin/python bench/bench_scale.py --quick    # 10^3 and 10^4 shards
+    .venv-scale/bin/python bench/bench_scale.py --sizes 1000,500000 --peers shardkit,webdataset
 
 The writer part (issue #23: scan + plan memory and rate, end-to-end writing
 against peers on JSONL rows and on an ImageFolder of 10^5 small files,
@@ -514,7 +515,7 @@ def table(record: dict[str, Any]) -> str:
         lines += [
             "",
             f"Mosaic is {mosaic}: mosaicml-streaming 0.11 and later require numpy < 2.2, and `make bench-scale` keeps "
-            f"the venv's numpy ({record['versions'].get('numpy')}), so pip picks the newest Mosaic that accepts it.",
+            f"the test venv's numpy ({record['versions'].get('numpy')}), so pip picks the newest Mosaic that accepts it.",
         ]
     if record["unavailable"]:
         lines += ["", "Not installed: " + "; ".join(f"{p}: {why}" for p, why in record["unavailable"].items())]

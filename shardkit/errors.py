@@ -295,11 +295,22 @@ class ImageTooLargeError(MemberTooLargeError):
 
 
 class VerifyError(ShardkitError, ValueError):
-    """A shard failed verification against its manifest entry."""
+    """A shard failed verification against its manifest entry; raised for a
+    whole dataset, the first of those that failed.
 
-    def __init__(self, message: str, *, path: str):
+    Attributes:
+        path: The shard (or offset index) at fault; for a dataset, the first
+            failed shard's.
+        failures: For a dataset, the failed shards' own errors, the first
+            :data:`shardkit.verify.LISTED` by shard number; ``()`` for one shard.
+        num_failed: How many shards failed (1 for one shard).
+    """
+
+    def __init__(self, message: str, *, path: str, failures: tuple[VerifyError, ...] = (), num_failed: int = 1):
         super().__init__(message)
         self.path = path
+        self.failures = failures
+        self.num_failed = num_failed
 
 
 class RemoteError(ShardkitError, OSError):

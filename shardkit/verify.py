@@ -27,14 +27,15 @@ warning, not a failure.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import itertools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-from shardkit.errors import CorruptShardError, ManifestError, MemberTooLargeError, VerifyError
+from shardkit.errors import CorruptShardError, ManifestError, MemberTooLargeError, UsageError, VerifyError
 from shardkit.format.compression import (
     DEFAULT_MAX_MEMBER_BYTES,
     MAGIC_BYTES,
@@ -45,13 +46,19 @@ from shardkit.format.compression import (
 )
 from shardkit.format.index import OffsetIndex
 from shardkit.format.manifest import Manifest, ShardEntry
-from shardkit.format.tar import RawSample, SampleParser
+from shardkit.format.tar import REWRITE_ADVICE, RawSample, SampleParser
 from shardkit.io.base import SourceOptions
 from shardkit.io.index import fetch_offset_index
 from shardkit.io.local import HASH_CHUNK_BYTES
 from shardkit.io.manifest import fetch_manifest
 from shardkit.io.registry import open_source
 from shardkit.io.urls import is_local, local_path
+from shardkit.write.pool import in_groups, run_in_pool
+
+#: Failed shards, and warnings, that a report lists (the lowest shard
+#: numbers first); all of them are counted.
+LISTED = 100
+
 
 @dataclass(frozen=True)
 class VerifyReport:
@@ -59,14 +66,19 @@ class VerifyReport:
 
     Attributes:
         manifest: The dataset's manifest.
-        num_shards_checked: Shards checked (all of them).
-        num_samples_checked: Samples checked.
+        num_shards_checked: Shards checked (all of them, unless ``fail_fast``
+            stopped at a bad one).
+        num_samples_checked: Samples checked, in the shards that passed.
         num_entries_skipped: Tar entries that belong to no sample
             (directories, links, files without a ``KEY.EXT`` name), summed
             over the shards; the readers skip them.
         num_stream_only: Compressed shards, checked without an offset index.
         warnings: One line per shard holding such entries, and per
-            compressed shard.
+            compressed shard: the first :data:`LISTED` by shard number.
+        failures: The failed shards' errors, the first :data:`LISTED` by
+            shard number.
+        num_failed: Shards that failed.
+        num_warnings: Warnings in all (``warnings`` lists the first).
     """
 
     manifest: Manifest
@@ -75,6 +87,38 @@ class VerifyReport:
     num_entries_skipped: int = 0
     warnings: tuple[str, ...] = ()
     num_stream_only: int = 0
+    failures: tuple[VerifyError, ...] = ()
+    num_failed: int = 0
+    num_warnings: int = 0
+
+    def error(self) -> VerifyError:
+        """One error for the failed shards: the first's message (and path),
+        with how many others failed."""
+        first = self.failures[0]
+        more = self.num_failed - 1
+        message = str(first) if not more else f"{first} (and {more} more failed shard{'s' if more > 1 else ''})"
+        return VerifyError(message, path=first.path, failures=self.failures, num_failed=self.num_failed)
+
+
+@dataclass(frozen=True)
+class ShardCheck:
+    """One shard's verification (:func:`verify_shard`).
+
+    Attributes:
+        number: The shard's position in the manifest.
+        num_bytes: Its size in the manifest (for progress).
+        num_samples: Samples it holds (0 when it failed).
+        error: Why it failed; None when it passed.
+        skipped: Its entries that belong to no sample, if any.
+        stream_only: Set when it is compressed (checked without an offset index).
+    """
+
+    number: int
+    num_bytes: int
+    num_samples: int = 0
+    error: VerifyError | None = None
+    skipped: SkippedEntries | None = None
+    stream_only: StreamOnlyShard | None = None
 
 
 @dataclass(frozen=True)
@@ -166,40 +210,44 @@ def _check_sums(path: str, index: OffsetIndex, first: int, samples: list[RawSamp
 
 def verify_shard(
     manifest: Manifest,
-    entry: ShardEntry,
+    number: int,
     *,
     options: SourceOptions | None = None,
-    number: int | None = None,
     max_member_bytes: int | None = DEFAULT_MAX_MEMBER_BYTES,
-    skipped: list[SkippedEntries] | None = None,
-    stream_only: list[StreamOnlyShard] | None = None,
-) -> int:
-    """Check one shard; return its sample count.
+) -> ShardCheck:
+    """Check shard ``number`` of ``manifest``.
 
     Args:
         manifest: The dataset's manifest.
-        entry: One of its shards.
+        number: The shard's position in it.
         options: How to read remote shards, and the locations outside the
             dataset its entries may name (``allowed_prefixes``).
-        number: The shard's position in the manifest, for messages.
         max_member_bytes: Most bytes a compressed member may decompress to
             (default 256 MiB, the readers' default; None: no limit).
-        skipped: Where to add the shard's :class:`SkippedEntries` when it
-            holds entries that belong to no sample.
-        stream_only: Where to add a :class:`StreamOnlyShard` when the shard
-            is compressed (checked without an offset index).
+
+    Returns:
+        What was found; a bad shard is a check whose ``error`` names it and
+        what is wrong with it (nothing is raised for it).
 
     Raises:
-        VerifyError: naming the shard and what is wrong with it.
-        ManifestError: The entry leaves the dataset (see :meth:`Manifest.resolve`).
+        ManifestError: The entry leaves the dataset (see :meth:`Manifest.resolve`):
+            the manifest, not the shard, is at fault.
     """
-    options = options or SourceOptions()
+    entry = manifest.table.entry(number)
+    try:
+        return _verify(manifest, number, entry, options or SourceOptions(), max_member_bytes)
+    except VerifyError as exc:
+        return ShardCheck(number, entry.num_bytes, error=exc)
+
+
+def _verify(
+    manifest: Manifest, number: int, entry: ShardEntry, options: SourceOptions, max_member_bytes: int | None
+) -> ShardCheck:
     allowed = options.allowed_prefixes
-    shard = "shard" if number is None else f"shard {number}"
-    path = manifest.resolve(entry.path, allowed_prefixes=allowed, what=f"{shard} path", shard=True)
+    path = manifest.resolve(entry.path, allowed_prefixes=allowed, what=f"shard {number} path", shard=True)
     if is_local(path) and not os.path.lexists(local_path(path)):
         raise VerifyError(f"{path}: shard listed in the manifest is missing", path=path)
-    index_path = manifest.resolve(entry.index, allowed_prefixes=allowed, what=f"{shard} index")
+    index_path = manifest.resolve(entry.index, allowed_prefixes=allowed, what=f"shard {number} index")
     index: OffsetIndex | None = None
     decompressor: ChunkDecompressor | None = None
     digest = hashlib.sha256()
@@ -236,7 +284,9 @@ def verify_shard(
             decompressor.finish()
         take(parser.finish())
     except CorruptShardError as exc:
-        raise VerifyError(f"{path}: does not parse as a tar shard: {exc}", path=path) from exc
+        # The parser's message without the shard's name (said first) and its advice to run verify.
+        reason = str(exc).removeprefix(f"{exc.path}: ").removesuffix(f" {REWRITE_ADVICE}")
+        raise VerifyError(f"{path}: does not parse as a tar shard: {reason}", path=path) from exc
     except (OSError, ManifestError) as exc:
         raise VerifyError(f"{path}: shard missing or unreadable ({exc})", path=path) from exc
     if digest.hexdigest() != entry.sha256:
@@ -244,56 +294,159 @@ def verify_shard(
     count = len(bounds) - 1
     if count != entry.num_samples:
         raise VerifyError(f"{path}: holds {count} samples, manifest says {entry.num_samples}", path=path)
-    if index is None:
-        if stream_only is not None:
-            stream_only.append(StreamOnlyShard(path, decompressor.kind if decompressor is not None else "?"))
-    elif len(index.bounds) != len(bounds) or not np.array_equal(np.asarray(index.bounds), np.asarray(bounds, dtype=index.bounds.dtype)):
+    if index is not None and (
+        len(index.bounds) != len(bounds)
+        or not np.array_equal(np.asarray(index.bounds), np.asarray(bounds, dtype=index.bounds.dtype))
+    ):
         raise VerifyError(
             f"{index_path}: offset index does not match the sample boundaries of {entry.path}", path=index_path
         )
-    if parser.num_skipped_entries and skipped is not None:
-        skipped.append(SkippedEntries(path, parser.num_skipped_entries, parser.first_skipped))
-    return count
+    return ShardCheck(
+        number,
+        entry.num_bytes,
+        num_samples=count,
+        skipped=SkippedEntries(path, parser.num_skipped_entries, parser.first_skipped)
+        if parser.num_skipped_entries
+        else None,
+        stream_only=None if index is not None else StreamOnlyShard(path, decompressor.kind if decompressor else "?"),
+    )
 
 
 def verify_dataset(
-    path: str,
+    dataset: str | Manifest,
     *,
     options: SourceOptions | None = None,
-    progress: Callable[[ShardEntry], None] | None = None,
+    progress: Callable[[ShardCheck], None] | None = None,
     max_member_bytes: int | None = DEFAULT_MAX_MEMBER_BYTES,
+    workers: int = 1,
+    fail_fast: bool = False,
+    raise_on_failure: bool = True,
 ) -> VerifyReport:
-    """Verify every shard of the dataset at ``path`` (directory, manifest, or URL).
+    """Verify every shard of ``dataset``: a directory, a manifest, their URL,
+    or a :class:`Manifest` already loaded.
+
+    Every shard is checked, also after one fails, so one run names all the
+    bad shards of a dataset (the first :data:`LISTED` by number, and how
+    many in all); memory stays flat in the number of shards.
 
     Args:
-        path: The dataset.
+        dataset: The dataset.
         options: How to read it, and the locations outside the dataset its
             manifest may name (``allowed_prefixes``).
-        progress: Called with each shard checked.
+        progress: Called with each shard's check as it finishes (in the
+            order shards finish, with ``workers`` > 1).
         max_member_bytes: As for :func:`verify_shard`.
+        workers: Processes checking shards (1: in this one).
+        fail_fast: Stop at the first bad shard found.
+        raise_on_failure: Raise when a shard failed (else the report's
+            ``failures`` say so).
 
     Raises:
         ManifestError: The manifest cannot be loaded, or names a location
             outside the dataset.
-        VerifyError: The first bad shard, and why.
+        VerifyError: A shard failed (``raise_on_failure``): its message is
+            the first failed shard's, with how many others failed; its
+            ``failures`` are the listed shards' own errors.
+        UsageError: ``workers`` is not a whole number of at least 1.
     """
-    manifest = fetch_manifest(path, options=options)
-    samples = 0
-    skipped: list[SkippedEntries] = []
-    stream_only: list[StreamOnlyShard] = []
-    for number in range(manifest.num_shards):  # one entry at a time, from the shard table
-        entry = manifest.table.entry(number)
-        samples += verify_shard(
-            manifest, entry, options=options, number=number, max_member_bytes=max_member_bytes, skipped=skipped,
-            stream_only=stream_only,
-        )
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise UsageError(f"workers must be a whole number of at least 1, not {workers!r}")
+    manifest = dataset if isinstance(dataset, Manifest) else fetch_manifest(dataset, options=options)
+    tally = _Tally()
+    for check in _checks(manifest, options, max_member_bytes, workers):
+        tally.add(check)
         if progress is not None:
-            progress(entry)
-    return VerifyReport(
-        manifest=manifest,
-        num_shards_checked=manifest.num_shards,
-        num_samples_checked=samples,
-        num_entries_skipped=sum(s.count for s in skipped),
-        warnings=tuple(s.warning() for s in [*skipped, *stream_only]),
-        num_stream_only=len(stream_only),
+            progress(check)
+        if fail_fast and check.error is not None:
+            break
+    report = tally.report(manifest)
+    if report.failures and raise_on_failure:
+        raise report.error()
+    return report
+
+
+def _checks(
+    manifest: Manifest, options: SourceOptions | None, max_member_bytes: int | None, workers: int
+) -> Iterator[ShardCheck]:
+    """Each shard's check, from ``workers`` processes (their results as they finish)."""
+    numbers = range(manifest.num_shards)
+    if workers == 1 or manifest.num_shards < 2:
+        for number in numbers:
+            yield verify_shard(manifest, number, options=options, max_member_bytes=max_member_bytes)
+        return
+    # The manifest reaches the workers when they start (inherited where they
+    # fork), not once per task: a task is a few shard numbers.
+    yield from run_in_pool(
+        _verify_in_worker,
+        in_groups(numbers, max(1, min(_MAX_GROUP, manifest.num_shards // (workers * 8)))),
+        min(workers, manifest.num_shards),
+        initializer=_start_worker,
+        initargs=(manifest, options, max_member_bytes),
     )
+
+
+#: Most shards in one task of the pool (small shards go in groups).
+_MAX_GROUP = 16
+
+#: What :func:`_start_worker` gave this worker process: (manifest, options, max_member_bytes).
+_job: tuple[Manifest, SourceOptions | None, int | None] | None = None
+
+
+def _start_worker(manifest: Manifest, options: SourceOptions | None, max_member_bytes: int | None) -> None:
+    global _job
+    _job = (manifest, options, max_member_bytes)
+
+
+def _verify_in_worker(numbers: list[int]) -> list[ShardCheck]:
+    assert _job is not None
+    manifest, options, limit = _job
+    return [verify_shard(manifest, number, options=options, max_member_bytes=limit) for number in numbers]
+
+
+class _Tally:
+    """Checks folded as they come, keeping the :data:`LISTED` lowest-numbered
+    failures and warnings (heaps), so memory does not grow with the shards."""
+
+    def __init__(self) -> None:
+        self.num_checked = self.num_samples = self.num_entries_skipped = self.num_stream_only = 0
+        self.num_failed = self.num_warnings = 0
+        self._failures: list[tuple[int, VerifyError]] = []
+        self._warnings: list[tuple[int, int, str]] = []
+
+    def add(self, check: ShardCheck) -> None:
+        self.num_checked += 1
+        if check.error is not None:
+            self.num_failed += 1
+            _keep(self._failures, (-check.number, check.error))
+            return
+        self.num_samples += check.num_samples
+        for rank, warning in enumerate((check.skipped, check.stream_only)):
+            if warning is None:
+                continue
+            self.num_warnings += 1
+            _keep(self._warnings, (-check.number, -rank, warning.warning()))
+        if check.skipped is not None:
+            self.num_entries_skipped += check.skipped.count
+        self.num_stream_only += check.stream_only is not None
+
+    def report(self, manifest: Manifest) -> VerifyReport:
+        return VerifyReport(
+            manifest=manifest,
+            num_shards_checked=self.num_checked,
+            num_samples_checked=self.num_samples,
+            num_entries_skipped=self.num_entries_skipped,
+            warnings=tuple(text for _, _, text in sorted(self._warnings, reverse=True)),
+            num_stream_only=self.num_stream_only,
+            failures=tuple(error for _, error in sorted(self._failures, key=lambda item: item[0], reverse=True)),
+            num_failed=self.num_failed,
+            num_warnings=self.num_warnings,
+        )
+
+
+def _keep(heap: list, item: tuple) -> None:
+    """Add ``item`` to ``heap`` (numbers negated: the largest number is on
+    top), keeping the :data:`LISTED` lowest shard numbers."""
+    if len(heap) < LISTED:
+        heapq.heappush(heap, item)
+    elif item[0] > heap[0][0]:
+        heapq.heapreplace(heap, item)

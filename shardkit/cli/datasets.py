@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
 from shardkit.cli.common import EXIT_CHECK_FAILED, EXIT_OK, add_verbose, by_reason, human_bytes, print_skipped, shown
-from shardkit.errors import UsageError, VerifyError
+from shardkit.errors import UsageError
+
+def parse_workers(text: str | None) -> int | None:
+    """``--workers``: None when not given."""
+    if text is None:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"--workers must be a whole number of at least 1, not {text!r}")
+    return int(text)
+
 
 # -------------------------------------------------------------------- index
 
@@ -45,11 +55,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     (it is listed, the others are indexed)."""
     from shardkit.write.indexer import IndexOptions, index_dataset
 
-    workers = None
-    if args.workers is not None:
-        if not args.workers.isdigit() or int(args.workers) < 1:
-            raise UsageError(f"--workers must be a whole number of at least 1, not {args.workers!r}")
-        workers = int(args.workers)
+    workers = parse_workers(args.workers)
     options = IndexOptions(workers=workers, engine=args.engine, ray_address=args.ray_address)
     source = args.source[0] if len(args.source) == 1 else args.source
     bar = None
@@ -190,53 +196,69 @@ def add_verify(sub: argparse._SubParsersAction) -> None:
         help="a folder or URL prefix outside the dataset that its manifest may name shards in "
         "(repeatable; SourceOptions.allowed_prefixes)",
     )
+    p.add_argument("--workers", help="processes checking shards (default: all cores)")
+    p.add_argument("--fail-fast", action="store_true", help="stop at the first bad shard (default: check them all)")
     add_verbose(p)
     p.set_defaults(func=cmd_verify)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    """Check every shard's size, checksum, tar structure, sample count and offset index."""
-    from shardkit.io.base import SourceOptions
-    from shardkit.io.manifest import fetch_manifest
-    from shardkit.verify import SkippedEntries, StreamOnlyShard, verify_shard
+    """Check every shard's size, checksum, tar structure, sample count and
+    offset index; every shard is checked, and every bad one named."""
+    from tqdm import tqdm
 
     from shardkit.config import parse_size
     from shardkit.format.compression import DEFAULT_MAX_MEMBER_BYTES
+    from shardkit.io.base import SourceOptions
+    from shardkit.io.manifest import fetch_manifest
+    from shardkit.verify import LISTED, ShardCheck, verify_dataset
 
     limit = DEFAULT_MAX_MEMBER_BYTES if args.max_member_bytes is None else parse_size(args.max_member_bytes)
+    workers = parse_workers(args.workers) or os.cpu_count() or 1
     options = SourceOptions(allowed_prefixes=tuple(args.allow_prefix))
     manifest = fetch_manifest(args.dataset, options=options)
-    bar = None
-    if not args.quiet:
-        from tqdm import tqdm
+    bar = None if args.quiet else tqdm(total=manifest.num_bytes, unit="B", unit_scale=True, desc="verify", file=sys.stderr)
+    printed = 0
 
-        bar = tqdm(total=manifest.num_bytes, unit="B", unit_scale=True, desc="verify", file=sys.stderr)
-    samples = 0
-    skipped: list[SkippedEntries] = []
-    stream_only: list[StreamOnlyShard] = []
+    def progress(check: ShardCheck) -> None:
+        nonlocal printed
+        if check.error is not None and printed < LISTED:  # as found, above the bar
+            printed += 1
+            (bar or tqdm).write(f"FAILED: {shown(check.error)}", file=sys.stderr)
+        if bar is not None:
+            bar.update(check.num_bytes)
+
     try:
-        for number in range(manifest.num_shards):  # one entry at a time, from the shard table
-            entry = manifest.table.entry(number)
-            try:
-                samples += verify_shard(
-                    manifest, entry, options=options, number=number, max_member_bytes=limit, skipped=skipped,
-                    stream_only=stream_only,
-                )
-            except VerifyError as exc:
-                print(f"FAILED: {shown(exc)}", file=sys.stderr)
-                return EXIT_CHECK_FAILED
-            if bar is not None:
-                bar.update(entry.num_bytes)
+        report = verify_dataset(
+            manifest, options=options, progress=progress, max_member_bytes=limit, workers=workers,
+            fail_fast=args.fail_fast, raise_on_failure=False,
+        )
     finally:
         if bar is not None:
             bar.close()
-    for item in [*skipped, *stream_only]:
-        print(f"WARNING: {shown(item.warning())}", file=sys.stderr)
-    entries = sum(item.count for item in skipped)
-    note = f" ({entries} entries that belong to no sample skipped in {len(skipped)} shards)" if skipped else ""
-    if stream_only:
-        note += f" ({len(stream_only)} compressed shards stream-only: no offset index to check)"
+    for warning in report.warnings:
+        print(f"WARNING: {shown(warning)}", file=sys.stderr)
+    if report.num_warnings > len(report.warnings):
+        print(f"WARNING: ... and {report.num_warnings - len(report.warnings)} more warnings", file=sys.stderr)
+    if report.num_failed:
+        more = f" (the first {printed} listed above)" if report.num_failed > printed else ""
+        stopped = ""
+        if report.num_shards_checked < manifest.num_shards:
+            stopped = f"; stopped there (--fail-fast), {report.num_shards_checked} checked"
+        print(
+            f"FAILED: {report.num_failed} of {manifest.num_shards} shards{more}{stopped}. Restore them from a good "
+            "copy, or rewrite the dataset (`shardkit write`, or `shardkit index` for shards you did not write)",
+            file=sys.stderr,
+        )
+        return EXIT_CHECK_FAILED
+    note = ""
+    if report.num_entries_skipped:
+        shards = report.num_warnings - report.num_stream_only
+        note += f" ({report.num_entries_skipped} entries that belong to no sample skipped in {shards} shards)"
+    if report.num_stream_only:
+        note += f" ({report.num_stream_only} compressed shards stream-only: no offset index to check)"
     if left := manifest.num_skipped:
         note += f" ({left} input{'s' if left > 1 else ''} left out when it was made: `shardkit info` lists them)"
+    samples = report.num_samples_checked
     print(f"OK: {manifest.num_shards} shards, {samples} samples, {human_bytes(manifest.num_bytes)} verified{note}")
     return EXIT_OK

@@ -95,6 +95,10 @@ _WARNED_LOCK = threading.Lock()
 MAX_WARNED_SHARDS = 100
 
 
+
+#: What a reader's corruption message tells the user to do.
+REWRITE_ADVICE = "Run `shardkit verify` on the dataset or rewrite this shard."
+
 def _warn_skipped(path: str, name: str, offset: int) -> None:
     """Log, once per shard, that entries which are no sample member are skipped."""
     with _WARNED_LOCK:
@@ -343,8 +347,7 @@ class SampleParser:
     def _error(self, message: str, *, member: str | None, offset: int) -> CorruptShardError:
         where = f"member {member!r} " if member else ""
         return CorruptShardError(
-            f"{self.path}: {where}{message} at {self.offset_name} {offset}. "
-            "Run `shardkit verify` on the dataset or rewrite this shard.",
+            f"{self.path}: {where}{message} at {self.offset_name} {offset}. {REWRITE_ADVICE}",
             path=self.path,
             member=member,
             offset=offset,

@@ -46,14 +46,13 @@ the reason; the others are indexed.
 from __future__ import annotations
 
 import dataclasses
-import itertools
+import functools
 import logging
 import os
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,14 +90,12 @@ from shardkit.write.index_previous import (
 )
 from shardkit.write.index_shard import IndexResult, IndexTask, index_shard, index_shards
 from shardkit.write.index_source import ShardListing, list_shards
-from shardkit.write.pool import process_pool
+from shardkit.write.pool import bounded, in_groups, run_in_pool
 from shardkit.write.publish import publish_manifest
 
 logger = logging.getLogger(__name__)
 
 ENGINES = ("local", "ray")
-#: Tasks in flight per worker (enough that no worker waits for the driver).
-_IN_FLIGHT_PER_WORKER = 4
 #: Many small shards go to a worker in groups of up to this many (one
 #: round trip to the pool each), so that each worker still gets at least
 #: ``_BATCHES_PER_WORKER`` groups.
@@ -161,35 +158,6 @@ class IndexReport:
 # ------------------------------------------------------------------ running
 
 
-def _bounded(
-    groups: Iterator[list[IndexTask]],
-    submit: Callable[[list[IndexTask]], Any],
-    finished: Callable[[list[Any]], tuple[list[Any], list[Any]]],
-    collect: Callable[[Any], list[IndexResult]],
-    limit: int,
-) -> Iterator[IndexResult]:
-    """Keep at most ``limit`` groups of tasks submitted; yield results as groups finish.
-
-    ``submit`` starts a group and returns its handle, ``finished`` splits
-    handles into (done, still running) once at least one is done, and
-    ``collect`` gives a done handle's results. Tasks are drawn from
-    ``groups`` only as room frees up, so nothing per shard waits in a queue.
-    """
-    running: list[Any] = []
-    for group in itertools.chain(groups, [None]):  # type: ignore[list-item]
-        if group is not None:
-            running.append(submit(group))
-        while running and (len(running) >= limit or group is None):
-            done, running = finished(running)
-            for handle in done:
-                yield from collect(handle)
-
-
-def _groups(tasks: Iterator[IndexTask], size: int) -> Iterator[list[IndexTask]]:
-    while group := list(itertools.islice(tasks, size)):
-        yield group
-
-
 def _run_local(
     tasks: Iterator[IndexTask], workers: int, options: SourceOptions, *, batch: int = 1
 ) -> Iterator[IndexResult]:
@@ -198,21 +166,7 @@ def _run_local(
         for task in tasks:
             yield index_shard(task, options)
         return
-    def finished(running: list[Future[list[IndexResult]]]) -> tuple[list[Any], list[Any]]:
-        done, rest = wait(running, return_when=FIRST_COMPLETED)
-        return list(done), list(rest)
-
-    pool = process_pool(workers)
-    try:
-        yield from _bounded(
-            _groups(tasks, batch),
-            lambda group: pool.submit(index_shards, group, options),
-            finished,
-            lambda future: future.result(),
-            workers * _IN_FLIGHT_PER_WORKER,
-        )
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    yield from run_in_pool(functools.partial(index_shards, options=options), in_groups(tasks, batch), workers)
 
 
 def _run_ray(tasks: Iterator[IndexTask], options: IndexOptions) -> Iterator[IndexResult]:
@@ -223,8 +177,8 @@ def _run_ray(tasks: Iterator[IndexTask], options: IndexOptions) -> Iterator[Inde
     connected = connect(options.ray_address)
     try:
         remote = ray.remote(index_shards).options(num_cpus=1, max_retries=2, name="shardkit_index_shard")
-        yield from _bounded(
-            _groups(tasks, 1),
+        yield from bounded(
+            in_groups(tasks, 1),
             lambda group: remote.remote(group, options.source),
             lambda running: ray.wait(running, num_returns=1),
             ray.get,

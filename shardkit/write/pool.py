@@ -1,6 +1,7 @@
-"""The writer's process pools: how they start, and that they end with the writer.
+"""The writer's process pools: how they start, that they end with the writer,
+and how work streams through them.
 
-Scanning, shard writing and indexing each run in a
+Scanning, shard writing, indexing and verifying each run in a
 :class:`~concurrent.futures.ProcessPoolExecutor` made by :func:`process_pool`.
 Its workers die with the process that made them: a writer killed by
 ``SIGKILL`` (the OOM killer, ``kill -9``, a scheduler) would otherwise leave
@@ -11,13 +12,20 @@ too, and each would remove the other's temporary files.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import multiprocessing
 import os
 import signal
 import sys
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Groups of tasks :func:`run_in_pool` keeps submitted per worker process.
+IN_FLIGHT_PER_WORKER = 4
 
 #: ``prctl`` option: the signal a process gets when its parent dies (linux/prctl.h).
 _PR_SET_PDEATHSIG = 1
@@ -68,3 +76,60 @@ def die_with_parent(parent: int) -> bool:
     if os.getppid() != parent:  # the parent died before the signal was asked for
         os._exit(1)
     return True
+
+
+def in_groups(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """``items`` in lists of ``size`` (the last may be shorter), drawn lazily."""
+    items = iter(items)
+    while group := list(itertools.islice(items, size)):
+        yield group
+
+
+def bounded(
+    groups: Iterable[T],
+    submit: Callable[[T], Any],
+    finished: Callable[[list[Any]], tuple[list[Any], list[Any]]],
+    collect: Callable[[Any], list[R]],
+    limit: int,
+) -> Iterator[R]:
+    """Keep at most ``limit`` groups of tasks submitted; yield results as groups finish.
+
+    ``submit`` starts a group and returns its handle (a future, a Ray object
+    ref), ``finished`` splits handles into (done, still running) once at
+    least one is done, and ``collect`` gives a done handle's results. Groups
+    are drawn only as room frees up, so nothing per task waits in a queue.
+    """
+    running: list[Any] = []
+    for group in itertools.chain(groups, [None]):
+        if group is not None:
+            running.append(submit(group))
+        while running and (len(running) >= limit or group is None):
+            done, running = finished(running)
+            for handle in done:
+                yield from collect(handle)
+
+
+def run_in_pool(
+    fn: Callable[[list[T]], list[R]],
+    groups: Iterable[list[T]],
+    workers: int,
+    *,
+    initializer: Callable[..., Any] | None = None,
+    initargs: tuple = (),
+) -> Iterator[R]:
+    """``fn(group)`` for each group in a :func:`process_pool` of ``workers``,
+    at most :data:`IN_FLIGHT_PER_WORKER` groups per worker submitted at a
+    time; yields each result as its group finishes (not in order). Closing
+    the iterator, or an error from ``fn``, cancels what has not started and
+    waits for the rest."""
+
+    def finished(running: list[Future]) -> tuple[list[Future], list[Future]]:
+        done, rest = wait(running, return_when=FIRST_COMPLETED)
+        return list(done), list(rest)
+
+    pool = process_pool(workers, initializer, initargs)
+    try:
+        yield from bounded(groups, lambda group: pool.submit(fn, group), finished, Future.result,
+                           workers * IN_FLIGHT_PER_WORKER)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
