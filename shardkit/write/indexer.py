@@ -197,8 +197,9 @@ def _target(listing: ShardListing, out: str | None) -> str:
         return os.path.abspath(local_path(out)) if is_local(out) else out.rstrip("/")
     if not listing.is_local:
         raise UsageError(
-            f"{redact_url(listing.base)}: remote shards cannot be indexed in place; pass --out DIR, a local "
-            "folder (or s3:// URL) for the manifest, table and offset indexes"
+            f"{redact_url(listing.base)}: remote shards are indexed where --out says: pass --out DIR, a local "
+            "folder or an s3:// URL for the manifest, table and offset indexes (the shards' own URL to put "
+            "them beside the shards)"
         )
     if not os.access(listing.base, os.W_OK):
         raise UsageError(f"{listing.base}: the shards' folder is read-only; pass --out DIR for the index")

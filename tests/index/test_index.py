@@ -16,7 +16,7 @@ import pytest
 
 from shardkit import IndexOptions, ShardDataset, index_dataset, load_manifest
 from shardkit.cli import main
-from shardkit.errors import CorruptShardError, DestinationError, ManifestError, MissingShardError
+from shardkit.errors import CorruptShardError, DestinationError, ManifestError, MissingShardError, UsageError
 from shardkit.format.manifest import Manifest
 
 webdataset = pytest.importorskip("webdataset")
@@ -279,6 +279,8 @@ def test_remote_shards_over_http_indexed_into_out(tmp_path, published, http_serv
     assert report.num_indexed == 5 and load_manifest(out).shards_base == http_server.base_url + "/data"
     assert as_dict(ShardDataset(out, mode="exact", shuffle=False)) == wds_samples(shards)
     assert index_dataset(url, out=out, options=ONE).num_unchanged == 5  # same sizes: not read again
+    with pytest.raises(UsageError, match=r"remote shards are indexed where --out says.*the shards' own URL"):
+        index_dataset(url, options=ONE)  # nothing is written into someone's bucket unasked
 
 
 @pytest.mark.parametrize("validator", ["ETag", "Last-Modified"])
