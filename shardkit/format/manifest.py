@@ -547,6 +547,8 @@ def load_manifest(path: str) -> Manifest:
         f, size = open_regular(file, what="manifest")
     except FileNotFoundError:
         folder = os.path.dirname(file) or "."
+        if not os.path.isdir(folder):
+            raise ManifestError(f"{path}: no such dataset (the path does not exist)", path=path) from None
         raise ManifestError(
             f"{file}: no manifest here. To read the shards where they are, index them once with "
             f"`shardkit index {folder}` (offsets and a manifest beside them, or in --out), then open "

@@ -45,3 +45,9 @@ def test_bad_manifest_is_refused_with_reason(make_shards, tmp_path, change, mess
 def test_missing_manifest_says_what_to_do(tmp_path):
     with pytest.raises(ManifestError, match="no manifest here"):
         load_manifest(str(tmp_path))
+
+
+def test_a_path_that_does_not_exist_is_named_as_such(tmp_path):
+    for path in (tmp_path / "nothere", tmp_path / "nothere" / "manifest.json"):
+        with pytest.raises(ManifestError, match="no such dataset"):
+            load_manifest(str(path))
