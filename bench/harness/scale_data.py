@@ -141,6 +141,14 @@ class ShardkitFormat(Format):
             for i, payload, label in self.samples_iter():
                 writer.write({"__key__": f"k{i:08d}", "bin": payload, "cls": label})
 
+    def _base_json(self) -> dict[str, Any]:
+        """The base's manifest as format 1 writes it (every shard in the
+        JSON): the listing is repeated in that form, then upgraded (see
+        :func:`prepare`). The writer writes the current format."""
+        from shardkit.format.manifest import load_manifest
+
+        return json.loads(load_manifest(self.base).to_format1_json())
+
     def _entry(self) -> dict[str, Any]:
         (entry,) = self._base_json()["shards"]
         return entry

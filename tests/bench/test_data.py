@@ -44,3 +44,19 @@ def test_ensure_data_repacks_only_the_shards_when_only_their_number_changes(tmp_
     # Anything else changed regenerates everything.
     ensure_data(str(tmp_path / "d"), DataSpec(num_images=9, num_classes=3, num_shards=3, ceiling_bytes=1 << 20))
     assert len(list_images(paths["imagefolder"])) == 9
+
+
+def test_scale_benchmark_makes_an_upgraded_dataset_of_hard_linked_shards(tmp_path):
+    """bench_scale's shardkit dataset: one real shard linked N times, its
+    listing written as format 1, upgraded in place; every reader path opens it."""
+    from bench.harness.scale_data import prepare
+    from shardkit import ShardDataset
+    from shardkit.verify import verify_dataset
+
+    info = prepare(str(tmp_path), "shardkit", 4, 3, upgrade=True)
+    assert info["format_version"] == 2 and "upgrade_error" not in info
+    paths = {os.path.realpath(os.path.join(info["path"], f"shard-{i:06d}.tar")) for i in range(3)}
+    assert len({os.stat(p).st_ino for p in paths}) == 1  # links to one file
+    keys = [s["__key__"] for s in ShardDataset(info["path"], mode="exact", shuffle=False)]
+    assert len(keys) == 12 and len(set(keys)) == 4  # the same 4 samples in each shard
+    assert verify_dataset(info["path"]).num_samples_checked == 12
