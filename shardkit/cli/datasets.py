@@ -122,7 +122,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"dataset:    {shown(m.location)}")
     if m.shards_base is not None:
         print(f"shards in:  {shown(m.shards_base)} (indexed by `shardkit index --out`)")
-    print(f"source:     {shown(m.source.get('format'))} {shown(m.source.get('path', ''))}")
+    print(f"source:     {' '.join(shown(m.source[k]) for k in ('format', 'path') if m.source.get(k))}")
     print(f"shards:     {m.num_shards} (samples per shard: min {int(min(counts))}, max {int(max(counts))})")
     print(f"format:     {m.loaded_version}" + ("" if m.loaded_version == FORMAT_VERSION else
           f" (run `shardkit upgrade {shown(args.dataset)}` to bring it to {FORMAT_VERSION})"))

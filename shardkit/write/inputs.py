@@ -335,9 +335,19 @@ def duplicate_lines_error(path: str, key: str, first: int, second: int) -> Dupli
     )
 
 
+#: The byte order mark some editors (Notepad, Excel) put before UTF-8 text.
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def _first_line_start(f: BinaryIO, start: int) -> int:
-    """Seek ``f`` to the first line that begins at or after ``start``; return its offset."""
+    """Seek ``f`` to the first line that begins at or after ``start``; return
+    its offset. A UTF-8 byte order mark that opens the file is stepped over,
+    as ``utf-8-sig`` and JSON readers do: it is no part of the first row."""
     if start == 0:
+        f.seek(0)
+        if f.read(len(UTF8_BOM)) == UTF8_BOM:
+            return len(UTF8_BOM)
+        f.seek(0)
         return 0
     f.seek(start - 1)
     if f.read(1) == b"\n":

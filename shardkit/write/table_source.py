@@ -34,7 +34,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,6 +122,23 @@ def note_image_format(options: Any) -> None:
                 "they hold, map the column as --field %s=%s",
                 ext, wanted.upper(), wanted, ext, wanted, column,
             )  # fmt: skip
+
+
+def _note_left_out(source: str, columns: Sequence[str], fields: FieldMap) -> None:
+    """Log once which columns the default map (columns named after an
+    extension) leaves out: a LAION-style ``url`` column would otherwise be
+    dropped without a word, and the shards hold captions only."""
+    read = set(fields.columns_read(columns))
+    left = [c for c in columns if c not in read]
+    if not left:
+        return
+    urls = [c for c in left if "url" in c.lower()]
+    example = f"--field jpg={urls[0]} " if urls else ""
+    logger.warning(
+        "%s: column(s) %s left out: no --field maps them and no field is named after them (kept: %s); map them, "
+        "e.g. %s--field json=* (the rest as JSON)",
+        source, ", ".join(left), ", ".join(f"{ext}={column}" for ext, column in fields.fields), example,
+    )  # fmt: skip
 
 
 def planned_options(options: Any, scanned: Any) -> Any:
@@ -216,7 +233,10 @@ def table_partitions(
             missing (the message names it and the columns there are).
     """
     table = open_table(source, format=_TABLES_FORMAT[format], partition_bytes=partition_bytes)
-    spec = TableSpec(source, format, table.columns, fields.resolve(table.columns, source=source), output)
+    resolved = fields.resolve(table.columns, source=source)
+    if not fields.fields:
+        _note_left_out(source, table.columns, resolved)
+    spec = TableSpec(source, format, table.columns, resolved, output)
     parts = [
         Partition(i, format, piece.path, piece.start, piece.end, root=source, first_row=piece.first_row,
                   first_line=piece.first_line)

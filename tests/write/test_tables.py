@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import pickle
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from shardkit.errors import SourceError, UsageError
 from shardkit.write.download import Downloader, DownloadOptions
 from shardkit.write.fieldmap import FieldMap, UrlField
+from shardkit.write.parallel import WriteOptions
 from shardkit.write.ingest import IngestedSample, SkippedRow, ingest_rows
 from shardkit.write.resize import ImageOptions
 from shardkit.write.tables import open_table, read_rows
@@ -163,6 +165,25 @@ def test_field_map_refuses_a_missing_column_naming_those_that_exist():
     for bad, message in [("jpg", "EXT=COLUMN"), ("txt=*", "only goes with json"), ("a/b=URL", "cannot be")]:
         with pytest.raises(UsageError, match=message):
             FieldMap.parse([bad])
+
+
+def test_columns_the_default_map_leaves_out_are_named_with_the_flag_to_keep_them(tmp_path, caplog):
+    """A LAION-style table (url, caption) written without --field: the
+    caption maps to itself, and the url column would be dropped without a
+    word; the write says so, before anything is fetched or written."""
+    from shardkit.write.dry_run import plan_dataset
+
+    table = tmp_path / "meta.csv"
+    table.write_text("url,caption,width\nhttp://127.0.0.1:9/a.jpg,a cat,4\n")
+    with caplog.at_level(logging.WARNING, logger="shardkit"):
+        plan = plan_dataset(str(table))
+    assert plan.num_samples == 1
+    (message,) = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert "column(s) url, width left out" in message and "--field jpg=url" in message
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="shardkit"):
+        plan_dataset(str(table), options=WriteOptions(fields=("txt=caption", "jpg=url", "json=*")))
+    assert not [r for r in caplog.records if "left out" in r.getMessage()]  # mapped: nothing to say
 
 
 def test_field_map_defaults_rest_as_json_and_keys():

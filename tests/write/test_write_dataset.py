@@ -219,6 +219,23 @@ def test_jsonl_rows_with_files_and_inline_values(tmp_path):
     assert samples["a1"]["txt"] == b"a caption" and samples["b2"]["txt"] == b"only text"
 
 
+def test_jsonl_saved_with_a_byte_order_mark_and_crlf_gives_the_same_samples(tmp_path):
+    """Notepad and Excel save UTF-8 with a BOM and CRLF line ends; the BOM is
+    no part of the first row (it read as 'line 1 is not valid JSON')."""
+    rows = [{"__key__": f"k{i}", "txt": f"row {i}", "cls": i} for i in range(5)]
+    plain, windows = tmp_path / "plain.jsonl", tmp_path / "windows.jsonl"
+    plain.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    windows.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\r\n" for r in rows).encode())
+
+    def fields(source: str, dest: str) -> dict:
+        samples = read_with_webdataset(write_dataset(source, str(tmp_path / dest)).manifest)
+        return {key: {k: v for k, v in sample.items() if not k.startswith("__")} for key, sample in samples.items()}
+
+    expected = fields(str(plain), "a")
+    assert fields(str(windows), "b") == expected
+    assert sorted(expected) == [f"k{i}" for i in range(5)] and expected["k0"] == {"cls": b"0", "txt": b"row 0"}
+
+
 def test_many_tiny_jsonl_rows_are_written_exactly_with_their_checksums(tmp_path):
     # Thousands of rows of inline values: the writer encodes them a block at a
     # time. Among them, rows it must take one by one (a name too long for a
