@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from shardkit.cli.common import EXIT_OK, add_verbose, by_reason, human_bytes, print_skipped, shown
@@ -148,11 +149,44 @@ def add_write(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_write)
 
 
+#: Seconds of scanning before its bar shows (a small source's scan is over at once).
+SCAN_BAR_DELAY_S = 1.0
+
+
+@contextlib.contextmanager
+def _scan_bar(quiet: bool) -> Iterator[Callable[[Any], None] | None]:
+    """A progress bar over the source's partitions while they are scanned
+    (a large source takes minutes before the first shard); None when quiet."""
+    if quiet:
+        yield None
+        return
+    bar = None
+
+    def on_scan(event: Any) -> None:
+        nonlocal bar
+        if bar is None:
+            from tqdm import tqdm
+
+            bar = tqdm(total=event.num_partitions, unit=" partitions", desc="scan", file=sys.stderr,
+                       delay=SCAN_BAR_DELAY_S)
+        bar.set_postfix_str(f"{event.num_samples:,} samples", refresh=False)
+        bar.update(event.done - bar.n)
+        if event.done == event.num_partitions:
+            bar.close()  # the shards' bar comes next
+
+    try:
+        yield on_scan
+    finally:
+        if bar is not None:
+            bar.close()
+
+
 def _dry_run(args: argparse.Namespace, options: Any) -> int:
     """``write --dry-run``: the plan's figures, one per line; nothing is written."""
     from shardkit.write.dry_run import plan_dataset
 
-    plan = plan_dataset(args.source, options=options)
+    with _scan_bar(args.quiet) as on_scan:
+        plan = plan_dataset(args.source, options=options, scan_progress=on_scan)
     rate = plan.num_samples / max(plan.seconds, 1e-9)
     print(f"dry run: scanned and planned in {plan.seconds:.2f}s ({rate:.0f} samples/s); "
           f"nothing written to {shown(args.dest)}")
@@ -213,7 +247,9 @@ def cmd_write(args: argparse.Namespace) -> int:
             bar.set_postfix_str(f"{rate:.1f} MB/s{failed}, {event.shard}", refresh=False)
 
     try:
-        report = write_dataset(args.source, args.dest, options=options, progress=on_progress)
+        with _scan_bar(args.quiet) as on_scan:
+            report = write_dataset(args.source, args.dest, options=options, progress=on_progress,
+                                   scan_progress=on_scan)
     finally:
         if bar is not None:
             bar.close()

@@ -21,11 +21,12 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from shardkit.format.manifest import SkippedInput
 from shardkit.write.parallel import WriteOptions, scan_and_plan
+from shardkit.write.scan import ScanProgress
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,9 @@ class WritePlanSummary:
     num_oversized: int = 0
 
 
-def plan_dataset(source: str, *, options: WriteOptions | None = None) -> WritePlanSummary:
+def plan_dataset(
+    source: str, *, options: WriteOptions | None = None, scan_progress: Callable[[ScanProgress], None] | None = None
+) -> WritePlanSummary:
     """Scan ``source`` and plan its shards as :func:`write_dataset` would; write nothing.
 
     Args:
@@ -75,6 +78,7 @@ def plan_dataset(source: str, *, options: WriteOptions | None = None) -> WritePl
             resume/overwrite do not change the plan. With ``engine="ray"``
             the plan is made here, as a Ray write's driver makes it, and no
             cluster is contacted.
+        scan_progress: As for :func:`~shardkit.write.parallel.write_dataset`.
 
     Returns:
         The plan's figures (see :class:`WritePlanSummary`).
@@ -88,7 +92,9 @@ def plan_dataset(source: str, *, options: WriteOptions | None = None) -> WritePl
         work, unpack_dir = os.path.join(scratch, "plan"), os.path.join(scratch, "unpack")
         os.mkdir(work)
         os.mkdir(unpack_dir)
-        scanned, tasks, oversized = scan_and_plan(source, options, work=work, unpack_dir=unpack_dir)
+        scanned, tasks, oversized = scan_and_plan(
+            source, options, work=work, unpack_dir=unpack_dir, progress=scan_progress
+        )
     return WritePlanSummary(
         format=scanned.format,
         num_inputs=scanned.num_files,

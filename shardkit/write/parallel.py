@@ -74,7 +74,7 @@ from shardkit.write.plan import Oversized, ShardTask, plan_shards
 from shardkit.write.pool import pool_context, process_pool
 from shardkit.write.publish import publish_manifest
 from shardkit.write.publisher import ShardPublisher
-from shardkit.write.scan import ScanResult, Scanner, scan_dataset, scan_locally
+from shardkit.write.scan import ScanProgress, ScanResult, Scanner, scan_dataset, scan_locally
 from shardkit.write.shard_task import ShardJob, init_worker, run_shard, run_shard_in_worker, write_shard
 from shardkit.write.table_source import (
     IngestOptions,
@@ -304,6 +304,7 @@ class _Run:
     scanner: Scanner
     publisher: ShardPublisher
     progress: Callable[[Progress], None] | None
+    scan_progress: Callable[[ScanProgress], None] | None = None
     started: float = dataclasses.field(default_factory=time.perf_counter)
 
     @property
@@ -321,6 +322,7 @@ def write_dataset(
     *,
     options: WriteOptions | None = None,
     progress: Callable[[Progress], None] | None = None,
+    scan_progress: Callable[[ScanProgress], None] | None = None,
 ) -> WriteReport:
     """Pack ``source`` into shards under ``dest`` and write ``manifest.json``.
 
@@ -336,6 +338,8 @@ def write_dataset(
             to (shards as they finish, the manifest last).
         options: See :class:`WriteOptions`; defaults apply when None.
         progress: Called in this process each time a shard is finished.
+        scan_progress: Called in this process as the source's partitions are
+            scanned, before the first shard (see :class:`~shardkit.write.scan.ScanProgress`).
 
     Returns:
         A :class:`WriteReport` whose ``manifest`` describes the dataset.
@@ -348,10 +352,12 @@ def write_dataset(
     destination = open_destination(dest)
     with session:
         if destination.local_dir is not None:
-            return _write(_Run(source, options, engine, scanner, ShardPublisher(destination.local_dir), progress))
+            publisher = ShardPublisher(destination.local_dir)
+            return _write(_Run(source, options, engine, scanner, publisher, progress, scan_progress))
         with remote_staging(destination, resume=options.resume, overwrite=options.overwrite) as staging:
             publisher = ShardPublisher(staging, url=destination.url)
-            run = _Run(source, dataclasses.replace(options, overwrite=False), engine, scanner, publisher, progress)
+            options = dataclasses.replace(options, overwrite=False)
+            run = _Run(source, options, engine, scanner, publisher, progress, scan_progress)
             return publish_report(destination, _write(run))
 
 
@@ -393,7 +399,7 @@ def _write_held(run: _Run, created: bool) -> WriteReport:
                 shutil.rmtree(work, ignore_errors=True)  # an earlier run's, replaced by --overwrite
             note_unpack_folder(work, unpack_dir)
             scanned, tasks, oversized = scan_and_plan(
-                run.source, options, work=work, unpack_dir=unpack_dir, scanner=run.scanner
+                run.source, options, work=work, unpack_dir=unpack_dir, scanner=run.scanner, progress=run.scan_progress
             )
         except BaseException as exc:
             _discard_scan(dest, work, created=created, keep=options.resume)
@@ -405,10 +411,17 @@ def _write_held(run: _Run, created: bool) -> WriteReport:
 
 
 def scan_and_plan(
-    source: str, options: WriteOptions, *, work: str, unpack_dir: str, scanner: Scanner = scan_locally
+    source: str,
+    options: WriteOptions,
+    *,
+    work: str,
+    unpack_dir: str,
+    scanner: Scanner = scan_locally,
+    progress: Callable[[ScanProgress], None] | None = None,
 ) -> tuple[ScanResult, list[ShardTask], Oversized]:
     """Scan ``source`` into ``work/scan`` and plan it into ``work/plan`` as a
-    write with ``options`` does (its dry run too, with the local scanner).
+    write with ``options`` does (its dry run too, with the local scanner);
+    ``progress`` follows the scan (see :func:`~shardkit.write.scan.scan_dataset`).
 
     Returns:
         The scan, the shard tasks, and the samples over ``max_bytes``.
@@ -423,7 +436,7 @@ def scan_and_plan(
         workers=options.workers, unpack_dir=unpack_dir, max_unpack_bytes=options.max_unpack_bytes,
         partition_bytes=options.partition_bytes, reuse=options.resume, fields=options.field_map(),
         files_root=options.files_root,
-        table_output=options.ingest_options().output_signature(), scanner=scanner,
+        table_output=options.ingest_options().output_signature(), scanner=scanner, progress=progress,
     )
     options = planned_options(options, scanned)
     limits = ShardLimits(max_samples=options.max_samples, max_bytes=options.max_bytes)

@@ -17,7 +17,7 @@ workers.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,22 @@ from shardkit.write.pool import process_pool
 from shardkit.write.fieldmap import FieldMap
 from shardkit.write.table_source import TableSpec, detect_table, table_partitions
 from shardkit.write.spill import SpillReader, load_summary, spill_intact, spill_prefix
+
+
+@dataclass(frozen=True)
+class ScanProgress:
+    """One scanning event: a partition of the source is scanned (or, with
+    ``--resume``, found already scanned).
+
+    Attributes:
+        done: Partitions scanned so far.
+        num_partitions: Partitions the source is cut into.
+        num_samples: Samples found so far.
+    """
+
+    done: int
+    num_partitions: int
+    num_samples: int
 
 
 @dataclass
@@ -131,9 +147,10 @@ class ScanJob:
 
 
 #: Runs scan jobs with at most ``workers`` at a time (None: the engine's
-#: default) and returns their summaries in job order; when jobs fail, the
-#: error of the first failing one in job order is raised.
-Scanner = Callable[[list[ScanJob], int | None], list[dict]]
+#: default) and gives their summaries in job order (a list, or an iterator
+#: that yields each as it is ready); when jobs fail, the error of the first
+#: failing one in job order is raised.
+Scanner = Callable[[list[ScanJob], int | None], Iterable[dict]]
 
 
 def scan_dataset(
@@ -152,6 +169,7 @@ def scan_dataset(
     table_output: str = "",
     scanner: Scanner | None = None,
     files_root: str | None = None,
+    progress: Callable[[ScanProgress], None] | None = None,
 ) -> ScanResult:
     """Scan ``source`` partition by partition into spills under ``spill_dir``.
 
@@ -176,6 +194,8 @@ def scan_dataset(
             the result does not depend on it.
         files_root: For a JSONL source, the folder its rows may name files
             in (None: the JSONL file's); a row naming a file outside it is refused.
+        progress: Called in this process once the partitions are listed (and
+            those to reuse found), then as each partition is scanned.
 
     Raises:
         UsageError: Unknown format or policy.
@@ -216,8 +236,19 @@ def scan_dataset(
     todo = [p for p in partitions if summaries[p.index] is None]
 
     jobs = [ScanJob(p, spill_dir, seed, on_error, signatures[p.index], unpack_dir, max_unpack_bytes, table) for p in todo]
-    for part, summary in zip(todo, (scanner or scan_locally)(jobs, workers)):
-        summaries[part.index] = summary
+    done_count = len(partitions) - len(todo)
+    found = sum(s["num_samples"] for s in summaries if s is not None)
+    if progress is not None:
+        progress(ScanProgress(done_count, len(partitions), found))
+    results = iter((scanner or scan_locally)(jobs, workers))
+    try:
+        for part, summary in zip(todo, results):
+            summaries[part.index] = summary
+            done_count, found = done_count + 1, found + summary["num_samples"]
+            if progress is not None:
+                progress(ScanProgress(done_count, len(partitions), found))
+    finally:
+        getattr(results, "close", lambda: None)()  # a local pool stops at once if this ends early
     done = [s for s in summaries if s is not None]
     assert len(done) == len(partitions)
     _check_unpacked(partitions, done, unpack_dir, max_unpack_bytes)
@@ -253,17 +284,21 @@ def _run_job(job: ScanJob) -> dict:
     return job.run()
 
 
-def scan_locally(jobs: list[ScanJob], workers: int | None) -> list[dict]:
+def scan_locally(jobs: list[ScanJob], workers: int | None) -> Iterator[dict]:
     """The local :data:`Scanner`: a pool of ``workers`` processes (None: all
-    cores; in this process for one worker or one job); results in order, the
-    first failure in order raised."""
+    cores; in this process for one worker or one job); results in order, each
+    as soon as it and those before it are done, the first failure in order
+    raised."""
     workers = min(workers or os.cpu_count() or 1, len(jobs))
     if workers <= 1:
-        return [job.run() for job in jobs]
+        for job in jobs:
+            yield job.run()
+        return
     with process_pool(workers) as pool:
         futures = [pool.submit(_run_job, job) for job in jobs]
         try:
-            return [future.result() for future in futures]
+            for future in futures:
+                yield future.result()
         finally:
             for future in futures:
                 future.cancel()

@@ -86,7 +86,7 @@ def _scan_and_stream(job: ScanJob) -> Iterator[tuple[str, bytes]]:
 
 def scan_on_ray(
     jobs: list[ScanJob], workers: int | None, *, address: str | None = None, max_retries: int = 3
-) -> list[dict]:
+) -> Iterator[dict]:
     """The Ray :data:`~shardkit.write.scan.Scanner`: scan ``jobs`` as Ray tasks.
 
     Args:
@@ -96,8 +96,9 @@ def scan_on_ray(
             when this process is not connected yet.
         max_retries: How often a task lost with its worker or node is run again.
 
-    Returns:
-        The summaries, in job order; the spills are in each job's ``spill_dir``.
+    Yields:
+        The summaries, in job order, each once it and those before it are
+        received; the spills are in each job's ``spill_dir``.
 
     Raises:
         UsageError: The cluster cannot be reached, or a node cannot see the source.
@@ -105,13 +106,13 @@ def scan_on_ray(
         DestinationError: The driver cannot write the spill folder.
     """
     if not jobs:
-        return []
+        return
     ray = require_ray()
     with session(address):
-        return _scan_all(ray, jobs, workers, max_retries)
+        yield from _scan_all(ray, jobs, workers, max_retries)
 
 
-def _scan_all(ray: Any, jobs: list[ScanJob], workers: int | None, max_retries: int) -> list[dict]:
+def _scan_all(ray: Any, jobs: list[ScanJob], workers: int | None, max_retries: int) -> Iterator[dict]:
     """:func:`scan_on_ray` once connected."""
     running: deque[tuple[ScanJob, Any]] = deque()
     try:
@@ -120,15 +121,14 @@ def _scan_all(ray: Any, jobs: list[ScanJob], workers: int | None, max_retries: i
         here = _driver_node(ray)
         limit = workers or default_max_in_flight(ray)
         pending = iter(jobs)
-        summaries = []
         while True:
             while len(running) < limit and (job := next(pending, None)) is not None:
                 pinned = {"scheduling_strategy": here} if job.unpacks and here is not None else {}
                 running.append((job, task.options(name=TASK_NAME, **pinned).remote(job)))
             if not running:
-                return summaries
+                return
             job, stream = running[0]
-            summaries.append(_receive(ray, job, stream))
+            yield _receive(ray, job, stream)
             running.popleft()
     finally:
         for _, stream in running:  # a partition failed: stop the others

@@ -206,7 +206,7 @@ def test_python_dash_m_runs_the_cli(imagefolder, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     proc = subprocess.run([sys.executable, "-m", "shardkit", "info", str(tmp_path / "nope")], capture_output=True, text=True)
-    assert proc.returncode == 2 and "no manifest here" in proc.stderr
+    assert proc.returncode == 2 and "nope: no such dataset" in proc.stderr
 
 
 @pytest.mark.parametrize("argv", [[], ["-v"]])

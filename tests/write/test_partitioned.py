@@ -165,3 +165,39 @@ def test_empty_and_missing_sources_leave_no_destination(tmp_path):
     with pytest.raises(SourceError, match="no samples found"):
         write_dataset(str(source), str(tmp_path / "out"))
     assert not os.path.exists(tmp_path / "out")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_scan_progress_reports_each_partition_as_it_is_scanned(tmp_path, workers):
+    """A large source scans for minutes before the first shard: the scan
+    reports each partition done, in order, with the samples found so far."""
+    make_jsonl(tmp_path / "rows.jsonl")
+    events = []
+
+    def on_scan(event):
+        events.append((event.done, event.num_partitions, event.num_samples, os.path.exists(first_shard)))
+
+    first_shard = tmp_path / "out" / "shard-000000.tar"
+
+    options = WriteOptions(max_samples=100, workers=workers, partition_bytes=4096)
+    write_dataset(str(tmp_path / "rows.jsonl"), str(tmp_path / "out"), options=options, scan_progress=on_scan)
+    total = events[0][1]
+    assert total > 3 and [done for done, *_ in events] == list(range(total + 1))
+    counts = [found for _, _, found, _ in events]
+    assert counts[0] == 0 and counts == sorted(counts) and counts[-1] == ROWS
+    assert not any(shard_there for *_, shard_there in events)  # all before the first shard
+
+
+def test_cli_shows_a_scan_bar_before_the_write_bar(tmp_path, capsys, monkeypatch):
+    from shardkit.cli import main
+    from shardkit.cli import write as cli_write
+
+    monkeypatch.setattr(cli_write, "SCAN_BAR_DELAY_S", 0)  # shown for this small source too
+    make_jsonl(tmp_path / "rows.jsonl")
+    (tmp_path / "c.yaml").write_text("write:\n  partition_bytes: 4096\n")
+    args = ["write", str(tmp_path / "rows.jsonl"), str(tmp_path / "out"), "--max-samples", "100", "--config",
+            str(tmp_path / "c.yaml")]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "scan: 100%" in err and " partitions" in err and f"{ROWS:,} samples" in err
+    assert err.index("scan:") < err.index("write:")
