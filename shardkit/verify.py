@@ -361,7 +361,9 @@ def verify_dataset(
             break
     report = tally.report(manifest)
     if report.failures and raise_on_failure:
-        raise report.error()
+        # Chained as the first failure is (a bad index: its loader's error), where
+        # it was checked in this process (an error pickled from a worker has no cause).
+        raise report.error() from report.failures[0].__cause__
     return report
 
 
