@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import InputFileError, ManifestError, UsageError
+from shardkit.format.brace import BraceList, expand_braces
 from shardkit.format.compression import SHARD_SUFFIXES, compression_from_name, file_compression
 from shardkit.format.index import index_path_for, load_index
 from shardkit.format.manifest import Manifest, load_manifest
@@ -57,11 +58,15 @@ class ShardCatalog:
         manifest: The manifest they came from, if any.
         compressed: Whether any shard is known to be compressed; such a
             catalog has no counts or index URLs, so shards are read whole.
+            None: told by the shard names when asked (remote shards without
+            a manifest, read whole in any case).
         allowed_prefixes: Locations outside the dataset that manifest entries
             may point to (see :meth:`Manifest.resolve`).
 
     Pickled, a catalog over a manifest is small: the manifest's small fields
-    and where its table file is; the receiver maps the table again.
+    and where its table file is; the receiver maps the table again. So is
+    one over a brace pattern (:class:`~shardkit.format.brace.BraceList`):
+    its names are made on access.
     """
 
     def __init__(
@@ -70,17 +75,17 @@ class ShardCatalog:
         counts: np.ndarray | None = None,
         index_urls: Sequence[str] | None = None,
         manifest: Manifest | None = None,
-        compressed: bool = False,
+        compressed: bool | None = False,
         *,
         allowed_prefixes: Sequence[str] = (),
     ):
         if urls is None and manifest is None:
             raise UsageError("a ShardCatalog needs shard urls or a manifest")
-        self._urls = None if urls is None else tuple(urls)
+        self._urls = None if urls is None else urls if isinstance(urls, BraceList) else tuple(urls)
         self._counts = counts
         self._index_urls = None if index_urls is None else tuple(index_urls)
         self.manifest = manifest
-        self.compressed = compressed
+        self._compressed = compressed
         self.allowed_prefixes = tuple(allowed_prefixes)
         self._setup()
 
@@ -98,6 +103,15 @@ class ShardCatalog:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._setup()
+
+    @property
+    def compressed(self) -> bool:
+        """Whether some shard is compressed whole (read whole, no counts or
+        indexes); for remote shards without a manifest, as their names say."""
+        if self._compressed is None:
+            assert self._urls is not None
+            self._compressed = any(compression_from_name(u) for u in self._urls)
+        return self._compressed
 
     @property
     def _table(self) -> ShardTable | None:
@@ -289,7 +303,12 @@ def from_manifest(manifest: Manifest, *, options: SourceOptions | None = None) -
 def _from_shard_urls(urls: Sequence[str]) -> ShardCatalog:
     if not urls:
         raise UsageError("no shards given: the shard list or pattern is empty")
-    urls = tuple(urls)
+    if not isinstance(urls, BraceList):
+        urls = tuple(urls)
+    if not (is_local(urls[0]) if isinstance(urls, BraceList) else any(is_local(u) for u in urls)):
+        # Remote shards without a manifest are read whole, at shard granularity; their
+        # names are not walked here (a pattern of a million URLs stays a pattern).
+        return ShardCatalog(urls=urls, counts=None, index_urls=None, compressed=None)
     _check_local_shards_exist(urls)
     if any(compression_from_name(u) for u in urls):
         return ShardCatalog(urls=urls, counts=None, index_urls=None, compressed=True)
@@ -323,11 +342,10 @@ def _names_a_shard(url: str) -> bool:
     return urllib.parse.urlsplit(url).path.endswith((".tar", *SHARD_SUFFIXES))
 
 
-def expand_pattern(pattern: str) -> list[str]:
-    """Expand a brace pattern such as ``shard-{000000..000099}.tar``."""
-    import braceexpand
-
-    return list(braceexpand.braceexpand(pattern))
+def expand_pattern(pattern: str) -> Sequence[str]:
+    """The shards a brace pattern such as ``shard-{000000..000099}.tar``
+    names (kept as a pattern where it can be: :func:`~shardkit.format.brace.expand_braces`)."""
+    return expand_braces(pattern)
 
 
 def resolve_catalog(

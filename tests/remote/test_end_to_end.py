@@ -142,6 +142,24 @@ def test_http_brace_pattern_without_manifest(make_shards, serve_dataset):
     assert sorted(keys) == sorted(expected_keys())
 
 
+def test_a_laion_sized_brace_pattern_stays_a_pattern_in_every_worker(make_shards, serve_dataset):
+    """500,000 shard URLs are not made into 500,000 strings in each process
+    (nor 19 MB in each pickled dataset): the pattern pickles as itself, and
+    the shards it names are read as a list's would be."""
+    import pickle
+
+    manifest = make_shards(SIZES)
+    base = serve_dataset(manifest)
+    huge = shardkit.ShardDataset(base + "/shard-{000000..499999}.tar", mode="exact")
+    assert len(pickle.dumps(huge)) < 10_000
+    pattern = base + "/shard-{000000..%06d}.tar" % (len(SIZES) - 1)
+    dataset = pickle.loads(pickle.dumps(shardkit.ShardDataset(pattern, mode="exact", seed=3, source_options=fast_options())))
+    loader = shardkit.make_loader(dataset, batch_size=None, num_workers=2)
+    assert sorted(sample["__key__"] for sample in loader) == sorted(expected_keys())
+    with pytest.raises(shardkit.UsageError, match="compressed shards"):  # told by the names, when asked
+        shardkit.ShardDataset(base + "/s-{0..3}.tar.gz", mode="balanced")
+
+
 def test_http_dead_server_fails_within_deadline_naming_url(make_shards, serve_dataset, http_server):
     manifest = make_shards(SIZES)
     base = serve_dataset(manifest)

@@ -1,0 +1,54 @@
+"""Brace patterns kept as patterns give braceexpand's names, in its order."""
+
+from __future__ import annotations
+
+import pickle
+
+import braceexpand
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardkit.format.brace import BraceList, expand_braces
+
+LITERAL = st.text(alphabet="abc/._-:?=", max_size=4)
+NUMBER = st.integers(-12, 130).map(str) | st.integers(0, 130).map(lambda n: f"{n:04d}") | st.sampled_from(["0", "-0", "007"])
+RANGE = st.tuples(NUMBER, NUMBER, st.none() | st.integers(0, 5).map(str)).map(
+    lambda t: "{%s..%s%s}" % (t[0], t[1], "" if t[2] is None else ".." + t[2])
+)
+WORDS = st.lists(st.text(alphabet="xyz09_-", max_size=3), min_size=2, max_size=4).map(lambda w: "{" + ",".join(w) + "}")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(LITERAL | RANGE | WORDS, max_size=4).map("".join))
+def test_names_and_order_match_braceexpand(pattern):
+    expected = list(braceexpand.braceexpand(pattern))
+    names = expand_braces(pattern)
+    assert isinstance(names, BraceList)
+    assert len(names) == len(expected)
+    assert list(names) == expected
+    assert [names[i] for i in range(-len(expected), 0)] == expected
+    assert names[1:-1:2] == expected[1:-1:2]
+    assert names == expected and pickle.loads(pickle.dumps(names)) == expected
+
+
+def test_a_laion_sized_pattern_is_small_and_made_on_access():
+    names = expand_braces("https://host/laion/{000000..499999}.tar")
+    assert len(names) == 500_000 and names[123_456] == "https://host/laion/123456.tar"
+    assert names[-1] == "https://host/laion/499999.tar"
+    assert len(pickle.dumps(names)) < 200
+    with pytest.raises(IndexError):
+        names[500_000]
+
+
+@pytest.mark.parametrize("pattern", ["a{b,{c,d}}", "x{a..e}.tar", r"a\{1..2\}", "a{b}c", "a{}", "a{1,2/3}"])
+def test_other_patterns_are_expanded_by_braceexpand(pattern):
+    names = expand_braces(pattern)
+    assert isinstance(names, list) and names == list(braceexpand.braceexpand(pattern))
+
+
+def test_unbalanced_braces_are_refused_as_braceexpand_refuses_them():
+    for pattern in ("a{1..2", "a}b"):
+        with pytest.raises(braceexpand.UnbalancedBracesError):
+            expand_braces(pattern)
+    assert expand_braces("a}1{") == ["a}1{"]  # braceexpand's reading, kept
