@@ -79,7 +79,9 @@ def cmd_index(args: argparse.Namespace) -> int:
     if not args.quiet:
         rate = report.bytes_read / max(report.seconds, 1e-9)
         print(
-            f"indexed {m.num_shards} shards ({report.num_indexed} read, {report.num_unchanged} unchanged, "
+            f"indexed {m.num_shards} shards ({report.num_indexed} read, "
+            + (f"{report.num_resumed} read by the interrupted run, " if report.num_resumed else "")
+            + f"{report.num_unchanged} unchanged, "
             f"{report.num_removed} removed), {m.num_samples} samples, {human_bytes(m.num_bytes)}; read "
             f"{human_bytes(report.bytes_read)} in {report.seconds:.2f}s ({human_bytes(rate)}/s)"
         )

@@ -14,19 +14,18 @@ removes the folders whose lock nobody holds.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import logging
 import os
-import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from shardkit.format.manifest import SkippedInput
 from shardkit.write.parallel import WriteOptions, scan_and_plan
 from shardkit.write.scan import ScanProgress
+from shardkit.write.scratch import scratch_folder
+
+#: Where a dry run's scratch folders start (under the temporary directory).
+SCRATCH_PREFIX = "shardkit-dry-run-"
 
 
 @dataclass(frozen=True)
@@ -88,7 +87,7 @@ def plan_dataset(
     """
     options = options or WriteOptions()
     started = time.perf_counter()
-    with scratch_folder() as scratch:
+    with scratch_folder(SCRATCH_PREFIX) as scratch:
         work, unpack_dir = os.path.join(scratch, "plan"), os.path.join(scratch, "unpack")
         os.mkdir(work)
         os.mkdir(unpack_dir)
@@ -107,63 +106,3 @@ def plan_dataset(
         has_urls=scanned.has_urls,
         num_oversized=oversized.count,
     )
-
-
-SCRATCH_PREFIX = "shardkit-dry-run-"
-_LOCK_NAME = "owner.lock"
-
-logger = logging.getLogger(__name__)
-
-
-@contextlib.contextmanager
-def scratch_folder() -> Iterator[str]:
-    """A new folder under the temporary directory, removed on exit; it holds
-    an exclusive ``flock`` on its lock file until then, so that
-    :func:`remove_orphans` can tell it from one whose owner was killed.
-    Orphans are removed first."""
-    remove_orphans()
-    with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX) as folder:
-        # Locked under another name, then renamed: a sweep never finds the
-        # lock file before it is held.
-        unnamed = os.path.join(folder, ".owner.lock.new")
-        fd = os.open(unnamed, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            os.rename(unnamed, os.path.join(folder, _LOCK_NAME))
-            yield folder
-        finally:
-            os.close(fd)
-
-
-def remove_orphans(parent: str | None = None) -> list[str]:
-    """Remove the scratch folders under ``parent`` (the temporary directory)
-    that this user owns and whose lock no process holds: their dry runs were
-    killed. A folder without its lock file is left alone (its owner may be
-    about to lock it). Returns the folders removed."""
-    parent = parent or tempfile.gettempdir()
-    removed = []
-    try:
-        entries = [e for e in os.scandir(parent) if e.name.startswith(SCRATCH_PREFIX)]
-    except OSError:
-        return removed
-    for entry in entries:
-        try:
-            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
-                continue
-            fd = os.open(os.path.join(entry.path, _LOCK_NAME), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            continue  # its dry run is still going
-        try:
-            shutil.rmtree(entry.path, ignore_errors=True)
-        finally:
-            os.close(fd)
-        if not os.path.lexists(entry.path):
-            removed.append(entry.path)
-    if removed:
-        logger.info("removed %d scratch folder(s) left by killed dry runs under %s", len(removed), parent)
-    return removed

@@ -41,12 +41,14 @@ class ShardResults:
     Args:
         path: The file (created; the caller removes it).
         num_shards: Rows.
+        keep: Open the rows already in ``path`` (of an earlier run; see
+            :mod:`~shardkit.write.index_journal`) instead of starting afresh.
     """
 
-    def __init__(self, path: str, num_shards: int):
+    def __init__(self, path: str, num_shards: int, *, keep: bool = False):
         self.path = path
         self.num_shards = num_shards
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | (0 if keep else os.O_TRUNC), 0o600)
         os.ftruncate(self._fd, num_shards * RECORD.itemsize)  # zero bytes: state TO_READ
 
     def put(self, row: int, records: np.ndarray) -> None:

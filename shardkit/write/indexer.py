@@ -19,8 +19,11 @@ Steps:
 
 The driver holds no per-shard column in memory for a folder's first index:
 the listing, each shard's result and the table being written live in files
-in a temporary folder inside the index's folder (``.shardkit-index-*``,
-removed at the end), read and written a chunk at a time, so its memory
+in a scratch folder inside the index's folder (``.shardkit-index-*``,
+removed at the end, or by the next run if this one is killed) and, for a
+local index, in a journal that lets a killed run's rerun go on where it
+stopped (:mod:`~shardkit.write.index_journal`), read and written a chunk at
+a time, so its memory
 stays flat in the number of shards (what grows is the mapped table it
 returns: page cache, shared with every reader). A list or pattern of
 shards is held as one bytes array (like the list itself), and a rerun holds
@@ -49,7 +52,6 @@ import dataclasses
 import functools
 import logging
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -67,7 +69,6 @@ from shardkit.io.base import SourceOptions
 from shardkit.io.registry import open_destination
 from shardkit.io.urls import is_local, local_path, redact_url
 from shardkit.write.index_columns import (
-    CHUNK_ROWS,
     INDEXED,
     KEPT,
     RECORD,
@@ -88,14 +89,18 @@ from shardkit.write.index_previous import (
     load_previous,
     versions_name,
 )
+from shardkit.write.index_journal import IndexJournal
 from shardkit.write.index_shard import IndexResult, IndexTask, index_shard, index_shards
 from shardkit.write.index_source import ShardListing, list_shards
 from shardkit.write.pool import bounded, in_groups, run_in_pool
+from shardkit.write.scratch import scratch_folder
 from shardkit.write.publish import publish_manifest
 
 logger = logging.getLogger(__name__)
 
 ENGINES = ("local", "ray")
+#: Where an index run's scratch folder starts (see :func:`_work_parent`).
+WORK_PREFIX = ".shardkit-index-"
 #: Many small shards go to a worker in groups of up to this many (one
 #: round trip to the pool each), so that each worker still gets at least
 #: ``_BATCHES_PER_WORKER`` groups.
@@ -137,6 +142,8 @@ class IndexReport:
         location: Where it was published (redacted).
         num_indexed: Shards read this run.
         num_unchanged: Shards kept from the previous run without reading.
+        num_resumed: Shards a killed run into this folder had read, kept
+            from its journal (see :mod:`~shardkit.write.index_journal`).
         num_removed: Shards of the previous run gone from SOURCE.
         num_compressed: Compressed shards (stream-only: no offset index).
         bytes_read: Shard bytes read this run.
@@ -153,6 +160,7 @@ class IndexReport:
     bytes_read: int
     seconds: float
     skipped: tuple[SkippedInput, ...] = ()
+    num_resumed: int = 0
 
 
 # ------------------------------------------------------------------ running
@@ -241,7 +249,19 @@ def index_dataset(
     """
     options = options or IndexOptions()
     started = time.perf_counter()
-    work = tempfile.mkdtemp(prefix=".shardkit-index-", dir=_work_parent(source, out))
+    with scratch_folder(WORK_PREFIX, _work_parent(source, out)) as work:
+        return _index(source, out, options, progress, work, started)
+
+
+def _index(
+    source: str | Sequence[str],
+    out: str | None,
+    options: IndexOptions,
+    progress: Callable[[IndexResult], None] | None,
+    work: str,
+    started: float,
+) -> IndexReport:
+    """:func:`index_dataset` with its scratch folder ``work``."""
     listing: ShardListing | None = None
     versions_file: str | None = None
     try:
@@ -254,11 +274,20 @@ def index_dataset(
         previous = load_previous(target, listing.base, out, options.source)
         if previous is not None and len(previous.names) == 0:
             previous = None
-        with ShardResults(os.path.join(work, "results"), listing.num_shards) as results:
+        # Into a local folder, the results outlive a killed run: its rerun goes on from them.
+        journal = IndexJournal(local_path(target), listing) if is_local(target) else None
+        if journal is not None:
+            results, num_resumed = journal.open()
+        else:
+            results, num_resumed = ShardResults(os.path.join(work, "results"), listing.num_shards), 0
+        with results:
             num_kept = _keep_unchanged(results, listing, previous)
-            run = _index_changed(results, listing, previous, target, options, progress)
-            # the fields of the entries kept from the previous run
-            kept = set(previous.extensions) if previous is not None and num_kept + run.num_unchanged else set()
+            run = _index_changed(results, listing, previous, target, options, progress, journal)
+            # the fields of the entries kept from the previous run, and of those the killed run read
+            reused = num_kept + run.num_unchanged + num_resumed
+            kept = set(previous.extensions) if previous is not None and reused else set()
+            if journal is not None:
+                kept |= journal.extensions
             if previous is not None:
                 previous = previous.names_only()  # the previous table's pages go before the new table's come
             table, versions_file = _write_table(results, listing, target, work)
@@ -285,12 +314,13 @@ def index_dataset(
             )
             _publish(target, manifest, versions_file, options.source)
             num_removed = _remove_dropped(target, previous, results, listing) if previous is not None else 0
+        if journal is not None:
+            journal.remove()  # published: nothing left to go on from
     finally:
         if listing is not None:
             listing.close()
         if versions_file is not None:
             remove_quietly(versions_file)  # left only when publishing failed (else renamed or in ``work``)
-        shutil.rmtree(work, ignore_errors=True)
     if not is_local(target):  # the table came from a temporary file: hold it in memory
         manifest = dataclasses.replace(manifest, shards=decode_table(table.encode()[:], table.naming))
     if num_compressed:
@@ -305,6 +335,7 @@ def index_dataset(
         location=redact_url(target),
         num_indexed=run.num_indexed,
         num_unchanged=num_kept + run.num_unchanged,
+        num_resumed=num_resumed,
         num_removed=num_removed,
         num_compressed=num_compressed,
         bytes_read=run.bytes_read,
@@ -314,12 +345,17 @@ def index_dataset(
 
 
 def _work_parent(source: str | Sequence[str], out: str | None) -> str | None:
-    """Where the temporary folder for the listing and the results goes: in
-    the index's folder (an existing local ``out``, or the shards' folder when
-    indexing in place) when it can be written, else the system's temporary
-    folder (None)."""
+    """Where the scratch folder for the listing and the results goes: in
+    the index's folder (a local ``out``, made here, or the shards' folder
+    when indexing in place) when it can be written, else the system's
+    temporary folder (None). A killed run's is removed by the next run there."""
     if out is not None:
         folder = local_path(out) if is_local(out) else None
+        if folder is not None:
+            try:
+                os.makedirs(folder, exist_ok=True)
+            except OSError:
+                folder = None  # refused later, naming the folder
     else:
         folder = local_path(source) if isinstance(source, str) and is_local(source) else None
     if folder is not None and os.path.isdir(folder) and os.access(folder, os.W_OK):
@@ -333,14 +369,15 @@ def _keep_unchanged(results: ShardResults, listing: ShardListing, previous: Prev
     if previous is None:
         return 0
     kept = 0
-    for start in range(0, listing.num_shards, CHUNK_ROWS):
-        stop = min(listing.num_shards, start + CHUNK_ROWS)
+    for start, records in results.chunks():
+        stop = start + len(records)
         names, sizes, versions = listing.names[start:stop], listing.sizes[start:stop], listing.versions[start:stop]
         rows = previous.match(names)
         same = (rows >= 0) & (previous.sizes[rows] == sizes) & (previous.versions[rows] == versions) & (versions >= 0)
         same &= previous.index_names[rows] == index_name_for(names)
+        same &= records["state"] == TO_READ  # not one a killed run finished (see index_journal)
         if same.any():
-            records = np.zeros(stop - start, dtype=RECORD)
+            records = records.copy()
             records["count"][same] = previous.counts[rows[same]]
             records["size"][same] = sizes[same]
             records["version"][same] = versions[same]
@@ -396,6 +433,7 @@ def _index_changed(
     target: str,
     options: IndexOptions,
     progress: Callable[[IndexResult], None] | None,
+    journal: IndexJournal | None = None,
 ) -> _Run:
     """Read the shards still to read, in parallel; each result goes into its row of ``results``."""
     num_todo = sum(int((records["state"] == TO_READ).sum()) for _, records in results.chunks())
@@ -432,6 +470,8 @@ def _index_changed(
             run.num_indexed += 1
             run.bytes_read += result.num_bytes
             run.extensions.update(result.extensions)
+            if journal is not None:
+                journal.note_extensions(set(result.extensions))
         results.put(i, record)
         if progress is not None:
             progress(result)

@@ -387,3 +387,54 @@ def test_info_of_an_indexed_dataset_says_no_write_options_were_recorded(tmp_path
     lines = dict(line.split(":", 1) for line in capsys.readouterr().out.splitlines() if ":" in line)
     assert lines["options"].strip() == "none recorded"
     assert lines["samples"].strip() == "23"
+
+
+_KILLED_INDEX = """
+import os, signal, sys
+from shardkit import IndexOptions, index_dataset
+done = []
+def progress(result):
+    done.append(result)
+    if len(done) == int(sys.argv[3]):
+        os.kill(os.getpid(), signal.SIGKILL)  # no cleanup runs: as the OOM killer leaves it
+index_dataset(sys.argv[1], out=sys.argv[2], options=IndexOptions(workers=1), progress=progress)
+"""
+
+
+def _index_killed_after(src, out, shards: int) -> None:
+    proc = subprocess.run([sys.executable, "-c", _KILLED_INDEX, str(src), str(out), str(shards)], timeout=120)
+    assert proc.returncode == -9
+
+
+def test_a_killed_index_run_is_gone_on_from_by_its_rerun_to_the_same_dataset(tmp_path):
+    """Indexing 10^5 shards over HTTP takes hours: a run killed near its end
+    must not start again from the first shard. The rerun keeps what the killed
+    run read (its journal in the index folder), reads the rest, and publishes
+    the dataset a run that was never killed publishes; nothing is left behind."""
+    shards = write_wds(tmp_path / "src", num=40, per_shard=2)  # 20 shards
+    clean = index_dataset(str(tmp_path / "src"), out=str(tmp_path / "clean"), options=ONE)
+    _index_killed_after(tmp_path / "src", tmp_path / "out", 7)
+    left = sorted(os.listdir(tmp_path / "out"))
+    assert ".shardkit-index.journal" in left and not any(n.endswith(".table") or n == "manifest.json" for n in left)
+    # One shard changed since the killed run read it: read again, not taken from the journal.
+    with open(shards[2], "ab") as f:
+        f.write(b"\0" * 1024)
+    report = index_dataset(str(tmp_path / "src"), out=str(tmp_path / "out"), options=ONE)
+    assert report.num_resumed == 6 and report.num_indexed == 14
+    assert not [n for n in os.listdir(tmp_path / "out") if n.startswith(".shardkit-index")]  # journal, scratch: gone
+    mine, theirs = report.manifest, load_manifest(str(tmp_path / "clean"))
+    assert mine.num_shards == theirs.num_shards == 20 and mine.extensions == theirs.extensions == clean.manifest.extensions
+    assert [e.num_samples for e in mine.shards] == [e.num_samples for e in theirs.shards]
+    assert [e.sha256 for e in mine.shards if e.path != "s-00002.tar"] == [
+        e.sha256 for e in theirs.shards if e.path != "s-00002.tar"]
+    assert as_dict(ShardDataset(str(tmp_path / "out"), mode="exact", shuffle=False)) == wds_samples(shards)
+
+
+def test_a_journal_of_other_shards_is_not_used(tmp_path):
+    write_wds(tmp_path / "src", num=30, per_shard=3)
+    _index_killed_after(tmp_path / "src", tmp_path / "out", 4)
+    shutil.move(tmp_path / "src" / "s-00000.tar", tmp_path / "src" / "s-00099.tar")  # other names: other rows
+    report = index_dataset(str(tmp_path / "src"), out=str(tmp_path / "out"), options=ONE)
+    assert report.num_resumed == 0 and report.num_indexed == 10
+    keys = {s["__key__"] for s in ShardDataset(str(tmp_path / "out"), mode="exact", shuffle=False)}
+    assert len(keys) == 30

@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 from shardkit.cli import main
-from shardkit.write.dry_run import remove_orphans
+from shardkit.write.dry_run import SCRATCH_PREFIX
+from shardkit.write.scratch import remove_orphans
 from tests.write.test_reshard_compressed import _gzip_shards
 
 
@@ -82,8 +83,9 @@ def test_dry_run_with_the_ray_engine_plans_here_without_a_cluster(tmp_path, caps
 
 _HOLD_SCRATCH = """
 import sys, time
-from shardkit.write.dry_run import scratch_folder
-with scratch_folder() as folder:
+from shardkit.write.dry_run import SCRATCH_PREFIX
+from shardkit.write.scratch import scratch_folder
+with scratch_folder(SCRATCH_PREFIX) as folder:
     print(folder, flush=True)
     time.sleep(120)
 """
@@ -125,5 +127,5 @@ def test_a_killed_dry_runs_scratch_folder_is_removed_by_the_next_and_a_live_ones
         live.wait()
     # A folder without a lock file (its owner between creating it and locking) is left alone.
     (own_tmp / "shardkit-dry-run-bare").mkdir()
-    assert remove_orphans(str(own_tmp)) == [running]
+    assert remove_orphans(SCRATCH_PREFIX, str(own_tmp)) == [running]
     assert os.listdir(own_tmp) == ["shardkit-dry-run-bare"]

@@ -1,0 +1,129 @@
+"""What ``shardkit index`` keeps while it runs, so that a rerun after a crash
+goes on where it stopped.
+
+Indexing 10^5 published shards over HTTP takes hours; a run killed near the
+end (``kill -9``, the OOM killer, a lost node) used to start again from the
+first shard. Into a local index folder, a run now keeps its per-shard
+results in ``.shardkit-index.journal/`` there: the results file itself
+(one fixed-size record per shard, written as each shard finishes; see
+:class:`~shardkit.write.index_columns.ShardResults`), a digest of the
+listing's shard names it belongs to, and the fields its shards held so far.
+A rerun over the same names reuses each finished record whose shard still
+has the size and version it was read at and whose offset index is there,
+and reads the rest; shards that could not be indexed are tried again. A run
+that publishes its manifest removes the journal.
+
+An index written into a remote ``--out`` keeps no journal (its offset
+indexes would have to be listed to be trusted): a rerun reads every shard
+that the last published manifest does not cover.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+
+import numpy as np
+
+from shardkit.io.atomic import atomic_write_bytes
+from shardkit.write.index_columns import CHUNK_ROWS, INDEXED, KEPT, RECORD, TO_READ, ShardResults, index_name_for
+from shardkit.write.index_source import ShardListing
+
+#: The journal's folder inside a local index folder.
+JOURNAL_DIR = ".shardkit-index.journal"
+_RESULTS, _NAMES, _FIELDS = "results", "names.sha256", "fields.json"
+
+
+class IndexJournal:
+    """The journal of one index run into the local folder ``target``.
+
+    Args:
+        target: The index folder (local path).
+        listing: The shards being indexed.
+    """
+
+    def __init__(self, target: str, listing: ShardListing):
+        self.folder = os.path.join(target, JOURNAL_DIR)
+        self.target = target
+        self.listing = listing
+        self.extensions: set[str] = set()
+
+    def open(self) -> tuple[ShardResults, int]:
+        """The results file, and how many of its records an earlier run over
+        the same shard names left that still hold (0 for a new journal)."""
+        os.makedirs(self.folder, exist_ok=True)
+        path = os.path.join(self.folder, _RESULTS)
+        digest = _names_digest(self.listing)
+        earlier = _read(os.path.join(self.folder, _NAMES))
+        size = self.listing.num_shards * RECORD.itemsize
+        same = earlier == digest.encode() and os.path.isfile(path) and os.path.getsize(path) == size
+        if not same:
+            # Another listing (or none): a fresh journal, its names' digest written before any record.
+            for name in (_RESULTS, _FIELDS):
+                _remove(os.path.join(self.folder, name))
+            atomic_write_bytes(os.path.join(self.folder, _NAMES), digest.encode(), sync_dir=False)
+        results = ShardResults(path, self.listing.num_shards, keep=same)
+        if not same:
+            return results, 0
+        fields = _read(os.path.join(self.folder, _FIELDS))
+        self.extensions = set(json.loads(fields)) if fields else set()
+        return results, self._check(results)
+
+    def _check(self, results: ShardResults) -> int:
+        """Keep the finished records whose shard is as it was read and whose
+        offset index is there; set every other one to be read again."""
+        kept = 0
+        for start, records in results.chunks():
+            stop = start + len(records)
+            sizes, versions = self.listing.sizes[start:stop], self.listing.versions[start:stop]
+            done = (records["state"] == INDEXED) | (records["state"] == KEPT)
+            done &= (sizes < 0) | (sizes == records["size"])
+            done &= (versions < 0) | (versions == records["version"])
+            names = index_name_for(self.listing.names[start:stop])
+            for j in np.flatnonzero(done & ~records["compressed"]):  # a compressed shard has no offset index
+                index = os.path.join(self.target, bytes(names[j]).decode("utf-8", "surrogateescape"))
+                done[j] = os.path.isfile(index) and os.path.getsize(index) > 0
+            if not done.all():
+                fixed = records.copy()
+                fixed[~done] = np.zeros((), dtype=RECORD)
+                fixed["state"][~done] = TO_READ
+                results.put(start, fixed)
+            kept += int(done.sum())
+        return kept
+
+    def note_extensions(self, extensions: set[str]) -> None:
+        """Add the fields of a shard just indexed (written when new ones appear)."""
+        if extensions <= self.extensions:
+            return
+        self.extensions |= extensions
+        data = json.dumps(sorted(self.extensions)).encode()
+        atomic_write_bytes(os.path.join(self.folder, _FIELDS), data, sync_dir=False)
+
+    def remove(self) -> None:
+        """Drop the journal (the run published its manifest)."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _names_digest(listing: ShardListing) -> str:
+    """A digest of the shard names, in order (a chunk of the fixed-width column at a time)."""
+    digest = hashlib.sha256(b"%d %s\n" % (listing.num_shards, listing.names.dtype.str.encode()))
+    for start in range(0, listing.num_shards, CHUNK_ROWS):
+        digest.update(np.ascontiguousarray(listing.names[start : start + CHUNK_ROWS]).tobytes())
+    return digest.hexdigest()
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(1 << 20)
+    except OSError:
+        return None
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
