@@ -67,7 +67,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         if bar is None:
             from tqdm import tqdm
 
-            bar = tqdm(unit=" shards", desc="index", file=sys.stderr)
+            bar = tqdm(total=result.num_to_read, unit=" shards", desc="index", file=sys.stderr)
         bar.update(1)
 
     try:

@@ -83,6 +83,8 @@ class IndexResult:
         extensions: Field extensions seen.
         unchanged: Same size as ``known_size``; not read.
         reason: Why it could not be indexed (None when it was).
+        num_to_read: How many shards the run reads in all, for a progress
+            bar's total (set by the driver before it reports the result).
     """
 
     number: int
@@ -94,6 +96,7 @@ class IndexResult:
     extensions: tuple[str, ...] = ()
     unchanged: bool = False
     reason: str | None = None
+    num_to_read: int = 0
 
 
 _destinations: dict[str, object] = {}

@@ -474,7 +474,7 @@ def _index_changed(
                 journal.note_extensions(set(result.extensions))
         results.put(i, record)
         if progress is not None:
-            progress(result)
+            progress(dataclasses.replace(result, num_to_read=num_todo))
     return run
 
 
