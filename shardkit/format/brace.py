@@ -14,10 +14,15 @@ It takes the patterns that shard lists use: literal text with any number of
 letter ranges, escapes, list items with other characters) is expanded by
 ``braceexpand`` into a list, as before. Both give the same names in the
 same order.
+
+Several patterns joined by ``::`` (webdataset's and OpenCLIP's
+``/data/laion/{00000..41455}.tar::/data/cc12m/{00000..01242}.tar``) name
+their shards one pattern after the other (:func:`expand_patterns`).
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Sequence
 from typing import Any, overload
@@ -131,6 +136,62 @@ def _parts(pattern: str) -> list[Sequence[str]] | None:
         else:
             return None
         pos = end + 1
+
+
+class JoinedNames(Sequence[str]):
+    """Several name sequences one after the other (patterns joined by ``::``)."""
+
+    def __init__(self, parts: Sequence[Sequence[str]]):
+        self.parts = tuple(parts)
+        self._starts = [0]
+        for part in self.parts:
+            self._starts.append(self._starts[-1] + len(part))
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = i.__index__()
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"name {i} of {len(self)}")
+        k = bisect.bisect_right(self._starts, i) - 1
+        return self.parts[k][i - self._starts[k]]
+
+
+def split_patterns(text: str) -> list[str]:
+    """``text`` cut at each ``::`` outside ``[...]`` (an IPv6 host such as
+    ``http://[::1]:8000/`` keeps its colons): webdataset's and OpenCLIP's
+    way of giving several patterns in one string."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        if text[i] == "[":
+            depth += 1
+        elif text[i] == "]":
+            depth = max(depth - 1, 0)
+        elif depth == 0 and text.startswith("::", i):
+            parts.append(text[start:i])
+            i += 2
+            start = i
+            continue
+        i += 1
+    parts.append(text[start:])
+    return parts
+
+
+def is_pattern(text: str) -> bool:
+    """Whether ``text`` names shards by braces or as ``::``-joined patterns."""
+    return ("{" in text and "}" in text) or len(split_patterns(text)) > 1
+
+
+def expand_patterns(text: str) -> Sequence[str]:
+    """The names of ``::``-joined brace patterns, in order (each part as
+    :func:`expand_braces` gives it)."""
+    parts = [expand_braces(part) for part in split_patterns(text)]
+    return parts[0] if len(parts) == 1 else JoinedNames(parts)
 
 
 def expand_braces(pattern: str) -> Sequence[str]:

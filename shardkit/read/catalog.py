@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import InputFileError, ManifestError, UsageError
-from shardkit.format.brace import BraceList, expand_braces
+from shardkit.format.brace import BraceList, JoinedNames, expand_patterns, is_pattern
 from shardkit.format.compression import SHARD_SUFFIXES, compression_from_name, file_compression
 from shardkit.format.index import index_path_for, load_index
 from shardkit.format.manifest import Manifest, load_manifest
@@ -81,7 +81,7 @@ class ShardCatalog:
     ):
         if urls is None and manifest is None:
             raise UsageError("a ShardCatalog needs shard urls or a manifest")
-        self._urls = None if urls is None else urls if isinstance(urls, BraceList) else tuple(urls)
+        self._urls = None if urls is None else urls if isinstance(urls, _LAZY_NAMES) else tuple(urls)
         self._counts = counts
         self._index_urls = None if index_urls is None else tuple(index_urls)
         self.manifest = manifest
@@ -303,9 +303,9 @@ def from_manifest(manifest: Manifest, *, options: SourceOptions | None = None) -
 def _from_shard_urls(urls: Sequence[str]) -> ShardCatalog:
     if not urls:
         raise UsageError("no shards given: the shard list or pattern is empty")
-    if not isinstance(urls, BraceList):
+    if not isinstance(urls, _LAZY_NAMES):
         urls = tuple(urls)
-    if not (is_local(urls[0]) if isinstance(urls, BraceList) else any(is_local(u) for u in urls)):
+    if not _any_local(urls):
         # Remote shards without a manifest are read whole, at shard granularity; their
         # names are not walked here (a pattern of a million URLs stays a pattern).
         return ShardCatalog(urls=urls, counts=None, index_urls=None, compressed=None)
@@ -319,6 +319,19 @@ def _from_shard_urls(urls: Sequence[str]) -> ShardCatalog:
         counts = np.array([len(load_index(p)) - 1 for p in sidecars], dtype=np.int64)
         return ShardCatalog(urls=urls, counts=counts, index_urls=tuple(sidecars))
     return ShardCatalog(urls=urls, counts=None, index_urls=None)
+
+
+#: Name sequences made on access (patterns), kept as they are.
+_LAZY_NAMES = (BraceList, JoinedNames)
+
+
+def _any_local(urls: Sequence[str]) -> bool:
+    """Whether some of ``urls`` is a local path (a pattern's scheme is in its first part)."""
+    if isinstance(urls, BraceList):
+        return is_local(urls[0])
+    if isinstance(urls, JoinedNames):
+        return any(_any_local(part) for part in urls.parts)
+    return any(is_local(u) for u in urls)
 
 
 def _check_local_shards_exist(urls: Sequence[str]) -> None:
@@ -344,8 +357,9 @@ def _names_a_shard(url: str) -> bool:
 
 def expand_pattern(pattern: str) -> Sequence[str]:
     """The shards a brace pattern such as ``shard-{000000..000099}.tar``
-    names (kept as a pattern where it can be: :func:`~shardkit.format.brace.expand_braces`)."""
-    return expand_braces(pattern)
+    names, or several joined by ``::`` (kept as patterns where they can be:
+    :func:`~shardkit.format.brace.expand_patterns`)."""
+    return expand_patterns(pattern)
 
 
 def resolve_catalog(
@@ -376,7 +390,7 @@ def resolve_catalog(
     if isinstance(source, (list, tuple)):
         return _from_shard_urls([os.fspath(s) for s in source])
     text = os.fspath(source)  # type: ignore[arg-type]
-    if "{" in text and "}" in text:
+    if is_pattern(text):
         return _from_shard_urls(expand_pattern(text))
     if is_local(text):
         path = local_path(text)

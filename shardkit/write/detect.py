@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterator
 
 from shardkit.errors import SourceError
+from shardkit.format.brace import is_pattern
 from shardkit.format.compression import SHARD_SUFFIXES
 from shardkit.format.manifest import MANIFEST_NAME
 
@@ -94,7 +95,7 @@ def detect_format(source: str) -> str:
             more than one; the message names the formats that would apply
             and ``--format``.
     """
-    if "{" in source and "}" in source:
+    if is_pattern(source):
         return "tar"
     if not os.path.exists(source):
         raise SourceError(f"{source}: source does not exist", path=source)

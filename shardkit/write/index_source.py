@@ -34,6 +34,7 @@ from typing import Any, Union
 import numpy as np
 
 from shardkit.errors import UsageError
+from shardkit.format.brace import expand_patterns, is_pattern
 from shardkit.format.compression import SHARD_SUFFIXES
 from shardkit.io.base import SourceOptions
 from shardkit.io.urls import is_local, local_path, redact_url, url_scheme
@@ -435,10 +436,8 @@ def list_shards(
         if len(urls) == 1:
             return list_shards(urls[0], options=options, skip=skip, spill=spill)
         listing = _listed(urls)
-    elif "{" in source and "}" in source:
-        import braceexpand
-
-        listing = _listed(list(braceexpand.braceexpand(source)))
+    elif is_pattern(source):
+        listing = _listed(list(expand_patterns(source)))
     elif is_local(source) and os.path.isdir(local_path(source)):
         listing = _local_folder(local_path(source), None if skip is None else os.path.realpath(skip), spill)
     elif is_local(source):

@@ -29,9 +29,8 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 
-from braceexpand import braceexpand
-
 from shardkit.errors import SourceError
+from shardkit.format.brace import expand_patterns, is_pattern
 from shardkit.write.detect import TAR_SUFFIXES
 
 #: Default length of a JSONL partition (bytes of the file).
@@ -120,8 +119,8 @@ def list_partitions(
 
 def tar_paths(source: str) -> list[str]:
     """The input shards of a tar source: a brace pattern, a folder of shards, or one file."""
-    if "{" in source and "}" in source:
-        return list(braceexpand(source))
+    if is_pattern(source):
+        return list(expand_patterns(source))
     if os.path.isdir(source):
         return sorted(os.path.join(source, n) for n in os.listdir(source) if n.endswith(TAR_SUFFIXES))
     return [source]

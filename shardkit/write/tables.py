@@ -48,9 +48,9 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 import numpy as np
-from braceexpand import braceexpand
 
 from shardkit.errors import SourceError
+from shardkit.format.brace import expand_patterns, is_pattern
 from shardkit.write.detect import walk_files
 from shardkit.write.hf_cache import find_cached, looks_like_name
 
@@ -244,8 +244,8 @@ def _parquet_files_in(folder: str, limit: int | None = None) -> list[str]:
 
 
 def _parquet_paths(source: str) -> list[str]:
-    if "{" in source and "}" in source:
-        paths = list(braceexpand(source))
+    if is_pattern(source):
+        paths = list(expand_patterns(source))
     elif os.path.isdir(source):
         paths = _parquet_files_in(source)
         if not paths:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardkit.format.brace import BraceList, expand_braces
+from shardkit.format.brace import BraceList, expand_braces, expand_patterns, is_pattern, split_patterns
 
 LITERAL = st.text(alphabet="abc/._-:?=", max_size=4)
 NUMBER = st.integers(-12, 130).map(str) | st.integers(0, 130).map(lambda n: f"{n:04d}") | st.sampled_from(["0", "-0", "007"])
@@ -52,3 +52,16 @@ def test_unbalanced_braces_are_refused_as_braceexpand_refuses_them():
         with pytest.raises(braceexpand.UnbalancedBracesError):
             expand_braces(pattern)
     assert expand_braces("a}1{") == ["a}1{"]  # braceexpand's reading, kept
+
+
+def test_patterns_joined_by_double_colons_name_their_shards_in_turn():
+    """webdataset's and OpenCLIP's way of giving several datasets in one string."""
+    text = "/data/laion/{00000..00002}.tar::https://[::1]:8000/cc/{a,b}.tar::/x/one.tar"
+    assert split_patterns(text) == ["/data/laion/{00000..00002}.tar", "https://[::1]:8000/cc/{a,b}.tar", "/x/one.tar"]
+    names = expand_patterns(text)
+    expected = ["/data/laion/00000.tar", "/data/laion/00001.tar", "/data/laion/00002.tar",
+                "https://[::1]:8000/cc/a.tar", "https://[::1]:8000/cc/b.tar", "/x/one.tar"]
+    assert len(names) == 6 and list(names) == expected and names[-3] == expected[-3] and names[1:3] == expected[1:3]
+    assert len(pickle.dumps(names)) < 1000
+    assert is_pattern("a.tar::b.tar") and not is_pattern("http://[::1]:8000/a.tar")
+    assert expand_patterns("http://[::1]:8000/a.tar") == ["http://[::1]:8000/a.tar"]

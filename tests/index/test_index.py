@@ -28,12 +28,12 @@ def _payload(i: int, size: int) -> bytes:
     return bytes((i * 31 + j) % 251 for j in range(size))
 
 
-def write_wds(folder, *, num=23, per_shard=5, pattern="s-%05d.tar") -> list[str]:
+def write_wds(folder, *, num=23, per_shard=5, pattern="s-%05d.tar", prefix="k") -> list[str]:
     """webdataset.ShardWriter shards with img2dataset's sidecars beside them."""
     os.makedirs(folder, exist_ok=True)
     with webdataset.ShardWriter(os.path.join(str(folder), pattern), maxcount=per_shard, verbose=0) as sink:
         for i in range(num):
-            sink.write({"__key__": f"k{i:04d}", "jpg": _payload(i, 700 + 13 * i), "cls": str(i % 3).encode(),
+            sink.write({"__key__": f"{prefix}{i:04d}", "jpg": _payload(i, 700 + 13 * i), "cls": str(i % 3).encode(),
                         "json": json.dumps({"i": i}).encode()})
     shards = sorted(os.path.join(str(folder), n) for n in os.listdir(folder) if n.endswith(".tar"))
     for n, shard in enumerate(shards):  # what img2dataset writes beside each shard
@@ -440,3 +440,23 @@ def test_a_journal_of_other_shards_is_not_used(tmp_path):
     assert len(events) == 10 and {e.num_to_read for e in events} == {10}  # the CLI bar's total
     keys = {s["__key__"] for s in ShardDataset(str(tmp_path / "out"), mode="exact", shuffle=False)}
     assert len(keys) == 30
+
+
+def test_shards_of_two_folders_given_as_double_colon_joined_patterns(tmp_path):
+    """`/data/laion/{...}.tar::/data/cc12m/{...}.tar`, as webdataset and
+    OpenCLIP take it: the reader, `index` and `write` read both lists in turn."""
+    from shardkit.write.parallel import WriteOptions, write_dataset
+
+    first = write_wds(tmp_path / "a", num=10, per_shard=5)  # 2 shards
+    second = write_wds(tmp_path / "b", num=9, per_shard=3, pattern="t-%05d.tar", prefix="m")  # 3 shards
+    text = f"{tmp_path}/a/s-{{00000..00001}}.tar::{tmp_path}/b/t-{{00000..00002}}.tar"
+
+    def listed(samples) -> list:  # every (key, fields) pair, sorted
+        return sorted((s["__key__"], sorted((k, v) for k, v in s.items() if not k.startswith("__"))) for s in samples)
+
+    expected = listed([{"__key__": k, **v} for shards in (first, second) for k, v in wds_samples(shards).items()])
+    assert len(expected) == 19 and listed(ShardDataset(text, mode="exact", shuffle=False)) == expected
+    report = index_dataset(text, out=str(tmp_path / "idx"), options=ONE)
+    assert report.manifest.num_shards == 5 and report.manifest.num_samples == 19
+    written = write_dataset(text, str(tmp_path / "w"), options=WriteOptions(workers=1))
+    assert listed(ShardDataset(str(tmp_path / "w"), mode="exact")) == expected
