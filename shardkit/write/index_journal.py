@@ -7,8 +7,8 @@ first shard. Into a local index folder, a run now keeps its per-shard
 results in ``.shardkit-index.journal/`` there: the results file itself
 (one fixed-size record per shard, written as each shard finishes; see
 :class:`~shardkit.write.index_columns.ShardResults`), a digest of the
-listing's shard names it belongs to, and the fields its shards held so far.
-A rerun over the same names reuses each finished record whose shard still
+listing's base and shard names it belongs to, and the fields its shards
+held so far. A rerun over the same shards reuses each finished record whose shard still
 has the size and version it was read at and whose offset index is there,
 and reads the rest; shards that could not be indexed are tried again. A run
 that publishes its manifest removes the journal.
@@ -52,7 +52,7 @@ class IndexJournal:
 
     def open(self) -> tuple[ShardResults, int]:
         """The results file, and how many of its records an earlier run over
-        the same shard names left that still hold (0 for a new journal)."""
+        the same shards left that still hold (0 for a new journal)."""
         os.makedirs(self.folder, exist_ok=True)
         path = os.path.join(self.folder, _RESULTS)
         digest = _names_digest(self.listing)
@@ -107,8 +107,9 @@ class IndexJournal:
 
 
 def _names_digest(listing: ShardListing) -> str:
-    """A digest of the shard names, in order (a chunk of the fixed-width column at a time)."""
-    digest = hashlib.sha256(b"%d %s\n" % (listing.num_shards, listing.names.dtype.str.encode()))
+    """A digest of the shards' base and names, in order (a chunk of the fixed-width column at a time)."""
+    head = f"{listing.base}\n{listing.num_shards} {listing.names.dtype.str}\n"
+    digest = hashlib.sha256(head.encode("utf-8", "surrogateescape"))
     for start in range(0, listing.num_shards, CHUNK_ROWS):
         digest.update(np.ascontiguousarray(listing.names[start : start + CHUNK_ROWS]).tobytes())
     return digest.hexdigest()

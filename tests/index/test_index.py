@@ -432,13 +432,16 @@ def test_a_killed_index_run_is_gone_on_from_by_its_rerun_to_the_same_dataset(tmp
 
 def test_a_journal_of_other_shards_is_not_used(tmp_path):
     write_wds(tmp_path / "src", num=30, per_shard=3)
+    shutil.copytree(tmp_path / "src", tmp_path / "twin")  # the same names in another folder: other shards
     _index_killed_after(tmp_path / "src", tmp_path / "out", 4)
+    assert index_dataset(str(tmp_path / "twin"), out=str(tmp_path / "out"), options=ONE).num_resumed == 0
+    _index_killed_after(tmp_path / "src", tmp_path / "out2", 4)
     shutil.move(tmp_path / "src" / "s-00000.tar", tmp_path / "src" / "s-00099.tar")  # other names: other rows
     events = []
-    report = index_dataset(str(tmp_path / "src"), out=str(tmp_path / "out"), options=ONE, progress=events.append)
+    report = index_dataset(str(tmp_path / "src"), out=str(tmp_path / "out2"), options=ONE, progress=events.append)
     assert report.num_resumed == 0 and report.num_indexed == 10
     assert len(events) == 10 and {e.num_to_read for e in events} == {10}  # the CLI bar's total
-    keys = {s["__key__"] for s in ShardDataset(str(tmp_path / "out"), mode="exact", shuffle=False)}
+    keys = {s["__key__"] for s in ShardDataset(str(tmp_path / "out2"), mode="exact", shuffle=False)}
     assert len(keys) == 30
 
 
