@@ -53,7 +53,7 @@ from shardkit.io.local import HASH_CHUNK_BYTES
 from shardkit.io.manifest import fetch_manifest
 from shardkit.io.registry import open_source
 from shardkit.io.urls import is_local, local_path
-from shardkit.write.pool import in_groups, run_in_pool
+from shardkit.write.pool import group_size, in_groups, run_in_pool
 
 #: Failed shards, and warnings, that a report lists (the lowest shard
 #: numbers first); all of them are counted.
@@ -378,17 +378,20 @@ def _checks(
         return
     # The manifest reaches the workers when they start (inherited where they
     # fork), not once per task: a task is a few shard numbers.
+    size = group_size(manifest.num_shards, workers, most=_MAX_GROUP, per_worker=_GROUPS_PER_WORKER)
     yield from run_in_pool(
         _verify_in_worker,
-        in_groups(numbers, max(1, min(_MAX_GROUP, manifest.num_shards // (workers * 8)))),
+        in_groups(numbers, size),
         min(workers, manifest.num_shards),
         initializer=_start_worker,
         initargs=(manifest, options, max_member_bytes),
     )
 
 
-#: Most shards in one task of the pool (small shards go in groups).
+#: Most shards in one task of the pool (small shards go in groups), and
+#: how many groups each worker gets at least (see :func:`group_size`).
 _MAX_GROUP = 16
+_GROUPS_PER_WORKER = 8
 
 #: What :func:`_start_worker` gave this worker process: (manifest, options, max_member_bytes).
 _job: tuple[Manifest, SourceOptions | None, int | None] | None = None

@@ -355,13 +355,6 @@ def _names_a_shard(url: str) -> bool:
     return urllib.parse.urlsplit(url).path.endswith((".tar", *SHARD_SUFFIXES))
 
 
-def expand_pattern(pattern: str) -> Sequence[str]:
-    """The shards a brace pattern such as ``shard-{000000..000099}.tar``
-    names, or several joined by ``::`` (kept as patterns where they can be:
-    :func:`~shardkit.format.brace.expand_patterns`)."""
-    return expand_patterns(pattern)
-
-
 def resolve_catalog(
     source: str | os.PathLike[str] | Sequence[str] | Manifest,
     *,
@@ -391,7 +384,7 @@ def resolve_catalog(
         return _from_shard_urls([os.fspath(s) for s in source])
     text = os.fspath(source)  # type: ignore[arg-type]
     if is_pattern(text):
-        return _from_shard_urls(expand_pattern(text))
+        return _from_shard_urls(expand_patterns(text))
     if is_local(text):
         path = local_path(text)
         if os.path.isdir(path) or path.endswith(".json"):

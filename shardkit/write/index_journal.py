@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 
 import numpy as np
 
@@ -84,7 +85,11 @@ class IndexJournal:
             names = index_name_for(self.listing.names[start:stop])
             for j in np.flatnonzero(done & ~records["compressed"]):  # a compressed shard has no offset index
                 index = os.path.join(self.target, bytes(names[j]).decode("utf-8", "surrogateescape"))
-                done[j] = os.path.isfile(index) and os.path.getsize(index) > 0
+                try:
+                    st = os.stat(index)  # one call: there, a file, not empty
+                    done[j] = stat.S_ISREG(st.st_mode) and st.st_size > 0
+                except OSError:
+                    done[j] = False
             if not done.all():
                 fixed = records.copy()
                 fixed[~done] = np.zeros((), dtype=RECORD)

@@ -92,7 +92,7 @@ from shardkit.write.index_previous import (
 from shardkit.write.index_journal import IndexJournal
 from shardkit.write.index_shard import IndexResult, IndexTask, index_shard, index_shards
 from shardkit.write.index_source import ShardListing, list_shards
-from shardkit.write.pool import bounded, in_groups, run_in_pool
+from shardkit.write.pool import bounded, group_size, in_groups, run_in_pool
 from shardkit.write.scratch import scratch_folder
 from shardkit.write.publish import publish_manifest
 
@@ -444,7 +444,7 @@ def _index_changed(
     if options.engine == "ray":
         done = _run_ray(_tasks(results, listing, previous, target), options)
     else:
-        batch = max(1, min(_MAX_BATCH, num_todo // (workers * _BATCHES_PER_WORKER)))
+        batch = group_size(num_todo, workers, most=_MAX_BATCH, per_worker=_BATCHES_PER_WORKER)
         done = _run_local(_tasks(results, listing, previous, target), workers, options.source, batch=batch)
     record = np.zeros(1, dtype=RECORD)
     for result in done:

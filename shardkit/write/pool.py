@@ -78,6 +78,13 @@ def die_with_parent(parent: int) -> bool:
     return True
 
 
+def group_size(count: int, workers: int, *, most: int, per_worker: int) -> int:
+    """How many of ``count`` small tasks go to the pool as one group (one
+    round trip each): at most ``most``, and few enough that each of
+    ``workers`` still gets about ``per_worker`` groups to balance the load."""
+    return max(1, min(most, count // (workers * per_worker)))
+
+
 def in_groups(items: Iterable[T], size: int) -> Iterator[list[T]]:
     """``items`` in lists of ``size`` (the last may be shorter), drawn lazily."""
     items = iter(items)
