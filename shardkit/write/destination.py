@@ -39,20 +39,27 @@ LOCK_WAIT_S = 5.0
 
 
 @contextlib.contextmanager
-def holding_destination(dest: str) -> Iterator[None]:
-    """Hold local directory ``dest`` (made if missing) for one write: an
-    exclusive ``flock`` on the directory itself, so no file is added for it.
+def holding_destination(dest: str, *, rerun: str = "stop it and rerun with --resume") -> Iterator[None]:
+    """Hold local directory ``dest`` (made if missing) for one write or one
+    index: an exclusive ``flock`` on the directory itself, so no file is
+    added for it.
 
     Two writes into one folder at once (a job started again while the first
     still runs) would write the same shard names and remove each other's
-    temporary files; the second is refused instead, once it has waited
-    :data:`LOCK_WAIT_S` for the lock. The writer processes a write forks
-    share the lock and hold it until they end. Where the file
-    system has no ``flock`` for directories (some network file systems) the
-    write goes on unlocked.
+    temporary files; two indexes would share one journal, and a write and an
+    index would each publish their own manifest. The second is refused
+    instead, once it has waited :data:`LOCK_WAIT_S` for the lock. The
+    processes a write or an index forks share the lock and hold it until
+    they end. Where the file system has no ``flock`` for directories (some
+    network file systems) the work goes on unlocked.
+
+    Args:
+        dest: The folder.
+        rerun: What the refusal tells the user to do about the other run,
+            after "wait for it to end, or".
 
     Raises:
-        DestinationError: Another write holds ``dest``.
+        DestinationError: Another write or index holds ``dest``.
     """
     try:
         os.makedirs(dest, exist_ok=True)
@@ -71,8 +78,8 @@ def holding_destination(dest: str) -> Iterator[None]:
                     break
                 if time.monotonic() >= deadline:
                     raise DestinationError(
-                        f"{dest}: another shardkit write into this folder is running (it holds the folder's "
-                        "lock); wait for it to end, or stop it and rerun with --resume",
+                        f"{dest}: another shardkit write or index into this folder is running (it holds the "
+                        f"folder's lock); wait for it to end, or {rerun}",
                         path=dest,
                     ) from None
                 time.sleep(0.05)

@@ -48,6 +48,7 @@ the reason; the others are indexed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -68,6 +69,7 @@ from shardkit.io.atomic import commit, remove_quietly
 from shardkit.io.base import SourceOptions
 from shardkit.io.registry import open_destination
 from shardkit.io.urls import is_local, local_path, redact_url
+from shardkit.write.destination import holding_destination
 from shardkit.write.index_columns import (
     INDEXED,
     KEPT,
@@ -249,8 +251,8 @@ def index_dataset(
     """
     options = options or IndexOptions()
     started = time.perf_counter()
-    with scratch_folder(WORK_PREFIX, _work_parent(source, out)) as work:
-        return _index(source, out, options, progress, work, started)
+    with scratch_folder(WORK_PREFIX, _work_parent(source, out)) as work, contextlib.ExitStack() as held:
+        return _index(source, out, options, progress, work, started, held)
 
 
 def _index(
@@ -260,8 +262,11 @@ def _index(
     progress: Callable[[IndexResult], None] | None,
     work: str,
     started: float,
+    held: contextlib.ExitStack,
 ) -> IndexReport:
-    """:func:`index_dataset` with its scratch folder ``work``."""
+    """:func:`index_dataset` with its scratch folder ``work``; a local
+    target folder is held (see :func:`holding_destination`) until ``held``
+    closes."""
     listing: ShardListing | None = None
     versions_file: str | None = None
     try:
@@ -269,8 +274,8 @@ def _index(
         listing = list_shards(source, options=options.source, skip=skip, spill=work)
         _check_base(listing.base)
         target = _target(listing, out)
-        if is_local(target):
-            os.makedirs(target, exist_ok=True)
+        if is_local(target):  # made if missing; one index or write into it at a time
+            held.enter_context(holding_destination(target, rerun="stop it and run the index again"))
         previous = load_previous(target, listing.base, out, options.source)
         if previous is not None and len(previous.names) == 0:
             previous = None

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -428,6 +429,47 @@ def test_a_killed_index_run_is_gone_on_from_by_its_rerun_to_the_same_dataset(tmp
     assert [e.sha256 for e in mine.shards if e.path != "s-00002.tar"] == [
         e.sha256 for e in theirs.shards if e.path != "s-00002.tar"]
     assert as_dict(ShardDataset(str(tmp_path / "out"), mode="exact", shuffle=False)) == wds_samples(shards)
+
+
+_PAUSED_INDEX = """
+import os, sys, time
+from shardkit import IndexOptions, index_dataset
+def progress(result):  # after the first shard: wait for GO
+    open(sys.argv[3] + ".started", "w").close()
+    while not os.path.exists(sys.argv[3]):
+        time.sleep(0.02)
+index_dataset(sys.argv[1], out=sys.argv[2], options=IndexOptions(workers=1), progress=progress)
+"""
+
+
+def test_an_index_or_write_into_a_folder_being_indexed_is_refused_and_the_first_index_completes(
+    tmp_path, capsys, monkeypatch
+):
+    """Two runs into one folder would share the index's journal, or publish
+    two manifests over each other: the second waits a moment for the
+    folder's lock, then exits 2 in one line."""
+    monkeypatch.setattr("shardkit.write.destination.LOCK_WAIT_S", 0.5)
+    shards = write_wds(tmp_path / "src", num=12, per_shard=2)
+    out, go = tmp_path / "out", tmp_path / "go"
+    first = subprocess.Popen([sys.executable, "-c", _PAUSED_INDEX, str(tmp_path / "src"), str(out), str(go)])
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "go.started").exists() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert (tmp_path / "go.started").exists()
+        assert main(["index", str(tmp_path / "src"), "--out", str(out), "-q"]) == 2
+        err = capsys.readouterr().err
+        assert f"{out}: another shardkit write or index into this folder is running" in err
+        assert "run the index again" in err and len(err.strip().splitlines()) == 1
+        assert main(["write", str(tmp_path / "src"), str(out), "--resume", "-q"]) == 2
+        assert "another shardkit write or index into this folder is running" in capsys.readouterr().err
+        go.touch()
+        assert first.wait(timeout=60) == 0
+    finally:
+        first.kill()
+        first.wait()
+    assert as_dict(ShardDataset(str(out), mode="exact", shuffle=False)) == wds_samples(shards)
+    assert not [n for n in os.listdir(out) if n.startswith(".shardkit-index")]  # journal, scratch: gone
 
 
 def test_a_journal_of_other_shards_is_not_used(tmp_path):

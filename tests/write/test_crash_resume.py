@@ -191,7 +191,7 @@ def test_a_second_write_into_a_folder_being_written_is_refused_and_the_first_com
         for flags in (["--resume"], ["--overwrite"]):  # a rerun's flags, while the first still runs
             assert main(["write", root, str(dest), "--max-samples", "2", "--seed", "5", "-q", *flags]) == 2
             err = capsys.readouterr().err
-            assert f"{dest}: another shardkit write into this folder is running" in err and "--resume" in err
+            assert f"{dest}: another shardkit write or index into this folder is running" in err and "--resume" in err
         go.touch()
         assert first.wait(timeout=60) == 0
     finally:
