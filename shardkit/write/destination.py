@@ -22,9 +22,10 @@ from collections.abc import Iterable, Iterator
 from shardkit.errors import DestinationError
 from shardkit.format.location import path_under
 from shardkit.io.atomic import TMP_SUFFIX
-from shardkit.write.publish import CARD_NAME
 
 SHARD_PATTERN = "shard-{:06d}.tar"
+#: The dataset card's file name (the Hub's and ``datasets``' name for it).
+CARD_NAME = "README.md"
 JOURNAL_DIR = ".shardkit-journal"
 _OURS = re.compile(
     r"^(shard-\d{6,}\.(tar|idx)(\.tmp)?|manifest\.json(\.tmp)?|shards-[0-9a-f]{16}\.table(\.[^/]*)?|\.shardkit-journal)$"

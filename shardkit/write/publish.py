@@ -36,6 +36,7 @@ from shardkit.io.base import Destination, SourceOptions
 from shardkit.io.manifest import fetch_manifest
 from shardkit.io.registry import open_destination
 from shardkit.io.urls import is_local, local_path, redact_url, url_scheme
+from shardkit.write.destination import CARD_NAME, holding_destination
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +68,6 @@ def publish_manifest(destination: Destination | str, manifest: Manifest, *, tabl
     write_dataset_card(destination, manifest)
 
 
-#: The dataset card's file name (the Hub's and ``datasets``' name for it).
-CARD_NAME = "README.md"
 #: The line that marks a card as shardkit's: a README.md holding it may be
 #: rewritten; without it the file is the user's and is left alone.
 CARD_MARKER = (
@@ -262,6 +261,15 @@ def upgrade_dataset(dest: str, *, options: SourceOptions | None = None) -> Upgra
         )
     options = options or SourceOptions()
     destination = open_destination(dest, options=options)
+    if destination.local_dir is None or not os.path.isdir(destination.local_dir):
+        return _upgrade(dest, destination, options)  # remote, or no folder: refused there, none made
+    # A write or index publishing into the folder meanwhile would have its new table taken for a stale one.
+    with holding_destination(destination.local_dir, rerun="run the upgrade once it has ended"):
+        return _upgrade(dest, destination, options)
+
+
+def _upgrade(dest: str, destination: Destination, options: SourceOptions) -> UpgradeReport:
+    """:func:`upgrade_dataset` once ``destination`` is open (and held, when local)."""
     hint_filter = _DropUpgradeHint()
     manifest_logger.addFilter(hint_filter)  # the upgrade is running: no advice to run it
     try:

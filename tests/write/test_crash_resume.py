@@ -177,7 +177,7 @@ PAUSED_WRITER = textwrap.dedent(
 )
 
 
-def test_a_second_write_into_a_folder_being_written_is_refused_and_the_first_completes(tmp_path, capsys, monkeypatch):
+def test_a_second_write_or_an_upgrade_of_a_folder_being_written_is_refused_and_the_first_completes(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("shardkit.write.destination.LOCK_WAIT_S", 0.5)  # how long the second waits before it refuses
     root = str(tmp_path / "images")
     make_imagefolder(root, per_class=10, size=1000)
@@ -192,6 +192,9 @@ def test_a_second_write_into_a_folder_being_written_is_refused_and_the_first_com
             assert main(["write", root, str(dest), "--max-samples", "2", "--seed", "5", "-q", *flags]) == 2
             err = capsys.readouterr().err
             assert f"{dest}: another shardkit write or index into this folder is running" in err and "--resume" in err
+        # An upgrade would take the write's new table, not yet in manifest.json, for a stale one and remove it.
+        assert main(["upgrade", str(dest)]) == 2
+        assert "run the upgrade once it has ended" in capsys.readouterr().err
         go.touch()
         assert first.wait(timeout=60) == 0
     finally:
