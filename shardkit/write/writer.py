@@ -12,6 +12,7 @@ code, in one process::
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 from collections.abc import Mapping, Sequence
@@ -21,12 +22,19 @@ from shardkit.errors import UsageError
 from shardkit.format.codecs import encode_value
 from shardkit.format.manifest import Manifest
 from shardkit.format.tar import encoded_sample_size, field_name, member_name_problem, repeated_field, split_key
-from shardkit.write.destination import prepare_destination, shard_name
+from shardkit.write.destination import holding_destination, prepare_destination, shard_name
 from shardkit.write.detect import IMAGE_EXTENSIONS
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
 from shardkit.write.publish import publish_manifest
 from shardkit.write.resize import encode_image
 from shardkit.write.shard import ShardFile, WrittenShard
+
+
+#: What a ShardWriter refused for a folder another writer holds advises.
+_RERUN = (
+    "close the other ShardWriter first (one writer per folder: give each DDP rank its own folder, "
+    "or write from rank 0 only)"
+)
 
 
 def sample_fields(sample: Mapping[str, Any]) -> tuple[str, list[tuple[str, bytes]]]:
@@ -131,7 +139,15 @@ class ShardWriter:
         self.dest = dest
         self.limits = ShardLimits(max_samples=max_samples, max_bytes=max_bytes)
         self.class_names = None if class_names is None else tuple(class_names)
-        prepare_destination(dest, overwrite=overwrite, resume=False)
+        # Held until close() or abort(): two writers into one folder (say one per DDP rank) would
+        # write the same shard names over each other; the second is refused instead.
+        self._held = contextlib.ExitStack()
+        self._held.enter_context(holding_destination(dest, rerun=_RERUN))
+        try:
+            prepare_destination(dest, overwrite=overwrite, resume=False)
+        except BaseException:
+            self._held.close()
+            raise
         self._current: ShardFile | None = None
         self._written: list[WrittenShard] = []
         self._extensions: set[str] = set()
@@ -161,25 +177,30 @@ class ShardWriter:
         """Commit the last shard and write ``manifest.json``; returns it."""
         if self.manifest is not None:
             return self.manifest
-        if self._current is not None:
-            self._written.append(self._current.commit())
-            self._current = None
-        self.manifest = Manifest(
-            shards=tuple(w.entry() for w in self._written),
-            extensions=tuple(sorted(self._extensions)),
-            class_names=self.class_names,
-            source={"format": "python"},
-            options={"max_samples": self.limits.max_samples, "max_bytes": self.limits.max_bytes},
-            location=os.path.abspath(self.dest),
-        )
-        publish_manifest(self.dest, self.manifest)
-        return self.manifest
+        try:
+            if self._current is not None:
+                self._written.append(self._current.commit())
+                self._current = None
+            manifest = Manifest(
+                shards=tuple(w.entry() for w in self._written),
+                extensions=tuple(sorted(self._extensions)),
+                class_names=self.class_names,
+                source={"format": "python"},
+                options={"max_samples": self.limits.max_samples, "max_bytes": self.limits.max_bytes},
+                location=os.path.abspath(self.dest),
+            )
+            publish_manifest(self.dest, manifest)
+        finally:
+            self._held.close()  # the folder is free again, whatever happened
+        self.manifest = manifest
+        return manifest
 
     def abort(self) -> None:
         """Drop the shard in progress; write no manifest."""
         if self._current is not None:
             self._current.abort()
             self._current = None
+        self._held.close()
 
     def __enter__(self) -> ShardWriter:
         return self

@@ -14,7 +14,8 @@ from PIL import Image
 
 import shardkit
 from shardkit.cli import main
-from shardkit.errors import UsageError
+from shardkit import ShardDataset, ShardWriter
+from shardkit.errors import DestinationError, UsageError
 
 
 def test_images_arrays_and_tensors_are_stored_as_webdataset_stores_them(tmp_path):
@@ -77,3 +78,22 @@ def test_a_table_field_given_twice_in_two_cases_is_refused():
 
     with pytest.raises(UsageError, match=r"extension 'TXT' is given twice \('a' and 'b'\)"):
         FieldMap.parse(["txt=a", "TXT=b"])
+
+
+def test_a_second_writer_into_a_folder_being_written_is_refused_until_the_first_closes(tmp_path, monkeypatch):
+    """One ShardWriter per DDP rank into one folder would write shard-000000.tar
+    over each other; the second is refused, naming the folder and the remedy."""
+    monkeypatch.setattr("shardkit.write.destination.LOCK_WAIT_S", 0.2)
+    dest = str(tmp_path / "out")
+    first = ShardWriter(dest, max_samples=2)
+    first.write({"__key__": "a", "txt": "first"})
+    with pytest.raises(DestinationError, match="another shardkit write or index into this folder") as caught:
+        ShardWriter(dest, max_samples=2, overwrite=True)
+    assert caught.value.path == dest and "give each DDP rank its own folder" in str(caught.value)
+    assert first.close().num_samples == 1
+    with ShardWriter(dest, max_samples=2, overwrite=True) as second:  # free once the first has closed
+        second.write({"__key__": "b", "txt": "second"})
+    assert [s["__key__"] for s in ShardDataset(dest, mode="exact")] == ["b"]
+    aborted = ShardWriter(dest, max_samples=2, overwrite=True)
+    aborted.abort()  # an aborted writer lets go too
+    ShardWriter(dest, max_samples=2, overwrite=True).close()
