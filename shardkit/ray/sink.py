@@ -41,8 +41,9 @@ from shardkit.errors import ShardkitError, UsageError
 from shardkit.format.codecs import encode_value
 from shardkit.format.manifest import Manifest, ShardEntry
 from shardkit.format.tar import END_OF_ARCHIVE, encoded_sample_size
+from shardkit.io.base import Destination
 from shardkit.io.registry import open_destination
-from shardkit.write.destination import output_error, prepare_destination, shard_name
+from shardkit.write.destination import holding_destination, output_error, prepare_destination, shard_name
 from shardkit.write.engine_ray import check_nodes_see
 from shardkit.write.limits import ShardLimits
 from shardkit.write.publisher import ShardPublisher
@@ -165,18 +166,25 @@ def write_dataset_shards(
     max_retries: int,
 ) -> Manifest:
     """See :func:`shardkit.ray.write_shards`."""
-    import ray
-
     if max_samples is None and max_bytes is None:
         raise UsageError("write_shards needs max_samples or max_bytes (or both) to cut shards")
     limits = ShardLimits(max_samples=max_samples, max_bytes=max_bytes)
     destination = open_destination(dest)
-    publisher = ShardPublisher(destination.local_dir or "", url=None if destination.local_dir else destination.url)
-    if destination.local_dir is not None:
-        prepare_destination(destination.local_dir, overwrite=overwrite, resume=False)
-    else:
+    if destination.local_dir is None:
         refuse_existing_dataset(destination, overwrite=overwrite)
+        return _write_into(dataset, destination, limits, key_column, max_retries)
+    with holding_destination(destination.local_dir, rerun="stop it and write again"):  # one write at a time
+        prepare_destination(destination.local_dir, overwrite=overwrite, resume=False)
+        return _write_into(dataset, destination, limits, key_column, max_retries)
 
+
+def _write_into(
+    dataset: Any, destination: Destination, limits: ShardLimits, key_column: str, max_retries: int
+) -> Manifest:
+    """:func:`write_dataset_shards` once ``destination`` is ready (and held, when local)."""
+    import ray
+
+    publisher = ShardPublisher(destination.local_dir or "", url=None if destination.local_dir else destination.url)
     refs = dataset.to_arrow_refs()
     sizer = ray.remote(_block_sizes).options(max_retries=max_retries)
     block_sizes = ray.get([sizer.remote(ref, key_column) for ref in refs])
@@ -202,7 +210,7 @@ def write_dataset_shards(
         shards=tuple(entry for entry, _ in results),
         extensions=tuple(extensions),
         source={"format": "ray.data"},
-        options={"max_samples": max_samples, "max_bytes": max_bytes, "shuffle": False},
+        options={"max_samples": limits.max_samples, "max_bytes": limits.max_bytes, "shuffle": False},
         seed=None,
         location=destination.local_dir or destination.url,
     )

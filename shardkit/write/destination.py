@@ -41,9 +41,10 @@ LOCK_WAIT_S = 5.0
 
 @contextlib.contextmanager
 def holding_destination(dest: str, *, rerun: str = "stop it and rerun with --resume") -> Iterator[None]:
-    """Hold local directory ``dest`` (made if missing) for one write or one
-    index: an exclusive ``flock`` on the directory itself, so no file is
-    added for it.
+    """Hold local directory ``dest`` (made if missing) for one write, index
+    or upgrade, or for the life of a
+    :class:`~shardkit.write.writer.ShardWriter`: an exclusive ``flock`` on
+    the directory itself, so no file is added for it.
 
     Two writes into one folder at once (a job started again while the first
     still runs) would write the same shard names and remove each other's
@@ -60,7 +61,7 @@ def holding_destination(dest: str, *, rerun: str = "stop it and rerun with --res
             after "wait for it to end, or".
 
     Raises:
-        DestinationError: Another write or index holds ``dest``.
+        DestinationError: Another of them holds ``dest``.
     """
     try:
         os.makedirs(dest, exist_ok=True)

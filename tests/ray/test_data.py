@@ -74,6 +74,17 @@ def test_read_then_write_with_other_limits_keeps_every_sample(ray_cluster, datas
     assert _samples(load_manifest(str(dest))) == _samples(dataset)
 
 
+def test_write_shards_into_a_folder_another_write_holds_is_refused_in_one_line(ray_cluster, dataset, tmp_path):
+    from shardkit.write.destination import holding_destination
+
+    dest = tmp_path / "held"
+    with holding_destination(str(dest)):  # as a write or an index running into it holds it
+        done = ray_cluster.driver("roundtrip", dataset.location, str(dest), "5")
+    assert done.returncode != 0
+    assert f"{dest}: another shardkit write or index into this folder is running" in done.stderr
+    assert sorted(p.name for p in dest.iterdir()) == []  # nothing written under it
+
+
 def test_read_shards_over_http(ray_cluster, dataset):
     result = _last_json(ray_cluster.driver("http", dataset.location))
     assert result["rows"] == _samples(dataset)
