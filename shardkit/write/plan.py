@@ -93,7 +93,7 @@ OVERSIZED_LISTED = 10
 @dataclass(frozen=True)
 class Oversized:
     """Samples that alone exceed ``max_bytes`` (each still gets a shard of its
-    own): how many, and the first few as ``"origin (sample 'key')"``. A limit
+    own): how many, and the first few as ``"origin (sample 'key', size)"``. A limit
     set too small can make every sample one: the plan holds no list of them."""
 
     count: int = 0
@@ -102,7 +102,7 @@ class Oversized:
     def warning(self, max_bytes: Any) -> str:
         """One line saying so, for the log."""
         if self.count == 1:
-            return f"sample {self.examples[0]} alone exceeds max_bytes={max_bytes}; it gets a shard of its own"
+            return f"{self.examples[0]} alone exceeds max_bytes={max_bytes}; it gets a shard of its own"
         return (
             f"{self.count} samples alone exceed max_bytes={max_bytes}, each getting a shard of its own "
             f"(e.g. {self.examples[0]}); raise --max-bytes"
@@ -269,7 +269,8 @@ class _Cutter:
             for i in over[: OVERSIZED_LISTED - len(self.oversized)]:
                 partition, read_path, name, offset = self.context.where(int(parts[i]), int(recs[i]))
                 key = self.context.key(int(parts[i]), int(recs[i])).decode("utf-8", "surrogateescape")
-                self.oversized.append(f"{record_origin(partition, read_path, name, offset)} (sample {key!r})")
+                where = record_origin(partition, read_path, name, offset)
+                self.oversized.append(f"{where} (sample {key!r}, {int(sizes[i]):,} bytes in tar)")
         i = 0
         while i < n:
             j = n

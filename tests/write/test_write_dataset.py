@@ -336,4 +336,4 @@ def test_jsonl_oversized_row_is_named_by_file_and_key(tmp_path):
     source = tmp_path / "in.jsonl"
     source.write_text('{"__key__": "small", "txt": "x"}\n' + json.dumps({"__key__": "big", "txt": "y" * 20_000}) + "\n")
     report = write_dataset(str(source), str(tmp_path / "out"), options=WriteOptions(max_bytes=10_000))
-    assert report.oversized == (f"{source} (sample 'big')",)
+    assert report.oversized == (f"{source} (sample 'big', 20,992 bytes in tar)",)  # header + padded data
