@@ -34,6 +34,8 @@ from shardkit.io.retry import TransientFault, retry_after_seconds
 from shardkit.io.base import SourceOptions
 from shardkit.io.urls import redact_url, split_userinfo, url_origin
 
+logger = logging.getLogger(__name__)
+
 #: Most redirects followed for one request.
 MAX_REDIRECTS = 5
 _REDIRECTS = (301, 302, 303, 307, 308)
@@ -41,6 +43,11 @@ _REDIRECTS = (301, 302, 303, 307, 308)
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _pools: dict[tuple[int, int], urllib3.PoolManager] = {}
 _pools_lock = threading.Lock()
+
+#: Origins (scheme, host, port) whose server answered a ranged request of
+#: this process with the whole object: their objects are read in one
+#: request each from then on (see :func:`shardkit.io.ranged.ignores_ranges`).
+_WHOLE_OBJECT_ORIGINS: set[tuple[str, str, int | None]] = set()
 
 
 class _DropQueryStrings(logging.Filter):
@@ -139,6 +146,27 @@ class HttpFetcher:
         #: The object's ``ETag`` (or, without one, its ``Last-Modified``) as
         #: the last :meth:`size` answer gave it; None when it gave neither.
         self.validator: str | None = None
+
+    @property
+    def ignores_ranges(self) -> bool:
+        """Whether this object's server has answered a ranged request (of
+        this process) with the whole object."""
+        return self._origin in _WHOLE_OBJECT_ORIGINS
+
+    def _whole_object_answer(self) -> None:
+        """Note that the server answered a ranged request with the whole object (a plain 200)."""
+        with _pools_lock:
+            first = self._origin not in _WHOLE_OBJECT_ORIGINS
+            _WHOLE_OBJECT_ORIGINS.add(self._origin)
+        if first:
+            scheme, host, port = self._origin
+            logger.warning(
+                "%s://%s:%s ignores Range requests (it answers them with the whole object): shardkit now reads "
+                "each object from it in one request, and a read inside an object (IndexedDataset, a resume "
+                "within a shard) fetches the object from its start. A server that honours ranges (nginx, S3 "
+                "and other object stores) avoids this",
+                scheme, host, port,
+            )
 
     def _send(self, method: str, url: str, headers: dict[str, str]) -> urllib3.BaseHTTPResponse:
         if self._authorization is not None and url_origin(url) == self._origin:
@@ -239,6 +267,7 @@ class HttpFetcher:
                     return int(match.group(3))
                 return None
             length = response.headers.get("Content-Length")  # a plain 200: the whole object
+            self._whole_object_answer()
             return int(length) if length is not None else None
         finally:
             response.close()
@@ -260,5 +289,7 @@ class HttpFetcher:
             response.close()
             raise fatal_status(self.url, response.status, response.reason or "", offset=start)
         # A plain 200: the whole object from byte 0 (the server ignores ranges).
+        if "Range" in headers:
+            self._whole_object_answer()
         size = None if length is None else int(length)
         return _HttpResponse(response, 0, size, self.url, size)

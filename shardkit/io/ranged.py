@@ -238,7 +238,7 @@ def iter_parallel_range(
     # parts (down to MIN_PART_BYTES), so small shards are fetched in parallel too.
     even_split = -(-(end - start) // options.max_concurrent_requests)
     part_bytes = max(min(options.part_bytes, max(MIN_PART_BYTES, even_split)), 1)
-    if end - start <= part_bytes or options.max_concurrent_requests <= 1:
+    if end - start <= part_bytes or options.max_concurrent_requests <= 1 or ignores_ranges(fetcher):
         yield from stream_range(fetcher, start, end, options=options, chunk_bytes=chunk_bytes)
         return
     # The first parts, one per request, are small: the bytes a reader needs
@@ -305,8 +305,22 @@ def iter_parallel_range(
                     else:
                         break
                 yield data
+            if ignores_ranges(fetcher) and part.end < end:
+                # Each part would come as the whole object from byte 0 (the part's bytes cut out of it):
+                # the rest is read in one request, not in parts that fetch ever more of the object.
+                stop.set()
+                yield from stream_range(fetcher, part.end, end, options=options, chunk_bytes=chunk_bytes)
+                return
     finally:
         stop.set()
+
+
+def ignores_ranges(fetcher: RangeFetcher) -> bool:
+    """Whether ``fetcher``'s store answers ranged requests with the whole
+    object (some static servers, ``python -m http.server``): known once one
+    such answer came, for backends that can tell (see
+    :attr:`shardkit.io.http.HttpFetcher.ignores_ranges`)."""
+    return bool(getattr(fetcher, "ignores_ranges", False))
 
 
 class SizeCheckedFetcher:
@@ -327,6 +341,10 @@ class SizeCheckedFetcher:
         self.url = fetcher.url
         self.expected_size = expected_size
         self.max_bytes = max_bytes
+
+    @property
+    def ignores_ranges(self) -> bool:
+        return ignores_ranges(self.fetcher)
 
     def size(self) -> int | None:
         return self.fetcher.size()

@@ -147,6 +147,29 @@ def test_server_ignoring_range_still_gives_exact_bytes(http_server):
     assert read(url, start=70_000, end=140_000) == data[70_000:140_000]
 
 
+def test_a_server_that_ignores_ranges_is_read_in_one_request_per_object_not_in_ever_longer_parts(http_server, caplog):
+    """`python -m http.server` answers every ranged GET with the whole object.
+    Read in parts, part k cost the object up to its end: quadratic in the
+    object's size (a 1 GB shard in 4 MiB parts moved 125 GB). Once such an
+    answer comes, the rest of the object, and every later object of that
+    server, is read in one request; a warning says so once."""
+    import logging
+
+    from tests.remote.remote_servers import Faults
+
+    data, other = blob(4 << 20), blob(1 << 20)
+    url, other_url = http_server.add("/a.tar", data), http_server.add("/b.tar", other)
+    for path in ("/a.tar", "/b.tar"):
+        http_server.faults[path] = Faults(ignore_range=True)
+    with caplog.at_level(logging.WARNING, logger="shardkit"):
+        assert read(url, options=PATIENT, expected_size=len(data)) == data
+        assert http_server.sent["/a.tar"] <= 6 * len(data)  # in 64 KiB parts: > 32 times it
+        assert read(other_url, options=PATIENT, expected_size=len(other)) == other
+    assert len(http_server.gets("/b.tar")) == 1 and http_server.sent["/b.tar"] == len(other)
+    warned = [r.getMessage() for r in caplog.records if "ignores Range requests" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith(f"{http_server.base_url} ignores Range requests")
+
+
 def test_404_fails_fast_naming_url(http_server):
     with pytest.raises(RemoteError, match=r"http://127\.0\.0\.1:\d+/missing\.tar: HTTP 404") as info:
         read(http_server.base_url + "/missing.tar?token=SECRET", options=PATIENT)
