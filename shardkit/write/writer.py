@@ -152,12 +152,13 @@ class ShardWriter:
         self._written: list[WrittenShard] = []
         self._extensions: set[str] = set()
         self._keys_seen = 0
+        self._aborted = False
         self.manifest: Manifest | None = None
 
     def write(self, sample: Mapping[str, Any]) -> None:
         """Append one sample: ``{"__key__": str, ext: value, ...}``."""
-        if self.manifest is not None:
-            raise UsageError("ShardWriter is closed")
+        if self.manifest is not None or self._aborted:
+            raise UsageError(f"ShardWriter is {'aborted' if self._aborted else 'closed'}: make a new one to write more")
         key, fields = sample_fields(sample)
         size = encoded_sample_size(key, [(ext, len(data)) for ext, data in fields])
         current = self._current
@@ -177,6 +178,8 @@ class ShardWriter:
         """Commit the last shard and write ``manifest.json``; returns it."""
         if self.manifest is not None:
             return self.manifest
+        if self._aborted:
+            raise UsageError("ShardWriter was aborted: it writes no manifest; make a new one to write the dataset")
         try:
             if self._current is not None:
                 self._written.append(self._current.commit())
@@ -196,7 +199,9 @@ class ShardWriter:
         return manifest
 
     def abort(self) -> None:
-        """Drop the shard in progress; write no manifest."""
+        """Drop the shard in progress; write no manifest. The writer takes no
+        more samples."""
+        self._aborted = True
         if self._current is not None:
             self._current.abort()
             self._current = None
@@ -206,7 +211,7 @@ class ShardWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
+        if exc_type is None and not self._aborted:  # aborted inside the block: nothing to publish
             self.close()
         else:
             self.abort()

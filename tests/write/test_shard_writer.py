@@ -5,6 +5,7 @@ that readers would refuse: two extensions that read as one field."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -95,5 +96,13 @@ def test_a_second_writer_into_a_folder_being_written_is_refused_until_the_first_
         second.write({"__key__": "b", "txt": "second"})
     assert [s["__key__"] for s in ShardDataset(dest, mode="exact")] == ["b"]
     aborted = ShardWriter(dest, max_samples=2, overwrite=True)
-    aborted.abort()  # an aborted writer lets go too
+    aborted.abort()  # an aborted writer lets go too, and takes nothing more
+    with pytest.raises(UsageError, match="ShardWriter is aborted"):
+        aborted.write({"__key__": "c", "txt": "after"})
+    with pytest.raises(UsageError, match="was aborted: it writes no manifest"):
+        aborted.close()
+    with ShardWriter(dest, max_samples=2, overwrite=True) as cancelled:
+        cancelled.write({"__key__": "d", "txt": "cancelled"})
+        cancelled.abort()  # leaving the block after an abort publishes nothing, and raises nothing
+    assert not os.path.exists(os.path.join(dest, "manifest.json"))
     ShardWriter(dest, max_samples=2, overwrite=True).close()
