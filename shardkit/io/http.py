@@ -48,6 +48,7 @@ _pools_lock = threading.Lock()
 #: this process with the whole object: their objects are read in one
 #: request each from then on (see :func:`shardkit.io.ranged.ignores_ranges`).
 _WHOLE_OBJECT_ORIGINS: set[tuple[str, str, int | None]] = set()
+_origins_lock = threading.Lock()
 
 
 class _DropQueryStrings(logging.Filter):
@@ -155,7 +156,7 @@ class HttpFetcher:
 
     def _whole_object_answer(self) -> None:
         """Note that the server answered a ranged request with the whole object (a plain 200)."""
-        with _pools_lock:
+        with _origins_lock:
             first = self._origin not in _WHOLE_OBJECT_ORIGINS
             _WHOLE_OBJECT_ORIGINS.add(self._origin)
         if first:
