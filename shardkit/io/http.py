@@ -268,7 +268,8 @@ class HttpFetcher:
                     return int(match.group(3))
                 return None
             length = response.headers.get("Content-Length")  # a plain 200: the whole object
-            self._whole_object_answer()
+            if length is None or int(length) > 1:  # more than the byte asked for
+                self._whole_object_answer()
             return int(length) if length is not None else None
         finally:
             response.close()
@@ -290,7 +291,7 @@ class HttpFetcher:
             response.close()
             raise fatal_status(self.url, response.status, response.reason or "", offset=start)
         # A plain 200: the whole object from byte 0 (the server ignores ranges).
-        if "Range" in headers:
-            self._whole_object_answer()
         size = None if length is None else int(length)
+        if start > 0 or (end is not None and (size is None or end < size)):
+            self._whole_object_answer()  # not a range that happened to be the whole object
         return _HttpResponse(response, 0, size, self.url, size)

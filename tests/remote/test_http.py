@@ -170,6 +170,19 @@ def test_a_server_that_ignores_ranges_is_read_in_one_request_per_object_not_in_e
     assert len(warned) == 1 and warned[0].startswith(f"{http_server.base_url} ignores Range requests")
 
 
+def test_a_whole_object_answer_to_a_range_covering_the_whole_object_is_no_sign_of_ignored_ranges(http_server):
+    """A server may answer a range that covers the whole object with a plain
+    200: that is no reason to read every later object of it in one request."""
+    from tests.remote.remote_servers import Faults
+
+    small, large = blob(1000), blob(1 << 20)
+    small_url, large_url = http_server.add("/small.tar", small), http_server.add("/large.tar", large)
+    http_server.faults["/small.tar"] = Faults(ignore_range=True)
+    assert read(small_url, options=PATIENT, expected_size=len(small)) == small  # asks bytes=0-999: all of it
+    assert read(large_url, options=PATIENT, expected_size=len(large)) == large
+    assert len(http_server.gets("/large.tar")) == 16  # still in 64 KiB parts
+
+
 def test_404_fails_fast_naming_url(http_server):
     with pytest.raises(RemoteError, match=r"http://127\.0\.0\.1:\d+/missing\.tar: HTTP 404") as info:
         read(http_server.base_url + "/missing.tar?token=SECRET", options=PATIENT)
