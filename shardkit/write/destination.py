@@ -39,8 +39,28 @@ logger = logging.getLogger(__name__)
 LOCK_WAIT_S = 5.0
 
 
+#: Lock descriptors a forked child lets go of at once (see ``shared_with_children``).
+_PARENT_ONLY: set[int] = set()
+
+
+def _drop_parent_only_locks() -> None:
+    """In a child just forked: close the lock descriptors that belong to
+    the parent alone, so the lock ends with the parent's hold on it."""
+    for fd in _PARENT_ONLY:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _PARENT_ONLY.clear()
+
+
+os.register_at_fork(after_in_child=_drop_parent_only_locks)
+
+
 @contextlib.contextmanager
-def holding_destination(dest: str, *, rerun: str = "stop it and rerun with --resume") -> Iterator[None]:
+def holding_destination(
+    dest: str, *, rerun: str = "stop it and rerun with --resume", shared_with_children: bool = True
+) -> Iterator[None]:
     """Hold local directory ``dest`` (made if missing) for one write, index
     or upgrade, or for the life of a
     :class:`~shardkit.write.writer.ShardWriter`: an exclusive ``flock`` on
@@ -59,6 +79,11 @@ def holding_destination(dest: str, *, rerun: str = "stop it and rerun with --res
         dest: The folder.
         rerun: What the refusal tells the user to do about the other run,
             after "wait for it to end, or".
+        shared_with_children: Whether processes forked meanwhile hold the
+            lock too (an ``flock`` belongs to the open file, which a fork
+            shares) until they end. False for a hold that is this process's
+            alone (a ``ShardWriter``): DataLoader workers forked while it is
+            open would otherwise keep the folder locked after it closed.
 
     Raises:
         DestinationError: Another of them holds ``dest``.
@@ -68,6 +93,8 @@ def holding_destination(dest: str, *, rerun: str = "stop it and rerun with --res
         fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise output_error(exc, dest, resume_hint=False) from exc
+    if not shared_with_children:
+        _PARENT_ONLY.add(fd)
     try:
         deadline = time.monotonic() + LOCK_WAIT_S
         while True:
@@ -87,6 +114,7 @@ def holding_destination(dest: str, *, rerun: str = "stop it and rerun with --res
                 time.sleep(0.05)
         yield
     finally:
+        _PARENT_ONLY.discard(fd)
         os.close(fd)
 
 

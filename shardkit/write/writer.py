@@ -142,7 +142,7 @@ class ShardWriter:
         # Held until close() or abort(): two writers into one folder (say one per DDP rank) would
         # write the same shard names over each other; the second is refused instead.
         self._held = contextlib.ExitStack()
-        self._held.enter_context(holding_destination(dest, rerun=_RERUN))
+        self._held.enter_context(holding_destination(dest, rerun=_RERUN, shared_with_children=False))
         try:
             prepare_destination(dest, overwrite=overwrite, resume=False)
         except BaseException:

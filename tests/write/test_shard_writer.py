@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -106,3 +107,26 @@ def test_a_second_writer_into_a_folder_being_written_is_refused_until_the_first_
         cancelled.abort()  # leaving the block after an abort publishes nothing, and raises nothing
     assert not os.path.exists(os.path.join(dest, "manifest.json"))
     ShardWriter(dest, max_samples=2, overwrite=True).close()
+
+
+def test_processes_forked_while_a_writer_is_open_do_not_keep_its_folder_locked(tmp_path, monkeypatch):
+    """DataLoader workers (persistent ones, say) forked while a ShardWriter
+    is open share its lock's open file; they must not hold the folder after
+    the writer closes."""
+    import multiprocessing
+
+    monkeypatch.setattr("shardkit.write.destination.LOCK_WAIT_S", 0.2)
+    dest = str(tmp_path / "out")
+    writer = ShardWriter(dest, max_samples=2)
+    child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(30,))
+    child.start()
+    try:
+        writer.write({"__key__": "a", "txt": "x"})
+        writer.close()
+        with ShardWriter(dest, max_samples=2, overwrite=True) as again:  # the child lives on
+            again.write({"__key__": "b", "txt": "y"})
+        assert child.is_alive()
+    finally:
+        child.kill()
+        child.join()
+    assert [s["__key__"] for s in ShardDataset(dest, mode="exact")] == ["b"]
