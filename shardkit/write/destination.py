@@ -20,8 +20,10 @@ import time
 from collections.abc import Iterable, Iterator
 
 from shardkit.errors import DestinationError
+from shardkit.format.brace import expand_braces, is_pattern, split_patterns
 from shardkit.format.location import path_under
 from shardkit.io.atomic import TMP_SUFFIX
+from shardkit.io.urls import is_local, local_path
 
 SHARD_PATTERN = "shard-{:06d}.tar"
 #: The dataset card's file name (the Hub's and ``datasets``' name for it).
@@ -119,22 +121,60 @@ def holding_destination(
 
 
 def check_outside_source(dest: str, source: str, format: str | None) -> None:
-    """Refuse a ``dest`` that is a folder ``source`` or inside it, where the
-    write would scan its own output: as one more (empty) class of an
-    ImageFolder, or as files to pack. (A tar source reads only the shards at
-    its top level, so a folder inside it is no harm there.)
+    """Refuse a ``dest`` where the write would read its own output or
+    replace its own input.
+
+    A folder ``source`` (other than tar shards) is scanned whole, so
+    ``dest`` may not be it or lie inside it: it would be scanned as one more
+    (empty) class of an ImageFolder, or as files to pack. Tar shards are read
+    at their folder's top level only, so a folder inside theirs is no harm,
+    but their folder itself is: the write's ``shard-NNNNNN.tar`` would
+    replace inputs of the same names as it goes, and ``--overwrite`` would
+    remove them all before reading one. The same holds for the folders a
+    shard path, a brace pattern or ``::``-joined patterns read from.
 
     Raises:
-        DestinationError: ``dest`` is ``source`` or inside it.
+        DestinationError: ``dest`` is such a folder.
     """
-    if format == "tar" or not os.path.isdir(source):
+    real_dest = os.path.realpath(dest)
+    if os.path.isdir(source):
+        real_source = os.path.realpath(source)
+        if format == "tar" and real_dest == real_source:
+            raise DestinationError(
+                f"{dest}: the destination is the folder of the source shards, where the write's shards would "
+                "replace them (and --overwrite would remove them first); choose a destination outside it",
+                path=dest,
+            )
+        if format != "tar" and path_under(real_dest, real_source):
+            raise DestinationError(
+                f"{dest}: the destination is inside the source {source}, so the write would read its own output "
+                "(as one more class folder, or as files to pack); choose a destination outside it",
+                path=dest,
+            )
         return
-    if path_under(os.path.realpath(dest), os.path.realpath(source)):
-        raise DestinationError(
-            f"{dest}: the destination is inside the source {source}, so the write would read its own output "
-            "(as one more class folder, or as files to pack); choose a destination outside it",
-            path=dest,
-        )
+    for folder in _input_folders(source):
+        if os.path.realpath(folder) == real_dest:
+            raise DestinationError(
+                f"{dest}: the source {source} is read from this folder, where the write's shards would replace "
+                "its files (and --overwrite would remove them first); choose a destination outside it",
+                path=dest,
+            )
+
+
+#: Most folders of a pattern's folder part looked at for :func:`check_outside_source`.
+_MAX_INPUT_FOLDERS = 10_000
+
+
+def _input_folders(source: str) -> set[str]:
+    """The local folders a file, a brace pattern or ``::``-joined patterns read from."""
+    folders: set[str] = set()
+    for part in split_patterns(source):
+        if not is_local(part):
+            continue
+        folder = os.path.dirname(local_path(part)) or "."
+        names = expand_braces(folder) if is_pattern(folder) else [folder]
+        folders.update(names[i] for i in range(min(len(names), _MAX_INPUT_FOLDERS)))
+    return folders
 
 
 def is_shardkit_name(name: str) -> bool:

@@ -178,6 +178,27 @@ def test_a_destination_inside_the_source_is_refused_before_anything_is_made(tmp_
     assert run(capsys, "write", str(src), str(tmp_path / "shards"), "-q", *flags)[0] == 0
 
 
+def test_a_destination_that_holds_the_source_shards_is_refused_and_they_are_kept(tmp_path, capsys):
+    """`write data data --format tar --overwrite` removed the input shards
+    before reading them (they have the writer's own names) and then failed:
+    the dataset was gone. A folder the source reads shards from is no
+    destination, however the source is given; a folder inside it is."""
+    src = tmp_path / "data"
+    with shardkit.ShardWriter(str(src), max_samples=5) as writer:
+        for i in range(20):
+            writer.write({"__key__": f"{i:03d}", "txt": f"sample {i}"})
+    before = {p.name: p.read_bytes() for p in src.iterdir()}
+    sources = [(str(src), ["--format", "tar"]), (f"{src}/shard-{{000000..000003}}.tar", []),
+               (f"{src}/shard-000001.tar", []), (f"{tmp_path}/elsewhere.tar::{src}/shard-000000.tar", [])]
+    for source, flags in sources:
+        for rerun in (["--overwrite"], ["--resume"]):
+            code, _, err = run(capsys, "write", source, str(src), "--max-samples", "7", "-q", *flags, *rerun)
+            assert code == 2 and f"{src}: the " in err and "choose a destination outside it" in err, err
+    assert {p.name: p.read_bytes() for p in src.iterdir()} == before
+    assert run(capsys, "write", str(src), str(src / "resharded"), "--format", "tar", "--max-samples", "7", "-q")[0] == 0
+    assert len(list(shardkit.ShardDataset(str(src / "resharded"), mode="exact"))) == 20
+
+
 def test_config_file_supplies_options_and_flags_win(imagefolder, tmp_path, capsys):
     root, _ = imagefolder
     config = tmp_path / "c.yaml"
