@@ -106,7 +106,9 @@ def write_shards(
         max_bytes: Most bytes per shard (the tar's size); None means no
             limit. At least one limit is needed.
         key_column: The column holding sample keys.
-        overwrite: Replace an earlier shardkit dataset at ``dest``.
+        overwrite: Replace an earlier shardkit dataset at ``dest`` (which
+            may be the dataset ``dataset`` reads: every block is read
+            before anything there is removed).
         max_retries: Retries of a failed shard task before the write stops.
 
     Returns:

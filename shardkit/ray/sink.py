@@ -43,7 +43,13 @@ from shardkit.format.manifest import Manifest, ShardEntry
 from shardkit.format.tar import END_OF_ARCHIVE, encoded_sample_size
 from shardkit.io.base import Destination
 from shardkit.io.registry import open_destination
-from shardkit.write.destination import holding_destination, output_error, prepare_destination, shard_name
+from shardkit.write.destination import (
+    check_destination,
+    holding_destination,
+    output_error,
+    prepare_destination,
+    shard_name,
+)
 from shardkit.write.engine_ray import check_nodes_see
 from shardkit.write.limits import ShardLimits
 from shardkit.write.publisher import ShardPublisher
@@ -172,20 +178,24 @@ def write_dataset_shards(
     destination = open_destination(dest)
     if destination.local_dir is None:
         refuse_existing_dataset(destination, overwrite=overwrite)
-        return _write_into(dataset, destination, limits, key_column, max_retries)
+        return _write_into(dataset.to_arrow_refs(), destination, limits, key_column, max_retries)
     with holding_destination(destination.local_dir, rerun="stop it and write again"):  # one write at a time
+        check_destination(destination.local_dir, overwrite=overwrite, resume=False)  # refused before any reading
+        # Ray Data reads lazily, and the dataset may be this folder's own shards: every block is read
+        # before --overwrite removes what the folder holds.
+        refs = dataset.to_arrow_refs()
         prepare_destination(destination.local_dir, overwrite=overwrite, resume=False)
-        return _write_into(dataset, destination, limits, key_column, max_retries)
+        return _write_into(refs, destination, limits, key_column, max_retries)
 
 
 def _write_into(
-    dataset: Any, destination: Destination, limits: ShardLimits, key_column: str, max_retries: int
+    refs: list[Any], destination: Destination, limits: ShardLimits, key_column: str, max_retries: int
 ) -> Manifest:
-    """:func:`write_dataset_shards` once ``destination`` is ready (and held, when local)."""
+    """:func:`write_dataset_shards` for the dataset's blocks ``refs``, once
+    ``destination`` is ready (and held, when local)."""
     import ray
 
     publisher = ShardPublisher(destination.local_dir or "", url=None if destination.local_dir else destination.url)
-    refs = dataset.to_arrow_refs()
     sizer = ray.remote(_block_sizes).options(max_retries=max_retries)
     block_sizes = ray.get([sizer.remote(ref, key_column) for ref in refs])
     plan = plan_pieces(block_sizes, limits=limits)

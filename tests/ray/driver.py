@@ -55,6 +55,17 @@ def roundtrip(source: str, dest: str, max_samples: str) -> dict:
     return {"num_shards": manifest.num_shards, "num_samples": manifest.num_samples}
 
 
+def rewrite(folder: str, max_samples: str) -> dict:
+    """Reshard a dataset into its own folder (overwrite=True)."""
+    import shardkit.ray
+
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    manifest = shardkit.ray.write_shards(
+        shardkit.ray.read_shards(folder), folder, max_samples=int(max_samples), overwrite=True
+    )
+    return {"num_shards": manifest.num_shards, "num_samples": manifest.num_samples}
+
+
 def http(source: str) -> dict:
     """Serve the dataset folder ``source`` from a ranged HTTP server in this namespace; read it with read_shards."""
     import shardkit.ray
@@ -165,7 +176,8 @@ def _start_s3() -> dict[str, str]:
     return env
 
 
-COMMANDS = {"s3-write": s3_write, "wait-nodes": wait_nodes, "rows": rows, "roundtrip": roundtrip, "http": http,
+COMMANDS = {"s3-write": s3_write, "wait-nodes": wait_nodes, "rows": rows, "roundtrip": roundtrip, "rewrite": rewrite,
+            "http": http,
             "webdataset": webdataset, "vanish": vanish, "homes": homes}
 
 

@@ -85,6 +85,18 @@ def test_write_shards_into_a_folder_another_write_holds_is_refused_in_one_line(r
     assert sorted(p.name for p in dest.iterdir()) == []  # nothing written under it
 
 
+def test_a_dataset_rewritten_into_its_own_folder_keeps_every_sample(ray_cluster, dataset, tmp_path):
+    """`write_shards(read_shards(d), d, overwrite=True)`: Ray Data reads
+    lazily, so the old shards must all be read before overwrite removes them."""
+    import shutil
+
+    folder = tmp_path / "own"
+    shutil.copytree(dataset.location, folder)
+    result = _last_json(ray_cluster.driver("rewrite", str(folder), "3"))
+    assert result == {"num_samples": 20, "num_shards": 7}
+    assert _samples(load_manifest(str(folder))) == _samples(dataset)
+
+
 def test_read_shards_over_http(ray_cluster, dataset):
     result = _last_json(ray_cluster.driver("http", dataset.location))
     assert result["rows"] == _samples(dataset)
