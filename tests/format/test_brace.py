@@ -6,7 +6,7 @@ import pickle
 
 import braceexpand
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from shardkit.format.brace import BraceList, expand_braces, expand_patterns, is_pattern, split_patterns
@@ -22,9 +22,12 @@ WORDS = st.lists(st.text(alphabet="xyz09_-", max_size=3), min_size=2, max_size=4
 @settings(max_examples=300, deadline=None)
 @given(st.lists(LITERAL | RANGE | WORDS, max_size=4).map("".join))
 def test_names_and_order_match_braceexpand(pattern):
-    expected = list(braceexpand.braceexpand(pattern))
     names = expand_braces(pattern)
     assert isinstance(names, BraceList)
+    # Four ranges of ~140 names each are 10^8 names: braceexpand's list of them
+    # filled 22 GB and the suite stalled. The lazy list's length costs nothing.
+    assume(len(names) <= 20_000)
+    expected = list(braceexpand.braceexpand(pattern))
     assert len(names) == len(expected)
     assert list(names) == expected
     assert [names[i] for i in range(-len(expected), 0)] == expected
