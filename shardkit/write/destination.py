@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable, Iterator
 
 from shardkit.errors import DestinationError
-from shardkit.format.brace import expand_braces, is_pattern, split_patterns
+from shardkit.format.brace import BraceList, is_pattern, split_patterns
 from shardkit.format.location import path_under
 from shardkit.io.atomic import TMP_SUFFIX
 from shardkit.io.urls import is_local, local_path
@@ -172,7 +172,13 @@ def _input_folders(source: str) -> set[str]:
         if not is_local(part):
             continue
         folder = os.path.dirname(local_path(part)) or "."
-        names = expand_braces(folder) if is_pattern(folder) else [folder]
+        if not is_pattern(folder):
+            folders.add(folder)
+            continue
+        try:
+            names = BraceList(folder)  # lazy: a range of 10^10 folders costs nothing
+        except ValueError:
+            continue  # nested braces, which braceexpand alone reads, and would expand whole
         folders.update(names[i] for i in range(min(len(names), _MAX_INPUT_FOLDERS)))
     return folders
 

@@ -189,7 +189,8 @@ def test_a_destination_that_holds_the_source_shards_is_refused_and_they_are_kept
             writer.write({"__key__": f"{i:03d}", "txt": f"sample {i}"})
     before = {p.name: p.read_bytes() for p in src.iterdir()}
     sources = [(str(src), ["--format", "tar"]), (f"{src}/shard-{{000000..000003}}.tar", []),
-               (f"{src}/shard-000001.tar", []), (f"{tmp_path}/elsewhere.tar::{src}/shard-000000.tar", [])]
+               (f"{src}/shard-000001.tar", []), (f"{tmp_path}/elsewhere.tar::{src}/shard-000000.tar", []),
+               (f"{tmp_path}/{{other,data}}/shard-000000.tar", [])]
     for source, flags in sources:
         for rerun in (["--overwrite"], ["--resume"]):
             code, _, err = run(capsys, "write", source, str(src), "--max-samples", "7", "-q", *flags, *rerun)
