@@ -247,7 +247,8 @@ def index_dataset(
     Raises:
         UsageError: Nothing to index, remote or read-only shards without
             ``out``, credentials in SOURCE's URL.
-        DestinationError: The target already holds another dataset.
+        DestinationError: The target already holds another dataset, or
+            another index or write into the local target is running.
     """
     options = options or IndexOptions()
     started = time.perf_counter()

@@ -93,7 +93,7 @@ OVERSIZED_LISTED = 10
 @dataclass(frozen=True)
 class Oversized:
     """Samples that alone exceed ``max_bytes`` (each still gets a shard of its
-    own): how many, and the first few as ``"origin (sample 'key', size)"``. A limit
+    own): how many, and the first few as ``"origin (sample 'key', N bytes in tar)"``. A limit
     set too small can make every sample one: the plan holds no list of them."""
 
     count: int = 0
