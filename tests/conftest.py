@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Callable, Sequence
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +93,35 @@ def http_server():
         # What a process learnt of a server that ignores ranges goes with it: a later
         # test's server may be given the same port.
         http._WHOLE_OBJECT_ORIGINS.clear()
+
+
+#: Put before a :func:`paused_run` script: ``pause()`` says the run has
+#: reached its pause, then waits for the go file (the last argument).
+_PAUSE = """
+import os, sys, time
+def pause(*_):
+    open(sys.argv[-1] + ".started", "w").close()
+    while not os.path.exists(sys.argv[-1]):
+        time.sleep(0.02)
+"""
+
+
+@contextlib.contextmanager
+def paused_run(script: str, *args: str, go: Path) -> Iterator[None]:
+    """Run ``python -c SCRIPT ARGS GO`` in a subprocess until it calls
+    ``pause()`` (a progress callback, say); the block runs while it waits
+    there. On leaving the block the run goes on and must end well; it is
+    killed if the block raised."""
+    run = subprocess.Popen([sys.executable, "-c", _PAUSE + script, *args, str(go)])
+    started = Path(f"{go}.started")
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert started.exists(), "the run never reached its pause"
+        yield
+        go.touch()
+        assert run.wait(timeout=60) == 0
+    finally:
+        run.kill()
+        run.wait()

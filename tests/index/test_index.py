@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -19,6 +18,7 @@ from shardkit import IndexOptions, ShardDataset, index_dataset, load_manifest
 from shardkit.cli import main
 from shardkit.errors import CorruptShardError, DestinationError, ManifestError, MissingShardError, UsageError
 from shardkit.format.manifest import Manifest
+from tests.conftest import paused_run
 
 webdataset = pytest.importorskip("webdataset")
 
@@ -431,14 +431,10 @@ def test_a_killed_index_run_is_gone_on_from_by_its_rerun_to_the_same_dataset(tmp
     assert as_dict(ShardDataset(str(tmp_path / "out"), mode="exact", shuffle=False)) == wds_samples(shards)
 
 
+# An index that pauses after its first shard (see tests.conftest.paused_run).
 _PAUSED_INDEX = """
-import os, sys, time
 from shardkit import IndexOptions, index_dataset
-def progress(result):  # after the first shard: wait for GO
-    open(sys.argv[3] + ".started", "w").close()
-    while not os.path.exists(sys.argv[3]):
-        time.sleep(0.02)
-index_dataset(sys.argv[1], out=sys.argv[2], options=IndexOptions(workers=1), progress=progress)
+index_dataset(sys.argv[1], out=sys.argv[2], options=IndexOptions(workers=1), progress=pause)
 """
 
 
@@ -451,23 +447,13 @@ def test_an_index_or_write_into_a_folder_being_indexed_is_refused_and_the_first_
     monkeypatch.setattr("shardkit.write.destination.LOCK_WAIT_S", 0.5)
     shards = write_wds(tmp_path / "src", num=12, per_shard=2)
     out, go = tmp_path / "out", tmp_path / "go"
-    first = subprocess.Popen([sys.executable, "-c", _PAUSED_INDEX, str(tmp_path / "src"), str(out), str(go)])
-    try:
-        deadline = time.monotonic() + 60
-        while not (tmp_path / "go.started").exists() and first.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert (tmp_path / "go.started").exists()
+    with paused_run(_PAUSED_INDEX, str(tmp_path / "src"), str(out), go=go):
         assert main(["index", str(tmp_path / "src"), "--out", str(out), "-q"]) == 2
         err = capsys.readouterr().err
         assert f"{out}: another shardkit write or index into this folder is running" in err
         assert "run the index again" in err and len(err.strip().splitlines()) == 1
         assert main(["write", str(tmp_path / "src"), str(out), "--resume", "-q"]) == 2
         assert "another shardkit write or index into this folder is running" in capsys.readouterr().err
-        go.touch()
-        assert first.wait(timeout=60) == 0
-    finally:
-        first.kill()
-        first.wait()
     assert as_dict(ShardDataset(str(out), mode="exact", shuffle=False)) == wds_samples(shards)
     assert not [n for n in os.listdir(out) if n.startswith(".shardkit-index")]  # journal, scratch: gone
 
@@ -503,5 +489,5 @@ def test_shards_of_two_folders_given_as_double_colon_joined_patterns(tmp_path):
     assert len(expected) == 19 and listed(ShardDataset(text, mode="exact", shuffle=False)) == expected
     report = index_dataset(text, out=str(tmp_path / "idx"), options=ONE)
     assert report.manifest.num_shards == 5 and report.manifest.num_samples == 19
-    written = write_dataset(text, str(tmp_path / "w"), options=WriteOptions(workers=1))
+    write_dataset(text, str(tmp_path / "w"), options=WriteOptions(workers=1))
     assert listed(ShardDataset(str(tmp_path / "w"), mode="exact")) == expected

@@ -15,6 +15,7 @@ import pytest
 from shardkit.cli import main
 from shardkit.format.index import load_index
 from shardkit.format.tar import SampleParser
+from tests.conftest import paused_run
 from tests.write.conftest import make_imagefolder
 
 # Runs write_dataset with 2 processes and SIGKILLs the whole process group
@@ -162,19 +163,11 @@ def test_writer_processes_die_with_a_sigkilled_driver_and_resume_gives_the_same_
     assert all((dest / n).read_bytes() == (tmp_path / "clean" / n).read_bytes() for n in clean)
 
 
-# A write that stops after its first shard until the file GO exists.
-PAUSED_WRITER = textwrap.dedent(
-    """
-    import os, sys, time
-    from shardkit.write.parallel import WriteOptions, write_dataset
-    def on_progress(event):
-        open(sys.argv[3] + ".started", "w").close()
-        while not os.path.exists(sys.argv[3]):
-            time.sleep(0.02)
-    write_dataset(sys.argv[1], sys.argv[2], options=WriteOptions(max_samples=2, workers=2, seed=5),
-                  progress=on_progress)
-    """
-)
+# A write that pauses after its first shard (see tests.conftest.paused_run).
+PAUSED_WRITER = """
+from shardkit.write.parallel import WriteOptions, write_dataset
+write_dataset(sys.argv[1], sys.argv[2], options=WriteOptions(max_samples=2, workers=2, seed=5), progress=pause)
+"""
 
 
 def test_a_second_write_or_an_upgrade_of_a_folder_being_written_is_refused_and_the_first_completes(tmp_path, capsys, monkeypatch):
@@ -182,12 +175,7 @@ def test_a_second_write_or_an_upgrade_of_a_folder_being_written_is_refused_and_t
     root = str(tmp_path / "images")
     make_imagefolder(root, per_class=10, size=1000)
     dest, go = tmp_path / "out", tmp_path / "go"
-    first = subprocess.Popen([sys.executable, "-c", PAUSED_WRITER, root, str(dest), str(go)])
-    try:
-        deadline = time.monotonic() + 60
-        while not (tmp_path / "go.started").exists() and first.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert (tmp_path / "go.started").exists()
+    with paused_run(PAUSED_WRITER, root, str(dest), go=go):
         for flags in (["--resume"], ["--overwrite"]):  # a rerun's flags, while the first still runs
             assert main(["write", root, str(dest), "--max-samples", "2", "--seed", "5", "-q", *flags]) == 2
             err = capsys.readouterr().err
@@ -195,11 +183,6 @@ def test_a_second_write_or_an_upgrade_of_a_folder_being_written_is_refused_and_t
         # An upgrade would take the write's new table, not yet in manifest.json, for a stale one and remove it.
         assert main(["upgrade", str(dest)]) == 2
         assert "run the upgrade once it has ended" in capsys.readouterr().err
-        go.touch()
-        assert first.wait(timeout=60) == 0
-    finally:
-        first.kill()
-        first.wait()
     assert main(["verify", str(dest), "-q"]) == 0  # the first write's dataset, whole
     assert main(["write", root, str(tmp_path / "clean"), "--max-samples", "2", "--seed", "5", "-q"]) == 0
     assert sorted(os.listdir(dest)) == sorted(os.listdir(tmp_path / "clean"))
