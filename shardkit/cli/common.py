@@ -54,6 +54,23 @@ _DEBUG_WIRE_HELP = (
 )
 
 
+S3_ANONYMOUS_HELP = (
+    "read s3:// URLs unsigned, without credentials, as public buckets allow (the AWS CLI's --no-sign-request)"
+)
+
+
+def add_source_options(parser: argparse.ArgumentParser) -> None:
+    """The flags of :class:`~shardkit.io.base.SourceOptions` a reading command takes."""
+    parser.add_argument("--s3-anonymous", action="store_true", help=S3_ANONYMOUS_HELP)
+
+
+def source_options(args: argparse.Namespace, **fields: Any) -> Any:
+    """The :class:`~shardkit.io.base.SourceOptions` of :func:`add_source_options`' flags, and ``fields``."""
+    from shardkit.io.base import SourceOptions
+
+    return SourceOptions(s3_anonymous=args.s3_anonymous, **fields)
+
+
 def add_verbose(parser: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) -> None:
     # Also after the subcommand (`shardkit write SRC DEST -v`); SUPPRESS keeps
     # a `shardkit -v write ...` given before it.

@@ -7,7 +7,17 @@ import os
 import sys
 from typing import Any
 
-from shardkit.cli.common import EXIT_CHECK_FAILED, EXIT_OK, add_verbose, by_reason, human_bytes, print_skipped, shown
+from shardkit.cli.common import (
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    add_source_options,
+    add_verbose,
+    by_reason,
+    human_bytes,
+    print_skipped,
+    shown,
+    source_options,
+)
 from shardkit.errors import UsageError
 
 def parse_workers(text: str | None) -> int | None:
@@ -43,6 +53,7 @@ def add_index(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--ray-address", help="with --engine ray: 'auto' or HOST:PORT of the cluster head")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
+    add_source_options(p)
     add_verbose(p)
     p.set_defaults(func=cmd_index)
 
@@ -56,7 +67,9 @@ def cmd_index(args: argparse.Namespace) -> int:
     from shardkit.write.indexer import IndexOptions, index_dataset
 
     workers = parse_workers(args.workers)
-    options = IndexOptions(workers=workers, engine=args.engine, ray_address=args.ray_address)
+    options = IndexOptions(
+        workers=workers, engine=args.engine, ray_address=args.ray_address, source=source_options(args)
+    )
     source = args.source[0] if len(args.source) == 1 else args.source
     bar = None
 
@@ -109,6 +122,7 @@ def add_info(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("info", help="summarize a dataset's manifest", description=cmd_info.__doc__)
     p.add_argument("dataset", help="dataset directory, manifest.json, or their URL")
     p.add_argument("--shards", action="store_true", help="also list every shard")
+    add_source_options(p)
     add_verbose(p)
     p.set_defaults(func=cmd_info)
 
@@ -118,7 +132,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     from shardkit.format.manifest import FORMAT_VERSION
     from shardkit.io.manifest import fetch_manifest
 
-    m = fetch_manifest(args.dataset)
+    m = fetch_manifest(args.dataset, options=source_options(args))
     # Every field comes from a file someone else may have written: shown() escapes it.
     counts = m.table.counts if m.num_shards else [0]  # an array view of the shard table
     print(f"dataset:    {shown(m.location)}")
@@ -200,6 +214,7 @@ def add_verify(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--workers", help="processes checking shards (default: all cores)")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first bad shard (default: check them all)")
+    add_source_options(p)
     add_verbose(p)
     p.set_defaults(func=cmd_verify)
 
@@ -211,13 +226,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     from shardkit.config import parse_size
     from shardkit.format.compression import DEFAULT_MAX_MEMBER_BYTES
-    from shardkit.io.base import SourceOptions
     from shardkit.io.manifest import fetch_manifest
     from shardkit.verify import LISTED, ShardCheck, verify_dataset
 
     limit = DEFAULT_MAX_MEMBER_BYTES if args.max_member_bytes is None else parse_size(args.max_member_bytes)
     workers = parse_workers(args.workers) or os.cpu_count() or 1
-    options = SourceOptions(allowed_prefixes=tuple(args.allow_prefix))
+    options = source_options(args, allowed_prefixes=tuple(args.allow_prefix))
     manifest = fetch_manifest(args.dataset, options=options)
     bar = None if args.quiet else tqdm(total=manifest.num_bytes, unit="B", unit_scale=True, desc="verify", file=sys.stderr)
     printed = 0

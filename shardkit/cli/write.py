@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from shardkit.cli.common import EXIT_OK, add_verbose, by_reason, human_bytes, print_skipped, shown
+from shardkit.cli.common import EXIT_OK, S3_ANONYMOUS_HELP, add_verbose, by_reason, human_bytes, print_skipped, shown
 
 # Command-line flags of `write` that set a WriteOptions field (flags win over --config).
 _WRITE_FLAGS = {
@@ -38,6 +38,7 @@ _WRITE_FLAGS = {
     "download_retries": "--retries",
     "respect_opt_out": "--no-respect-opt-out",
     "user_agent_contact": "--user-agent-contact",
+    "s3_anonymous": "--s3-anonymous",
 }
 
 _WRITE_EPILOG = """tables (pip install 'shardkit[tables]' for Parquet and datasets folders):
@@ -134,6 +135,7 @@ def add_write(sub: argparse._SubParsersAction) -> None:
                    help="also store answers whose X-Robots-Tag says noai/noimageai (left out by default)")
     t.add_argument("--user-agent-contact", metavar="URL_OR_EMAIL",
                    help="appended to the User-Agent (shardkit/VERSION) so site owners can reach you")
+    t.add_argument("--s3-anonymous", action="store_const", const=True, help=S3_ANONYMOUS_HELP)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true", help="keep finished shards of an interrupted run")
     mode.add_argument("--overwrite", action="store_true", help="replace an earlier shardkit output in DEST")

@@ -99,6 +99,9 @@ class SourceOptions:
         s3_endpoint_url: S3 endpoint for ``s3://`` URLs, overriding the AWS
             configuration (for S3-compatible stores), or None.
         s3_region: S3 region, overriding the AWS configuration, or None.
+        s3_anonymous: Send ``s3://`` requests unsigned, as for a public bucket
+            (the AWS CLI's ``--no-sign-request``, s3fs's ``anon=True``):
+            no credentials are looked up or sent.
 
     Pipes:
         allow_pipe: Accept ``pipe:CMD`` URLs given to a reader directly (runs
@@ -150,6 +153,7 @@ class SourceOptions:
     # s3
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
+    s3_anonymous: bool = False
     # pipes
     allow_pipe: bool = False
     # confinement
@@ -159,11 +163,9 @@ class SourceOptions:
     device_lease_bytes: int = DEFAULT_LEASE_BYTES
 
     def __post_init__(self) -> None:
-        if not isinstance(self.allow_cross_origin_redirects, bool):
-            raise UsageError(
-                "SourceOptions.allow_cross_origin_redirects must be True or False, "
-                f"got {self.allow_cross_origin_redirects!r}"
-            )
+        for name in ("allow_cross_origin_redirects", "s3_anonymous"):
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"SourceOptions.{name} must be True or False, got {getattr(self, name)!r}")
         if self.device_lock not in ("auto", True, False):
             raise UsageError(f"SourceOptions.device_lock must be 'auto', True or False, got {self.device_lock!r}")
         sizes = ("chunk_bytes", "max_concurrent_requests", "part_bytes", "remote_read_ahead_bytes", "device_lease_bytes")

@@ -483,7 +483,8 @@ def fatal_status(url: str, status: int, reason: str, *, offset: int | None, hint
     }
     hint = hint or hints.get(status, "the request was refused")
     where = "" if offset is None else f" at byte {offset}"
-    return RemoteError(f"{url}: HTTP {status} {reason}{where}: {hint}", url=url, offset=offset, status=status)
+    said = f" {reason}" if reason and reason != str(status) else ""  # S3 answers a HEAD with its status as its code
+    return RemoteError(f"{url}: HTTP {status}{said}{where}: {hint}", url=url, offset=offset, status=status)
 
 
 def is_transient_status(status: int) -> bool:

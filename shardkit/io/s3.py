@@ -93,12 +93,14 @@ def s3_client(options: SourceOptions) -> Any:
         options.connect_timeout_s,
         options.read_timeout_s,
         options.max_concurrent_requests,
+        options.s3_anonymous,
     )
     with _clients_lock:
         client = _clients.get(key)
         if client is None:
             try:
                 import boto3
+                from botocore import UNSIGNED
                 from botocore.config import Config
             except ImportError as exc:
                 raise RemoteError("s3:// URLs need boto3: pip install 'shardkit[s3]'", url="s3://") from exc
@@ -107,6 +109,7 @@ def s3_client(options: SourceOptions) -> Any:
                 read_timeout=options.read_timeout_s,
                 retries={"total_max_attempts": 1},  # shardkit retries, with resume
                 max_pool_connections=max(10, 2 * options.max_concurrent_requests),
+                **({"signature_version": UNSIGNED} if options.s3_anonymous else {}),
             )
             session = boto3.session.Session()
             client = session.client(
@@ -141,7 +144,8 @@ def classify_s3_error(exc: BaseException, url: str, offset: int | None) -> BaseE
     if isinstance(exc, NoCredentialsError):
         return RemoteError(
             f"{url}: no AWS credentials found; configure them the usual way (AWS_PROFILE, "
-            "~/.aws/credentials, environment, or an instance role)",
+            "~/.aws/credentials, environment, or an instance role), or, for a public bucket, read it "
+            "unsigned: SourceOptions(s3_anonymous=True), or --s3-anonymous on the command line",
             url=url,
             offset=offset,
         )

@@ -125,6 +125,8 @@ class DownloadOptions:
         s3_endpoint_url: S3 endpoint for ``s3://`` URLs, overriding the AWS
             configuration (credentials always come from it).
         s3_region: S3 region, overriding the AWS configuration.
+        s3_anonymous: Read ``s3://`` URLs unsigned (public buckets; see
+            :class:`~shardkit.io.base.SourceOptions`).
     """
 
     num_threads: int = 16
@@ -143,6 +145,7 @@ class DownloadOptions:
     user_agent_contact: str | None = None
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
+    s3_anonymous: bool = False
 
     def __post_init__(self) -> None:
         for name in ("num_threads", "max_connections_per_host", "max_attempts", "max_bytes", "max_ahead"):
@@ -157,8 +160,9 @@ class DownloadOptions:
         for name in ("backoff_initial_s", "backoff_max_s", "max_retry_after_s"):
             if not getattr(self, name) >= 0:
                 raise UsageError(f"DownloadOptions.{name} must be 0 or more seconds, got {getattr(self, name)!r}")
-        if not isinstance(self.respect_opt_out, bool):
-            raise UsageError(f"DownloadOptions.respect_opt_out must be True or False, got {self.respect_opt_out!r}")
+        for name in ("respect_opt_out", "s3_anonymous"):
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"DownloadOptions.{name} must be True or False, got {getattr(self, name)!r}")
 
     @property
     def user_agent(self) -> str:
@@ -172,6 +176,7 @@ class DownloadOptions:
             max_concurrent_requests=self.num_threads,
             s3_endpoint_url=self.s3_endpoint_url,
             s3_region=self.s3_region,
+            s3_anonymous=self.s3_anonymous,
         )
 
 

@@ -181,7 +181,8 @@ class WriteOptions:
             elsewhere cannot copy ``~/.ssh`` into a dataset you publish.
         fields, key_column, resize, resize_mode, image_format, image_quality,
         download_threads, max_connections_per_host, connect_timeout_s,
-        read_timeout_s, download_retries, respect_opt_out, user_agent_contact:
+        read_timeout_s, download_retries, respect_opt_out, user_agent_contact,
+        s3_anonymous:
             Table sources only: columns to fields, images, downloads (see
             :class:`~shardkit.write.table_source.TableOptions`, which they make).
     """
@@ -215,6 +216,7 @@ class WriteOptions:
     download_retries: int = 2
     respect_opt_out: bool = True
     user_agent_contact: str | None = None
+    s3_anonymous: bool = False
 
     def __post_init__(self) -> None:
         if type(self.partition_bytes) is not int or self.partition_bytes < 1:

@@ -83,7 +83,8 @@ def ingest_options(options: Any) -> IngestOptions:
     ``download_threads`` (16), ``max_connections_per_host`` (4),
     ``connect_timeout_s`` (10), ``read_timeout_s`` (20), ``download_retries``
     (2: three attempts, with backoff, ``Retry-After`` honoured),
-    ``respect_opt_out`` (True), ``user_agent_contact`` (None) make its
+    ``respect_opt_out`` (True), ``user_agent_contact`` (None) and
+    ``s3_anonymous`` (False: ``s3://`` URLs signed) make its
     :class:`~shardkit.write.download.DownloadOptions`; ``resize`` (None),
     ``resize_mode`` (``keep_ratio``), ``image_format`` (None: keep) and
     ``image_quality`` (95) its :class:`~shardkit.write.resize.ImageOptions`.
@@ -98,7 +99,7 @@ def ingest_options(options: Any) -> IngestOptions:
         connect_timeout_s=options.connect_timeout_s, read_timeout_s=options.read_timeout_s,
         fetch_deadline_s=max(60.0, options.read_timeout_s), max_attempts=options.download_retries + 1,
         respect_opt_out=options.respect_opt_out, user_agent_contact=options.user_agent_contact,
-        max_ahead=max(256, 4 * options.download_threads),
+        s3_anonymous=options.s3_anonymous, max_ahead=max(256, 4 * options.download_threads),
     )  # fmt: skip
     images = ImageOptions(
         resize=options.resize, mode=options.resize_mode, output_format=options.image_format,

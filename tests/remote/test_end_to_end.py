@@ -292,3 +292,83 @@ def test_a_remote_reader_holds_a_few_connections_worth_ahead_not_its_whole_budge
     )  # fmt: skip
     assert keys == expected_keys([6])
     assert budgets == [budget_mib << 20]
+
+
+def _without_aws_credentials(monkeypatch, tmp_path) -> None:
+    """No credentials anywhere boto3 looks; the endpoint and region stay."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def test_public_bucket_reads_unsigned_without_credentials(make_shards, s3_bucket, s3_options, tmp_path, monkeypatch):
+    import dataclasses
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import sample_payload
+
+    client, bucket = s3_bucket
+    local = make_shards(SIZES, payload_bytes=700)
+    # A public bucket: anyone may list it and read its objects (moto answers
+    # an unsigned request for a private object with 403, as S3 does).
+    client.put_bucket_acl(Bucket=bucket, ACL="public-read")
+    for name in sorted(os.listdir(local.location)):
+        with open(os.path.join(local.location, name), "rb") as f:
+            data = f.read()
+        client.put_object(Bucket=bucket, Key=f"pub/{name}", Body=data, ACL="public-read")
+        if name.endswith(".tar"):  # the shards alone, as published by others
+            client.put_object(Bucket=bucket, Key=f"raw/{name}", Body=data, ACL="public-read")
+    url = f"s3://{bucket}/pub/"
+    _without_aws_credentials(monkeypatch, tmp_path)
+
+    # Signed (the default), a machine without credentials is told how to read a public bucket.
+    signed = dataclasses.replace(s3_options, connect_timeout_s=4.0)  # a client of its own, made without credentials
+    with pytest.raises(shardkit.RemoteError, match=r"no AWS credentials found.*s3_anonymous=True"):
+        read_keys(url, mode="exact", source_options=signed)
+
+    # Unsigned: every sample once, its bytes as written, through two DataLoader workers.
+    from torch.utils.data import DataLoader
+
+    anonymous = dataclasses.replace(s3_options, s3_anonymous=True)
+    dataset = shardkit.ShardDataset(url, mode="exact", seed=1, source_options=anonymous)
+    seen = collections.Counter()
+    for sample in DataLoader(dataset, batch_size=None, num_workers=2):
+        seen[sample["__key__"]] += 1
+        assert sample["bin"] == sample_payload(sample["__key__"], 700)
+    assert sorted(seen) == expected_keys() and set(seen.values()) == {1}
+
+    # The command line: --s3-anonymous for info and verify; without it, the same advice.
+    env = dict(os.environ)
+    info = subprocess.run([sys.executable, "-m", "shardkit", "info", url, "--s3-anonymous"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert info.returncode == 0, info.stderr
+    assert re.search(rf"samples: +{sum(SIZES)}\n", info.stdout)
+    check = subprocess.run([sys.executable, "-m", "shardkit", "verify", url, "--s3-anonymous", "-q", "--workers", "1"],
+                           capture_output=True, text=True, env=env, timeout=120)
+    assert check.returncode == 0, check.stderr
+    refused = subprocess.run([sys.executable, "-m", "shardkit", "info", url], capture_output=True, text=True,
+                             env=env, timeout=120)
+    assert refused.returncode != 0 and "--s3-anonymous" in refused.stderr, refused.stderr
+
+    # The shards alone, indexed in place into a local folder, then read from the bucket.
+    out = tmp_path / "index"
+    indexed = subprocess.run(
+        [sys.executable, "-m", "shardkit", "index", f"s3://{bucket}/raw/", "--out", str(out), "--s3-anonymous",
+         "--workers", "1", "-q"], capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert indexed.returncode == 0, indexed.stderr
+    assert sorted(read_keys(str(out), mode="exact", source_options=anonymous)) == expected_keys()
+
+
+def test_s3_anonymous_must_be_a_bool():
+    from shardkit.io.base import SourceOptions
+    from shardkit.write.download import DownloadOptions
+
+    with pytest.raises(shardkit.UsageError, match="s3_anonymous must be True or False, got 'yes'"):
+        SourceOptions(s3_anonymous="yes")
+    with pytest.raises(shardkit.UsageError, match="s3_anonymous must be True or False"):
+        DownloadOptions(s3_anonymous=1)
