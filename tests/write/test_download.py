@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import socket
 import threading
@@ -209,6 +211,29 @@ def test_s3_urls_are_read_through_the_s3_source(s3_bucket, s3_server):
     assert found.ok and found.data == b"jpeg bytes" and found.status == 200
     assert missing.reason == "http_404" and missing.data is None
     assert no_bucket.reason == "bad_url"
+
+
+def test_s3_urls_of_a_public_bucket_are_read_unsigned(s3_bucket, s3_server, monkeypatch, tmp_path):
+    from shardkit.write.parallel import WriteOptions
+    from shardkit.write.table_source import ingest_options
+
+    client, bucket = s3_bucket
+    client.put_object(Bucket=bucket, Key="imgs/a.jpg", Body=b"public jpeg", ACL="public-read")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    url = f"s3://{bucket}/imgs/a.jpg"
+    # As `shardkit write --s3-anonymous` makes them.
+    anonymous = ingest_options(WriteOptions(s3_anonymous=True, read_timeout_s=3.0)).download
+    with Downloader(dataclasses.replace(anonymous, s3_endpoint_url=s3_server, **FAST)) as downloader:
+        (found,) = downloader.fetch_all([url])
+    assert found.ok and found.data == b"public jpeg"
+    signed = DownloadOptions(s3_endpoint_url=s3_server, **{**FAST, "connect_timeout_s": 1.5})  # a client of its own
+    with Downloader(signed) as downloader:
+        (refused,) = downloader.fetch_all([url])
+    assert not refused.ok and refused.data is None and "s3_anonymous" in refused.detail
 
 
 from tests.remote.conftest import s3_bucket, s3_server  # noqa: E402,F401  (moto fixtures)
