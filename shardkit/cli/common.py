@@ -6,9 +6,12 @@ from __future__ import annotations
 import argparse
 import unicodedata
 from collections.abc import Mapping, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from shardkit.errors import redact_text
+
+if TYPE_CHECKING:
+    from shardkit.io.base import SourceOptions
 
 #: Invisible characters that reorder or hide the text around them.
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
@@ -64,7 +67,7 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--s3-anonymous", action="store_true", help=S3_ANONYMOUS_HELP)
 
 
-def source_options(args: argparse.Namespace, **fields: Any) -> Any:
+def source_options(args: argparse.Namespace, **fields: Any) -> SourceOptions:
     """The :class:`~shardkit.io.base.SourceOptions` of :func:`add_source_options`' flags, and ``fields``."""
     from shardkit.io.base import SourceOptions
 
