@@ -536,6 +536,19 @@ def manifest_file(path: str) -> str:
     return path if path.endswith(".json") else os.path.join(path, MANIFEST_NAME)
 
 
+def no_manifest_error(file: str, folder: str, *, remote: bool = False) -> ManifestError:
+    """The error for a folder (or URL prefix) with no ``manifest.json``: how
+    to read the shards it may hold, published without one."""
+    index = f"`shardkit index {folder}/ --out DIR`, then open DIR" if remote else (
+        f"`shardkit index {folder}` (offsets and a manifest beside them, or in --out), then open {folder}"
+    )
+    return ManifestError(
+        f"{file}: no manifest here. To read the shards where they are, index them once with {index}; or read "
+        f"them at shard granularity with mode='exact' or 'infinite' and their {'URLs' if remote else 'paths'}",
+        path=file,
+    )
+
+
 def load_manifest(path: str) -> Manifest:
     """Load ``manifest.json`` from a local dataset directory or file path.
 
@@ -549,12 +562,7 @@ def load_manifest(path: str) -> Manifest:
         folder = os.path.dirname(file) or "."
         if not os.path.isdir(folder):
             raise ManifestError(f"{path}: no such dataset (the path does not exist)", path=path) from None
-        raise ManifestError(
-            f"{file}: no manifest here. To read the shards where they are, index them once with "
-            f"`shardkit index {folder}` (offsets and a manifest beside them, or in --out), then open "
-            f"{folder}; or read them at shard granularity with mode='exact' or 'infinite' and their paths",
-            path=file,
-        ) from None
+        raise no_manifest_error(file, folder) from None
     with f:
         if size > MAX_MANIFEST_BYTES:
             raise _too_large(file, size, file)

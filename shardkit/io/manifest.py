@@ -23,6 +23,7 @@ from shardkit.format.manifest import (
     Manifest,
     TableOpener,
     load_manifest,
+    no_manifest_error,
     table_location,
 )
 from shardkit.format.table import TABLE_ADVICE, Naming, ShardTable, open_table
@@ -164,11 +165,16 @@ def remote_manifest(url: str, options: SourceOptions) -> Manifest:
     """Load the manifest at ``url`` (a ``manifest.json`` URL), and its table.
 
     Raises:
-        ManifestError: The manifest is larger than
+        ManifestError: There is none (a 404), or it is larger than
             :data:`~shardkit.format.manifest.MAX_MANIFEST_BYTES`, or invalid,
             or its table cannot be fetched whole.
     """
-    text = _read_limited(url, options, MAX_MANIFEST_BYTES)
+    try:
+        text = _read_limited(url, options, MAX_MANIFEST_BYTES)
+    except RemoteError as exc:
+        if exc.status != 404:
+            raise
+        raise no_manifest_error(redact_url(url), redact_url(url.rsplit("/", 1)[0]), remote=True) from None
     return Manifest.from_json(
         text, location=url.rsplit("/", 1)[0], origin=redact_url(url), open_table=remote_table_opener(options)
     )

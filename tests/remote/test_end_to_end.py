@@ -372,3 +372,16 @@ def test_s3_anonymous_must_be_a_bool():
         SourceOptions(s3_anonymous="yes")
     with pytest.raises(shardkit.UsageError, match="s3_anonymous must be True or False"):
         DownloadOptions(s3_anonymous=1)
+
+
+def test_a_folder_of_shards_without_a_manifest_says_how_to_index_it(make_shards, http_server):
+    manifest = make_shards([3, 4], with_manifest=False)
+    for entry in manifest.shards:
+        with open(f"{manifest.location}/{entry.path}", "rb") as f:
+            http_server.add(f"/pub/{entry.path}", f.read())
+    base = http_server.base_url + "/pub"
+    with pytest.raises(shardkit.ManifestError, match=rf"{base}/manifest\.json: no manifest here.*`shardkit index {base}/ --out DIR`"):
+        shardkit.ShardDataset(base + "/", source_options=fast_options())
+    # At shard granularity they read as they are.
+    urls = [f"{base}/{entry.path}" for entry in manifest.shards]
+    assert sorted(read_keys(urls, mode="exact", source_options=fast_options())) == expected_keys([3, 4])
