@@ -221,6 +221,16 @@ def moto_environment(host: str, port: int) -> dict[str, str]:
     }
 
 
+def without_aws_credentials(monkeypatch, tmp_path) -> None:
+    """No AWS credentials anywhere boto3 looks (environment, files, instance
+    metadata), for the test's duration; the endpoint and region stay."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
 def wait_for_port(host: str, port: int, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

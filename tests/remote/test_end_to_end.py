@@ -10,7 +10,7 @@ import pytest
 import shardkit
 from shardkit.cli import main
 from shardkit.format.manifest import MANIFEST_NAME
-from tests.remote.remote_servers import Faults, fast_options, most_attempts
+from tests.remote.remote_servers import Faults, fast_options, most_attempts, without_aws_credentials
 
 SIZES = [9, 0, 14, 6, 11]
 
@@ -294,15 +294,6 @@ def test_a_remote_reader_holds_a_few_connections_worth_ahead_not_its_whole_budge
     assert budgets == [budget_mib << 20]
 
 
-def _without_aws_credentials(monkeypatch, tmp_path) -> None:
-    """No credentials anywhere boto3 looks; the endpoint and region stay."""
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-
-
 def test_public_bucket_reads_unsigned_without_credentials(make_shards, s3_bucket, s3_options, tmp_path, monkeypatch):
     import dataclasses
     import os
@@ -323,7 +314,7 @@ def test_public_bucket_reads_unsigned_without_credentials(make_shards, s3_bucket
         if name.endswith(".tar"):  # the shards alone, as published by others
             client.put_object(Bucket=bucket, Key=f"raw/{name}", Body=data, ACL="public-read")
     url = f"s3://{bucket}/pub/"
-    _without_aws_credentials(monkeypatch, tmp_path)
+    without_aws_credentials(monkeypatch, tmp_path)
 
     # Signed (the default), a machine without credentials is told how to read a public bucket.
     signed = dataclasses.replace(s3_options, connect_timeout_s=4.0)  # a client of its own, made without credentials

@@ -14,6 +14,7 @@ from shardkit.io.registry import open_destination, open_source
 from shardkit.io.manifest import fetch_manifest
 from shardkit.write.publish import CARD_NAME, publish_manifest
 from shardkit.write.upload import refuse_existing_dataset
+from tests.remote.remote_servers import without_aws_credentials
 
 
 def test_ranged_reads(s3_bucket, s3_options):
@@ -156,11 +157,7 @@ def test_unreachable_store_is_a_remote_error_naming_it(monkeypatch):
 
 
 def test_missing_credentials_say_how_to_configure(monkeypatch, tmp_path):
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    without_aws_credentials(monkeypatch, tmp_path)
     options = SourceOptions(s3_endpoint_url="http://127.0.0.1:9", s3_region="us-east-1", retry_deadline_s=0.3)
     with pytest.raises(RemoteError, match="no AWS credentials found"):
         open_source("s3://bucket/x.tar", options=options).read_all()

@@ -15,6 +15,7 @@ import pytest
 from shardkit.errors import UsageError
 from shardkit.write.download import Downloader, DownloadOptions
 from shardkit.write.manners import default_user_agent, opted_out
+from tests.remote.remote_servers import without_aws_credentials
 from tests.write.url_servers import Answer, ScriptedServer, server  # noqa: F401  (a fixture)
 
 #: Quick to give up: tiny timeouts and backoff, so every fault ends within a test's time.
@@ -219,11 +220,7 @@ def test_s3_urls_of_a_public_bucket_are_read_unsigned(s3_bucket, s3_server, monk
 
     client, bucket = s3_bucket
     client.put_object(Bucket=bucket, Key="imgs/a.jpg", Body=b"public jpeg", ACL="public-read")
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    without_aws_credentials(monkeypatch, tmp_path)
     url = f"s3://{bucket}/imgs/a.jpg"
     # As `shardkit write --s3-anonymous` makes them.
     anonymous = ingest_options(WriteOptions(s3_anonymous=True, read_timeout_s=3.0)).download
