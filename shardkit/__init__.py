@@ -35,7 +35,7 @@ __version__ = "0.1.0"
 # writer process) does not pay for importing torch.
 _LAZY = {
     "Decoder": "shardkit.read.decode",
-    "IndexOptions": "shardkit.write.indexer",
+    "IndexOptions": "shardkit.index.indexer",
     "IndexedDataset": "shardkit.read.indexed",
     "OutputOptions": "shardkit.read.options",
     "ReaderOptions": "shardkit.read.options",
@@ -44,7 +44,7 @@ _LAZY = {
     "Stream": "shardkit.read.schedule",
     "World": "shardkit.world",
     "WriteOptions": "shardkit.write.parallel",
-    "index_dataset": "shardkit.write.indexer",
+    "index_dataset": "shardkit.index.indexer",
     "make_loader": "shardkit.read.loader",
     "shuffle_quality": "shardkit.read.shuffle",
     "write_dataset": "shardkit.write.parallel",
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from shardkit.read.schedule import Stream
     from shardkit.read.shuffle import shuffle_quality
     from shardkit.world import World
-    from shardkit.write.indexer import IndexOptions, index_dataset
+    from shardkit.index.indexer import IndexOptions, index_dataset
     from shardkit.write.parallel import WriteOptions, write_dataset
 
 

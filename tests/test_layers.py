@@ -13,6 +13,8 @@ Rules (the floors are listed in README.md, "Layout"):
   higher floor (``FLOORS``), and every module has a floor;
 - ``format/`` and ``io/`` import neither ``read/`` nor ``write/``;
 - ``read/`` and ``write/`` never import each other;
+- ``read/`` and ``index/`` never import each other, and ``write/`` never
+  imports ``index/``;
 - no module is longer than ``MAX_MODULE_LINES``.
 
 Each failure lists every offending module and the line of the import.
@@ -38,6 +40,7 @@ FLOORS: dict[str, int] = {
     "shardkit.io": 3,  # byte sources and destinations for every scheme
     "shardkit.write": 4,  # the writer
     "shardkit.read": 4,  # the reader
+    "shardkit.index": 5,  # `shardkit index`: published shards read in place (uses write/'s publishing)
     "shardkit.verify": 5,  # jobs and integrations over a written dataset
     "shardkit.ray": 5,
     "shardkit.transforms": 5,
@@ -212,25 +215,28 @@ def test_imports_never_point_up() -> None:
     assert not upward, _report("imports from a lower floor to a higher one", upward)
 
 
-def test_format_and_io_import_neither_read_nor_write() -> None:
-    bad = [
+def _imports_between(pairs: list[tuple[str, str]]) -> list[str]:
+    """Every edge from a subpackage ``a`` of shardkit to ``b``, for ``(a, b)`` in ``pairs``."""
+    return [
         str(edge)
         for edge in EDGES
-        if any(_in(edge.importer, f"{PACKAGE}.{low}") for low in ("format", "io"))
-        and any(_in(edge.imported, f"{PACKAGE}.{high}") for high in ("read", "write"))
+        if any(_in(edge.importer, f"{PACKAGE}.{a}") and _in(edge.imported, f"{PACKAGE}.{b}") for a, b in pairs)
     ]
+
+
+def test_format_and_io_import_neither_read_nor_write() -> None:
+    bad = _imports_between([(low, high) for low in ("format", "io") for high in ("read", "write")])
     assert not bad, _report("format/ or io/ importing read/ or write/", bad)
 
 
 def test_read_and_write_do_not_import_each_other() -> None:
-    read, write = f"{PACKAGE}.read", f"{PACKAGE}.write"
-    bad = [
-        str(edge)
-        for edge in EDGES
-        if (_in(edge.importer, read) and _in(edge.imported, write))
-        or (_in(edge.importer, write) and _in(edge.imported, read))
-    ]
+    bad = _imports_between([("read", "write"), ("write", "read")])
     assert not bad, _report("read/ and write/ importing each other", bad)
+
+
+def test_index_is_imported_by_neither_read_nor_write() -> None:
+    bad = _imports_between([("read", "index"), ("index", "read"), ("write", "index")])
+    assert not bad, _report("read/ and index/ importing each other, or write/ importing index/", bad)
 
 
 def test_no_module_over_the_line_limit() -> None:

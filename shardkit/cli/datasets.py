@@ -64,7 +64,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     so every reader feature works on the shards as published. A rerun reads
     only new or changed shards. Exit 1 when a shard could not be indexed
     (it is listed, the others are indexed)."""
-    from shardkit.write.indexer import IndexOptions, index_dataset
+    from shardkit.index.indexer import IndexOptions, index_dataset
 
     workers = parse_workers(args.workers)
     options = IndexOptions(

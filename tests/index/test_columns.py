@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from shardkit.format.table import Naming, build_table, open_table
-from shardkit.write.index_columns import (
+from shardkit.index.columns import (
     INDEXED,
     RECORD,
     NumberedNames,
@@ -20,9 +20,9 @@ from shardkit.write.index_columns import (
     write_table,
     write_versions,
 )
-from shardkit.write.index_source import list_shards
-from shardkit.write.index_columns import index_name_for, numbered
-from shardkit.write.index_previous import PreviousRun, names_of
+from shardkit.index.source import list_shards
+from shardkit.index.columns import index_name_for, numbered
+from shardkit.index.previous import PreviousRun, names_of
 
 N = 100_000
 
@@ -105,7 +105,7 @@ def test_table_building_memory_is_flat_in_the_number_of_shards(tmp_path, monkeyp
     chunk at a time: at 10^5 shards the memory peak stays under what one
     full int64 column (0.8 MB), let alone a Python object per shard (a list
     of ints: 3.6 MB), would take."""
-    import shardkit.write.index_columns as columns
+    import shardkit.index.columns as columns
 
     n = 100_000
     monkeypatch.setattr(columns, "CHUNK_ROWS", 1024)
@@ -146,7 +146,7 @@ def _shard_tree(root, n: int) -> None:
 
 
 def test_a_spilled_listing_is_the_listing_in_memory(tmp_path, monkeypatch):
-    import shardkit.write.index_source as source
+    import shardkit.index.source as source
 
     _shard_tree(tmp_path / "src", 1000)
     monkeypatch.setattr(source, "RUN_ROWS", 97)  # 11 sorted runs to merge
@@ -168,7 +168,7 @@ def test_a_spilled_listing_is_the_listing_in_memory(tmp_path, monkeypatch):
 def test_listing_a_folder_memory_is_flat_in_the_number_of_shards(tmp_path, monkeypatch):
     """Spilled, the listing of 2*10^4 shards peaks under what a Python object
     per shard (a list of their names alone: ~1 MB) would take."""
-    import shardkit.write.index_source as source
+    import shardkit.index.source as source
 
     monkeypatch.setattr(source, "RUN_ROWS", 1024)
     n = 20_000

@@ -6,7 +6,7 @@ end (``kill -9``, the OOM killer, a lost node) used to start again from the
 first shard. Into a local index folder, a run now keeps its per-shard
 results in ``.shardkit-index.journal/`` there: the results file itself
 (one fixed-size record per shard, written as each shard finishes; see
-:class:`~shardkit.write.index_columns.ShardResults`), a digest of the
+:class:`~shardkit.index.columns.ShardResults`), a digest of the
 listing's base and shard names it belongs to, and the fields its shards
 held so far. A rerun over the same shards reuses each finished record whose shard still
 has the size and version it was read at and whose offset index is there,
@@ -28,9 +28,9 @@ import stat
 
 import numpy as np
 
+from shardkit.index.columns import CHUNK_ROWS, INDEXED, KEPT, RECORD, TO_READ, ShardResults, index_name_for
+from shardkit.index.source import ShardListing
 from shardkit.io.atomic import atomic_write_bytes
-from shardkit.write.index_columns import CHUNK_ROWS, INDEXED, KEPT, RECORD, TO_READ, ShardResults, index_name_for
-from shardkit.write.index_source import ShardListing
 
 #: The journal's folder inside a local index folder.
 JOURNAL_DIR = ".shardkit-index.journal"

@@ -42,7 +42,7 @@ class ShardResults:
         path: The file (created; the caller removes it).
         num_shards: Rows.
         keep: Open the rows already in ``path`` (of an earlier run; see
-            :mod:`~shardkit.write.index_journal`) instead of starting afresh.
+            :mod:`~shardkit.index.journal`) instead of starting afresh.
     """
 
     def __init__(self, path: str, num_shards: int, *, keep: bool = False):

@@ -1,12 +1,12 @@
 """What a previous run of ``shardkit index`` left in its folder, for a rerun.
 
 A rerun keeps the entries of shards that have not changed (see
-:mod:`shardkit.write.indexer`): :func:`load_previous` reads the folder's
+:mod:`shardkit.index.indexer`): :func:`load_previous` reads the folder's
 manifest (refusing another dataset's), and gives its entries as
 :class:`PreviousRun`, whose columns are the previous table's and versions
 sidecar's, mapped, not copied. Names are matched against the previous
 run's sorted names, or by their numbers when its table stores none
-(:class:`~shardkit.write.index_columns.NumberedNames`).
+(:class:`~shardkit.index.columns.NumberedNames`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import numpy as np
 from shardkit.errors import DestinationError, ShardkitError
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
 from shardkit.format.table import TABLE_NAME, TABLE_SUFFIX
+from shardkit.index.columns import NumberedNames
 from shardkit.io.base import SourceOptions
 from shardkit.io.manifest import fetch_manifest
 from shardkit.io.urls import is_local, local_path, redact_url
-from shardkit.write.index_columns import NumberedNames
 
 #: ``manifest.source["format"]`` of a dataset ``shardkit index`` wrote.
 INDEX_SOURCE_FORMAT = "index"

@@ -29,10 +29,10 @@ from shardkit.format.compression import MAGIC_BYTES, ChunkDecompressor, detect_c
 from shardkit.format.index import encode_index
 from shardkit.format.location import open_regular
 from shardkit.format.tar import SampleParser, sample_checksum
+from shardkit.index.source import etag_version
 from shardkit.io.base import SourceOptions
 from shardkit.io.registry import open_destination, open_source
 from shardkit.io.urls import is_local, local_path, redact_url
-from shardkit.write.index_source import etag_version
 
 #: Bytes read at a time from a local shard. Reads this small let the
 #: kernel's read-ahead fetch the next ones while a chunk is hashed and

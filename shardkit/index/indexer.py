@@ -2,7 +2,7 @@
 
 Steps:
 
-1. :func:`~shardkit.write.index_source.list_shards` lists SOURCE's shards
+1. :func:`~shardkit.index.source.list_shards` lists SOURCE's shards
    (columnar: names, sizes, versions; a folder's listing in files).
 2. Shards that a previous run of ``index`` already indexed, unchanged since
    (same size and version: a local file's ``mtime_ns``, an object's ETag; or,
@@ -10,10 +10,10 @@ Steps:
    ETag or Last-Modified when the server sends one), keep their entries; the
    others are read once each, in parallel (a process pool here, or one Ray
    task per shard; a bounded number in flight), by
-   :func:`~shardkit.write.index_shard.index_shard`, which writes their
+   :func:`~shardkit.index.shard.index_shard`, which writes their
    offset indexes. Shards gone from SOURCE drop out, with their indexes.
 3. The shard table is written a chunk at a time from the results
-   (:mod:`~shardkit.write.index_columns`), and published with the manifest
+   (:mod:`~shardkit.index.columns`), and published with the manifest
    (format 2) through :func:`~shardkit.write.publish.publish_manifest`: the
    table first, ``manifest.json`` last.
 
@@ -22,7 +22,7 @@ the listing, each shard's result and the table being written live in files
 in a scratch folder inside the index's folder (``.shardkit-index-*``,
 removed at the end, or by the next run if this one is killed) and, for a
 local index, in a journal that lets a killed run's rerun go on where it
-stopped (:mod:`~shardkit.write.index_journal`), read and written a chunk at
+stopped (:mod:`~shardkit.index.journal`), read and written a chunk at
 a time, so its memory
 stays flat in the number of shards (what grows is the mapped table it
 returns: page cache, shared with every reader). A list or pattern of
@@ -65,12 +65,7 @@ from shardkit.errors import ShardkitError, UsageError
 from shardkit.format.location import resolve_inside
 from shardkit.format.manifest import Manifest, SkippedInput
 from shardkit.format.table import ShardTable, decode_table, open_table, table_name
-from shardkit.io.atomic import commit, remove_quietly
-from shardkit.io.base import SourceOptions
-from shardkit.io.registry import open_destination
-from shardkit.io.urls import is_local, local_path, redact_url
-from shardkit.write.destination import holding_destination
-from shardkit.write.index_columns import (
+from shardkit.index.columns import (
     INDEXED,
     KEPT,
     RECORD,
@@ -84,19 +79,24 @@ from shardkit.write.index_columns import (
     write_table,
     write_versions,
 )
-from shardkit.write.index_previous import (
+from shardkit.index.journal import IndexJournal
+from shardkit.index.previous import (
     INDEX_SOURCE_FORMAT,
     VERSIONS_SUFFIX,
     PreviousRun,
     load_previous,
     versions_name,
 )
-from shardkit.write.index_journal import IndexJournal
-from shardkit.write.index_shard import IndexResult, IndexTask, index_shard, index_shards
-from shardkit.write.index_source import ShardListing, list_shards
+from shardkit.index.shard import IndexResult, IndexTask, index_shard, index_shards
+from shardkit.index.source import ShardListing, list_shards
+from shardkit.io.atomic import commit, remove_quietly
+from shardkit.io.base import SourceOptions
+from shardkit.io.registry import open_destination
+from shardkit.io.urls import is_local, local_path, redact_url
+from shardkit.write.destination import holding_destination
 from shardkit.write.pool import bounded, group_size, in_groups, run_in_pool
-from shardkit.write.scratch import scratch_folder
 from shardkit.write.publish import publish_manifest
+from shardkit.write.scratch import scratch_folder
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ class IndexReport:
         num_indexed: Shards read this run.
         num_unchanged: Shards kept from the previous run without reading.
         num_resumed: Shards a killed run into this folder had read, kept
-            from its journal (see :mod:`~shardkit.write.index_journal`).
+            from its journal (see :mod:`~shardkit.index.journal`).
         num_removed: Shards of the previous run gone from SOURCE.
         num_compressed: Compressed shards (stream-only: no offset index).
         bytes_read: Shard bytes read this run.
@@ -381,7 +381,7 @@ def _keep_unchanged(results: ShardResults, listing: ShardListing, previous: Prev
         rows = previous.match(names)
         same = (rows >= 0) & (previous.sizes[rows] == sizes) & (previous.versions[rows] == versions) & (versions >= 0)
         same &= previous.index_names[rows] == index_name_for(names)
-        same &= records["state"] == TO_READ  # not one a killed run finished (see index_journal)
+        same &= records["state"] == TO_READ  # not one a killed run finished (see journal)
         if same.any():
             records = records.copy()
             records["count"][same] = previous.counts[rows[same]]
