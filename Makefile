@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 # Pins this machine's torch for the commands below; pyproject.toml has ranges.
 CONSTRAINTS := tools/constraints.txt
 
-.PHONY: demo test venv bench-writer bench-ray bench-mix bench-checksums bench-scale bench-ingest clean
+.PHONY: demo test venv bench-writer bench-ray bench-mix bench-checksums bench-scale bench-ingest bench-map clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,25 @@ $(I2D_VENV)/bin/img2dataset:
 
 bench-ingest: $(STAMP) $(I2D_VENV)/bin/img2dataset
 	$(PY) bench/bench_ingest.py --img2dataset $(I2D_VENV)/bin/img2dataset $(BENCH_INGEST_ARGS)
+
+# A user's own function inside the writer (#39): an image function (decode a
+# ~500 KB photo, resize to 256 px, JPEG) and a text function (tokenize) run by
+# shardkit, a hand-rolled Pool + webdataset.TarWriter writer, LitData's
+# `optimize` and Ray Data's map + write_webdataset, at 1 and 2 workers;
+# bench/results/map_writer.{json,md,png} (~30 min on 2 cores; root for the Ray
+# cells, which run in a network namespace of their own, else they are skipped).
+# LitData runs from a venv of its own (.venv-map) that keeps the torch pin and
+# .venv's numpy, as .venv-scale does; shardkit is installed there too (-e).
+# Pass options with BENCH_MAP_ARGS, e.g. BENCH_MAP_ARGS=--quick.
+MAP_VENV := .venv-map
+$(MAP_VENV)/.installed: pyproject.toml $(CONSTRAINTS) | $(STAMP)
+	$(PYTHON) -m venv $(MAP_VENV)
+	$(PY) -m pip freeze | grep -i '^numpy==' > $(MAP_VENV)/numpy-pin.txt
+	$(MAP_VENV)/bin/python -m pip install --quiet -e '.[torch]' litdata -c $(CONSTRAINTS) -c $(MAP_VENV)/numpy-pin.txt
+	touch $@
+
+bench-map: $(STAMP) $(MAP_VENV)/.installed
+	$(PY) bench/bench_map_writer.py --litdata-python $(MAP_VENV)/bin/python $(BENCH_MAP_ARGS)
 
 clean:
 	rm -rf demo bench/work .pytest_cache
