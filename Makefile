@@ -90,7 +90,7 @@ bench-ingest: $(STAMP) $(I2D_VENV)/bin/img2dataset
 # ~500 KB photo, resize to 256 px, JPEG) and a text function (tokenize) run by
 # shardkit, a hand-rolled Pool + webdataset.TarWriter writer, LitData's
 # `optimize` and Ray Data's map + write_webdataset, at 1 and 2 workers;
-# bench/results/map_writer.{json,md,png} (~30 min on 2 cores; root for the Ray
+# bench/results/map_writer.{json,md,png} (~40 min on 2 cores; root for the Ray
 # cells, which run in a network namespace of their own, else they are skipped).
 # LitData runs from a venv of its own (.venv-map) that keeps the torch pin and
 # .venv's numpy, as .venv-scale does; shardkit is installed there too (-e).

@@ -530,11 +530,14 @@ def table(record: dict[str, Any]) -> str:
             met = {True: "✓ met", False: "✗ not met"}.get(check["met"], "– not measured")
             lines.append(f"| {check['target']} | {ratio} | {check['at_least']:g}x | {met} |")
         lines.append("")
-    sk = [c for c in record["cells"] if c["writer"] == "shardkit" and "same_bytes_1w_2w" in c]
+    sk = [c for c in record["cells"] if c["writer"] == "shardkit" and c["workers"] == 2 and "same_bytes_1w_2w" in c]
     if sk:
-        lines.append("shardkit, 1 and 2 workers byte-identical (sha256 of every shard): "
-                     + ", ".join(f"{c['function']} {_yes(c['same_bytes_1w_2w'])}" for c in sk if c["workers"] == 2)
-                     + ".")  # fmt: skip
+        lines += ["shardkit, 1 and 2 workers byte-identical (sha256 of every shard): "
+                  + ", ".join(f"{c['function']} {_yes(c['same_bytes_1w_2w'])}" for c in sk) + ".", ""]  # fmt: skip
+    lines += ["Same bytes: sha256 of every output file (tar shards; LitData's .bin chunks), names included. "
+              "Where the peers differ, the usual causes: webdataset's TarWriter stamps each member with the current "
+              "time unless given `mtime` (the hand-rolled writer, like the seed's, does not); Ray Data stamps the time "
+              "and names its files with a random id; LitData's chunks follow its workers.", ""]  # fmt: skip
     if record["skipped"]:
         lines.append("Skipped: " + "; ".join(f"{k}: {v}" for k, v in record["skipped"].items()) + ".")
     return "\n".join(lines).rstrip() + "\n"
