@@ -176,11 +176,10 @@ def run_shardkit(parquet: str, out: str, processes: int, threads: int) -> dict:
         ],
     )  # fmt: skip
     wall, cpu = time.monotonic() - started, _children_cpu_s() - cpu
-    from shardkit.format.manifest import load_manifest
-    from shardkit.write.table_source import skip_reason
+    from shardkit.format.manifest import load_manifest, skip_category
 
     manifest = load_manifest(out)
-    failures = Counter(skip_reason(item.reason) for item in manifest.skipped)
+    failures = Counter(skip_category(item.reason) for item in manifest.skipped)
     return {"wall_s": wall, "cpu_s": cpu, "stored": manifest.num_samples, "failed": dict(failures),
             "read_back": read_back(out)}  # fmt: skip
 

@@ -11,36 +11,6 @@ from typing import Any
 
 from shardkit.cli.common import EXIT_OK, S3_ANONYMOUS_HELP, add_verbose, by_reason, human_bytes, print_skipped, shown
 
-# Command-line flags of `write` that set a WriteOptions field (flags win over --config).
-_WRITE_FLAGS = {
-    "format": "--format",
-    "max_samples": "--max-samples",
-    "max_bytes": "--max-bytes",
-    "shuffle": "--no-shuffle",
-    "seed": "--seed",
-    "workers": "--workers",
-    "on_error": "--on-error",
-    "compress_members": "--compress-members",
-    "engine": "--engine",
-    "ray_address": "--ray-address",
-    "max_unpack_bytes": "--max-unpack-bytes",
-    "files_root": "--files-root",
-    "fields": "--field",
-    "key_column": "--key",
-    "resize": "--resize",
-    "resize_mode": "--resize-mode",
-    "image_format": "--image-format",
-    "image_quality": "--image-quality",
-    "download_threads": "--download-threads",
-    "max_connections_per_host": "--max-connections-per-host",
-    "connect_timeout_s": "--connect-timeout",
-    "read_timeout_s": "--read-timeout",
-    "download_retries": "--retries",
-    "respect_opt_out": "--no-respect-opt-out",
-    "user_agent_contact": "--user-agent-contact",
-    "s3_anonymous": "--s3-anonymous",
-}
-
 _WRITE_EPILOG = """tables (pip install 'shardkit[tables]' for Parquet and datasets folders):
   SOURCE may be a .parquet file, a folder or brace pattern of them, a .csv/.tsv
   file (UTF-8, header line) or a folder saved by datasets' save_to_disk.
@@ -218,13 +188,14 @@ def _warn_oversized(examples: Sequence[str], count: int, verb: str) -> None:
 def cmd_write(args: argparse.Namespace) -> int:
     """Pack SOURCE into tar shards under DEST with a manifest and offset indexes."""
     from shardkit.config import load_options
+    from shardkit.write.flags import WRITE_FLAGS
     from shardkit.write.parallel import WriteOptions, write_dataset
 
-    overrides = {field: getattr(args, field, None) for field in _WRITE_FLAGS}
+    overrides = {field: getattr(args, field, None) for field in WRITE_FLAGS}
     overrides["resume"] = args.resume or None
     overrides["overwrite"] = args.overwrite or None
     options = load_options(
-        WriteOptions, args.config, section="write", overrides=overrides, override_names=_WRITE_FLAGS
+        WriteOptions, args.config, section="write", overrides=overrides, override_names=WRITE_FLAGS
     )
     if args.dry_run:
         return _dry_run(args, options)

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardkit.write.partition import Partition
 from shardkit.write.plan import PARTITIONS_FILE, PlanReader, SampleBlock, ShardTask
+from shardkit.write.sources.base import Partition
 from shardkit.write.spill import RECORD, cut_strings
 
 

@@ -18,7 +18,7 @@ then turns each row into a :class:`RowSample` (:meth:`FieldMap.sample`):
 Values become fields like this: bytes are stored as they are, and so is
 the ``bytes`` of a ``datasets`` image struct (``{"bytes": ..., "path":
 ...}``); a string under a text extension (``TEXT_EXTENSIONS`` of
-:mod:`shardkit.write.inputs`, as for JSONL rows) is text;
+:mod:`shardkit.write.extensions`, as for JSONL rows) is text;
 a string under any other extension is a URL to fetch (``http(s)://`` or
 ``s3://``), a :class:`UrlField`; numbers become text, lists and dicts JSON. A
 None in a text column leaves the field out; a None or an empty string
@@ -40,8 +40,7 @@ from typing import Any
 from shardkit.errors import SourceError, UsageError
 from shardkit.format.codecs import encode_value
 from shardkit.format.tar import field_name, member_name_problem, split_key
-from shardkit.write.detect import IMAGE_EXTENSIONS
-from shardkit.write.inputs import TEXT_EXTENSIONS  # text, not URLs, as in JSONL rows
+from shardkit.write.extensions import IMAGE_EXTENSIONS, TEXT_EXTENSIONS  # text, not URLs, as in JSONL rows
 
 #: Column names that map to themselves when no ``--field`` is given.
 KNOWN_EXTENSIONS = IMAGE_EXTENSIONS | TEXT_EXTENSIONS | {"npy", "mp4", "webm", "mkv", "wav", "flac", "mp3", "ogg"}
@@ -160,7 +159,7 @@ class FieldMap:
         return tuple(c for c in columns if c in used)
 
     def sample(self, position: int, row: dict[str, Any], *, source: str) -> RowSample:
-        """One row (as :func:`~shardkit.write.tables.read_rows` gives it) as a sample.
+        """One row (as :func:`~shardkit.write.sources.table_reader.read_rows` gives it) as a sample.
 
         Raises:
             SourceError: The key column's value is missing or cannot be a key.

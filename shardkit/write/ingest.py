@@ -1,6 +1,6 @@
 """Rows of a table turned into sample fields: URLs fetched, images checked and resized.
 
-This is where the writer meets :mod:`~shardkit.write.tables`,
+This is where the writer meets :mod:`~shardkit.write.sources.table_reader`,
 :mod:`~shardkit.write.download` and :mod:`~shardkit.write.resize`. For one
 shard, a writer process does::
 
@@ -37,7 +37,7 @@ from typing import Any
 from shardkit.errors import SourceError
 from shardkit.format.manifest import SkippedInput
 from shardkit.io.urls import redact_url
-from shardkit.write.detect import IMAGE_EXTENSIONS
+from shardkit.write.extensions import IMAGE_EXTENSIONS
 from shardkit.write.download import Downloader
 from shardkit.write.fieldmap import RowSample, UrlField, encode_record
 from shardkit.write.resize import ImageOptions, ImageProblem, prepare_image

@@ -69,21 +69,21 @@ from shardkit.write.journal import (
     unpack_folder,
 )
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
-from shardkit.write.partition import PARTITION_BYTES
 from shardkit.write.plan import Oversized, ShardTask, plan_shards
 from shardkit.write.pool import pool_context, process_pool
 from shardkit.write.publish import publish_manifest
 from shardkit.write.publisher import ShardPublisher
-from shardkit.write.scan import ScanProgress, ScanResult, Scanner, scan_dataset, scan_locally
+from shardkit.write.scan import ScanProgress, ScanResult, Scanner, resolve_format, scan_dataset, scan_locally
 from shardkit.write.shard_task import ShardJob, init_worker, run_shard, run_shard_in_worker, write_shard
-from shardkit.write.table_source import (
+from shardkit.write.sources import check_options
+from shardkit.write.sources.base import DEFAULT_MAX_UNPACK_BYTES, PARTITION_BYTES, SourceSettings
+from shardkit.write.sources.table import (
     IngestOptions,
     close_process_downloader,
     ingest_options,
     note_image_format,
     planned_options,
 )
-from shardkit.write.tar_inputs import DEFAULT_MAX_UNPACK_BYTES
 from shardkit.write.upload import publish_report, remote_staging
 
 __all__ = ["ENGINES", "Progress", "WriteOptions", "WriteReport", "scan_and_plan", "write_dataset", "write_shard"]
@@ -130,6 +130,11 @@ class Progress:
 class WriteOptions:
     """Options of :func:`write_dataset` (and of ``shardkit write``).
 
+    An option only some source kinds use (``max_unpack_bytes``,
+    ``partition_bytes``, ``files_root``, the table options) set for a source
+    of another kind is refused before scanning, naming it (see
+    :func:`~shardkit.write.sources.check_options`).
+
     Attributes:
         format: Source format, or None to detect it.
         max_samples: Most samples per shard.
@@ -168,7 +173,7 @@ class WriteOptions:
         max_unpack_bytes: Most temporary bytes the plain copies of input
             shards compressed whole (``.tar.gz``, ``.tar.zst``) may take, all
             together, in the system's temporary folder (``TMPDIR``): 64 GiB
-            by default (:data:`~shardkit.write.inputs.DEFAULT_MAX_UNPACK_BYTES`),
+            by default (:data:`~shardkit.write.sources.base.DEFAULT_MAX_UNPACK_BYTES`),
             None for no limit but the folder's free space. Past it the write
             stops before writing anything, naming the input and the limit.
             The copies go when the write ends; those of a write that was
@@ -184,7 +189,7 @@ class WriteOptions:
         read_timeout_s, download_retries, respect_opt_out, user_agent_contact,
         s3_anonymous:
             Table sources only: columns to fields, images, downloads (see
-            :class:`~shardkit.write.table_source.TableOptions`, which they make).
+            :class:`~shardkit.write.sources.table.IngestOptions`, which they make).
     """
 
     format: str | None = None
@@ -334,8 +339,8 @@ def write_dataset(
 
     Args:
         source: Input dataset (ImageFolder tree, directory, JSONL file, tar
-            shards; see :mod:`shardkit.write.inputs`), or a table (Parquet,
-            CSV/TSV, datasets folder; see :mod:`shardkit.write.table_source`).
+            shards), or a table (Parquet, CSV/TSV, datasets folder); see
+            :mod:`shardkit.write.sources`.
         dest: Output directory, or an ``s3://`` or other fsspec URL to upload
             to (shards as they finish, the manifest last).
         options: See :class:`WriteOptions`; defaults apply when None.
@@ -428,17 +433,21 @@ def scan_and_plan(
     Returns:
         The scan, the shard tasks, and the samples over ``max_bytes``.
     """
+    format = resolve_format(source, options.format)
+    check_options(options, format, source)  # an option this kind does not use is refused, not ignored
     note_image_format(options)
     spill_dir, plan_dir = os.path.join(work, "scan"), os.path.join(work, "plan")
     os.makedirs(spill_dir, exist_ok=True)
     shutil.rmtree(plan_dir, ignore_errors=True)
     os.makedirs(plan_dir)
+    settings = SourceSettings(
+        partition_bytes=options.partition_bytes, files_root=options.files_root, fields=options.field_map(),
+        table_output=options.ingest_options().output_signature(), unpack_dir=unpack_dir,
+        max_unpack_bytes=options.max_unpack_bytes,
+    )  # fmt: skip
     scanned = scan_dataset(
-        source, spill_dir=spill_dir, format=options.format, on_error=options.input_errors, seed=options.seed,
-        workers=options.workers, unpack_dir=unpack_dir, max_unpack_bytes=options.max_unpack_bytes,
-        partition_bytes=options.partition_bytes, reuse=options.resume, fields=options.field_map(),
-        files_root=options.files_root,
-        table_output=options.ingest_options().output_signature(), scanner=scanner, progress=progress,
+        source, spill_dir=spill_dir, format=format, on_error=options.input_errors, seed=options.seed,
+        workers=options.workers, settings=settings, reuse=options.resume, scanner=scanner, progress=progress,
     )
     options = planned_options(options, scanned)
     limits = ShardLimits(max_samples=options.max_samples, max_bytes=options.max_bytes)

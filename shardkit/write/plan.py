@@ -36,10 +36,9 @@ import numpy as np
 from shardkit.format.tar import END_OF_ARCHIVE
 from shardkit.io.atomic import atomic_write_bytes
 from shardkit.write.destination import shard_name
-from shardkit.write.inputs import duplicate_error, record_origin
 from shardkit.write.limits import ShardLimits
-from shardkit.write.partition import Partition
 from shardkit.write.scan import ScanResult
+from shardkit.write.sources import Partition, duplicate_error, record_origin
 from shardkit.write.spill import Record, SpillFetcher, SpillReader, load_summary, spill_prefix
 
 #: Samples per bucket of the shuffle, about: what the driver holds at once

@@ -1,7 +1,7 @@
 """Scanning a whole source: partitions scanned in parallel, each into its spill.
 
 :func:`scan_dataset` lists the source's partitions, has a scanner run one
-:class:`ScanJob` per partition (:func:`~shardkit.write.inputs.scan_partition`)
+:class:`ScanJob` per partition (:func:`~shardkit.write.sources.scan_partition`)
 and keeps one summary per partition: the driver's memory grows with the
 number of partitions, never with the number of samples. The scanner is the
 write's engine: a pool of local processes (:func:`scan_locally`, the
@@ -22,16 +22,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardkit.errors import ShardkitError, SourceError, UsageError
-from shardkit.format.compression import file_compression
 from shardkit.format.manifest import SkippedInput
 from shardkit.io.urls import is_local, redact_url
-from shardkit.write.detect import detect_format
-from shardkit.write.inputs import FORMATS, scan_partition
-from shardkit.write.tar_inputs import DEFAULT_MAX_UNPACK_BYTES, UnpackBudget
-from shardkit.write.partition import PARTITION_BYTES, TABLE_KINDS, Partition, list_partitions
 from shardkit.write.pool import process_pool
-from shardkit.write.fieldmap import FieldMap
-from shardkit.write.table_source import TableSpec, detect_table, table_partitions
+from shardkit.write.sources import (
+    Partition,
+    SourceSettings,
+    detect_source,
+    list_partitions,
+    scan_partition,
+    source_kind,
+)
+from shardkit.write.sources.tar import UnpackBudget
 from shardkit.write.spill import SpillReader, load_summary, spill_intact, spill_prefix
 
 
@@ -59,7 +61,7 @@ class ScanResult:
         format: The source format.
         source: The source as given.
         partitions: In source order.
-        summaries: One per partition (see :func:`~shardkit.write.inputs.scan_partition`).
+        summaries: One per partition (see :func:`~shardkit.write.sources.scan_partition`).
         spill_dir: The folder of the partitions' spills.
         class_names: An ImageFolder's classes, else None.
     """
@@ -85,9 +87,7 @@ class ScanResult:
         """Input files the samples are read from (a file that rows of two
         JSONL partitions both name counts twice; the JSONL file once, and a
         table file cut into partitions by row groups or lines once)."""
-        if self.format in TABLE_KINDS:
-            return len({part.path for part in self.partitions})
-        return sum(s["num_files"] for s in self.summaries) + (self.format == "jsonl")
+        return source_kind(self.format).count_files(self.partitions, self.summaries)
 
     @property
     def skipped(self) -> list[SkippedInput]:
@@ -108,8 +108,8 @@ class ScanJob:
     Attributes:
         part: The partition.
         spill_dir: The folder its spill goes into.
-        seed, on_error, signature, unpack_dir, max_unpack_bytes, table: As
-            :func:`~shardkit.write.inputs.scan_partition` takes them.
+        seed, on_error, signature, settings, spec: As
+            :func:`~shardkit.write.sources.scan_partition` takes them.
     """
 
     part: Partition
@@ -117,18 +117,13 @@ class ScanJob:
     seed: int
     on_error: str
     signature: dict
-    unpack_dir: str | None
-    max_unpack_bytes: int | None
-    table: TableSpec | None = None
+    settings: SourceSettings
+    spec: Any = None
 
     @property
     def unpacks(self) -> bool:
-        """Scanning it writes a plain copy of a compressed input into ``unpack_dir``
-        (False for an input that cannot be opened: its scan names it)."""
-        try:
-            return self.part.kind == "tar" and file_compression(self.part.path) is not None
-        except OSError:
-            return False
+        """Scanning it writes a plain copy of a compressed input into the unpack folder."""
+        return source_kind(self.part.kind).unpacks(self.part)
 
     def run(self, spill_dir: str | None = None) -> dict:
         """Scan the partition into ``spill_dir`` (default: :attr:`spill_dir`);
@@ -137,8 +132,7 @@ class ScanJob:
         try:
             return scan_partition(
                 part, spill_prefix(spill_dir or self.spill_dir, part.index), seed=self.seed, on_error=self.on_error,
-                signature=self.signature, unpack_dir=self.unpack_dir, max_unpack_bytes=self.max_unpack_bytes,
-                table=self.table,
+                signature=self.signature, settings=self.settings, spec=self.spec,
             )
         except ShardkitError:
             raise
@@ -153,6 +147,28 @@ class ScanJob:
 Scanner = Callable[[list[ScanJob], int | None], Iterable[dict]]
 
 
+def resolve_format(source: str, format: str | None) -> str:
+    """The format a write reads ``source`` as: ``format``, or the one
+    :func:`~shardkit.write.sources.detect_source` tells from its shape.
+
+    Raises:
+        UsageError: Unknown format.
+        SourceError: Not a local source, a missing source, or a shape that
+            fits no format or more than one.
+    """
+    if not is_local(source):
+        raise SourceError(
+            f"{redact_url(source)}: `write` reads local sources only (a path or file:// URL); "
+            "copy the data to a local or mounted folder first",
+            path=redact_url(source),
+        )
+    if format is None:
+        format = detect_source(source)
+    if source_kind(format).source_is_path and not os.path.exists(source):
+        raise SourceError(f"{source}: source does not exist", path=source)
+    return format
+
+
 def scan_dataset(
     source: str,
     *,
@@ -161,39 +177,27 @@ def scan_dataset(
     on_error: str = "raise",
     seed: int = 0,
     workers: int | None = None,
-    unpack_dir: str | None = None,
-    max_unpack_bytes: int | None = DEFAULT_MAX_UNPACK_BYTES,
-    partition_bytes: int = PARTITION_BYTES,
+    settings: SourceSettings | None = None,
     reuse: bool = False,
-    fields: Any = None,
-    table_output: str = "",
     scanner: Scanner | None = None,
-    files_root: str | None = None,
     progress: Callable[[ScanProgress], None] | None = None,
 ) -> ScanResult:
     """Scan ``source`` partition by partition into spills under ``spill_dir``.
 
     Args:
-        source: Path to the input (see :mod:`shardkit.write.inputs`).
+        source: Path to the input (see :mod:`shardkit.write.sources`).
         spill_dir: An existing folder for the spills.
-        format: One of :data:`~shardkit.write.inputs.FORMATS`, or None to detect it.
+        format: One of :data:`~shardkit.write.sources.FORMATS`, or None to detect it.
         on_error: ``"raise"`` or ``"skip"`` for unusable inputs.
         seed: Shuffle seed (the spills are sorted by the seeded key hash).
         workers: Scanning processes (None: all cores); the result does not depend on it.
-        unpack_dir: Where input shards compressed whole are unpacked to; it
-            must outlive the write.
-        max_unpack_bytes: Most bytes those copies may take, all together.
-        partition_bytes: Length of a JSONL partition (does not change the output).
+        settings: What the sources read of the write's options: partition
+            length, JSONL ``files_root``, a table's field map, the unpack
+            folder and its limit (defaults when None; see
+            :class:`~shardkit.write.sources.base.SourceSettings`).
         reuse: Keep the complete spills of partitions whose input is unchanged.
-        fields: For a table source, the
-            :class:`~shardkit.write.fieldmap.FieldMap` (``--field``/``--key``;
-            None: columns named after extensions map to themselves).
-        table_output: For a table source, what of the write's options changes
-            the stored bytes (in each row's digest, for ``--resume``).
         scanner: Runs the partitions' scans (default :func:`scan_locally`);
             the result does not depend on it.
-        files_root: For a JSONL source, the folder its rows may name files
-            in (None: the JSONL file's); a row naming a file outside it is refused.
         progress: Called in this process once the partitions are listed (and
             those to reuse found), then as each partition is scanned.
 
@@ -205,37 +209,18 @@ def scan_dataset(
     """
     if on_error not in ("raise", "skip"):
         raise UsageError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    if not is_local(source):
-        raise SourceError(
-            f"{redact_url(source)}: `write` reads local sources only (a path or file:// URL); "
-            "copy the data to a local or mounted folder first",
-            path=redact_url(source),
-        )
-    if format is None:
-        format = detect_table(source) or detect_format(source)
-    if format not in FORMATS + TABLE_KINDS:
-        raise UsageError(f"unknown source format {format!r}; choose one of {', '.join(FORMATS + TABLE_KINDS)}")
-    if format not in ("tar", "parquet", "hf") and not os.path.exists(source):
-        raise SourceError(f"{source}: source does not exist", path=source)
-    table: TableSpec | None = None
-    if format in TABLE_KINDS:
-        partitions, table = table_partitions(
-            source, format, fields=fields or FieldMap(), partition_bytes=partition_bytes, output=table_output
-        )
-        class_names = None
-    else:
-        partitions, class_names = list_partitions(
-            source, format, partition_bytes=partition_bytes, files_root=files_root
-        )
-    extra = table.signature() if table is not None else {}
-    signatures = [{**p.signature(), "seed": seed, "on_error": on_error, **extra} for p in partitions]
+    format = resolve_format(source, format)
+    settings = settings or SourceSettings()
+    listing = list_partitions(source, format, settings)
+    partitions = listing.partitions
+    signatures = [{**p.signature(), "seed": seed, "on_error": on_error, **listing.signature} for p in partitions]
     summaries: list[dict | None] = [None] * len(partitions)
     if reuse:
         for part, signature in zip(partitions, signatures):
             summaries[part.index] = _reusable(spill_prefix(spill_dir, part.index), part, signature)
     todo = [p for p in partitions if summaries[p.index] is None]
 
-    jobs = [ScanJob(p, spill_dir, seed, on_error, signatures[p.index], unpack_dir, max_unpack_bytes, table) for p in todo]
+    jobs = [ScanJob(p, spill_dir, seed, on_error, signatures[p.index], settings, listing.spec) for p in todo]
     done_count = len(partitions) - len(todo)
     found = sum(s["num_samples"] for s in summaries if s is not None)
     if progress is not None:
@@ -251,8 +236,8 @@ def scan_dataset(
         getattr(results, "close", lambda: None)()  # a local pool stops at once if this ends early
     done = [s for s in summaries if s is not None]
     assert len(done) == len(partitions)
-    _check_unpacked(partitions, done, unpack_dir, max_unpack_bytes)
-    result = ScanResult(format, source, partitions, done, spill_dir, class_names)
+    _check_unpacked(partitions, done, settings.unpack_dir, settings.max_unpack_bytes)
+    result = ScanResult(format, source, partitions, done, spill_dir, listing.class_names)
     if result.num_samples == 0:
         raise SourceError(f"{source}: no samples found (format {format})", path=source)
     return result

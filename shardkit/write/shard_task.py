@@ -20,13 +20,13 @@ from shardkit.errors import InputFileError, ShardkitError
 from shardkit.format.compression import Compression, compress, compressed_extension, should_compress
 from shardkit.format.manifest import SkippedInput
 from shardkit.write.destination import output_error
-from shardkit.write.inputs import load_sample, unpack_inline
 from shardkit.write.journal import ShardResult, journal_record
-from shardkit.write.partition import TABLE_KINDS
 from shardkit.write.plan import PlanReader, ShardTask
 from shardkit.write.publisher import ShardPublisher
 from shardkit.write.shard import ShardFile
-from shardkit.write.table_source import IngestOptions, table_rows
+from shardkit.write.sources import load_sample, source_kind
+from shardkit.write.sources.jsonl import unpack_inline
+from shardkit.write.sources.table import IngestOptions, table_rows
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def write_shard(
             first), leaving no file behind.
         compress_members: See :attr:`~shardkit.write.parallel.WriteOptions.compress_members`.
         ingest: For a table source: how fields are fetched and images
-            prepared (see :mod:`shardkit.write.table_source`).
+            prepared (see :mod:`shardkit.write.sources.table`).
         download_errors: For a table source: ``"skip"`` records rows whose
             fields could not be fetched or checked, ``"raise"`` stops.
         plan: Where the task's samples are read from: its rows of the plan's
@@ -133,7 +133,7 @@ def write_shard(
     path = os.path.join(dest, task.name)
     try:
         with plan or PlanReader(task) as plan:
-            if plan.partitions and plan.partitions[0].kind in TABLE_KINDS:
+            if plan.partitions and source_kind(plan.partitions[0].kind).rows_in_spill:
                 rows = table_rows(plan, task, ingest=ingest, on_error=download_errors)
                 turn = None
             else:
@@ -182,7 +182,8 @@ def _file_rows(
     as one :class:`_Carried`."""
     for block in plan.blocks(task):
         parts = set(block.parts)
-        carried = {part for part in parts if plan.partitions[part].kind == "jsonl" and plan.unchanged(part)}
+        kinds = {part: source_kind(plan.partitions[part].kind) for part in parts}
+        carried = {part for part in parts if kinds[part].inline_values and plan.unchanged(part)}
         if joined and carried == parts and all(block.names):
             yield _Carried(block.keys, block.names)
             continue

@@ -13,7 +13,7 @@ Scanning a partition writes, in its spill folder:
     Keys and names (UTF-8), which records point into, in the records' order
     (so the records of a bucket and their strings are each one contiguous
     range). A JSONL row whose values are all inline has them as its name
-    (see :func:`~shardkit.write.inputs.pack_inline`): the shard writer takes
+    (see :func:`~shardkit.write.sources.jsonl.pack_inline`): the shard writer takes
     them from here instead of parsing the line again.
 ``p-NNNNNN.json``
     The partition's summary, written last: its presence marks the spill

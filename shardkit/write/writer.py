@@ -23,7 +23,7 @@ from shardkit.format.codecs import encode_value
 from shardkit.format.manifest import Manifest
 from shardkit.format.tar import encoded_sample_size, field_name, member_name_problem, repeated_field, split_key
 from shardkit.write.destination import holding_destination, prepare_destination, shard_name
-from shardkit.write.detect import IMAGE_EXTENSIONS
+from shardkit.write.extensions import IMAGE_EXTENSIONS
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
 from shardkit.write.publish import publish_manifest
 from shardkit.write.resize import encode_image

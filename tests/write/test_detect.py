@@ -13,7 +13,7 @@ import shardkit
 from shardkit.cli import main
 from shardkit.errors import SourceError
 from shardkit.format.manifest import load_manifest
-from shardkit.write.detect import detect_format
+from shardkit.write.sources.detect import detect_format
 from tests.conftest import sample_payload
 
 NUM_SHARDS = 10

@@ -216,7 +216,7 @@ def test_s3_urls_are_read_through_the_s3_source(s3_bucket, s3_server):
 
 def test_s3_urls_of_a_public_bucket_are_read_unsigned(s3_bucket, s3_server, monkeypatch, tmp_path):
     from shardkit.write.parallel import WriteOptions
-    from shardkit.write.table_source import ingest_options
+    from shardkit.write.sources.table import ingest_options
 
     client, bucket = s3_bucket
     client.put_object(Bucket=bucket, Key="imgs/a.jpg", Body=b"public jpeg", ACL="public-read")

@@ -18,7 +18,7 @@ import pytest
 
 from shardkit.cli import main
 from shardkit.errors import SourceError
-from shardkit.write.hf_cache import find_cached
+from shardkit.write.sources.hf_cache import find_cached
 
 pytest.importorskip("datasets")
 pa = pytest.importorskip("pyarrow")

@@ -8,8 +8,9 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardkit.write import inputs
-from shardkit.write.inputs import _common_row, _jsonl_fields, _sample_size, pack_inline, unpack_inline
+from shardkit.write.extensions import TEXT_EXTENSIONS
+from shardkit.write.sources.base import sample_size as _sample_size
+from shardkit.write.sources.jsonl import _common_row, _jsonl_fields, pack_inline, unpack_inline
 from shardkit.write.parallel import WriteOptions, write_dataset
 from shardkit.write.plan import PlanReader
 from tests.write.test_write_dataset import tree_bytes
@@ -20,7 +21,7 @@ json_values = st.recursive(
     max_leaves=6,
 )
 keys = st.one_of(st.from_regex(r"[a-z0-9_-]{1,12}(/[a-z0-9]{1,5})?", fullmatch=True), st.text(max_size=12), st.just("a" * 98))
-extensions = st.one_of(st.sampled_from(sorted(inputs.TEXT_EXTENSIONS) + ["jpg", "x.y", "Cls", "é", "a/b", "__meta"]), st.text(max_size=4))
+extensions = st.one_of(st.sampled_from(sorted(TEXT_EXTENSIONS) + ["jpg", "x.y", "Cls", "é", "a/b", "__meta"]), st.text(max_size=4))
 
 
 @settings(max_examples=400, deadline=None)

@@ -16,6 +16,7 @@ import pytest
 from shardkit.cli import main
 from shardkit.errors import SourceError, UsageError
 from shardkit.write.scan import scan_dataset
+from shardkit.write.sources import SourceSettings
 from shardkit.write.parallel import WriteOptions, write_dataset
 from tests.conftest import build_dataset
 
@@ -34,7 +35,7 @@ def _gzip_shards(tmp_path) -> str:
 def test_compressed_inputs_are_read_by_range_from_an_unpacked_copy(tmp_path):
     packed = _gzip_shards(tmp_path)
     with tempfile.TemporaryDirectory() as unpack_dir, tempfile.TemporaryDirectory() as spill_dir:
-        scanned = scan_dataset(packed, spill_dir=spill_dir, unpack_dir=unpack_dir, workers=2)
+        scanned = scan_dataset(packed, spill_dir=spill_dir, settings=SourceSettings(unpack_dir=unpack_dir), workers=2)
         assert scanned.num_samples == 12
         for part, summary in zip(scanned.partitions, scanned.summaries):
             # No bytes held in memory: every sample is read later by byte range from the copy.
@@ -123,7 +124,7 @@ def test_a_compressed_input_past_max_unpack_bytes_stops_the_write_naming_it_and_
     assert write_dataset(packed, str(dest), options=WriteOptions(max_samples=4, workers=1)).manifest.num_samples == 12
     with tempfile.TemporaryDirectory() as unpack_dir, tempfile.TemporaryDirectory() as spill_dir:
         with pytest.raises(SourceError, match="max_unpack_bytes=100 "):
-            scan_dataset(first, spill_dir=spill_dir, unpack_dir=unpack_dir, max_unpack_bytes=100)
+            scan_dataset(first, spill_dir=spill_dir, settings=SourceSettings(unpack_dir=unpack_dir, max_unpack_bytes=100))
         assert os.listdir(unpack_dir) == []
 
 

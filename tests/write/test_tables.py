@@ -16,7 +16,7 @@ from shardkit.write.fieldmap import FieldMap, UrlField
 from shardkit.write.parallel import WriteOptions
 from shardkit.write.ingest import IngestedSample, SkippedRow, ingest_rows
 from shardkit.write.resize import ImageOptions
-from shardkit.write.tables import open_table, read_rows
+from shardkit.write.sources.table_reader import open_table, read_rows
 from tests.write.url_servers import Answer, ScriptedServer, photo_jpeg
 
 pa = pytest.importorskip("pyarrow")

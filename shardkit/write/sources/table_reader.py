@@ -24,7 +24,7 @@ the writer may scan in parallel:
     ``{"bytes": ..., "path": ...}`` structs; :mod:`shardkit.write.fieldmap`
     stores their bytes as they are. Or a dataset's Hub name that
     ``datasets`` cached earlier, ``NAME[:SPLIT]`` (see
-    :mod:`shardkit.write.hf_cache`; looked up offline, never downloaded):
+    :mod:`shardkit.write.sources.hf_cache`; looked up offline, never downloaded):
     the cached Arrow files are its partitions.
 
 :func:`read_rows` reads one partition as ``(position, row)`` pairs, where
@@ -51,8 +51,8 @@ import numpy as np
 
 from shardkit.errors import SourceError
 from shardkit.format.brace import expand_patterns, is_pattern
-from shardkit.write.detect import walk_files
-from shardkit.write.hf_cache import find_cached, looks_like_name
+from shardkit.write.sources.files import walk_files
+from shardkit.write.sources.hf_cache import find_cached, looks_like_name
 
 #: Table formats :func:`open_table` reads.
 TABLE_FORMATS = ("parquet", "csv", "tsv", "arrow")

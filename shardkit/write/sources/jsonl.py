@@ -1,47 +1,15 @@
-"""Scanning one partition of a source into a spill, and loading a sample back.
+"""JSONL sources: one JSON object per line, one sample per row.
 
-Scanning only looks at metadata (names and sizes; for tar inputs, headers):
-member bytes are read later, by the process that writes the shard, from
-where the spill record says they are (:func:`load_sample`). A worker scans a
-partition (see :mod:`shardkit.write.partition`) with :func:`scan_partition`,
-writing one record per sample to the partition's spill (see
-:mod:`shardkit.write.spill`) and returning a small summary. Four formats are
-understood, auto-detected by :func:`~shardkit.write.detect.detect_format`
-(the first two are scanned and read by :mod:`shardkit.write.file_inputs`,
-tar inputs by :mod:`shardkit.write.tar_inputs`):
-
-``imagefolder``
-    ``ROOT/CLASS/.../IMAGE.EXT`` (detected when every file is an image under
-    a class folder): one sample per image with the image bytes as
-    they are (``jpg``, ``png``...) and ``cls`` = index of the class folder in
-    sorted order. Key: ``CLASS/REL/PATH`` without the extension (other dots
-    become ``_`` so the key splits back correctly).
-``directory``
-    Any tree of files, grouped into samples by key = basename up to its first
-    dot, wherever the files sit: ``imgs/a1.jpg`` + ``labels/a1.cls`` form
-    sample ``a1``. Two files with the same key and extension are an error.
-``jsonl``
-    One JSON object per line: ``{"__key__": "a1", "jpg": "imgs/a1.jpg",
-    "cls": 3, "json": {...}}``. A string value is a file path (relative to the
-    JSONL file) except under a text extension (``txt``, ``json``, ``cls``..., in any case,
-    see :data:`TEXT_EXTENSIONS`) where it is the value itself. Numbers are
-    stored as text, objects and lists as JSON. The spill keeps where the
-    line is and, for a row whose values are all inline, those values (the
-    shard writer then takes them from there while the file is unchanged);
-    for a row with file fields the writer parses the line again.
-``tar``
-    Existing shards (webdataset's or shardkit's): a ``.tar`` file, a brace
-    pattern, or a directory of ``.tar`` files, to be resharded. Shards
-    compressed whole (``.tar.gz``, ``.tgz``, ``.tar.zst``, recognised by
-    their first bytes whatever their name) cannot be read by byte range: they
-    are decompressed once while scanning, into a plain tar in ``unpack_dir``,
-    and read by byte range from there; memory does not grow with their size.
-    Temporary space does: all the unpacked copies together may take at most
-    ``max_unpack_bytes`` (:data:`DEFAULT_MAX_UNPACK_BYTES`, 64 GiB), and never
-    leave less than :data:`UNPACK_RESERVE_BYTES` (1 GiB, or a twentieth of a
-    smaller file system) free where they are written; past either, scanning
-    stops with a :class:`~shardkit.errors.SourceError` naming the input, the
-    limit and what to do (nothing is written yet).
+``{"__key__": "a1", "jpg": "imgs/a1.jpg", "cls": 3, "json": {...}}``. A string
+value is a file path (relative to the JSONL file, and confined to
+``files_root``: by default the JSONL file's folder) except under a text
+extension (``txt``, ``json``, ``cls``..., in any case, see
+:data:`~shardkit.write.extensions.TEXT_EXTENSIONS`) where it is the value
+itself. Numbers are stored as text, objects and lists as JSON. Partitions are
+byte ranges of the file. The spill keeps where the line is and, for a row
+whose values are all inline, those values (the shard writer then takes them
+from there while the file is unchanged); for a row with file fields the
+writer parses the line again.
 """
 
 from __future__ import annotations
@@ -50,164 +18,67 @@ import functools
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO
 
 from shardkit.errors import DuplicateSampleError, InputFileError, SourceError
 from shardkit.format.codecs import encode_parsed_json, encode_value
 from shardkit.format.location import path_under
-from shardkit.format.tar import (
-    encoded_sample_size,
-    field_name,
-    join_members,
-    member_name_problem,
-    repeated_field,
-    split_joined,
-    split_key,
+from shardkit.format.tar import field_name, join_members, member_name_problem, repeated_field, split_joined, split_key
+from shardkit.write.extensions import TEXT_EXTENSIONS
+from shardkit.write.sources.base import (
+    IMAGE_OPTIONS,
+    Listing,
+    Members,
+    Partition,
+    ReadRange,
+    ScanCollector,
+    SourceKind,
+    SourceSettings,
 )
-from shardkit.write.file_inputs import ENC as _ENC
-from shardkit.write.file_inputs import MAX_OCTAL_SIZE as _MAX_OCTAL_SIZE
-from shardkit.write.file_inputs import file_size as _file_size
-from shardkit.write.file_inputs import load_class_file, load_directory_files, read_file, scan_class_folder, scan_directory
-from shardkit.write.partition import TABLE_KINDS, Partition
-from shardkit.write.spill import SpillWriter, short_digest, spill_error
-from shardkit.write.tar_inputs import (  # noqa: F401  (re-exported: the limits are documented here)
-    DEFAULT_MAX_UNPACK_BYTES,
-    UNPACK_RESERVE_BYTES,
-    load_tar_sample,
-    scan_tar,
-)
-
-FORMATS = ("imagefolder", "directory", "jsonl", "tar")
-
-#: Extensions whose JSONL string values are content, not file paths.
-TEXT_EXTENSIONS = frozenset({"txt", "text", "caption", "json", "cls", "id", "md", "html", "csv", "label"})
-
-
-
+from shardkit.write.sources.files import MAX_OCTAL_SIZE, file_size, read_file
+from shardkit.write.spill import short_digest
 
 # A field as scanned: (extension, size, file path or None, inline bytes or None).
 _Field = tuple[str, int, "str | None", "bytes | None"]
 
 
-class _Scan:
-    """What one partition's scan collects besides the records: skips,
-    extensions, input files (a worker-side helper of :func:`scan_partition`)."""
+class JsonlKind(SourceKind):
+    """A JSONL file, cut into byte ranges."""
 
-    def __init__(self, spill: SpillWriter, on_error: str):
-        self.spill = spill
-        self.on_error = on_error
-        self.skipped: list[list[str]] = []
-        self.extensions: set[str] = set()
-        self.num_bytes = 0
-        self.files: set[str] = set()  # input files that rows may share (JSONL rows' fields)
-        self.num_distinct_files = 0  # input files met once each (an ImageFolder's, a tree's)
-        self.has_urls = False  # a table row with a field to download (its size is not known yet)
-        self._last_exts: tuple[str, ...] = ()
+    name = "jsonl"
+    options = IMAGE_OPTIONS | {"files_root", "partition_bytes"}
+    inline_values = True
 
-    def skip_or_raise(self, error: SourceError, default_path: str) -> None:
-        if self.on_error == "raise":
-            raise error
-        self.skipped.append([error.path or default_path, str(error)])
+    def partitions(self, source: str, settings: SourceSettings) -> Listing:
+        size = os.path.getsize(source)
+        bounds = list(range(0, size, settings.partition_bytes)) + [size]
+        if len(bounds) == 1:
+            bounds = [0, 0]
+        root = os.path.abspath(settings.files_root) if settings.files_root else ""
+        ranges = enumerate(zip(bounds, bounds[1:]))
+        return Listing([Partition(i, self.name, source, start, end, root=root) for i, (start, end) in ranges])
 
-    def add(self, key: str, name: bytes, offset: int, length: int, fields: list[tuple[str, int]], digest: bytes) -> None:
-        self.add_sized(key, name, offset, length, tuple(ext for ext, _ in fields), _sample_size(key, fields), digest)
+    def scan(self, part: Partition, collector: ScanCollector, settings: SourceSettings, spec: Any) -> tuple[str, int]:
+        _scan_jsonl(part, collector)
+        return part.path, 0
 
-    def add_sized(self, key: str, name: bytes, offset: int, length: int, exts: tuple[str, ...], size: int, digest: bytes) -> None:
-        """:meth:`add` for a sample whose tar ``size`` is known."""
-        self.spill.add(key.encode(*_ENC), name, offset, length, size, digest)
-        self.num_bytes += size
-        if exts != self._last_exts:  # rows mostly repeat the extensions of the row before
-            self._last_exts = exts
-            self.extensions.update(exts)
+    def load(self, part: Partition, read_path: str, key: str, name: str, rec: Any, read_range: ReadRange) -> Members:
+        return self.checked_size(part, read_path, key, name, rec, _load_jsonl_row(part, key, rec, read_range))
 
+    def origin(self, part: Partition, read_path: str, name: str, offset: int) -> str:
+        return part.path
 
-def _sample_size(key: str, fields: list[tuple[str, int]]) -> int:
-    """:func:`~shardkit.format.tar.encoded_sample_size`, with the common case
-    (short ASCII names, sizes an octal field holds: one 512-byte header per
-    member) done inline: it runs once per sample scanned."""
-    if key.isascii():
-        total = 0
-        for ext, size in fields:
-            if len(key) + len(ext) >= 100 or size > _MAX_OCTAL_SIZE or not ext.isascii():
-                return encoded_sample_size(key, fields)
-            total += 512 + size + (-size % 512)
-        return total
-    return encoded_sample_size(key, fields)
+    def duplicate_error(self, key: str, first: Sequence[Any], second: Sequence[Any]) -> DuplicateSampleError:
+        """Two rows with one key, named by their line numbers."""
+        path = first[0].path
+        return duplicate_lines_error(path, key, line_number(path, first[3]), line_number(path, second[3]))
+
+    def count_files(self, partitions: Sequence[Partition], summaries: Sequence[dict]) -> int:
+        return super().count_files(partitions, summaries) + 1  # the JSONL file itself
 
 
-def scan_partition(
-    part: Partition,
-    prefix: str,
-    *,
-    seed: int,
-    on_error: str,
-    signature: dict,
-    unpack_dir: str | None = None,
-    max_unpack_bytes: int | None = DEFAULT_MAX_UNPACK_BYTES,
-    table: Any = None,
-) -> dict:
-    """Scan one partition, writing its spill at ``prefix``; return its summary.
-
-    Args:
-        part: The partition.
-        prefix: Path prefix of its spill files (see :func:`~shardkit.write.spill.spill_prefix`).
-        seed: Shuffle seed (the records are sorted by the seeded key hash).
-        on_error: ``"raise"`` to stop at the first unusable input,
-            ``"skip"`` to leave it out and record it with the reason.
-        signature: The partition's input signature, stored in the summary.
-        unpack_dir: Where an input shard compressed whole is unpacked to.
-        max_unpack_bytes: Most bytes that copy may take (None: no limit but
-            the folder's free space).
-        table: For a table partition, its
-            :class:`~shardkit.write.table_source.TableSpec` (which scans it).
-
-    Returns:
-        ``num_samples``, ``num_bytes`` (planned tar bytes), ``skipped``
-        (``[path, reason]`` pairs in scan order), ``extensions``,
-        ``num_files``, ``read_path`` (the file the records' offsets point
-        into), ``unpacked_bytes``, ``has_urls`` (table rows with fields to
-        download) and ``signature``.
-
-    Raises:
-        SourceError: Malformed input or a refused name (under ``"raise"``),
-            a compressed input that unpacks past its limit.
-        DestinationError: The spill cannot be written (full, read-only).
-    """
-    scan = _Scan(SpillWriter(prefix, seed), on_error)
-    read_path, unpacked = part.path, 0
-    if part.kind == "jsonl":
-        _scan_jsonl(part, scan)
-    elif part.kind == "imagefolder":
-        scan_class_folder(part, scan)
-    elif part.kind == "directory":
-        scan_directory(part, scan)
-    elif part.kind in TABLE_KINDS:
-        table.scan_rows(part, scan)
-    else:
-        read_path, unpacked = scan_tar(part, scan, unpack_dir=unpack_dir, max_unpack_bytes=max_unpack_bytes)
-    summary = {
-        "signature": signature,
-        "num_samples": len(scan.spill),
-        "num_bytes": scan.num_bytes,
-        "skipped": scan.skipped,
-        "extensions": sorted(scan.extensions),
-        "num_files": len(scan.files) + scan.num_distinct_files,
-        "read_path": read_path,
-        "unpacked_bytes": unpacked,
-        "has_urls": scan.has_urls,
-    }
-    try:
-        scan.spill.finish(summary)
-    except OSError as exc:
-        raise spill_error(exc, os.path.dirname(prefix), part.path) from exc
-    return summary
-
-
-# ------------------------------------------------------------------ jsonl
-
-
-def _scan_jsonl(part: Partition, scan: _Scan) -> None:
+def _scan_jsonl(part: Partition, scan: ScanCollector) -> None:
     path = part.path
     base = os.path.dirname(os.path.abspath(path))
     root = part.root or base  # row paths must stay in it (see files_root)
@@ -277,7 +148,7 @@ def _common_row(line: bytes) -> tuple[str, tuple[str, ...], bytes, int] | None:
         else:
             data = encode_parsed_json(value)
         n = len(data)
-        if len(key) + len(ext) >= 100 or n > _MAX_OCTAL_SIZE:
+        if len(key) + len(ext) >= 100 or n > MAX_OCTAL_SIZE:
             return None
         size += 512 + n + (-n % 512)
         exts.append(ext)
@@ -431,7 +302,7 @@ def _jsonl_fields(line: bytes, path: str, base: str, root: str, number: Callable
                     line=n,
                 )
             try:
-                size = _file_size(file)
+                size = file_size(file)
             except SourceError as exc:
                 n = number()
                 detail = str(exc).removeprefix(f"{file}: ")  # the message names the file first
@@ -486,7 +357,7 @@ def _extension_problem(ext: str) -> str | None:
 # ------------------------------------------------------------------ writing side
 
 
-def _load_jsonl_row(part: Partition, key: str, rec: Any, read_range: ReadRange) -> list[tuple[str, bytes]]:
+def _load_jsonl_row(part: Partition, key: str, rec: Any, read_range: ReadRange) -> Members:
     path = part.path
     try:
         line = read_range(path, rec.offset, rec.length)
@@ -521,69 +392,3 @@ def _load_jsonl_row(part: Partition, key: str, rec: Any, read_range: ReadRange) 
 def _folder_of(path: str) -> str:
     """The folder JSONL rows' file paths are relative to (once per file, not per row)."""
     return os.path.dirname(os.path.abspath(path))
-
-
-#: Reads ``length`` bytes of a file at an offset (the shard writer keeps its input files open).
-ReadRange = Callable[[str, int, int], bytes]
-
-
-def load_sample(
-    part: Partition, read_path: str, key: str, name: str, rec: Any, read_range: ReadRange
-) -> list[tuple[str, bytes]]:
-    """A scanned sample's ``(extension, bytes)`` members, read from its input.
-
-    Args:
-        part: Its partition.
-        read_path: The file the partition's offsets point into (an input
-            shard's unpacked copy, when it was compressed).
-        key: Its key.
-        name: Its name from the spill (relative file paths).
-        rec: Its spill record (a :data:`~shardkit.write.spill.Record`).
-        read_range: Reads a byte range of a file.
-
-    Raises:
-        InputFileError: An input vanished, became unreadable, or changed
-            since it was scanned (its size or, for JSONL, its line).
-    """
-    if part.kind == "jsonl":
-        fields = _load_jsonl_row(part, key, rec, read_range)
-    elif part.kind == "tar":
-        fields = load_tar_sample(part, read_path, key, rec.offset, rec.length, read_range)
-    elif part.kind == "imagefolder":
-        fields = load_class_file(part, name, rec.length)  # the file's size when scanned
-        if len(fields[0][1]) == rec.length:
-            return fields  # the sizes the scan planned with (the label is the partition's)
-    else:
-        fields = load_directory_files(part, name)
-    if _sample_size(key, [(ext, len(data)) for ext, data in fields]) != rec.size:
-        where = record_origin(part, read_path, name, rec.offset)
-        raise InputFileError(
-            f"{where}: input changed size since it was scanned (sample {key!r}); rerun the write", path=where
-        )
-    return fields
-
-
-def record_origin(part: Partition, read_path: str, name: str, offset: int) -> str:
-    """Where a sample came from, for messages: its file, or ``shard@byte`` for a tar input."""
-    if part.kind == "jsonl":
-        return part.path
-    if part.kind in TABLE_KINDS:
-        return f"{part.root}#row={offset}"
-    if part.kind == "tar":
-        return f"{part.path}@{offset}" + (" (uncompressed)" if read_path != part.path else "")
-    if part.kind == "imagefolder":
-        return os.path.join(part.root, name)
-    return os.path.join(part.path, name.split("\0")[0])
-
-
-def duplicate_error(key: str, first: tuple[Partition, str, str, int], second: tuple[Partition, str, str, int]) -> DuplicateSampleError:
-    """The error for two samples with one key: ``(partition, read path, name, offset)`` each."""
-    if first[0].kind == "jsonl" and second[0].kind == "jsonl":
-        path = first[0].path
-        return duplicate_lines_error(path, key, line_number(path, first[3]), line_number(path, second[3]))
-    a, b = record_origin(*first), record_origin(*second)
-    return DuplicateSampleError(
-        f"sample key {key!r} appears in both {a} and {b}; rename one of them (keys are unique in a dataset)",
-        first=a,
-        second=b,
-    )

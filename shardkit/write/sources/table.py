@@ -1,7 +1,8 @@
 """Tables as a write source: their rows scanned into spills, their URLs fetched while shards are written.
 
 Parquet, CSV/TSV and ``datasets`` save_to_disk folders (read by
-:mod:`shardkit.write.tables`) are sources like the others. Each part of a
+:mod:`shardkit.write.sources.table_reader`) are sources like the others, one
+:class:`TableKind` per format name. Each part of a
 table (a Parquet row group, a CSV/TSV byte range, an Arrow file) is a scan
 partition, scanned in parallel; scanning maps every row to sample fields with
 the write's :class:`~shardkit.write.fieldmap.FieldMap` (a missing column is
@@ -40,14 +41,30 @@ from typing import Any
 
 from shardkit.errors import SourceError, UsageError
 from shardkit.format.manifest import SkippedInput
-from shardkit.write.detect import IMAGE_EXTENSIONS
 from shardkit.write.download import DownloadOptions, Downloader
+from shardkit.write.extensions import IMAGE_EXTENSIONS
 from shardkit.write.fieldmap import FieldMap, RowSample, UrlField, encode_record
 from shardkit.write.ingest import SkippedRow, ingest_rows
-from shardkit.write.partition import Partition
 from shardkit.write.resize import ImageOptions, image_format_name
+from shardkit.write.sources.base import (
+    IMAGE_OPTIONS,
+    Listing,
+    Members,
+    Partition,
+    ReadRange,
+    ScanCollector,
+    SourceKind,
+    SourceSettings,
+)
+from shardkit.write.sources.table_reader import (
+    PartitionList,
+    Table,
+    TablePartition,
+    open_table,
+    read_rows,
+    table_format,
+)
 from shardkit.write.spill import short_digest
-from shardkit.write.tables import PartitionList, Table, TablePartition, open_table, read_rows, table_format
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +72,19 @@ logger = logging.getLogger(__name__)
 #: is not given (img2dataset's default too).
 DEFAULT_URL_SHARD_SAMPLES = 10_000
 
-#: The write's format names of tables -> :mod:`shardkit.write.tables`' names.
+#: The format names (and partition kinds) of tables: Parquet, CSV, TSV and
+#: ``datasets`` save_to_disk folders or cached datasets (``hf``).
+TABLE_KINDS = ("parquet", "csv", "tsv", "hf")
+
+#: The write's format names of tables -> :mod:`~shardkit.write.sources.table_reader`'s names.
 _TABLES_FORMAT = {"parquet": "parquet", "csv": "csv", "tsv": "tsv", "hf": "arrow"}
 _WRITE_FORMAT = {value: key for key, value in _TABLES_FORMAT.items()}
+
+#: Options only table sources take: the column map and the downloads.
+TABLE_OPTIONS = frozenset({
+    "fields", "key_column", "download_threads", "max_connections_per_host", "connect_timeout_s", "read_timeout_s",
+    "download_retries", "respect_opt_out", "user_agent_contact", "s3_anonymous", "files_root",
+})  # fmt: skip
 
 #: Folder entries a Parquet dataset folder may hold besides its files (Spark's and Hadoop's markers).
 _PARQUET_EXTRAS = ("_SUCCESS", "_common_metadata", "_metadata")
@@ -198,9 +225,9 @@ class TableSpec:
         fields = [list(pair) for pair in self.fields.fields]
         return {"table_fields": fields, "table_key": self.fields.key_column, "table_output": self.output}
 
-    def scan_rows(self, part: Partition, scan: Any) -> None:
+    def scan_rows(self, part: Partition, scan: ScanCollector) -> None:
         """Scan one table partition: map each row and add it (the mapped row as
-        the record's name) to ``scan`` (a :mod:`~shardkit.write.inputs` scan)."""
+        the record's name) to ``scan``."""
         table = Table(self.source, _TABLES_FORMAT[self.format], self.columns, PartitionList((), []), 0)
         piece = TablePartition(part.path, part.start, part.end, part.first_row, 0, part.first_line)
         scan.files.add(part.path)
@@ -220,6 +247,39 @@ class TableSpec:
                 sizes = sorted([*sizes, ("json", len(record))])
             scan.has_urls = scan.has_urls or has_url
             scan.add(sample.key, blob, position, 0, sizes, short_digest(blob + salt))
+
+
+class TableKind(SourceKind):
+    """A table of one format (``parquet``, ``csv``, ``tsv``, ``hf``): each row a sample."""
+
+    rows_in_spill = True
+
+    def __init__(self, name: str):
+        self.name = name
+        self.source_is_path = name in ("csv", "tsv")  # Parquet: a brace pattern too; hf: a cached dataset's name
+        self.options = IMAGE_OPTIONS | TABLE_OPTIONS | ({"partition_bytes"} if self.source_is_path else set())
+
+    def partitions(self, source: str, settings: SourceSettings) -> Listing:
+        """The table's parts, and its spec (:class:`TableSpec`) every part's scan shares."""
+        parts, spec = table_partitions(
+            source, self.name, fields=settings.fields, partition_bytes=settings.partition_bytes,
+            output=settings.table_output,
+        )  # fmt: skip
+        return Listing(parts, spec=spec, signature=spec.signature())
+
+    def scan(self, part: Partition, collector: ScanCollector, settings: SourceSettings, spec: Any) -> tuple[str, int]:
+        spec.scan_rows(part, collector)
+        return part.path, 0
+
+    def load(self, part: Partition, read_path: str, key: str, name: str, rec: Any, read_range: ReadRange) -> Members:
+        raise AssertionError("table rows are made from their spill records by table_rows, never loaded")
+
+    def origin(self, part: Partition, read_path: str, name: str, offset: int) -> str:
+        return f"{part.root}#row={offset}"
+
+    def count_files(self, partitions: Sequence[Partition], summaries: Sequence[dict]) -> int:
+        """The table's files, each once however many parts it is cut into."""
+        return len({part.path for part in partitions})
 
 
 def table_partitions(
@@ -344,13 +404,16 @@ def table_rows(
 __all__ = [
     "DEFAULT_URL_SHARD_SAMPLES",
     "IngestOptions",
+    "TABLE_KINDS",
+    "TABLE_OPTIONS",
+    "TableKind",
     "TableSpec",
     "close_process_downloader",
     "decode_row",
     "detect_table",
     "encode_row",
-    "planned_options",
     "ingest_options",
+    "planned_options",
     "process_downloader",
     "table_partitions",
     "table_rows",

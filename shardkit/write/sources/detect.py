@@ -1,6 +1,8 @@
-"""Telling a source's format from its shape, only where exactly one fits.
+"""Telling a file source's kind from its shape, only where exactly one fits.
 
-``shardkit write`` packs four source formats (see :mod:`shardkit.write.inputs`);
+Four kinds are told apart by the shape of a file or folder (ImageFolder,
+directory, JSONL, tar shards; tables are told by
+:func:`~shardkit.write.sources.table.detect_table` first).
 :func:`detect_format` picks one when ``--format`` is not given, and refuses,
 naming the formats that would apply, whenever the shape leaves a doubt: tar
 shards or JSONL files are never packed as sample fields unless the user
@@ -10,63 +12,16 @@ chose ``--format directory``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 from shardkit.errors import SourceError
 from shardkit.format.brace import is_pattern
-from shardkit.format.compression import SHARD_SUFFIXES
 from shardkit.format.manifest import MANIFEST_NAME
-
-IMAGE_EXTENSIONS = frozenset({"jpg", "jpeg", "png", "ppm", "bmp", "pgm", "tif", "tiff", "webp", "gif"})
-
-#: File name endings of tar shards, plain or compressed whole.
-TAR_SUFFIXES: tuple[str, ...] = (".tar", *SHARD_SUFFIXES)
+from shardkit.write.extensions import IMAGE_EXTENSIONS
+from shardkit.write.sources.files import walk_files, walk_tree
+from shardkit.write.sources.tar import TAR_SUFFIXES
 
 #: Dataset-level files a folder of shards may hold beside them.
 _DATASET_FILE_PREFIXES = ("README", "LICENSE", "CITATION")
-
-
-def walk_files(root: str) -> Iterator[str]:
-    """Regular files under ``root`` in sorted order, skipping hidden names."""
-    for _, entries in walk_tree(root):
-        for entry in entries:
-            yield entry.path
-
-
-def walk_tree(root: str, relative: str = "") -> Iterator[tuple[str, list[os.DirEntry]]]:
-    """Each folder under ``root`` (itself first), as ``(path relative to
-    root, its files)``: the files sorted by name, the folders in the order
-    :func:`walk_files` lists their files, hidden names left out.
-
-    What ``os.walk(root, followlinks=True)`` sees, with the directory entries
-    kept: an entry's ``path`` is ``os.path.join(folder, name)`` and its
-    ``stat()`` is one system call, not one per question asked of the file.
-    ``relative`` is ``""`` for ``root``, else ``"sub/sub2"``. A folder that
-    cannot be listed is left out, as ``os.walk`` leaves it out.
-    """
-    files, folders = [], []
-    try:
-        with os.scandir(root) as listing:
-            for entry in listing:
-                if entry.name.startswith("."):
-                    continue
-                try:
-                    is_dir = entry.is_dir()
-                except OSError:
-                    is_dir = False
-                (folders if is_dir else files).append(entry)
-    except OSError:
-        return
-    files.sort(key=_entry_name)
-    yield relative, files
-    del files
-    folders.sort(key=_entry_name)
-    for entry in folders:
-        yield from walk_tree(entry.path, f"{relative}/{entry.name}" if relative else entry.name)
-
-
-def _entry_name(entry: os.DirEntry) -> str:
-    return entry.name
 
 
 def detect_format(source: str) -> str:

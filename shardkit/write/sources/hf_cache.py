@@ -21,7 +21,7 @@ when it prepares a dataset::
 
 Of several cached revisions the most recently written one is taken (as
 ``datasets`` does offline). Its Arrow files are Arrow streams, read by
-:mod:`shardkit.write.tables` like those of a ``save_to_disk`` folder.
+:mod:`shardkit.write.sources.table_reader` like those of a ``save_to_disk`` folder.
 """
 
 from __future__ import annotations
