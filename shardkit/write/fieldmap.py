@@ -20,7 +20,9 @@ the ``bytes`` of a ``datasets`` image struct (``{"bytes": ..., "path":
 ...}``); a string under a text extension (``TEXT_EXTENSIONS`` of
 :mod:`shardkit.write.extensions`, as for JSONL rows) is text;
 a string under any other extension is a URL to fetch (``http(s)://`` or
-``s3://``), a :class:`UrlField`; numbers become text, lists and dicts JSON. A
+``s3://``), a :class:`UrlField`, or, with no ``scheme://``, a local file's
+path, which the table's scan turns into a :class:`FileField` (resolved and
+confined as a JSONL row's path is); numbers become text, lists and dicts JSON. A
 None in a text column leaves the field out; a None or an empty string
 where a URL or bytes belong leaves a :class:`UrlField` with an empty URL,
 which the downloader records as ``bad_url``.
@@ -61,21 +63,32 @@ class UrlField:
 
 
 @dataclass(frozen=True, slots=True)
+class FileField:
+    """A field whose bytes are a local file's: ``path`` (made absolute and
+    checked to stay in the files root when the row was scanned), ``size``
+    bytes then. A table's string that is not a URL (no ``scheme://``) names
+    one, as a JSONL row's string does."""
+
+    path: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
 class RowSample:
     """One row, mapped to sample fields.
 
     Attributes:
         key: The sample key.
         position: The row's position in the table.
-        fields: ``(ext, value)`` sorted by ext: bytes to store, or a
-            :class:`UrlField` to fetch.
+        fields: ``(ext, value)`` sorted by ext: bytes to store, a
+            :class:`UrlField` to fetch, or a :class:`FileField` to read.
         record: For ``json=*``: the remaining columns (JSON-ready), to be
             stored as ``json`` once the download facts are added; else None.
     """
 
     key: str
     position: int
-    fields: tuple[tuple[str, bytes | UrlField], ...]
+    fields: tuple[tuple[str, bytes | UrlField | FileField], ...]
     record: dict[str, Any] | None = None
 
     @property
@@ -234,4 +247,4 @@ def encode_record(record: dict[str, Any]) -> bytes:
     return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
-__all__ = ["FieldMap", "KEY_COLUMN", "KNOWN_EXTENSIONS", "REST", "RowSample", "UrlField", "encode_record"]
+__all__ = ["FieldMap", "FileField", "KEY_COLUMN", "KNOWN_EXTENSIONS", "REST", "RowSample", "UrlField", "encode_record"]

@@ -94,17 +94,25 @@ class SkippedRow:
 
 
 def ingest_rows(
-    samples: Iterable[RowSample], *, downloader: Downloader, images: ImageOptions | None = None
+    samples: Iterable[RowSample | SkippedRow], *, downloader: Downloader, images: ImageOptions | None = None
 ) -> Iterator[IngestedSample | SkippedRow]:
     """Each row's fields ready to store, or why it was left out, in input order.
 
     Args:
-        samples: Rows mapped by a :class:`~shardkit.write.fieldmap.FieldMap`.
+        samples: Rows mapped by a :class:`~shardkit.write.fieldmap.FieldMap`
+            (their local files read), or rows already left out, passed on in
+            their place.
         downloader: Fetches URL fields (its threads run the rows).
         images: Checking and resizing image fields (default: check only).
     """
     options = images or ImageOptions()
-    return downloader.map_ordered(lambda sample: ingest_row(sample, downloader=downloader, images=options), samples)
+
+    def ingest(sample: RowSample | SkippedRow) -> IngestedSample | SkippedRow:
+        if isinstance(sample, SkippedRow):
+            return sample
+        return ingest_row(sample, downloader=downloader, images=options)
+
+    return downloader.map_ordered(ingest, samples)
 
 
 def ingest_row(sample: RowSample, *, downloader: Downloader, images: ImageOptions) -> IngestedSample | SkippedRow:
@@ -123,6 +131,7 @@ def ingest_row(sample: RowSample, *, downloader: Downloader, images: ImageOption
             facts[ext] = {"url": fetched.url, "status": fetched.status}
             check = is_image
         else:
+            assert isinstance(value, bytes), "local files are read before rows are ingested"
             data = value
             check = is_image and images.resize is not None
         if check:

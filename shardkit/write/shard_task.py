@@ -134,7 +134,7 @@ def write_shard(
     try:
         with plan or PlanReader(task) as plan:
             if plan.partitions and source_kind(plan.partitions[0].kind).rows_in_spill:
-                rows = table_rows(plan, task, ingest=ingest, on_error=download_errors)
+                rows = table_rows(plan, task, ingest=ingest, on_error=download_errors, input_errors=on_error)
                 turn = None
             else:
                 rows = _file_rows(plan, task, on_error, joined=compress_members is None)

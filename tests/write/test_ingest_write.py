@@ -166,7 +166,7 @@ def test_a_manifest_lists_the_first_skipped_rows_and_counts_them_all(tmp_path, s
         writer = csv.writer(f)
         writer.writerow(["url", "caption"])
         for i in range(rows):
-            writer.writerow([url if i in good else f"nope-{i}", f"row {i}"])
+            writer.writerow([url if i in good else f"nope://{i}", f"row {i}"])  # no http(s)/s3 scheme: bad_url
     dest = tmp_path / "out"
     args = ["--field", "jpg=url", "--field", "txt=caption", "--max-samples", "100", *FAST]
     assert main(["write", str(source), str(dest), *args]) == 0

@@ -14,6 +14,7 @@ import stat
 from collections.abc import Iterator
 
 from shardkit.errors import InputFileError, SourceError
+from shardkit.format.location import path_under
 
 #: How names are encoded in the spill (file names that are not UTF-8 survive).
 ENC = ("utf-8", "surrogateescape")
@@ -41,6 +42,35 @@ def entry_size(entry: os.DirEntry) -> int:
     if not stat.S_ISREG(st.st_mode):
         raise _not_a_file(entry.path)
     return st.st_size
+
+
+class RowFileError(Exception):
+    """Why the file a row names cannot be taken: its message starts with the
+    field (``field 'jpg' refers to ...``), for the caller to put the row first."""
+
+
+def row_file(ext: str, value: str, base: str, root: str) -> tuple[str, int]:
+    """The file a row's field ``ext`` names by ``value`` (relative to
+    ``base``), and its size; a JSONL row's and a table row's alike.
+
+    The file must stay in ``root`` (``..`` and absolute paths resolved by
+    name): a row naming any file could otherwise copy it into the shards.
+
+    Raises:
+        RowFileError: Outside ``root``, missing or not a regular file.
+    """
+    file = os.path.join(base, value)
+    if not path_under(os.path.abspath(file), os.path.abspath(root)):  # ".." resolved by name
+        raise RowFileError(
+            f"field {ext!r} refers to {file}, outside {root}, the folder row paths must stay in (a row naming any "
+            "file could copy it into the shards); pass --files-root with a folder that holds the files "
+            "(files_root=...) to allow it"
+        )
+    try:
+        return file, file_size(file)
+    except SourceError as exc:
+        detail = str(exc).removeprefix(f"{file}: ")  # the message names the file first
+        raise RowFileError(f"field {ext!r} refers to {file}: {detail}") from exc
 
 
 def _unreadable(path: str, exc: OSError) -> SourceError:

@@ -23,7 +23,6 @@ from typing import Any, BinaryIO
 
 from shardkit.errors import DuplicateSampleError, InputFileError, SourceError
 from shardkit.format.codecs import encode_parsed_json, encode_value
-from shardkit.format.location import path_under
 from shardkit.format.tar import field_name, join_members, member_name_problem, repeated_field, split_joined, split_key
 from shardkit.write.extensions import TEXT_EXTENSIONS
 from shardkit.write.sources.base import (
@@ -36,7 +35,7 @@ from shardkit.write.sources.base import (
     SourceKind,
     SourceSettings,
 )
-from shardkit.write.sources.files import MAX_OCTAL_SIZE, file_size, read_file
+from shardkit.write.sources.files import MAX_OCTAL_SIZE, RowFileError, read_file, row_file
 from shardkit.write.spill import short_digest
 
 # A field as scanned: (extension, size, file path or None, inline bytes or None).
@@ -291,24 +290,11 @@ def _jsonl_fields(line: bytes, path: str, base: str, root: str, number: Callable
             )
         value = row[ext]
         if type(value) is str and ext.lower() not in TEXT_EXTENSIONS:
-            file = os.path.join(base, value)
-            if not path_under(os.path.abspath(file), os.path.abspath(root)):  # ".." resolved by name
-                n = number()
-                raise SourceError(
-                    f"{path}:{n}: line {n}: field {ext!r} refers to {file}, outside {root}, the folder row paths "
-                    "must stay in (a row naming any file could copy it into the shards); pass --files-root with "
-                    "a folder that holds the files (files_root=...) to allow it",
-                    path=path,
-                    line=n,
-                )
             try:
-                size = file_size(file)
-            except SourceError as exc:
+                file, size = row_file(ext, value, base, root)
+            except RowFileError as exc:
                 n = number()
-                detail = str(exc).removeprefix(f"{file}: ")  # the message names the file first
-                raise SourceError(
-                    f"{path}:{n}: line {n}: field {ext!r} refers to {file}: {detail}", path=path, line=n
-                ) from exc
+                raise SourceError(f"{path}:{n}: line {n}: {exc}", path=path, line=n) from exc.__cause__
             fields.append((ext, size, file, None))
         else:
             data = encode_value(value)

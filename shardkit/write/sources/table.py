@@ -39,11 +39,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardkit.errors import SourceError, UsageError
+from shardkit.errors import InputFileError, SourceError, UsageError
 from shardkit.format.manifest import SkippedInput
 from shardkit.write.download import DownloadOptions, Downloader
 from shardkit.write.extensions import IMAGE_EXTENSIONS
-from shardkit.write.fieldmap import FieldMap, RowSample, UrlField, encode_record
+from shardkit.write.fieldmap import FieldMap, FileField, RowSample, UrlField, encode_record
 from shardkit.write.ingest import SkippedRow, ingest_rows
 from shardkit.write.resize import ImageOptions, image_format_name
 from shardkit.write.sources.base import (
@@ -56,6 +56,7 @@ from shardkit.write.sources.base import (
     SourceKind,
     SourceSettings,
 )
+from shardkit.write.sources.files import RowFileError, read_file, row_file
 from shardkit.write.sources.table_reader import (
     PartitionList,
     Table,
@@ -212,6 +213,8 @@ class TableSpec:
         columns: The table's columns.
         fields: The field map, resolved against ``columns``.
         output: :meth:`IngestOptions.output_signature` of the write.
+        files_base: The folder a row's local file paths are relative to (the table's).
+        files_root: The folder they must stay in (``files_root``, or ``files_base``).
     """
 
     source: str
@@ -219,34 +222,60 @@ class TableSpec:
     columns: tuple[str, ...]
     fields: FieldMap
     output: str = ""
+    files_base: str = ""
+    files_root: str = ""
 
     def signature(self) -> dict:
         """What a resumed run's spills must have been scanned with."""
         fields = [list(pair) for pair in self.fields.fields]
-        return {"table_fields": fields, "table_key": self.fields.key_column, "table_output": self.output}
+        return {"table_fields": fields, "table_key": self.fields.key_column, "table_output": self.output,
+                "table_files_root": self.files_root}  # fmt: skip
 
     def scan_rows(self, part: Partition, scan: ScanCollector) -> None:
         """Scan one table partition: map each row and add it (the mapped row as
         the record's name) to ``scan``."""
         table = Table(self.source, _TABLES_FORMAT[self.format], self.columns, PartitionList((), []), 0)
         piece = TablePartition(part.path, part.start, part.end, part.first_row, 0, part.first_line)
-        scan.files.add(part.path)
         columns = self.fields.columns_read(self.columns)
         salt = self.output.encode()
         for position, row in read_rows(table, piece, columns):
             try:
-                sample = self.fields.sample(position, row, source=self.source)
+                sample = self._with_files(self.fields.sample(position, row, source=self.source))
             except SourceError as exc:
                 scan.skip_or_raise(exc, f"{self.source}#row={position}")
                 continue
             blob = encode_row(sample)
-            sizes = [(ext, 0 if isinstance(value, UrlField) else len(value)) for ext, value in sample.fields]
+            sizes = [(ext, _planned_size(value)) for ext, value in sample.fields]
+            scan.files.update(value.path for _, value in sample.fields if isinstance(value, FileField))
             has_url = any(isinstance(value, UrlField) for _, value in sample.fields)
             if (has_url or sample.record is not None) and not any(ext == "json" for ext, _ in sizes):
                 record = encode_record(sample.record) if sample.record is not None else b""
                 sizes = sorted([*sizes, ("json", len(record))])
             scan.has_urls = scan.has_urls or has_url
             scan.add(sample.key, blob, position, 0, sizes, short_digest(blob + salt))
+
+    def _with_files(self, sample: RowSample) -> RowSample:
+        """``sample`` with each string that is not a URL (no ``scheme://``)
+        taken as a local file's path, as a JSONL row's path is: relative to
+        :attr:`files_base`, confined to :attr:`files_root`, sized now.
+
+        Raises:
+            SourceError: A path outside the files root, or no regular file
+                there (names the row, the field and the file).
+        """
+        if not any(_is_path(value) for _, value in sample.fields):
+            return sample
+        fields: list[tuple[str, bytes | UrlField | FileField]] = []
+        for ext, value in sample.fields:
+            if _is_path(value):
+                assert isinstance(value, UrlField)
+                try:
+                    value = FileField(*row_file(ext, value.url, self.files_base, self.files_root))
+                except RowFileError as exc:
+                    row = f"{self.source}#row={sample.position}"  # the path a skip record names, as for downloads
+                    raise SourceError(f"{self.source}: row {sample.position}: {exc}", path=row) from exc.__cause__
+            fields.append((ext, value))
+        return dataclasses.replace(sample, fields=tuple(fields))
 
 
 class TableKind(SourceKind):
@@ -263,7 +292,7 @@ class TableKind(SourceKind):
         """The table's parts, and its spec (:class:`TableSpec`) every part's scan shares."""
         parts, spec = table_partitions(
             source, self.name, fields=settings.fields, partition_bytes=settings.partition_bytes,
-            output=settings.table_output,
+            output=settings.table_output, files_root=settings.files_root,
         )  # fmt: skip
         return Listing(parts, spec=spec, signature=spec.signature())
 
@@ -278,12 +307,28 @@ class TableKind(SourceKind):
         return f"{part.root}#row={offset}"
 
     def count_files(self, partitions: Sequence[Partition], summaries: Sequence[dict]) -> int:
-        """The table's files, each once however many parts it is cut into."""
-        return len({part.path for part in partitions})
+        """The table's files, each once however many parts it is cut into, and
+        the local files its rows name (counted once per partition naming them)."""
+        return len({part.path for part in partitions}) + super().count_files(partitions, summaries)
+
+
+def _is_path(value: object) -> bool:
+    """A table value that names a local file: a string with no ``scheme://``."""
+    return isinstance(value, UrlField) and bool(value.url) and "://" not in value.url
+
+
+def _planned_size(value: bytes | UrlField | FileField) -> int:
+    """A field's bytes as the scan plans them: a URL's are not known until fetched (0)."""
+    if isinstance(value, UrlField):
+        return 0
+    if isinstance(value, FileField):
+        return value.size
+    return len(value)
 
 
 def table_partitions(
-    source: str, format: str, *, fields: FieldMap, partition_bytes: int, output: str = ""
+    source: str, format: str, *, fields: FieldMap, partition_bytes: int, output: str = "",
+    files_root: str | None = None,
 ) -> tuple[list[Partition], TableSpec]:
     """A table source's partitions, and its spec with the field map checked
     against its columns (reads metadata only: Parquet footers, the Arrow
@@ -297,7 +342,9 @@ def table_partitions(
     resolved = fields.resolve(table.columns, source=source)
     if not fields.fields:
         _note_left_out(source, table.columns, resolved)
-    spec = TableSpec(source, format, table.columns, resolved, output)
+    base = source if os.path.isdir(source) else os.path.dirname(os.path.abspath(source))
+    root = os.path.abspath(files_root) if files_root else base
+    spec = TableSpec(source, format, table.columns, resolved, output, files_base=base, files_root=root)
     parts = [
         Partition(i, format, piece.path, piece.start, piece.end, root=source, first_row=piece.first_row,
                   first_line=piece.first_line)
@@ -310,12 +357,15 @@ def table_partitions(
 
 def encode_row(sample: RowSample) -> bytes:
     """A mapped row as the spill keeps it: a JSON line (each field's extension
-    and URL or byte count, the ``json=*`` record) and the fields' bytes after it."""
+    and URL, byte count or ``[file path, size]``, the ``json=*`` record) and
+    the fields' bytes after it."""
     head: list[Any] = []
     data = []
     for ext, value in sample.fields:
         if isinstance(value, UrlField):
             head.append([ext, value.url])
+        elif isinstance(value, FileField):
+            head.append([ext, [value.path, value.size]])
         else:
             head.append([ext, len(value)])
             data.append(value)
@@ -328,10 +378,12 @@ def decode_row(key: str, position: int, blob: bytes) -> RowSample:
     end = blob.index(b"\n")
     head = json.loads(blob[:end])
     at = end + 1
-    fields: list[tuple[str, bytes | UrlField]] = []
+    fields: list[tuple[str, bytes | UrlField | FileField]] = []
     for ext, value in head["f"]:
         if isinstance(value, str):
             fields.append((ext, UrlField(value)))
+        elif isinstance(value, list):
+            fields.append((ext, FileField(value[0], value[1])))
         else:
             fields.append((ext, blob[at : at + value]))
             at += value
@@ -368,7 +420,7 @@ def close_process_downloader() -> None:
 
 
 def table_rows(
-    plan: Any, task: Any, *, ingest: IngestOptions | None, on_error: str
+    plan: Any, task: Any, *, ingest: IngestOptions | None, on_error: str, input_errors: str = "raise"
 ) -> Iterator[tuple[str, list[tuple[str, bytes]]] | SkippedInput]:
     """A shard task's table rows ready to store, ``(key, fields)``, or their
     skip records, in plan order.
@@ -378,6 +430,8 @@ def table_rows(
         task: The :class:`~shardkit.write.plan.ShardTask`.
         ingest: Download and image options (defaults when None).
         on_error: ``"raise"``: the first row that cannot be stored raises.
+        input_errors: ``"raise"``: a row's local file that vanished or
+            changed since the scan raises; ``"skip"``: the row is recorded.
 
     Raises:
         SourceError: Under ``on_error="raise"``, for the first row left out:
@@ -387,9 +441,9 @@ def table_rows(
     ingest = ingest or IngestOptions()
     source = plan.partitions[0].root if plan.partitions else ""
 
-    def samples() -> Iterator[RowSample]:
+    def samples() -> Iterator[RowSample | SkippedRow]:
         for _, key, name, rec in plan.samples(task):
-            yield decode_row(key, rec.offset, name)
+            yield _read_files(decode_row(key, rec.offset, name), source, input_errors)
 
     downloader = process_downloader(ingest.download)
     for result in ingest_rows(samples(), downloader=downloader, images=ingest.images):
@@ -399,6 +453,35 @@ def table_rows(
             yield result.skipped_input(source)
         else:
             yield result.key, list(result.fields)
+
+
+def _read_files(sample: RowSample, source: str, on_error: str) -> RowSample | SkippedRow:
+    """``sample`` with its local files read (on the writer's thread, in plan
+    order), or the row left out when one cannot be read as scanned.
+
+    Raises:
+        InputFileError: Under ``on_error="raise"``, naming the table, the row and the file.
+    """
+    if not any(isinstance(value, FileField) for _, value in sample.fields):
+        return sample
+    fields: list[tuple[str, bytes | UrlField | FileField]] = []
+    for ext, value in sample.fields:
+        if isinstance(value, FileField):
+            try:
+                data = read_file(value.path, value.size)
+                if len(data) != value.size:
+                    raise InputFileError(
+                        f"{value.path}: input changed size since it was scanned; rerun the write", path=value.path
+                    )
+            except InputFileError as exc:
+                if on_error == "raise":
+                    raise InputFileError(
+                        f"{source}: row {sample.position} (key {sample.key}): field {ext!r}: {exc}", path=value.path
+                    ) from exc
+                return SkippedRow(sample.key, sample.position, ext, "", None, "input", str(exc))
+            value = data
+        fields.append((ext, value))
+    return dataclasses.replace(sample, fields=tuple(fields))
 
 
 __all__ = [
