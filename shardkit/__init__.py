@@ -15,6 +15,7 @@ from shardkit.errors import (
     ImageTooLargeError,
     InputFileError,
     ManifestError,
+    MapError,
     MemberTooLargeError,
     RemoteError,
     ShardkitError,
@@ -43,7 +44,7 @@ _LAZY = {
     "ShardWindowSampler": "shardkit.read.sampler",
     "Stream": "shardkit.read.schedule",
     "World": "shardkit.world",
-    "WriteOptions": "shardkit.write.parallel",
+    "WriteOptions": "shardkit.write.options",
     "index_dataset": "shardkit.index.indexer",
     "make_loader": "shardkit.read.loader",
     "shuffle_quality": "shardkit.read.shuffle",
@@ -64,7 +65,8 @@ if TYPE_CHECKING:
     from shardkit.read.shuffle import shuffle_quality
     from shardkit.world import World
     from shardkit.index.indexer import IndexOptions, index_dataset
-    from shardkit.write.parallel import WriteOptions, write_dataset
+    from shardkit.write.options import WriteOptions
+    from shardkit.write.parallel import write_dataset
 
 
 def __getattr__(name: str) -> Any:
@@ -102,6 +104,7 @@ __all__ = [
     "InputFileError",
     "Manifest",
     "ManifestError",
+    "MapError",
     "MemberTooLargeError",
     "OutputOptions",
     "ReaderOptions",

@@ -8,6 +8,7 @@ still catch them::
     ├── UsageError (ValueError)          bad option values, conflicting flags
     ├── SourceError (ValueError)         input dataset cannot be read as asked
     │   ├── DuplicateSampleError         two inputs map to one key + extension
+    │   ├── MapError                     the user's map failed on an item or returned no sample
     │   └── InputFileError (OSError)     an input file is missing or unreadable
     ├── DestinationError (FileExistsError)  output directory not usable
     ├── ManifestError (ValueError)       manifest missing, malformed, mismatched
@@ -167,6 +168,21 @@ class DuplicateSampleError(SourceError):
 
 class InputFileError(SourceError, OSError):
     """An input file vanished or cannot be read while writing."""
+
+
+class MapError(SourceError):
+    """The user's ``map`` failed on an item, or returned what cannot be stored.
+
+    Attributes:
+        path: The item (``items#row=17`` for a sequence's, else its input).
+        reason: ``map_error`` (it raised), ``bad_sample`` (not a sample, no
+            key, a value that cannot be encoded) or an image's problem
+            (``not_image``...).
+    """
+
+    def __init__(self, message: str, *, path: str, reason: str):
+        super().__init__(message, path=path)
+        self.reason = reason
 
 
 class DestinationError(ShardkitError, FileExistsError):

@@ -17,6 +17,10 @@ EXAMPLES = {
     errors.UsageError: (("max_bytes: not a size: 'lots'",), {}),
     errors.SourceError: (("rows.jsonl: line 3 is not JSON",), {"path": "rows.jsonl", "line": 3}),
     errors.DuplicateSampleError: (("two inputs for a1.jpg",), {"first": "x/a1.jpg", "second": "y/a1.jpg"}),
+    errors.MapError: (
+        ("map prep:tok failed on item 13 ('a.jpg'): ValueError: empty",),
+        {"path": "items#row=13", "reason": "map_error"},
+    ),
     errors.InputFileError: (("gone.jpg: cannot read input file",), {"path": "gone.jpg", "line": None}),
     errors.DestinationError: (("out: destination is not empty",), {"path": "out"}),
     errors.ManifestError: (("out/manifest.json: malformed",), {"path": "out/manifest.json"}),

@@ -24,6 +24,7 @@ import gc
 import importlib.util
 import os
 import re
+import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -143,9 +144,16 @@ def _namespace(root: Path) -> dict[str, Any]:
 
 
 def _run(code: str, line: int, namespace: dict[str, Any]) -> None:
+    # The block runs as a module of its own (a script's __main__): functions it
+    # defines pickle by reference, so a `map` reaches forked writer processes.
+    module = types.ModuleType(namespace["__name__"])
+    module.__dict__.update(namespace)
+    namespace = module.__dict__
+    sys.modules[module.__name__] = module
     try:
         exec(compile(code, f"README.md block at line {line}", "exec"), namespace)
     finally:
+        del sys.modules[module.__name__]
         dist = namespace.get("dist")
         if dist is not None and dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()

@@ -106,6 +106,12 @@ def add_write(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--user-agent-contact", metavar="URL_OR_EMAIL",
                    help="appended to the User-Agent (shardkit/VERSION) so site owners can reach you")
     t.add_argument("--s3-anonymous", action="store_const", const=True, help=S3_ANONYMOUS_HELP)
+    p.add_argument(
+        "--map", metavar="MODULE:FUNCTION",
+        help="run your function on each sample before it is written (imported from the current folder or "
+        "PYTHONPATH): it gets {'__key__': ..., EXT: bytes} and returns a sample dict, None to drop it, or a "
+        "list of samples; runs in the worker processes, output independent of --workers",
+    )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true", help="keep finished shards of an interrupted run")
     mode.add_argument("--overwrite", action="store_true", help="replace an earlier shardkit output in DEST")
@@ -127,24 +133,31 @@ SCAN_BAR_DELAY_S = 1.0
 
 @contextlib.contextmanager
 def _scan_bar(quiet: bool) -> Iterator[Callable[[Any], None] | None]:
-    """A progress bar over the source's partitions while they are scanned
-    (a large source takes minutes before the first shard); None when quiet."""
+    """A progress bar while the source is scanned (over its partitions: a
+    large source takes minutes before the first shard), then while ``--map``
+    runs (over the items, with items/s and the time left); None when quiet."""
     if quiet:
         yield None
         return
     bar = None
+    mapping = False
 
     def on_scan(event: Any) -> None:
-        nonlocal bar
+        nonlocal bar, mapping
+        if event.total_items and not mapping:  # the map stage begins: the items' bar replaces the scan's
+            mapping = True
+            if bar is not None:
+                bar.close()
+            bar = None
         if bar is None:
             from tqdm import tqdm
 
-            bar = tqdm(total=event.num_partitions, unit=" partitions", desc="scan", file=sys.stderr,
-                       delay=SCAN_BAR_DELAY_S)
+            total, unit, desc = (event.total_items, " items", "map") if mapping else (event.num_partitions, " partitions", "scan")
+            bar = tqdm(total=total, unit=unit, desc=desc, file=sys.stderr, delay=SCAN_BAR_DELAY_S)
         bar.set_postfix_str(f"{event.num_samples:,} samples", refresh=False)
-        bar.update(event.done - bar.n)
+        bar.update((event.num_items if mapping else event.done) - bar.n)
         if event.done == event.num_partitions:
-            bar.close()  # the shards' bar comes next
+            bar.close()  # the next stage's bar comes next
 
     try:
         yield on_scan
@@ -153,12 +166,52 @@ def _scan_bar(quiet: bool) -> Iterator[Callable[[Any], None] | None]:
             bar.close()
 
 
-def _dry_run(args: argparse.Namespace, options: Any) -> int:
+def load_map(spec: str) -> Callable[[Any], Any]:
+    """The function ``--map MODULE:FUNCTION`` names, imported as ``python -m``
+    would (the current folder first, then ``PYTHONPATH``).
+
+    Raises:
+        UsageError: Not MODULE:FUNCTION, a module that cannot be imported or
+            fails while importing, no such name in it, or not a callable.
+    """
+    import importlib
+
+    from shardkit.errors import UsageError
+
+    module_name, colon, name = spec.partition(":")
+    if not colon or not module_name or not name:
+        raise UsageError(f"--map must be MODULE:FUNCTION (e.g. prep:resize for resize() in prep.py), got {spec!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # kept: the writer's processes import it by the same path
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not module_name.startswith(exc.name):
+            raise UsageError(f"--map {spec}: importing module {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
+        raise UsageError(
+            f"--map {spec}: cannot import module {module_name!r} ({exc}); run from the folder that holds it, "
+            "or add that folder to PYTHONPATH"
+        ) from exc
+    except Exception as exc:
+        raise UsageError(f"--map {spec}: importing module {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
+    fn: Any = module
+    for part in name.split("."):
+        if not hasattr(fn, part):
+            where = getattr(module, "__file__", None) or module_name
+            raise UsageError(f"--map {spec}: module {module_name} ({where}) has no {name!r}")
+        fn = getattr(fn, part)
+    if not callable(fn):
+        kind = type(fn).__name__
+        raise UsageError(f"--map {spec}: {module_name}.{name} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not a function")
+    return fn
+
+
+def _dry_run(args: argparse.Namespace, options: Any, fn: Callable[[Any], Any] | None) -> int:
     """``write --dry-run``: the plan's figures, one per line; nothing is written."""
     from shardkit.write.dry_run import plan_dataset
 
     with _scan_bar(args.quiet) as on_scan:
-        plan = plan_dataset(args.source, options=options, scan_progress=on_scan)
+        plan = plan_dataset(args.source, options=options, scan_progress=on_scan, map=fn)
     rate = plan.num_samples / max(plan.seconds, 1e-9)
     print(f"dry run: scanned and planned in {plan.seconds:.2f}s ({rate:.0f} samples/s); "
           f"nothing written to {shown(args.dest)}")
@@ -172,6 +225,8 @@ def _dry_run(args: argparse.Namespace, options: Any) -> int:
     print(f"  bytes:   {at_most}{plan.num_bytes} ({human_bytes(plan.num_bytes)}){fetched}")
     print(f"  skipped: {len(plan.skipped)}")
     print_skipped(plan.skipped, len(plan.skipped), "    ")
+    if plan.map_not_run:
+        print("  note:    a dry run does not run --map or resize images: samples and bytes are the inputs', before them")
     _warn_oversized(plan.oversized, plan.num_oversized, "would have")
     return EXIT_OK
 
@@ -197,8 +252,9 @@ def cmd_write(args: argparse.Namespace) -> int:
     options = load_options(
         WriteOptions, args.config, section="write", overrides=overrides, override_names=WRITE_FLAGS
     )
+    fn = load_map(args.map) if args.map else None
     if args.dry_run:
-        return _dry_run(args, options)
+        return _dry_run(args, options, fn)
     bar = None
     written_bytes = skipped = 0
 
@@ -221,7 +277,7 @@ def cmd_write(args: argparse.Namespace) -> int:
 
     try:
         with _scan_bar(args.quiet) as on_scan:
-            report = write_dataset(args.source, args.dest, options=options, progress=on_progress,
+            report = write_dataset(args.source, args.dest, map=fn, options=options, progress=on_progress,
                                    scan_progress=on_scan)
     finally:
         if bar is not None:
@@ -235,6 +291,9 @@ def cmd_write(args: argparse.Namespace) -> int:
             f"({m.num_samples / max(report.seconds, 1e-9):.0f} samples/s, {human_bytes(rate)}/s); "
             f"skipped {m.num_skipped}{by_reason(m.skipped_by_category)}"
         )
+        if report.num_items:
+            print(f"map: {report.num_items} items read, {m.num_samples} samples written, "
+                  f"{report.num_filtered} filtered, {report.num_failed} failed")  # fmt: skip
         print_skipped(m.skipped, m.num_skipped, "  skipped ")
         _warn_oversized(report.oversized, report.num_oversized, "has")
         print(f"manifest: {shown(os.path.join(args.dest, 'manifest.json'))}")

@@ -38,11 +38,11 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import ShardkitError, UsageError
-from shardkit.format.codecs import encode_value
 from shardkit.format.manifest import Manifest, ShardEntry
 from shardkit.format.tar import END_OF_ARCHIVE, encoded_sample_size
 from shardkit.io.base import Destination
 from shardkit.io.registry import open_destination
+from shardkit.write.encode import sample_fields
 from shardkit.write.destination import (
     check_destination,
     holding_destination,
@@ -103,23 +103,16 @@ def plan_pieces(block_sizes: Sequence[np.ndarray], *, limits: ShardLimits) -> li
 
 
 def row_fields(row: dict[str, Any], key_column: str) -> tuple[str, list[tuple[str, bytes]]]:
-    """A row as ``(key, [(extension, bytes)...])`` with members sorted by extension."""
+    """A row as ``(key, [(extension, bytes)...])`` with members sorted by
+    extension, encoded as :class:`~shardkit.ShardWriter` encodes a sample
+    (numpy columns too); a missing value (None) is left out."""
     key = row.get(key_column)
     if not isinstance(key, str) or not key:
         raise UsageError(
             f"every row needs a non-empty string {key_column!r} column, got {key!r}; "
             "add one, e.g. ds.map(lambda r: {**r, '__key__': f\"{r['id']:08d}\"})"
         )
-    fields = []
-    for name in sorted(row):
-        value = row[name]
-        if name.startswith("__") or value is None:
-            continue
-        try:
-            fields.append((name, encode_value(value)))
-        except TypeError as exc:
-            raise UsageError(f"row {key!r}, column {name!r}: {exc}") from None
-    return key, fields
+    return sample_fields(row, key_field=key_column, skip_none=True)
 
 
 def _rows(table: Any, start: int, end: int) -> list[dict[str, Any]]:

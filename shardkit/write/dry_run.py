@@ -18,8 +18,10 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from shardkit.format.manifest import SkippedInput
+from shardkit.write.map_stage import map_spec
 from shardkit.write.parallel import WriteOptions, scan_and_plan
 from shardkit.write.scan import ScanProgress
 from shardkit.write.scratch import scratch_folder
@@ -52,6 +54,9 @@ class WritePlanSummary:
         seconds: Time the scan and the plan took.
         has_urls: Table rows have fields to download: ``num_bytes`` counts
             only the bytes held in the table.
+        map_not_run: The write would run a map stage (``map``, or image
+            options on a file source), which a dry run does not: the samples
+            and bytes are the inputs', before it.
     """
 
     format: str
@@ -64,10 +69,15 @@ class WritePlanSummary:
     seconds: float
     has_urls: bool = False
     num_oversized: int = 0
+    map_not_run: bool = False
 
 
 def plan_dataset(
-    source: str, *, options: WriteOptions | None = None, scan_progress: Callable[[ScanProgress], None] | None = None
+    source: str,
+    *,
+    options: WriteOptions | None = None,
+    scan_progress: Callable[[ScanProgress], None] | None = None,
+    map: Callable[[Any], Any] | None = None,
 ) -> WritePlanSummary:
     """Scan ``source`` and plan its shards as :func:`write_dataset` would; write nothing.
 
@@ -78,6 +88,7 @@ def plan_dataset(
             the plan is made here, as a Ray write's driver makes it, and no
             cluster is contacted.
         scan_progress: As for :func:`~shardkit.write.parallel.write_dataset`.
+        map: The write's function: not called (see :attr:`WritePlanSummary.map_not_run`).
 
     Returns:
         The plan's figures (see :class:`WritePlanSummary`).
@@ -92,7 +103,7 @@ def plan_dataset(
         os.mkdir(work)
         os.mkdir(unpack_dir)
         scanned, tasks, oversized = scan_and_plan(
-            source, options, work=work, unpack_dir=unpack_dir, progress=scan_progress
+            source, options, work=work, unpack_dir=unpack_dir, progress=scan_progress, run_map=False
         )
     return WritePlanSummary(
         format=scanned.format,
@@ -105,4 +116,5 @@ def plan_dataset(
         seconds=time.perf_counter() - started,
         has_urls=scanned.has_urls,
         num_oversized=oversized.count,
+        map_not_run=map_spec(map, options, scanned.format) is not None,
     )

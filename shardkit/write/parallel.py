@@ -37,13 +37,13 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
-from shardkit.errors import ShardkitError, UsageError
-from shardkit.format.compression import COMPRESSIONS, Compression, compressed_extension
+from shardkit.errors import ShardkitError
+from shardkit.format.compression import compressed_extension
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
 from shardkit.format.tar import field_name
 from shardkit.io.registry import open_destination
@@ -56,7 +56,6 @@ from shardkit.write.destination import (
     output_error,
     prepare_destination,
 )
-from shardkit.write.fieldmap import FieldMap
 from shardkit.write.journal import (
     ShardResult,
     SkipTally,
@@ -68,7 +67,10 @@ from shardkit.write.journal import (
     reusable_result,
     unpack_folder,
 )
-from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
+from shardkit.write.limits import ShardLimits
+from shardkit.write.map_stage import StageRun, map_scanned, map_sequence, map_spec, stage_counts, stage_info
+from shardkit.write.mapping import MapSpec, check_sequence, is_path
+from shardkit.write.options import ENGINES, WriteOptions
 from shardkit.write.plan import Oversized, ShardTask, plan_shards
 from shardkit.write.pool import pool_context, process_pool
 from shardkit.write.publish import publish_manifest
@@ -76,22 +78,14 @@ from shardkit.write.publisher import ShardPublisher
 from shardkit.write.scan import ScanProgress, ScanResult, Scanner, resolve_format, scan_dataset, scan_locally
 from shardkit.write.shard_task import ShardJob, init_worker, run_shard, run_shard_in_worker, write_shard
 from shardkit.write.sources import check_options
-from shardkit.write.sources.base import DEFAULT_MAX_UNPACK_BYTES, PARTITION_BYTES, SourceSettings
-from shardkit.write.sources.table import (
-    IngestOptions,
-    close_process_downloader,
-    ingest_options,
-    note_image_format,
-    planned_options,
-)
+from shardkit.write.sources.mapped import SEQUENCE, SEQUENCE_SOURCE
+from shardkit.write.sources.base import SourceSettings
+from shardkit.write.sources.table import close_process_downloader, note_image_format, planned_options
 from shardkit.write.upload import publish_report, remote_staging
 
 __all__ = ["ENGINES", "Progress", "WriteOptions", "WriteReport", "scan_and_plan", "write_dataset", "write_shard"]
 
 log = logging.getLogger(__name__)
-
-ON_ERROR_POLICIES = ("raise", "skip")
-ENGINES = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -104,6 +98,9 @@ class WriteReport:
     seconds: float
     oversized: tuple[str, ...] = ()
     num_oversized: int = 0
+    num_items: int = 0
+    num_filtered: int = 0
+    num_failed: int = 0
 
 
 @dataclass(frozen=True)
@@ -126,175 +123,6 @@ class Progress:
     elapsed_s: float = 0.0
 
 
-@dataclass(frozen=True, kw_only=True)
-class WriteOptions:
-    """Options of :func:`write_dataset` (and of ``shardkit write``).
-
-    An option only some source kinds use (``max_unpack_bytes``,
-    ``partition_bytes``, ``files_root``, the table options) set for a source
-    of another kind is refused before scanning, naming it (see
-    :func:`~shardkit.write.sources.check_options`).
-
-    Attributes:
-        format: Source format, or None to detect it.
-        max_samples: Most samples per shard.
-        max_bytes: Most bytes per shard file (real tar size).
-        shuffle: Globally shuffle samples before cutting shards.
-        seed: Shuffle seed.
-        workers: Scanning and writer processes; None means all cores. With
-            ``engine="ray"``: scan tasks, then shard tasks, in flight at once
-            (None: two per CPU of the cluster). Output does not depend on it.
-        on_error: ``"raise"`` or ``"skip"`` for unusable inputs; None (the
-            default) raises for unreadable inputs and skips rows of a table
-            whose fields could not be downloaded or are not images (recorded
-            in the manifest with their reason, as img2dataset does).
-        resume: Keep finished shards of an interrupted run and write the rest.
-        overwrite: Replace an earlier output in ``dest``.
-        compress_members: ``"gzip"`` or ``"zstd"`` to compress the members
-            whose extension compresses well (text, JSON, ``npy``...; see
-            :data:`~shardkit.format.compression.COMPRESSIBLE_EXTENSIONS`;
-            never images or other compressed media), stored as ``KEY.txt.gz``
-            / ``KEY.txt.zst`` (webdataset's convention) with a fixed level
-            and no timestamps, so shards stay byte-reproducible; None (the
-            default) stores members as they are. ``max_bytes`` is planned
-            with the uncompressed sizes, so such shards come out smaller.
-        engine: ``"local"`` (a process pool on this machine) or ``"ray"``
-            (one Ray task per partition to scan, then one per shard, on a
-            Ray cluster whose nodes all see the source by the same path;
-            needs ``pip install 'shardkit[ray]'``). The output does not
-            depend on it. See :mod:`shardkit.write.scan_ray` and
-            :mod:`shardkit.write.engine_ray`.
-        ray_address: With ``engine="ray"``: ``"auto"`` (the running
-            cluster), ``HOST:PORT`` of its head, or None for Ray's default
-            (``RAY_ADDRESS``, a running cluster, else a local one).
-        ray_max_retries: With ``engine="ray"``: how often a failed shard
-            task is run again (a lost worker or node, or an error) before
-            the write stops.
-        max_unpack_bytes: Most temporary bytes the plain copies of input
-            shards compressed whole (``.tar.gz``, ``.tar.zst``) may take, all
-            together, in the system's temporary folder (``TMPDIR``): 64 GiB
-            by default (:data:`~shardkit.write.sources.base.DEFAULT_MAX_UNPACK_BYTES`),
-            None for no limit but the folder's free space. Past it the write
-            stops before writing anything, naming the input and the limit.
-            The copies go when the write ends; those of a write that was
-            killed go when the next write on the same DEST starts.
-        partition_bytes: Length of one JSONL partition, the unit a scanning
-            worker takes (64 MiB by default). The output does not depend on it.
-        files_root: The folder a JSONL source's rows may name files in
-            (None: the JSONL file's own). A row naming a file outside it,
-            by an absolute path or ``..``, is refused, so a JSONL from
-            elsewhere cannot copy ``~/.ssh`` into a dataset you publish.
-        fields, key_column, resize, resize_mode, image_format, image_quality,
-        download_threads, max_connections_per_host, connect_timeout_s,
-        read_timeout_s, download_retries, respect_opt_out, user_agent_contact,
-        s3_anonymous:
-            Table sources only: columns to fields, images, downloads (see
-            :class:`~shardkit.write.sources.table.IngestOptions`, which they make).
-    """
-
-    format: str | None = None
-    max_samples: int | None = None
-    max_bytes: int | None = DEFAULT_MAX_BYTES
-    shuffle: bool = True
-    seed: int = 0
-    workers: int | None = None
-    on_error: str | None = None
-    resume: bool = False
-    overwrite: bool = False
-    compress_members: Compression | None = None
-    engine: str = "local"
-    ray_address: str | None = None
-    ray_max_retries: int = 3
-    max_unpack_bytes: int | None = DEFAULT_MAX_UNPACK_BYTES
-    partition_bytes: int = PARTITION_BYTES
-    files_root: str | None = None
-    fields: tuple[str, ...] = ()
-    key_column: str | None = None
-    resize: int | None = None
-    resize_mode: str = "keep_ratio"
-    image_format: str | None = None
-    image_quality: int = 95
-    download_threads: int = 16
-    max_connections_per_host: int = 4
-    connect_timeout_s: float = 10.0
-    read_timeout_s: float = 20.0
-    download_retries: int = 2
-    respect_opt_out: bool = True
-    user_agent_contact: str | None = None
-    s3_anonymous: bool = False
-
-    def __post_init__(self) -> None:
-        if type(self.partition_bytes) is not int or self.partition_bytes < 1:
-            raise UsageError(f"partition_bytes must be a positive integer, got {self.partition_bytes!r}")
-        if self.max_unpack_bytes is not None and (type(self.max_unpack_bytes) is not int or self.max_unpack_bytes < 1):
-            raise UsageError(f"max_unpack_bytes must be a positive integer or None, got {self.max_unpack_bytes!r}")
-        if self.engine not in ENGINES:
-            raise UsageError(f"engine must be one of {ENGINES}, got {self.engine!r}")
-        if self.ray_address is not None and self.engine != "ray":
-            raise UsageError("ray_address is only used with engine='ray'; pass --engine ray")
-        if not isinstance(self.ray_max_retries, int) or self.ray_max_retries < 0:
-            raise UsageError(f"ray_max_retries must be a non-negative integer, got {self.ray_max_retries!r}")
-        if self.compress_members is not None and self.compress_members not in COMPRESSIONS:
-            raise UsageError(
-                f"compress_members must be one of {COMPRESSIONS} or None, got {self.compress_members!r}"
-            )
-        if self.on_error is not None and self.on_error not in ON_ERROR_POLICIES:
-            raise UsageError(f"on_error must be one of {ON_ERROR_POLICIES}, got {self.on_error!r}")
-        if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
-            raise UsageError(f"workers must be a positive integer, got {self.workers!r}")
-        if not isinstance(self.seed, int):
-            raise UsageError(f"seed must be an integer, got {self.seed!r}")
-        if self.resume and self.overwrite:
-            raise UsageError("resume and overwrite exclude each other")
-        ShardLimits(max_samples=self.max_samples, max_bytes=self.max_bytes)  # validates
-        self.field_map()
-        self.ingest_options()
-
-    @property
-    def input_errors(self) -> str:
-        """The policy for unreadable inputs (``on_error``, default raise)."""
-        return self.on_error or "raise"
-
-    @property
-    def download_errors(self) -> str:
-        """The policy for table rows that could not be fetched (``on_error``, default skip)."""
-        return self.on_error or "skip"
-
-    def shard_arguments(self) -> dict[str, Any]:
-        """The keyword arguments of :func:`write_shard` these options set."""
-        return {
-            "on_error": self.input_errors,
-            "compress_members": self.compress_members,
-            "ingest": self.ingest_options(),
-            "download_errors": self.download_errors,
-        }
-
-    def field_map(self) -> FieldMap:
-        """The table column mapping (``fields`` and ``key_column``)."""
-        return FieldMap.parse(self.fields, key_column=self.key_column)
-
-    def ingest_options(self) -> IngestOptions:
-        """How shard writers fetch and prepare table fields."""
-        return ingest_options(self)
-
-    def recorded(self) -> dict:
-        """The options that shape the output, as stored in the manifest."""
-        recorded = {
-            "max_samples": self.max_samples,
-            "max_bytes": self.max_bytes,
-            "shuffle": self.shuffle,
-            "on_error": self.input_errors,
-        }
-        if self.fields or self.key_column is not None:  # table sources only: absent otherwise
-            recorded.update(fields=list(self.fields), key_column=self.key_column)
-        if self.resize is not None or self.image_format is not None:
-            recorded.update(resize=self.resize, resize_mode=self.resize_mode, image_format=self.image_format,
-                            image_quality=self.image_quality)  # fmt: skip
-        if self.compress_members is not None:  # absent otherwise: older manifests stay as they were
-            recorded["compress_members"] = self.compress_members
-        return recorded
-
-
 # ---------------------------------------------------------------- the driver
 
 #: An engine: runs shard tasks, yielding their results as they finish (any order).
@@ -305,13 +133,14 @@ Engine = Callable[[list[ShardTask], ShardJob, WriteOptions], Iterator[ShardResul
 class _Run:
     """One write: what is written, with which options, by which engine, to which publisher."""
 
-    source: str
+    source: str | Sequence
     options: WriteOptions
     engine: Engine
     scanner: Scanner
     publisher: ShardPublisher
     progress: Callable[[Progress], None] | None
     scan_progress: Callable[[ScanProgress], None] | None = None
+    map: Callable[[Any], Any] | None = None
     started: float = dataclasses.field(default_factory=time.perf_counter)
 
     @property
@@ -324,9 +153,10 @@ class _Run:
 
 
 def write_dataset(
-    source: str,
+    source: str | Sequence,
     dest: str,
     *,
+    map: Callable[[Any], Any] | None = None,
     options: WriteOptions | None = None,
     progress: Callable[[Progress], None] | None = None,
     scan_progress: Callable[[ScanProgress], None] | None = None,
@@ -340,9 +170,20 @@ def write_dataset(
     Args:
         source: Input dataset (ImageFolder tree, directory, JSONL file, tar
             shards), or a table (Parquet, CSV/TSV, datasets folder); see
-            :mod:`shardkit.write.sources`.
+            :mod:`shardkit.write.sources`. Or a Python sequence of items
+            (list, tuple, ``range``, numpy array, any sequence with ``len``):
+            each is given to ``map``, or, without one, is a sample dict.
         dest: Output directory, or an ``s3://`` or other fsspec URL to upload
             to (shards as they finish, the manifest last).
+        map: Your function, run in the writer's processes (or Ray tasks) on
+            each item, or on each sample of a path source as the reader sees
+            it (``{"__key__": ..., EXT: bytes}``). It returns a sample dict, None
+            (the item is dropped, counted as filtered), or a list or generator
+            of sample dicts; values as :class:`~shardkit.ShardWriter` takes
+            them. It must pickle (a module-level function, a
+            ``functools.partial`` of one). The output depends on the items,
+            ``map``, the seed and the options, never on the workers or the
+            engine (see :mod:`shardkit.write.mapping`).
         options: See :class:`WriteOptions`; defaults apply when None.
         progress: Called in this process each time a shard is finished.
         scan_progress: Called in this process as the source's partitions are
@@ -352,19 +193,23 @@ def write_dataset(
         A :class:`WriteReport` whose ``manifest`` describes the dataset.
 
     Raises:
-        UsageError, SourceError, DestinationError, InputFileError, RemoteError.
+        UsageError, SourceError, DestinationError, InputFileError, RemoteError;
+        MapError when ``map`` failed on an item (``on_error="raise"``).
     """
     options = options or WriteOptions()
+    if not is_path(source):
+        source = check_sequence(source)
+    MapSpec(map).check()  # a function that cannot reach the workers is refused before anything is done
     engine, scanner, session = _choose_engine(options)  # before scanning: no Ray, or no cluster there, fails at once
     destination = open_destination(dest)
     with session:
         if destination.local_dir is not None:
             publisher = ShardPublisher(destination.local_dir)
-            return _write(_Run(source, options, engine, scanner, publisher, progress, scan_progress))
+            return _write(_Run(source, options, engine, scanner, publisher, progress, scan_progress, map))
         with remote_staging(destination, resume=options.resume, overwrite=options.overwrite) as staging:
             publisher = ShardPublisher(staging, url=destination.url)
             options = dataclasses.replace(options, overwrite=False)
-            run = _Run(source, options, engine, scanner, publisher, progress, scan_progress)
+            run = _Run(source, options, engine, scanner, publisher, progress, scan_progress, map)
             return publish_report(destination, _write(run))
 
 
@@ -383,7 +228,8 @@ def _choose_engine(options: WriteOptions) -> tuple[Engine, Scanner, contextlib.A
 def _write(run: _Run) -> WriteReport:
     """Scan and plan into the work folder of ``run.dest``, then :func:`_write_planned`."""
     dest, options = run.dest, run.options
-    check_outside_source(dest, run.source, options.format)
+    if is_path(run.source):
+        check_outside_source(dest, os.fspath(run.source), options.format)
     created = not os.path.exists(dest)
     if not os.path.isdir(dest):
         check_destination(dest, overwrite=options.overwrite, resume=options.resume)  # a file there: refused, nothing made
@@ -406,7 +252,8 @@ def _write_held(run: _Run, created: bool) -> WriteReport:
                 shutil.rmtree(work, ignore_errors=True)  # an earlier run's, replaced by --overwrite
             note_unpack_folder(work, unpack_dir)
             scanned, tasks, oversized = scan_and_plan(
-                run.source, options, work=work, unpack_dir=unpack_dir, scanner=run.scanner, progress=run.scan_progress
+                run.source, options, work=work, unpack_dir=unpack_dir, scanner=run.scanner, progress=run.scan_progress,
+                map=run.map,
             )
         except BaseException as exc:
             _discard_scan(dest, work, created=created, keep=options.resume)
@@ -418,37 +265,52 @@ def _write_held(run: _Run, created: bool) -> WriteReport:
 
 
 def scan_and_plan(
-    source: str,
+    source: str | Sequence,
     options: WriteOptions,
     *,
     work: str,
     unpack_dir: str,
     scanner: Scanner = scan_locally,
     progress: Callable[[ScanProgress], None] | None = None,
+    map: Callable[[Any], Any] | None = None,
+    run_map: bool = True,
 ) -> tuple[ScanResult, list[ShardTask], Oversized]:
-    """Scan ``source`` into ``work/scan`` and plan it into ``work/plan`` as a
-    write with ``options`` does (its dry run too, with the local scanner);
-    ``progress`` follows the scan (see :func:`~shardkit.write.scan.scan_dataset`).
+    """Scan ``source`` into ``work/scan``, run the map stage into
+    ``work/map`` when there is one (a sequence, ``map``, or image options on
+    a file source: see :func:`~shardkit.write.map_stage.map_spec`), and plan
+    into ``work/plan``, as a write with ``options`` does (its dry run too, with
+    the local scanner and ``run_map=False``: the inputs are planned as they
+    are); ``progress`` follows the scan and the map stage (see
+    :class:`~shardkit.write.scan.ScanProgress`).
 
     Returns:
-        The scan, the shard tasks, and the samples over ``max_bytes``.
+        The scan (or the map stage), the shard tasks, and the samples over ``max_bytes``.
     """
-    format = resolve_format(source, options.format)
-    check_options(options, format, source)  # an option this kind does not use is refused, not ignored
-    note_image_format(options)
-    spill_dir, plan_dir = os.path.join(work, "scan"), os.path.join(work, "plan")
+    spill_dir, map_dir, plan_dir = (os.path.join(work, name) for name in ("scan", "map", "plan"))
     os.makedirs(spill_dir, exist_ok=True)
     shutil.rmtree(plan_dir, ignore_errors=True)
     os.makedirs(plan_dir)
-    settings = SourceSettings(
-        partition_bytes=options.partition_bytes, files_root=options.files_root, fields=options.field_map(),
-        table_output=options.ingest_options().output_signature(), unpack_dir=unpack_dir,
-        max_unpack_bytes=options.max_unpack_bytes,
-    )  # fmt: skip
-    scanned = scan_dataset(
-        source, spill_dir=spill_dir, format=format, on_error=options.input_errors, seed=options.seed,
-        workers=options.workers, settings=settings, reuse=options.resume, scanner=scanner, progress=progress,
-    )
+    stage = StageRun(map_dir, options.seed, options.input_errors, options.resume, options.workers, scanner, progress)
+    if not is_path(source):
+        check_options(options, SEQUENCE, SEQUENCE_SOURCE)
+        scanned = map_sequence(source, map_spec(map, options, SEQUENCE), stage)
+    else:
+        source = os.fspath(source)
+        format = resolve_format(source, options.format)
+        check_options(options, format, source)  # an option this kind does not use is refused, not ignored
+        note_image_format(options)
+        settings = SourceSettings(
+            partition_bytes=options.partition_bytes, files_root=options.files_root, fields=options.field_map(),
+            table_output=options.ingest_options().output_signature(), unpack_dir=unpack_dir,
+            max_unpack_bytes=options.max_unpack_bytes,
+        )  # fmt: skip
+        scanned = scan_dataset(
+            source, spill_dir=spill_dir, format=format, on_error=options.input_errors, seed=options.seed,
+            workers=options.workers, settings=settings, reuse=options.resume, scanner=scanner, progress=progress,
+        )
+        spec = map_spec(map, options, format)
+        if spec is not None and run_map:
+            scanned = map_scanned(scanned, spec, stage)
     options = planned_options(options, scanned)
     limits = ShardLimits(max_samples=options.max_samples, max_bytes=options.max_bytes)
     tasks, oversized = plan_shards(scanned, limits=limits, shuffle=options.shuffle, plan_dir=plan_dir)
@@ -507,11 +369,12 @@ def _write_planned(run: _Run, scanned: ScanResult, tasks: list[ShardTask], overs
         seconds=time.perf_counter() - run.started,
         oversized=oversized.examples,
         num_oversized=oversized.count,
+        **stage_counts(scanned),
     )
 
 
 def _source_info(run: _Run, scanned: ScanResult) -> dict:
-    return {"format": scanned.format, "path": run.source}
+    return {"format": scanned.format, "path": scanned.source, **stage_info(scanned)}
 
 
 def _collect(result: ShardResult, results: dict[int, ShardResult], skips: SkipTally) -> None:

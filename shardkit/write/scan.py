@@ -16,15 +16,17 @@ workers.
 
 from __future__ import annotations
 
+import collections
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
 from shardkit.errors import ShardkitError, SourceError, UsageError
 from shardkit.format.manifest import SkippedInput
 from shardkit.io.urls import is_local, redact_url
-from shardkit.write.pool import process_pool
+from shardkit.write.pool import IN_FLIGHT_PER_WORKER, process_pool
 from shardkit.write.sources import (
     Partition,
     SourceSettings,
@@ -42,15 +44,22 @@ class ScanProgress:
     """One scanning event: a partition of the source is scanned (or, with
     ``--resume``, found already scanned).
 
+    The map stage (:mod:`shardkit.write.map_stage`) reports the same way,
+    counting its items too.
+
     Attributes:
-        done: Partitions scanned so far.
+        done: Partitions scanned (or mapped) so far.
         num_partitions: Partitions the source is cut into.
-        num_samples: Samples found so far.
+        num_samples: Samples found (or returned by ``map``) so far.
+        num_items: Items mapped so far (0 for a scan).
+        total_items: Items to map (0 for a scan: then the bar counts partitions).
     """
 
     done: int
     num_partitions: int
     num_samples: int
+    num_items: int = 0
+    total_items: int = 0
 
 
 @dataclass
@@ -64,6 +73,9 @@ class ScanResult:
         summaries: One per partition (see :func:`~shardkit.write.sources.scan_partition`).
         spill_dir: The folder of the partitions' spills.
         class_names: An ImageFolder's classes, else None.
+        input_files: The input files behind the samples, where the
+            partitions do not tell (the map stage's, whose partitions are
+            ranges of items); None: counted by the source's kind.
     """
 
     format: str
@@ -72,6 +84,7 @@ class ScanResult:
     summaries: list[dict]
     spill_dir: str
     class_names: tuple[str, ...] | None = None
+    input_files: int | None = None
 
     @property
     def has_urls(self) -> bool:
@@ -87,6 +100,8 @@ class ScanResult:
         """Input files the samples are read from (a file that rows of two
         JSONL partitions both name counts twice; the JSONL file once, and a
         table file cut into partitions by row groups or lines once)."""
+        if self.input_files is not None:
+            return self.input_files
         return source_kind(self.format).count_files(self.partitions, self.summaries)
 
     @property
@@ -140,11 +155,11 @@ class ScanJob:
             raise SourceError(f"{part.path}: scanning it failed ({exc.strerror or exc})", path=part.path) from exc
 
 
-#: Runs scan jobs with at most ``workers`` at a time (None: the engine's
+#: Runs scan jobs (or the map stage's) with at most ``workers`` at a time (None: the engine's
 #: default) and gives their summaries in job order (a list, or an iterator
 #: that yields each as it is ready); when jobs fail, the error of the first
 #: failing one in job order is raised.
-Scanner = Callable[[list[ScanJob], int | None], Iterable[dict]]
+Scanner = Callable[[Iterable[Any], int | None], Iterable[dict]]
 
 
 def resolve_format(source: str, format: str | None) -> str:
@@ -269,21 +284,29 @@ def _run_job(job: ScanJob) -> dict:
     return job.run()
 
 
-def scan_locally(jobs: list[ScanJob], workers: int | None) -> Iterator[dict]:
+def scan_locally(jobs: Iterable[Any], workers: int | None) -> Iterator[dict]:
     """The local :data:`Scanner`: a pool of ``workers`` processes (None: all
     cores; in this process for one worker or one job); results in order, each
     as soon as it and those before it are done, the first failure in order
-    raised."""
-    workers = min(workers or os.cpu_count() or 1, len(jobs))
+    raised. ``jobs`` (anything with ``run()``: :class:`ScanJob`, the map
+    stage's jobs) is drawn as the pool has room, a few per worker ahead, so
+    jobs that carry their items are not all held at once."""
+    workers = workers or os.cpu_count() or 1
+    if isinstance(jobs, Sized):
+        workers = min(workers, len(jobs))
     if workers <= 1:
         for job in jobs:
             yield job.run()
         return
+    window: collections.deque[Future] = collections.deque()
     with process_pool(workers) as pool:
-        futures = [pool.submit(_run_job, job) for job in jobs]
         try:
-            for future in futures:
-                yield future.result()
+            for job in jobs:
+                window.append(pool.submit(_run_job, job))
+                if len(window) >= workers * IN_FLIGHT_PER_WORKER:
+                    yield window.popleft().result()
+            while window:
+                yield window.popleft().result()
         finally:
-            for future in futures:
+            for future in window:
                 future.cancel()

@@ -13,20 +13,17 @@ code, in one process::
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shardkit.errors import UsageError
-from shardkit.format.codecs import encode_value
 from shardkit.format.manifest import Manifest
-from shardkit.format.tar import encoded_sample_size, field_name, member_name_problem, repeated_field, split_key
+from shardkit.format.tar import encoded_sample_size, field_name
 from shardkit.write.destination import holding_destination, prepare_destination, shard_name
-from shardkit.write.extensions import IMAGE_EXTENSIONS
+from shardkit.write.encode import sample_fields
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
 from shardkit.write.publish import publish_manifest
-from shardkit.write.resize import encode_image
 from shardkit.write.shard import ShardFile, WrittenShard
 
 
@@ -35,80 +32,6 @@ _RERUN = (
     "close the other ShardWriter first (one writer per folder: give each DDP rank its own folder, "
     "or write from rank 0 only)"
 )
-
-
-def sample_fields(sample: Mapping[str, Any]) -> tuple[str, list[tuple[str, bytes]]]:
-    """Split a sample dict into its key and sorted ``(extension, bytes)`` fields.
-
-    Keys starting with ``__`` other than ``__key__`` are metadata and dropped.
-
-    Raises:
-        UsageError: No ``__key__``, a key that is not a valid member stem, or
-            a value that cannot be encoded.
-    """
-    key = sample.get("__key__")
-    if not isinstance(key, str) or not key:
-        raise UsageError(f"sample needs a non-empty str '__key__', got {key!r}")
-    fields = []
-    for ext in sorted(sample):
-        if ext.startswith("__"):
-            continue
-        if split_key(f"{key}.{ext}") != (key, ext):
-            raise UsageError(
-                f"sample {key!r}: member {key}.{ext!s} would not split back into key {key!r} "
-                f"and extension {ext!r} (a key has no '.' in its last path part)"
-            )
-        problem = member_name_problem(f"{key}.{ext}")
-        if problem is not None:
-            raise UsageError(f"sample {key!r}: member name {key}.{ext!s} is refused: {problem}")
-        try:
-            fields.append((ext, encode_value(_stored(ext, sample[ext]))))
-        except (TypeError, ValueError) as exc:
-            raise UsageError(f"sample {key!r}, field {ext!r}: {exc}") from exc
-    if not fields:
-        raise UsageError(f"sample {key!r} has no fields besides its key")
-    clash = repeated_field(ext for ext, _ in fields)
-    if clash is not None:
-        raise UsageError(
-            f"sample {key!r}: fields {clash[0]!r} and {clash[1]!r} would both be read as field "
-            f"{field_name(clash[0])!r} (readers lower-case extensions); give them distinct names"
-        )
-    return key, fields
-
-
-def _stored(ext: str, value: Any) -> Any:
-    """``value`` as :func:`~shardkit.format.codecs.encode_value` takes it, for
-    the objects a training script holds, as webdataset's writer takes them: a
-    Pillow image under an image extension is encoded (:func:`encode_image`);
-    a numpy array or a torch tensor is saved as ``.npy`` (no pickled objects)
-    under ``npy``, or as an image under an image extension (uint8, H x W or
-    H x W x C); a 0-d one is its number. Anything else is given back as it is."""
-    module = type(value).__module__.partition(".")[0]
-    if module not in ("PIL", "numpy", "torch"):
-        return value
-    image_ext = ext.lower() in IMAGE_EXTENSIONS
-    if module == "PIL" and hasattr(value, "save"):
-        return encode_image(value, ext) if image_ext else value
-    if module == "torch" and hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
-    import numpy as np
-
-    if not isinstance(value, (np.ndarray, np.generic)):
-        return value
-    if value.ndim == 0:
-        return value.item()
-    if ext.lower() == "npy":
-        buffer = io.BytesIO()
-        np.save(buffer, value, allow_pickle=False)  # an object array is refused (ValueError)
-        return buffer.getvalue()
-    if image_ext and value.dtype == np.uint8 and (value.ndim == 2 or (value.ndim == 3 and value.shape[2] in (1, 3, 4))):
-        from PIL import Image
-
-        return encode_image(Image.fromarray(value[..., 0] if value.ndim == 3 and value.shape[2] == 1 else value), ext)
-    raise TypeError(
-        f"cannot store a {value.dtype} array of shape {value.shape} as .{ext}: store it as .npy, "
-        "or as an image a uint8 H x W or H x W x C array"
-    )
 
 
 class ShardWriter:

@@ -42,6 +42,7 @@ from shardkit.write.sources.detect import detect_format
 from shardkit.write.sources.directory import DirectoryKind
 from shardkit.write.sources.imagefolder import ImageFolderKind
 from shardkit.write.sources.jsonl import JsonlKind
+from shardkit.write.sources.mapped import MAPPED, SEQUENCE, MappedKind, SequenceKind
 from shardkit.write.sources.table import TABLE_KINDS, TableKind, detect_table
 from shardkit.write.sources.tar import TarKind
 from shardkit.write.spill import SpillWriter, spill_error
@@ -51,6 +52,11 @@ KINDS: dict[str, SourceKind] = {
     kind.name: kind
     for kind in (ImageFolderKind(), DirectoryKind(), JsonlKind(), TarKind(), *(TableKind(name) for name in TABLE_KINDS))
 }
+
+#: Kinds never detected nor named by ``--format``: a Python sequence given
+#: to ``write_dataset``, and the map stage's output (both in
+#: :mod:`~shardkit.write.sources.mapped`).
+MADE_KINDS: dict[str, SourceKind] = {SEQUENCE: SequenceKind(), MAPPED: MappedKind()}
 
 #: The format names (``--format``), in :data:`KINDS` order.
 FORMATS: tuple[str, ...] = tuple(KINDS)
@@ -65,7 +71,7 @@ def source_kind(format: str) -> SourceKind:
     Raises:
         UsageError: No kind has that name (the message lists those there are).
     """
-    kind = KINDS.get(format)
+    kind = KINDS.get(format) or MADE_KINDS.get(format)
     if kind is None:
         raise UsageError(f"unknown source format {format!r}; choose one of {', '.join(FORMATS)}")
     return kind
@@ -198,25 +204,26 @@ def load_sample(part: Partition, read_path: str, key: str, name: str, rec: Any, 
         InputFileError: An input vanished, became unreadable, or changed
             since it was scanned (its size or, for JSONL, its line).
     """
-    return KINDS[part.kind].load(part, read_path, key, name, rec, read_range)
+    return source_kind(part.kind).load(part, read_path, key, name, rec, read_range)
 
 
 def record_origin(part: Partition, read_path: str, name: str, offset: int) -> str:
     """Where a sample came from, for messages: its file, ``shard@byte`` for a
     tar input, ``table#row=N`` for a table row."""
-    return KINDS[part.kind].origin(part, read_path, name, offset)
+    return source_kind(part.kind).origin(part, read_path, name, offset)
 
 
 def duplicate_error(
     key: str, first: tuple[Partition, str, str, int], second: tuple[Partition, str, str, int]
 ) -> DuplicateSampleError:
     """The error for two samples with one key: ``(partition, read path, name, offset)`` each."""
-    return KINDS[first[0].kind].duplicate_error(key, first, second)
+    return source_kind(first[0].kind).duplicate_error(key, first, second)
 
 
 __all__ = [
     "FORMATS",
     "KINDS",
+    "MADE_KINDS",
     "SOURCE_OPTIONS",
     "Listing",
     "Partition",
