@@ -135,6 +135,10 @@ class ScanJob:
     settings: SourceSettings
     spec: Any = None
 
+    #: The files :meth:`run` leaves (see :mod:`shardkit.write.spill`), the
+    #: summary last: the order a Ray task streams them back in.
+    files = (".rec.npy", ".src.npy", ".str", ".json")
+
     @property
     def unpacks(self) -> bool:
         """Scanning it writes a plain copy of a compressed input into the unpack folder."""

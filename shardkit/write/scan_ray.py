@@ -45,12 +45,13 @@ pieces. An error raised by the scan itself (bad input) is not retried.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import shutil
 import tempfile
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from shardkit.errors import SourceError
@@ -58,8 +59,6 @@ from shardkit.write.engine_ray import check_nodes_see, default_max_in_flight, re
 from shardkit.write.scan import ScanJob
 from shardkit.write.spill import spill_error, spill_prefix
 
-#: The files of a spill (see :mod:`shardkit.write.spill`), the summary last.
-SPILL_FILES = (".rec.npy", ".src.npy", ".str", ".json")
 #: Bytes of one piece of a spill streamed from a task to the driver.
 CHUNK_BYTES = 4 << 20
 #: Name of the scanning tasks (Ray titles their worker processes ``ray::NAME``).
@@ -67,14 +66,15 @@ TASK_NAME = "shardkit_scan_partition"
 
 
 def _scan_and_stream(job: ScanJob) -> Iterator[tuple[str, bytes]]:
-    """Body of one Ray task: scan ``job`` into a temporary folder of this
-    node, then yield its spill as ``(file suffix, piece)`` pairs, file by
-    file in :data:`SPILL_FILES` order (an empty file as one empty piece)."""
+    """Body of one Ray task: scan ``job`` (or run a map stage's job) into a
+    temporary folder of this node, then yield the files it left as ``(file
+    suffix, piece)`` pairs, file by file in ``job.files`` order, the summary
+    last (an empty file as one empty piece)."""
     folder = tempfile.mkdtemp(prefix="shardkit-scan-")
     try:
         job.run(spill_dir=folder)
         prefix = spill_prefix(folder, job.part.index)
-        for suffix in SPILL_FILES:
+        for suffix in job.files:
             with open(prefix + suffix, "rb") as f:
                 piece = f.read(CHUNK_BYTES)
                 yield suffix, piece
@@ -85,12 +85,14 @@ def _scan_and_stream(job: ScanJob) -> Iterator[tuple[str, bytes]]:
 
 
 def scan_on_ray(
-    jobs: list[ScanJob], workers: int | None, *, address: str | None = None, max_retries: int = 3
+    jobs: Iterable[ScanJob], workers: int | None, *, address: str | None = None, max_retries: int = 3
 ) -> Iterator[dict]:
     """The Ray :data:`~shardkit.write.scan.Scanner`: scan ``jobs`` as Ray tasks.
 
     Args:
-        jobs: The partitions to scan, in source order.
+        jobs: The partitions to scan, in source order (or the map stage's
+            jobs, :class:`~shardkit.write.mapping.MapJob`), drawn as tasks
+            have room.
         workers: Tasks in flight at once (None: two per CPU of the cluster).
         address: The cluster (see :func:`~shardkit.write.engine_ray.connect`)
             when this process is not connected yet.
@@ -105,22 +107,23 @@ def scan_on_ray(
         ShardkitError: The first failing partition's error, in job order.
         DestinationError: The driver cannot write the spill folder.
     """
-    if not jobs:
+    pending = iter(jobs)
+    first = next(pending, None)
+    if first is None:
         return
     ray = require_ray()
     with session(address):
-        yield from _scan_all(ray, jobs, workers, max_retries)
+        yield from _scan_all(ray, first, itertools.chain([first], pending), workers, max_retries)
 
 
-def _scan_all(ray: Any, jobs: list[ScanJob], workers: int | None, max_retries: int) -> Iterator[dict]:
-    """:func:`scan_on_ray` once connected."""
+def _scan_all(ray: Any, first: ScanJob, pending: Iterator[ScanJob], workers: int | None, max_retries: int) -> Iterator[dict]:
+    """:func:`scan_on_ray` once connected; ``first`` is ``pending``'s first job."""
     running: deque[tuple[ScanJob, Any]] = deque()
     try:
-        _check_nodes_see_the_source(jobs)
+        _check_nodes_see_the_source(first)
         task = ray.remote(num_cpus=1, max_retries=max_retries, retry_exceptions=False)(_scan_and_stream)
         here = _driver_node(ray)
         limit = workers or default_max_in_flight(ray)
-        pending = iter(jobs)
         while True:
             while len(running) < limit and (job := next(pending, None)) is not None:
                 pinned = {"scheduling_strategy": here} if job.unpacks and here is not None else {}
@@ -163,7 +166,7 @@ def _receive(ray: Any, job: ScanJob, stream: Any) -> dict:
         if out is not None and not out.closed:  # no half file left behind
             out.close()
             os.unlink(out.name)
-    assert current == SPILL_FILES[-1], f"{job.part.path}: the scan's spill came back incomplete"
+    assert current == job.files[-1], f"{job.part.path}: the scan's spill came back incomplete"
     with open(prefix + current, "rb") as f:
         return json.load(f)
 
@@ -195,8 +198,9 @@ def _driver_node(ray: Any) -> Any:
     return NodeAffinitySchedulingStrategy(node, soft=False) if node else None
 
 
-def _check_nodes_see_the_source(jobs: list[ScanJob]) -> None:
-    """Every node sees a partition of the source (the first one the driver
-    sees: one that vanished is left to its scan, which names it)."""
-    seen = next((job.part.path for job in jobs if os.path.exists(job.part.path)), None)
+def _check_nodes_see_the_source(first: ScanJob) -> None:
+    """Every node sees the source (the first partition's input, when the
+    driver sees it: one that vanished is left to its scan, which names it; a
+    Python sequence's items travel with the tasks)."""
+    seen = first.part.path if os.path.exists(first.part.path) else None
     check_nodes_see([seen] if seen is not None else [])

@@ -144,6 +144,31 @@ def s3_write(images: str) -> dict:
     }
 
 
+def map_sequence(dest: str, num_items: str) -> dict:
+    """write_dataset(range(N), map=square) with the Ray engine: the map stage's jobs run as Ray tasks."""
+    from shardkit.write.parallel import WriteOptions, write_dataset
+    from tests.write.map_functions import square
+
+    options = WriteOptions(engine="ray", max_samples=37, seed=3, ray_address=ray.get_runtime_context().gcs_address)
+    report = write_dataset(range(int(num_items)), dest, map=square, options=options)
+    return {"num_items": report.num_items, "num_samples": report.manifest.num_samples}
+
+
+def numpy_rows(dest: str, num_rows: str) -> dict:
+    """shardkit.ray.write_shards of rows with numpy values (an int32 array under tokens.npy, a numpy int)."""
+    import numpy as np
+
+    import shardkit.ray
+
+    def row(r: dict) -> dict:
+        i = int(r["id"])
+        return {"__key__": f"{i:05d}", "tokens.npy": np.arange(i % 5, dtype=np.int32), "cls": np.int64(i * 3)}
+
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    manifest = shardkit.ray.write_shards(ray.data.range(int(num_rows)).map(row), dest, max_samples=16)
+    return {"num_samples": manifest.num_samples, "num_shards": manifest.num_shards}
+
+
 def homes() -> dict:
     """Where each node's worker processes, and a process such a worker starts, find HOME and TMPDIR."""
     import subprocess
@@ -178,7 +203,8 @@ def _start_s3() -> dict[str, str]:
 
 COMMANDS = {"s3-write": s3_write, "wait-nodes": wait_nodes, "rows": rows, "roundtrip": roundtrip, "rewrite": rewrite,
             "http": http,
-            "webdataset": webdataset, "vanish": vanish, "homes": homes}
+            "webdataset": webdataset, "vanish": vanish, "homes": homes, "map-sequence": map_sequence,
+            "numpy-rows": numpy_rows}
 
 
 def main() -> None:
