@@ -255,6 +255,27 @@ def join_members(members: Iterable[tuple[bytes, bytes]]) -> bytes:
     return b"".join([head, b"\0\0", *[data for _, data in members]])
 
 
+def joined_members(joined: bytes) -> list[tuple[str, bytes]]:
+    """The ``(extension, data)`` members :func:`join_members` joined.
+
+    Raises:
+        ValueError: ``joined`` is not such a buffer (a size that is not a
+            number, or data shorter than the sizes say).
+    """
+    items, data = split_joined(joined)
+    if len(items) % 2:
+        raise ValueError("joined members: an extension without its size")
+    members = []
+    pos = 0
+    for i in range(0, len(items), 2):
+        end = pos + int(items[i + 1])
+        if end > len(data):
+            raise ValueError(f"joined members: {len(data)} bytes of data, the sizes say at least {end}")
+        members.append((items[i].decode("utf-8", "surrogateescape"), data[pos:end]))
+        pos = end
+    return members
+
+
 def split_joined(joined: bytes) -> tuple[list[bytes], bytes]:
     """:func:`join_members`' buffer as ``[EXT, SIZE, EXT, SIZE, ...]`` and the
     data joined: what :func:`append_joined_sample` takes."""

@@ -28,20 +28,25 @@ def commit(tmp_path: str, final_path: str) -> None:
     fsync_dir(os.path.dirname(final_path))
 
 
-def atomic_write_bytes(path: str, data: bytes, *, sync_dir: bool = True) -> None:
+def atomic_write_bytes(path: str, data: bytes, *, sync_dir: bool = True, sync: bool = True) -> None:
     """Write ``data`` to ``path`` so that it appears whole or not at all.
 
     Args:
         sync_dir: fsync the directory after the rename. A caller that renames
             another file in the same directory right after (and syncs then)
             can pass False to save one flush.
+        sync: fsync the file before the rename. False for a file whose loss or
+            tearing at a power cut is found and made again (a scan's spill
+            summary: torn, it does not parse, and the partition is scanned
+            again), never for what a reader relies on.
     """
     tmp = path + TMP_SUFFIX
     try:
         with open(tmp, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
     except BaseException:
         remove_quietly(tmp)  # a full disk leaves no half temporary behind
         raise

@@ -52,9 +52,9 @@ class StageRun:
     scanner: Scanner
     progress: Callable[[ScanProgress], None] | None = None
 
-    def job(self, part: Partition, items: Any, digest: str, spec: MapSpec) -> MapJob:
-        """The job of ``part``, whose ``items`` hash to ``digest``."""
-        signature = {"items": digest, "start": part.start, "end": part.end, "seed": self.seed,
+    def job(self, part: Partition, items: Any, spec: MapSpec) -> MapJob:
+        """The job of ``part``, to map ``items``."""
+        signature = {"start": part.start, "end": part.end, "seed": self.seed,
                      "on_error": self.on_error, **spec.identity()}  # fmt: skip
         return MapJob(part, items, spec, self.spill_dir, self.seed, self.on_error, signature)
 
@@ -107,10 +107,13 @@ def map_sequence(items: Sequence, spec: MapSpec, run: StageRun) -> ScanResult:
     if num_items == 0:
         raise SourceError(f"{SEQUENCE_SOURCE}: the sequence is empty; there is nothing to write", path=SEQUENCE_SOURCE)
     parts = item_partitions(num_items, SEQUENCE_SOURCE)
+    # Items travel to the workers pickled: the first partition's are tried
+    # here, so items that do not pickle are named before any work starts.
+    SequenceItems(0, take(items, parts[0].start, parts[0].end)).digest()
 
     def job(part: Partition) -> MapJob:
         some = SequenceItems(part.start, take(items, part.start, part.end))
-        return run.job(part, some, some.digest(), spec)
+        return run.job(part, some, spec)
 
     summaries = _run(parts, job, num_items, run)
     return _result(SEQUENCE, SEQUENCE_SOURCE, parts, summaries, run.spill_dir, None)
@@ -131,7 +134,7 @@ def map_scanned(scanned: ScanResult, spec: MapSpec, run: StageRun) -> ScanResult
 
     def job(part: Partition) -> MapJob:
         some = inputs.items(part.start, part.end)
-        return run.job(part, some, some.digest(), spec)
+        return run.job(part, some, spec)
 
     try:
         summaries = _run(parts, job, num_items, run)
@@ -190,7 +193,7 @@ def _run(parts: list[Partition], make_job: Callable[[Partition], MapJob], num_it
     def todo() -> Iterator[MapJob]:
         for part in parts:
             job = make_job(part)
-            kept = reusable_summary(run.spill_dir, part.index, job.signature) if run.reuse else None
+            kept = reusable_summary(run.spill_dir, part.index, job.full_signature()) if run.reuse else None
             if kept is None:
                 yield job
             else:

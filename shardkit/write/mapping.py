@@ -23,7 +23,7 @@ scan -> plan -> run -> publish, and gives the plan what a scan gives it:
    (:mod:`shardkit.write.sources.mapped`).
 
 ``--resume`` keeps every partition whose summary is there and whose items,
-function and options are unchanged (:meth:`MapJob.signature`): ``fn`` is not
+function and options are unchanged (:meth:`MapJob.full_signature`): ``fn`` is not
 called again for them, so a killed run redoes at most the partitions that
 were in flight. The stage folder goes when the manifest is written.
 
@@ -45,16 +45,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardkit.errors import MapError, ShardkitError, UsageError
-from shardkit.format.tar import append_sample
+from shardkit.format.tar import join_members
 from shardkit.write.encode import field_kind, sample_fields, short_repr
 from shardkit.write.resize import ImageOptions, ImageProblem, prepare_image
-from shardkit.write.sources.base import Partition
+from shardkit.write.sources.base import Partition, sample_size
 from shardkit.write.sources.mapped import MAPPED, SEQUENCE_SOURCE
 from shardkit.write.extensions import IMAGE_EXTENSIONS
 from shardkit.write.spill import SpillWriter, load_summary, short_digest, spill_error, spill_intact, spill_prefix
 
 #: The file of a partition's staged samples, beside its spill.
-STAGE_SUFFIX = ".stage.tar"
+STAGE_SUFFIX = ".stage"
 #: The files a map job leaves, in the order a Ray task streams them back (summary last).
 MAP_FILES = (STAGE_SUFFIX, ".rec.npy", ".src.npy", ".str", ".json")
 #: Bytes of staged samples gathered before one write to the stage file.
@@ -186,7 +186,8 @@ class MapJob:
         seed: The shuffle seed (spill records are sorted by the seeded key hash).
         on_error: ``"raise"``: the first failing item stops the write;
             ``"skip"``: it is recorded and left out.
-        signature: What identifies the partition's work (stored in its summary).
+        signature: What identifies the partition's work but its items (see
+            :meth:`full_signature`, stored in its summary).
     """
 
     part: Partition
@@ -201,6 +202,13 @@ class MapJob:
     unpacks = False
     #: The files :meth:`run` leaves (a Ray task streams them back in this order).
     files = MAP_FILES
+
+    def full_signature(self) -> dict:
+        """:attr:`signature` with a hash of the items: what ``--resume``
+        compares. Worked out where the job runs (pickling the items again is
+        the workers' work, not the driver's), and by the driver only when it
+        looks for partitions to keep."""
+        return {**self.signature, "items": self.items.digest()}
 
     def run(self, spill_dir: str | None = None) -> dict:
         """Map the partition's items into its stage in ``spill_dir`` (default
@@ -217,7 +225,7 @@ class MapJob:
             tally = self._map_into(stage)
             summary = stage.finish(
                 {
-                    "signature": self.signature,
+                    "signature": self.full_signature(),
                     "partition": self.part.index,
                     "num_items": tally.items,
                     "num_filtered": tally.filtered,
@@ -351,26 +359,36 @@ def _encoded(sample: Mapping[str, Any], images: ImageOptions | None) -> tuple[st
 
 
 class _Stage:
-    """One partition's staged samples: the stage tar and its spill."""
+    """One partition's staged samples: the stage file and its spill.
+
+    The stage holds each sample's members joined
+    (:func:`~shardkit.format.tar.join_members`), one after another; its spill
+    record points at them (``offset``, ``length``) and plans the sample's tar
+    size (``size``). A shard writer copies them into its shard in blocks
+    (:meth:`~shardkit.write.shard.ShardFile.add_joined_block`), its headers
+    made for many samples at once.
+    """
 
     def __init__(self, prefix: str, seed: int):
         self.path = prefix + STAGE_SUFFIX
-        self._tmp = self.path + ".tmp"
-        self._file = open(self._tmp, "wb")
+        self._file = open(self.path, "wb")  # inside the work folder; its summary, written last, vouches for it
         self._buffer = bytearray()
         self._written = 0
         self._crc = 0
         self.spill = SpillWriter(prefix, seed)
         self.extensions: set[str] = set()
+        self.num_bytes = 0
 
     def add(self, key: str, fields: list[tuple[str, bytes]], where: str) -> None:
         """Append one sample; ``where`` (its item) is kept as its name, for messages."""
-        begin = len(self._buffer)
-        append_sample(self._buffer, key, fields)
-        length = len(self._buffer) - begin
-        digest = short_digest(memoryview(self._buffer)[begin:])
-        self.spill.add(key.encode("utf-8", "surrogateescape"), where.encode("utf-8", "surrogateescape"),
-                       self._written + begin, length, length, digest)  # fmt: skip
+        raw_key = key.encode("utf-8", "surrogateescape")
+        joined = join_members([(ext.encode("utf-8", "surrogateescape"), data) for ext, data in fields])
+        size = sample_size(key, [(ext, len(data)) for ext, data in fields])
+        digest = short_digest(raw_key + b"\0" + joined)
+        self.spill.add(raw_key, where.encode("utf-8", "surrogateescape"), self._written + len(self._buffer),
+                       len(joined), size, digest)  # fmt: skip
+        self._buffer += joined
+        self.num_bytes += size
         self.extensions.update(ext for ext, _ in fields)
         if len(self._buffer) >= _STAGE_BUFFER_BYTES:
             self._flush()
@@ -382,14 +400,13 @@ class _Stage:
         self._buffer = bytearray()
 
     def finish(self, summary: dict) -> dict:
-        """Put the stage in place, then the spill, the summary last; return the summary."""
+        """Close the stage, then write the spill, the summary last; return the summary."""
         self._flush()
         self._file.close()
-        os.replace(self._tmp, self.path)
         summary = {
             **summary,
             "num_samples": len(self.spill),
-            "num_bytes": self._written,
+            "num_bytes": self.num_bytes,
             "extensions": sorted(self.extensions),
             "read_path": self.path,
             "stage": [self._written, self._crc],
@@ -400,11 +417,10 @@ class _Stage:
     def discard(self) -> None:
         """Remove what was staged (a failed or stopped partition leaves nothing)."""
         self._file.close()
-        for path in (self._tmp, self.path):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
 
 
 def stage_path(spill_dir: str, index: int) -> str:

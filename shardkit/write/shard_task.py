@@ -187,6 +187,12 @@ def _file_rows(
         if joined and carried == parts and all(block.names):
             yield _Carried(block.keys, block.names)
             continue
+        if joined and all(kinds[part].joined_in_stage for part in parts):
+            yield _Carried(block.keys, [
+                kinds[part].joined(plan.partitions[part], plan.read_paths[part], name, rec, plan.read_range)
+                for part, _, name, rec in block.samples()
+            ])  # fmt: skip
+            continue
         for part, key, name, rec in block.samples():
             if name and part in carried:
                 # Its values were spilled by the scan, and the file is as scanned.

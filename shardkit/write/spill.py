@@ -160,7 +160,11 @@ class SpillWriter:
         files[".str"] = _save_strings(self.prefix + ".str", self._blob, starts, ends)
         self._blob = bytearray()
         summary = {**summary, "files": files}
-        atomic_write_bytes(self.prefix + ".json", json.dumps(summary, sort_keys=True).encode(), sync_dir=False)
+        # Not fsynced: a summary torn by a power cut does not parse (the
+        # partition is scanned again), and a whole one vouches for the other
+        # files by their CRCs (see spill_intact).
+        data = json.dumps(summary, sort_keys=True).encode()
+        atomic_write_bytes(self.prefix + ".json", data, sync_dir=False, sync=False)
 
 
 class _Summed:

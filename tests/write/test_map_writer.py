@@ -312,3 +312,11 @@ def test_cli_reports_items_samples_filtered_and_failed(imagefolder, tmp_path, ca
     assert main(["write", root, str(tmp_path / "out"), "--map", "tests.write.map_functions:upper_text"]) == 0
     out = capsys.readouterr().out
     assert f"map: {len(files)} items read, {len(files)} samples written, 0 filtered, 0 failed" in out
+
+
+def test_items_that_do_not_pickle_are_refused_before_any_work(tmp_path):
+    import threading
+
+    with pytest.raises(UsageError, match=r"items 0\.\.15 do not pickle \(TypeError: cannot pickle '_thread.lock'"):
+        write_dataset([1, threading.Lock()] * 20, str(tmp_path / "out"), map=fns.square, options=WriteOptions(workers=2))
+    assert not (tmp_path / "out" / "manifest.json").exists()

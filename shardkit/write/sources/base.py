@@ -220,6 +220,10 @@ class SourceKind:
             row, or the URLs to fetch for it): the shard writer makes it from
             there (:func:`~shardkit.write.sources.table.table_rows`), never
             through :meth:`load`.
+        joined_in_stage: Every sample's members sit joined
+            (:func:`~shardkit.format.tar.join_members`) at its record's byte
+            range of ``read_path`` (the map stage's output): the shard writer
+            copies them in blocks through ``joined()``.
     """
 
     name: str = ""
@@ -227,6 +231,7 @@ class SourceKind:
     source_is_path: bool = True
     inline_values: bool = False
     rows_in_spill: bool = False
+    joined_in_stage: bool = False
 
     def partitions(self, source: str, settings: SourceSettings) -> Listing:
         """``source`` cut into partitions, in source order.

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 
 from shardkit.errors import DuplicateSampleError, InputFileError, SourceError
 from shardkit.format.codecs import encode_parsed_json, encode_value
-from shardkit.format.tar import field_name, join_members, member_name_problem, repeated_field, split_joined, split_key
+from shardkit.format.tar import field_name, join_members, joined_members, member_name_problem, repeated_field, split_key
 from shardkit.write.extensions import TEXT_EXTENSIONS
 from shardkit.write.sources.base import (
     IMAGE_OPTIONS,
@@ -187,14 +187,7 @@ def pack_inline(fields: list[_Field]) -> bytes:
 
 def unpack_inline(packed: bytes) -> list[tuple[str, bytes]]:
     """The ``(extension, bytes)`` members of :func:`pack_inline`'s output."""
-    items, data = split_joined(packed)
-    members = []
-    pos = 0
-    for i in range(0, len(items), 2):
-        end = pos + int(items[i + 1])
-        members.append((items[i].decode("utf-8"), data[pos:end]))
-        pos = end
-    return members
+    return joined_members(packed)
 
 
 def duplicate_lines_error(path: str, key: str, first: int, second: int) -> DuplicateSampleError:

@@ -19,10 +19,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from shardkit.errors import InputFileError, ShardkitError, SourceError
-from shardkit.format.tar import field_name
+from shardkit.errors import InputFileError, ShardkitError
+from shardkit.format.tar import field_name, joined_members
 from shardkit.write.sources.base import IMAGE_OPTIONS, Listing, Members, Partition, ReadRange, SourceKind, SourceSettings
-from shardkit.write.sources.tar import parse_range
 from shardkit.write.spill import Record
 
 #: The partition kind of the map stage's output.
@@ -83,26 +82,40 @@ class MappedKind(SourceKind):
 
     name = MAPPED
     options = IMAGE_OPTIONS
+    joined_in_stage = True
 
     def load(self, part: Partition, read_path: str, key: str, name: str, rec: Any, read_range: ReadRange) -> Members:
-        """The staged sample at its byte range of the stage.
+        """The staged sample's members, read from its byte range of the stage.
 
         Raises:
             InputFileError: The stage cannot be read or is not what the map stage wrote.
         """
         try:
-            raws = parse_range(read_path, rec.offset, rec.length, read_range)
-        except (OSError, SourceError) as exc:
+            members = joined_members(self.joined(part, read_path, name, rec, read_range))
+        except ValueError as exc:
             raise InputFileError(
-                f"{read_path}: the map stage's file of {name} cannot be read ({exc}); rerun the write "
-                "(with --resume the partition is mapped again)",
+                f"{read_path}: the map stage's file is damaged at byte {rec.offset} ({exc}); rerun the write",
                 path=read_path,
             ) from exc
-        if len(raws) != 1 or raws[0].key != key:
+        return self.checked_size(part, read_path, key, name, rec, members)
+
+    def joined(self, part: Partition, read_path: str, name: str, rec: Any, read_range: ReadRange) -> bytes:
+        """The staged sample's members joined (:func:`~shardkit.format.tar.join_members`), as staged."""
+        try:
+            data = read_range(read_path, rec.offset, rec.length)
+        except OSError as exc:
             raise InputFileError(
-                f"{read_path}: the map stage's file changed at byte {rec.offset} ({name}); rerun the write", path=read_path
+                f"{read_path}: the map stage's file of {_described(name)} cannot be read ({exc.strerror or exc}); "
+                "rerun the write (with --resume the partition is mapped again)",
+                path=read_path,
+            ) from exc
+        if len(data) != rec.length:
+            raise InputFileError(
+                f"{read_path}: the map stage's file ends at byte {rec.offset + len(data)}, before "
+                f"{_described(name)}'s sample; rerun the write (with --resume the partition is mapped again)",
+                path=read_path,
             )
-        return self.checked_size(part, read_path, key, name, rec, sorted(raws[0].fields.items()))
+        return data
 
     def origin(self, part: Partition, read_path: str, name: str, offset: int) -> str:
         return _described(name)
