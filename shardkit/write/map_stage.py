@@ -19,6 +19,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 from typing import Any
 
 from shardkit.errors import SourceError
@@ -28,7 +30,7 @@ from shardkit.write.sources import source_kind
 from shardkit.write.sources.base import Partition
 from shardkit.write.sources.mapped import MAPPED, SEQUENCE, SEQUENCE_SOURCE, InputPart, ScannedItems, item_partitions
 from shardkit.write.sources.table import TABLE_KINDS
-from shardkit.write.spill import SpillFetcher, spill_prefix
+from shardkit.write.spill import SpillFetcher, SpillReader, spill_prefix
 
 @dataclass(frozen=True)
 class StageRun:
@@ -42,6 +44,11 @@ class StageRun:
         workers: Processes (or Ray tasks) in flight; None: the engine's default.
         scanner: The engine that runs the jobs (see :data:`~shardkit.write.scan.Scanner`).
         progress: Told as partitions finish, counting items.
+        ingest: For a table source: how its rows' fields are fetched and
+            their images prepared before ``map`` sees them
+            (:class:`~shardkit.write.sources.table.IngestOptions`).
+        row_errors: For a table source: ``"raise"`` or ``"skip"`` for rows
+            whose fields could not be fetched.
     """
 
     spill_dir: str
@@ -51,6 +58,8 @@ class StageRun:
     workers: int | None
     scanner: Scanner
     progress: Callable[[ScanProgress], None] | None = None
+    ingest: Any = None
+    row_errors: str = "skip"
 
     def job(self, part: Partition, items: Any, spec: MapSpec) -> MapJob:
         """The job of ``part``, to map ``items``."""
@@ -130,7 +139,7 @@ def map_scanned(scanned: ScanResult, spec: MapSpec, run: StageRun) -> ScanResult
     counts = [int(s["num_samples"]) for s in scanned.summaries]
     num_items = sum(counts)
     parts = item_partitions(num_items, scanned.source)
-    inputs = _ScannedInputs(scanned, counts)
+    inputs = _ScannedInputs(scanned, counts, run)
 
     def job(part: Partition) -> MapJob:
         some = inputs.items(part.start, part.end)
@@ -147,11 +156,13 @@ def map_scanned(scanned: ScanResult, spec: MapSpec, run: StageRun) -> ScanResult
 class _ScannedInputs:
     """The scanned samples of a path source by their position in source order."""
 
-    def __init__(self, scanned: ScanResult, counts: list[int]):
+    def __init__(self, scanned: ScanResult, counts: list[int], run: StageRun):
         self.scanned = scanned
         self.counts = counts
+        self.run = run
         self.kinds = [source_kind(p.kind) for p in scanned.partitions]
         self._fetchers: dict[int, SpillFetcher] = {}
+        self._readers: dict[int, SpillReader] = {}
 
     def items(self, start: int, end: int) -> ScannedItems:
         """The samples at positions ``[start, end)``, with the scan's records of them."""
@@ -163,14 +174,19 @@ class _ScannedInputs:
             first += count
             if hi <= lo:
                 continue
-            reader = self.scanned.reader(index)
-            order = reader.read_by_source()[lo:hi]
+            order = np.array(self._reader(index).by_source[lo:hi])  # the slice only, not the whole order
             records, keys, names = self._fetcher(index).fetch(order)
             at = len(parts)
             parts.append(InputPart(self.scanned.partitions[index], self.scanned.summaries[index]["read_path"],
                                    self.kinds[index]))  # fmt: skip
             rows += [(at, key, name, tuple(values)) for key, name, values in zip(keys, names, records.tolist())]
-        return ScannedItems(tuple(parts), tuple(rows))
+        return ScannedItems(tuple(parts), tuple(rows), self.run.ingest, self.run.row_errors)
+
+    def _reader(self, index: int) -> SpillReader:
+        reader = self._readers.get(index)
+        if reader is None:
+            reader = self._readers[index] = self.scanned.reader(index)
+        return reader
 
     def _fetcher(self, index: int) -> SpillFetcher:
         fetcher = self._fetchers.get(index)
@@ -182,6 +198,7 @@ class _ScannedInputs:
         for fetcher in self._fetchers.values():
             fetcher.close()
         self._fetchers.clear()
+        self._readers.clear()
 
 
 def _run(parts: list[Partition], make_job: Callable[[Partition], MapJob], num_items: int, run: StageRun) -> list[dict]:

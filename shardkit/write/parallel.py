@@ -290,7 +290,8 @@ def scan_and_plan(
     os.makedirs(spill_dir, exist_ok=True)
     shutil.rmtree(plan_dir, ignore_errors=True)
     os.makedirs(plan_dir)
-    stage = StageRun(map_dir, options.seed, options.input_errors, options.resume, options.workers, scanner, progress)
+    stage = StageRun(map_dir, options.seed, options.input_errors, options.resume, options.workers, scanner, progress,
+                     ingest=options.ingest_options(), row_errors=options.download_errors)  # fmt: skip
     if not is_path(source):
         check_options(options, SEQUENCE, SEQUENCE_SOURCE)
         scanned = map_sequence(source, map_spec(map, options, SEQUENCE), stage)

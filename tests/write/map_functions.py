@@ -86,3 +86,8 @@ def image_item(i: int) -> dict:
 
 
 NOT_CALLABLE = 42
+
+
+def shout(sample: dict) -> dict:
+    """For a table: its caption upper-cased, the image as fetched."""
+    return {"__key__": sample["__key__"], "jpg": sample["jpg"], "txt": sample["txt"].upper()}

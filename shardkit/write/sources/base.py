@@ -37,7 +37,7 @@ object per sample.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -149,6 +149,25 @@ class Listing:
     class_names: tuple[str, ...] | None = None
     spec: Any = None
     signature: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How :meth:`SourceKind.read_samples` reads samples for a user's ``map``.
+
+    Attributes:
+        read_range: Reads a byte range of a file.
+        on_error: ``"raise"`` or ``"skip"`` for an input that cannot be read.
+        ingest: For a table: how its fields are fetched and its images
+            prepared (:class:`~shardkit.write.sources.table.IngestOptions`).
+        row_errors: For a table: ``"raise"`` or ``"skip"`` for a row whose
+            fields could not be fetched (the write's ``download_errors``).
+    """
+
+    read_range: ReadRange
+    on_error: str = "raise"
+    ingest: Any = None
+    row_errors: str = "skip"
 
 
 class ScanCollector:
@@ -270,6 +289,34 @@ class SourceKind:
     def origin(self, part: Partition, read_path: str, name: str, offset: int) -> str:
         """Where a sample came from, for messages (its file, ``shard@byte``, ``table#row=N``)."""
         raise NotImplementedError
+
+    def read_samples(
+        self, part: Partition, read_path: str, rows: Sequence[tuple[str, bytes, Any]], reading: Reading
+    ) -> Iterator[tuple[str, Members | None, SourceError | None]]:
+        """Scanned samples of ``part`` read whole, in order, for a user's
+        ``map`` (:mod:`shardkit.write.mapping`): ``(where, members, None)``
+        each, or ``(where, None, error)`` for one left out under
+        ``reading.on_error="skip"``.
+
+        Args:
+            rows: ``(key, name, record)`` of each sample, as the scan spilled
+                them (the name as bytes).
+            reading: How to read them (see :class:`Reading`).
+
+        Raises:
+            InputFileError: An input cannot be read, under ``on_error="raise"``.
+        """
+        for key, raw_name, rec in rows:
+            name = raw_name.decode("utf-8", "surrogateescape")
+            where = self.origin(part, read_path, name, rec.offset)
+            try:
+                members = self.load(part, read_path, key, name, rec, reading.read_range)
+            except InputFileError as exc:
+                if reading.on_error == "raise":
+                    raise
+                yield where, None, exc
+                continue
+            yield where, members, None
 
     def checked_size(self, part: Partition, read_path: str, key: str, name: str, rec: Any, members: Members) -> Members:
         """``members``, once their tar size is the one the scan planned.

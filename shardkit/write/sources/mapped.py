@@ -14,6 +14,7 @@ them: ``{"__key__": key, EXT: bytes, ...}``, in source order.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +22,16 @@ from typing import Any
 
 from shardkit.errors import InputFileError, ShardkitError
 from shardkit.format.tar import field_name, joined_members
-from shardkit.write.sources.base import IMAGE_OPTIONS, Listing, Members, Partition, ReadRange, SourceKind, SourceSettings
+from shardkit.write.sources.base import (
+    IMAGE_OPTIONS,
+    Listing,
+    Members,
+    Partition,
+    Reading,
+    ReadRange,
+    SourceKind,
+    SourceSettings,
+)
 from shardkit.write.spill import Record
 
 #: The partition kind of the map stage's output.
@@ -147,36 +157,35 @@ class ScannedItems:
         parts: The scan's partitions these samples come from.
         rows: ``(index into parts, key, name, record values)`` per sample, in
             source order: what the scan spilled of it.
+        ingest: For a table: how its rows' fields are fetched and prepared.
+        row_errors: For a table: ``"raise"`` or ``"skip"`` for rows whose fields could not be fetched.
     """
 
     parts: tuple[InputPart, ...]
     rows: tuple[tuple[int, bytes, bytes, tuple], ...]
+    ingest: Any = None
+    row_errors: str = "skip"
 
     def entries(self, on_error: str) -> Iterator[tuple[str, Any, ShardkitError | None]]:
-        """``(where, sample dict, None)`` per sample, read from its input;
-        ``(where, None, error)`` for one that cannot be read under ``"skip"``
-        (under ``"raise"`` the error is raised)."""
+        """``(where, sample dict, None)`` per sample, read from its input as
+        the reader would give it (``{"__key__": key, EXT: bytes}``);
+        ``(where, None, error)`` for one left out under ``"skip"`` (under
+        ``"raise"`` the error is raised)."""
         files: dict[str, int] = {}
+        reading = Reading(_reader(files), on_error, self.ingest, self.row_errors)
         try:
-            for part_index, raw_key, raw_name, values in self.rows:
-                input_part = self.parts[part_index]
-                part = input_part.partition
-                kind = input_part.kind
-                key = raw_key.decode("utf-8", "surrogateescape")
-                name = raw_name.decode("utf-8", "surrogateescape")
-                rec = Record(*values)
-                where = kind.origin(part, input_part.read_path, name, rec.offset)
-                try:
-                    members = kind.load(part, input_part.read_path, key, name, rec, _reader(files))
-                except InputFileError as exc:
-                    if on_error == "raise":
-                        raise
-                    yield where, None, exc
-                    continue
-                sample: dict[str, Any] = {"__key__": key}
-                for ext, data in members:
-                    sample[field_name(ext)] = data
-                yield where, sample, None
+            for part_index, rows in itertools.groupby(self.rows, key=lambda row: row[0]):
+                part = self.parts[part_index]
+                decoded = [(key.decode("utf-8", "surrogateescape"), name, Record(*values)) for _, key, name, values in rows]
+                found = part.kind.read_samples(part.partition, part.read_path, decoded, reading)
+                for (key, _, _), (where, members, error) in zip(decoded, found):
+                    if members is None:
+                        yield where, None, error
+                        continue
+                    sample: dict[str, Any] = {"__key__": key}
+                    for ext, data in members:
+                        sample[field_name(ext)] = data
+                    yield where, sample, None
         finally:
             for fd in files.values():
                 os.close(fd)

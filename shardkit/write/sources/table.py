@@ -52,6 +52,7 @@ from shardkit.write.sources.base import (
     Members,
     Partition,
     ReadRange,
+    Reading,
     ScanCollector,
     SourceKind,
     SourceSettings,
@@ -302,6 +303,26 @@ class TableKind(SourceKind):
 
     def load(self, part: Partition, read_path: str, key: str, name: str, rec: Any, read_range: ReadRange) -> Members:
         raise AssertionError("table rows are made from their spill records by table_rows, never loaded")
+
+    def read_samples(
+        self, part: Partition, read_path: str, rows: Sequence[tuple[str, bytes, Any]], reading: Reading
+    ) -> Iterator[tuple[str, Members | None, SourceError | None]]:
+        """The rows as a shard writer makes them (their files read, their
+        URLs fetched, their images checked or resized as ``reading.ingest``
+        says), for a user's ``map``; a row that could not be fetched is left
+        out with its reason (``http_404: jpg URL: ...``) or, under
+        ``reading.row_errors="raise"``, stops the write."""
+        source = part.root
+        ingest = reading.ingest or IngestOptions()
+        samples = (_read_files(decode_row(key, rec.offset, name), source, reading.on_error) for key, name, rec in rows)
+        for result in ingest_rows(samples, downloader=process_downloader(ingest.download), images=ingest.images):
+            where = f"{source}#row={result.position}"
+            if isinstance(result, SkippedRow):
+                if reading.row_errors == "raise":
+                    raise result.error(source)
+                yield where, None, SourceError(result.skipped_input(source).reason, path=where)
+            else:
+                yield where, list(result.fields), None
 
     def origin(self, part: Partition, read_path: str, name: str, offset: int) -> str:
         return f"{part.root}#row={offset}"
