@@ -178,11 +178,14 @@ class MapError(SourceError):
         reason: ``map_error`` (it raised), ``bad_sample`` (not a sample, no
             key, a value that cannot be encoded) or an image's problem
             (``not_image``...).
+        frames: When the function raised: the last frames of its traceback,
+            formatted (``shardkit write -v`` prints them), else "".
     """
 
-    def __init__(self, message: str, *, path: str, reason: str):
+    def __init__(self, message: str, *, path: str, reason: str, frames: str = ""):
         super().__init__(message, path=path)
         self.reason = reason
+        self.frames = frames
 
 
 class DestinationError(ShardkitError, FileExistsError):

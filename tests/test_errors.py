@@ -19,7 +19,7 @@ EXAMPLES = {
     errors.DuplicateSampleError: (("two inputs for a1.jpg",), {"first": "x/a1.jpg", "second": "y/a1.jpg"}),
     errors.MapError: (
         ("map prep:tok failed on item 13 ('a.jpg'): ValueError: empty",),
-        {"path": "items#row=13", "reason": "map_error"},
+        {"path": "items#row=13", "reason": "map_error", "frames": "  File \"prep.py\", line 3, in tok\n"},
     ),
     errors.InputFileError: (("gone.jpg: cannot read input file",), {"path": "gone.jpg", "line": None}),
     errors.DestinationError: (("out: destination is not empty",), {"path": "out"}),

@@ -130,6 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if verbose:
             # Redacted: a chained library error (urllib3, botocore) may quote a URL whole.
             print(redact_text(traceback.format_exc()), end="", file=sys.stderr)
+            if getattr(exc, "frames", ""):  # a --map function's own traceback, from whichever process ran it
+                print(f"the function's traceback (last frames):\n{redact_text(exc.frames)}", end="", file=sys.stderr)
         print(f"shardkit: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

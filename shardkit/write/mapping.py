@@ -39,6 +39,7 @@ import inspect
 import marshal
 import os
 import pickle
+import traceback
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,9 @@ from shardkit.write.spill import SpillWriter, load_summary, short_digest, spill_
 STAGE_SUFFIX = ".stage"
 #: The files a map job leaves, in the order a Ray task streams them back (summary last).
 MAP_FILES = (STAGE_SUFFIX, ".rec.npy", ".src.npy", ".str", ".json")
+#: Frames of the function's traceback a MapError keeps (the innermost).
+_TRACEBACK_FRAMES = 5
+
 #: Bytes of staged samples gathered before one write to the stage file.
 _STAGE_BUFFER_BYTES = 1 << 20
 
@@ -282,7 +286,10 @@ class MapJob:
             tally.skipped.append([where, f"{reason}: {message}"])
             return
         advice = "fix the function, or pass on_error='skip' (--on-error skip) to record such items and go on"
-        raise MapError(f"{message}; {advice}", path=where, reason=reason) from cause
+        error = MapError(f"{message}; {advice}", path=where, reason=reason)
+        if cause is not None:  # the function's own frames, whichever engine carries the error back
+            error.frames = "".join(traceback.format_exception(cause, limit=-_TRACEBACK_FRAMES))
+        raise error from cause
 
 
 @dataclass

@@ -320,3 +320,21 @@ def test_items_that_do_not_pickle_are_refused_before_any_work(tmp_path):
     with pytest.raises(UsageError, match=r"items 0\.\.15 do not pickle \(TypeError: cannot pickle '_thread.lock'"):
         write_dataset([1, threading.Lock()] * 20, str(tmp_path / "out"), map=fns.square, options=WriteOptions(workers=2))
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_cli_verbose_prints_the_functions_own_frames(imagefolder, tmp_path, monkeypatch, capsys):
+    root, _ = imagefolder
+    (tmp_path / "prep_fails.py").write_text("def prep(sample):\n    return helper(sample)\n\n\ndef helper(sample):\n"
+                                            "    raise KeyError('caption')\n")  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "prep_fails", raising=False)
+    assert main(["write", root, str(tmp_path / "out"), "--map", "prep_fails:prep", "-q", "--workers", "2"]) == 2
+    quiet = capsys.readouterr().err
+    assert quiet.strip().splitlines() == [
+        f"shardkit: error: map prep_fails:prep failed on {root}/cat/img_000.jpg: KeyError: 'caption'; fix the "
+        "function, or pass on_error='skip' (--on-error skip) to record such items and go on"
+    ]
+    assert main(["write", root, str(tmp_path / "out"), "--map", "prep_fails:prep", "-q", "-v"]) == 2
+    verbose = capsys.readouterr().err
+    assert "the function's traceback (last frames):" in verbose
+    assert 'prep_fails.py", line 6, in helper' in verbose and "raise KeyError('caption')" in verbose
