@@ -91,3 +91,8 @@ NOT_CALLABLE = 42
 def shout(sample: dict) -> dict:
     """For a table: its caption upper-cased, the image as fetched."""
     return {"__key__": sample["__key__"], "jpg": sample["jpg"], "txt": sample["txt"].upper()}
+
+
+def one_in_a_million(i: int) -> dict | None:
+    """Keeps item 0 and every millionth: a map over 10**7 items that stages almost nothing."""
+    return None if i % 1_000_000 else {"__key__": f"{i:09d}", "txt": str(i)}

@@ -338,3 +338,28 @@ def test_cli_verbose_prints_the_functions_own_frames(imagefolder, tmp_path, monk
     verbose = capsys.readouterr().err
     assert "the function's traceback (last frames):" in verbose
     assert 'prep_fails.py", line 6, in helper' in verbose and "raise KeyError('caption')" in verbose
+
+
+MEMORY = textwrap.dedent(
+    """
+    import resource, sys
+    from shardkit.write.parallel import WriteOptions, write_dataset
+    from tests.write.map_functions import one_in_a_million
+    report = write_dataset(range(int(sys.argv[1])), sys.argv[2], map=one_in_a_million, options=WriteOptions(workers=2))
+    print(report.manifest.num_samples, report.num_filtered, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    """
+)
+
+
+def test_the_drivers_memory_stays_flat_from_10_5_to_10_7_items(tmp_path):
+    """The driver holds one summary per partition and the items of the partitions in flight (a range is
+    sliced, never listed): its peak grows by partitions' bookkeeping only, not by items."""
+    peaks = {}
+    for num_items in (10**5, 10**7):
+        done = subprocess.run([sys.executable, "-c", MEMORY, str(num_items), str(tmp_path / str(num_items))],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        samples, filtered, peak_kib = map(int, done.stdout.split())
+        assert (samples, filtered) == (num_items // 10**6 + (num_items < 10**6), num_items - samples)
+        peaks[num_items] = peak_kib
+    assert peaks[10**7] - peaks[10**5] < 40 * 1024, peaks  # ~15 MB measured: 2,442 partitions' summaries
