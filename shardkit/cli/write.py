@@ -22,7 +22,9 @@ _WRITE_EPILOG = """tables (pip install 'shardkit[tables]' for Parquet and datase
   --field json=* stores the other columns as JSON; without --field, columns
   named after an extension (jpg, txt, json...) map to themselves. A string
   under a non-text extension is a URL (http(s):// or s3://), downloaded while
-  the shard is written, images checked to decode (--resize to scale them).
+  the shard is written, or else a local file path (relative to the table's
+  folder, confined to --files-root), read as a JSONL row's path is; images
+  are checked to decode (--resize to scale them).
   Rows whose download fails are skipped and counted by reason in the
   manifest (shown by `shardkit info`) unless --on-error raise is given.
   URL fields have no size before download, so such shards are cut by count:
@@ -78,8 +80,8 @@ def add_write(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--files-root", metavar="DIR",
-        help="the folder a JSONL's rows may name files in (default: the JSONL file's); a row naming a file "
-        "outside it (absolute path, ..) is refused",
+        help="the folder a JSONL's or a table's rows may name files in (default: the JSONL file's or the "
+        "table's folder); a row naming a file outside it (absolute path, ..) is refused",
     )
     t = p.add_argument_group("tables and URL downloads")
     t.add_argument("--field", dest="fields", action="append", metavar="EXT=COLUMN",

@@ -19,9 +19,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-from typing import Any
 
 from shardkit.errors import SourceError
 from shardkit.write.mapping import MapJob, MapSpec, SequenceItems, reusable_summary, stage_path, take
@@ -31,6 +31,7 @@ from shardkit.write.sources.base import Partition
 from shardkit.write.sources.mapped import MAPPED, SEQUENCE, SEQUENCE_SOURCE, InputPart, ScannedItems, item_partitions
 from shardkit.write.sources.table import TABLE_KINDS
 from shardkit.write.spill import SpillFetcher, SpillReader, spill_prefix
+
 
 @dataclass(frozen=True)
 class StageRun:
@@ -98,10 +99,7 @@ def stage_counts(scanned: ScanResult) -> dict[str, int]:
     """Items read, dropped by ``map`` (None) and failed, for the write's report (zeros without a stage)."""
     if not scanned.partitions or scanned.partitions[0].kind != MAPPED:
         return {}
-    return {
-        name: sum(int(s[field]) for s in scanned.summaries)
-        for name, field in (("num_items", "num_items"), ("num_filtered", "num_filtered"), ("num_failed", "num_failed"))
-    }
+    return {name: sum(int(s[name]) for s in scanned.summaries) for name in ("num_items", "num_filtered", "num_failed")}
 
 
 def map_sequence(items: Sequence, spec: MapSpec, run: StageRun) -> ScanResult:

@@ -13,8 +13,8 @@ scan -> plan -> run -> publish, and gives the plan what a scan gives it:
 2. A worker runs one :class:`MapJob`: ``fn`` on each item in order, each
    sample it returns encoded (:func:`~shardkit.write.encode.sample_fields`,
    the :class:`~shardkit.ShardWriter`'s encoder) into the partition's
-   *stage*, ``p-NNNNNN.stage.tar`` (plain tar samples, back to back), with
-   one spill record per sample pointing into it (see
+   *stage*, ``p-NNNNNN.stage`` (each sample's members joined, back to back),
+   with one spill record per sample pointing into it (see
    :mod:`shardkit.write.spill`). The summary is written last; its presence
    marks the partition done.
 3. The plan then orders the staged samples by the seeded hash of their keys
@@ -48,10 +48,10 @@ from typing import Any
 from shardkit.errors import MapError, ShardkitError, UsageError
 from shardkit.format.tar import join_members
 from shardkit.write.encode import field_kind, sample_fields, short_repr
+from shardkit.write.extensions import IMAGE_EXTENSIONS
 from shardkit.write.resize import ImageOptions, ImageProblem, prepare_image
 from shardkit.write.sources.base import Partition, sample_size
 from shardkit.write.sources.mapped import MAPPED, SEQUENCE_SOURCE
-from shardkit.write.extensions import IMAGE_EXTENSIONS
 from shardkit.write.spill import SpillWriter, load_summary, short_digest, spill_error, spill_intact, spill_prefix
 
 #: The file of a partition's staged samples, beside its spill.
@@ -265,7 +265,8 @@ class MapJob:
             except Exception as exc:
                 self._fail(
                     tally, where, item, "map_error",
-                    f"map {self.spec.name} failed on {describe(where, item)}: {type(exc).__name__}: {exc}", exc,
+                    f"map {self.spec.name} failed on {describe(where, item)}: {type(exc).__name__}: "
+                    f"{_shortened(str(exc))}", exc,
                 )  # fmt: skip
                 continue
             if not samples:
@@ -290,6 +291,12 @@ class MapJob:
         if cause is not None:  # the function's own frames, whichever engine carries the error back
             error.frames = "".join(traceback.format_exception(cause, limit=-_TRACEBACK_FRAMES))
         raise error from cause
+
+
+def _shortened(text: str, limit: int = 300) -> str:
+    """One line of at most ``limit`` characters (an exception may quote a whole array)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @dataclass

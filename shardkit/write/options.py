@@ -141,6 +141,13 @@ class WriteOptions:
         ShardLimits(max_samples=self.max_samples, max_bytes=self.max_bytes)  # validates
         self.field_map()
         self.ingest_options()
+        if self.resize is None and self.image_format is None:  # nothing is re-encoded: they would do nothing
+            if self.resize_mode != "keep_ratio":
+                raise UsageError("--resize-mode (resize_mode) applies with --resize only; add --resize N")
+            if self.image_quality != 95:
+                raise UsageError(
+                    "--image-quality (image_quality) applies to re-encoded images only; add --resize N or --image-format"
+                )
 
     @property
     def input_errors(self) -> str:

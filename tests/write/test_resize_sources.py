@@ -124,3 +124,16 @@ def test_without_resize_path_sources_skip_the_map_stage_and_keep_their_bytes(tmp
     got = samples_of(dest)
     assert got["p1"]["jpg"] == _photos()["p1"]
     assert not (dest / ".shardkit-journal").exists()
+
+
+@pytest.mark.parametrize(
+    "options, says",
+    [
+        ({"resize_mode": "center_crop"}, r"--resize-mode \(resize_mode\) applies with --resize only"),
+        ({"image_quality": 80}, r"--image-quality \(image_quality\) applies to re-encoded images only"),
+    ],
+)
+def test_image_options_that_would_do_nothing_without_resize_are_refused(options, says):
+    with pytest.raises(shardkit.UsageError, match=says):
+        WriteOptions(**options)
+    WriteOptions(resize=64, **options)  # with --resize they apply
