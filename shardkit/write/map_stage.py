@@ -27,7 +27,7 @@ from shardkit.errors import SourceError
 from shardkit.write.mapping import MapJob, MapSpec, SequenceItems, reusable_summary, stage_path, take
 from shardkit.write.scan import ScanProgress, ScanResult, Scanner
 from shardkit.write.sources import source_kind
-from shardkit.write.sources.base import Partition
+from shardkit.write.sources.base import Partition, SourceSettings
 from shardkit.write.sources.mapped import MAPPED, SEQUENCE, SEQUENCE_SOURCE, InputPart, ScannedItems, item_partitions
 from shardkit.write.sources.table import TABLE_KINDS
 from shardkit.write.spill import SpillFetcher, SpillReader, spill_prefix
@@ -113,7 +113,7 @@ def map_sequence(items: Sequence, spec: MapSpec, run: StageRun) -> ScanResult:
     num_items = len(items)
     if num_items == 0:
         raise SourceError(f"{SEQUENCE_SOURCE}: the sequence is empty; there is nothing to write", path=SEQUENCE_SOURCE)
-    parts = item_partitions(num_items, SEQUENCE_SOURCE)
+    parts = source_kind(SEQUENCE).partitions(items, SourceSettings()).partitions
     # Items travel to the workers pickled: the first partition's are tried
     # here, so items that do not pickle are named before any work starts.
     SequenceItems(0, take(items, parts[0].start, parts[0].end)).digest()

@@ -1,9 +1,11 @@
 """The map stage's output as a source, and a path source's samples as the map's items.
 
-:class:`MappedKind` is the kind of every partition the map stage
-(:mod:`shardkit.write.mapping`) makes: its samples sit, encoded, in the
-partition's stage file, and a shard writer reads each back by its byte range
-(:meth:`MappedKind.load`), as it reads an input shard's. A sample is named in
+:class:`SequenceKind` is a Python sequence given as the source, cut into
+ranges of positions. :class:`MappedKind` is the kind of every partition the
+map stage (:mod:`shardkit.write.mapping`) makes: each sample's members sit
+joined (:func:`~shardkit.format.tar.join_members`) in the partition's stage
+file, and a shard writer copies them from their byte range
+(:meth:`MappedKind.joined`, :meth:`MappedKind.load`). A sample is named in
 messages by the item it came from, which its spill record keeps as its name.
 
 :class:`ScannedItems` hands a path source's samples (already scanned, see
