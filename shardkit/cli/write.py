@@ -154,8 +154,11 @@ def _scan_bar(quiet: bool) -> Iterator[Callable[[Any], None] | None]:
         if bar is None:
             from tqdm import tqdm
 
-            total, unit, desc = (event.total_items, " items", "map") if mapping else (event.num_partitions, " partitions", "scan")
-            bar = tqdm(total=total, unit=unit, desc=desc, file=sys.stderr, delay=SCAN_BAR_DELAY_S)
+            if mapping:
+                bar = tqdm(total=event.total_items, unit=" items", desc="map", file=sys.stderr, delay=SCAN_BAR_DELAY_S)
+            else:
+                bar = tqdm(total=event.num_partitions, unit=" partitions", desc="scan", file=sys.stderr,
+                           delay=SCAN_BAR_DELAY_S)
         bar.set_postfix_str(f"{event.num_samples:,} samples", refresh=False)
         bar.update((event.num_items if mapping else event.done) - bar.n)
         if event.done == event.num_partitions:
