@@ -27,6 +27,7 @@ import numpy as np
 
 from shardkit.write.plan import PARTITIONS_FILE, PlanReader, SampleBlock, ShardTask
 from shardkit.write.sources.base import Partition
+from shardkit.write.sources.files import OpenFiles
 from shardkit.write.spill import RECORD, cut_strings
 
 
@@ -82,7 +83,7 @@ class CarriedPlan(PlanReader):
         self.partitions = [Partition(**row) for row in table]
         self._rows = rows
         self._spills = {}
-        self._files = {}
+        self._files = OpenFiles()
 
     def unchanged(self, part: int) -> bool:
         return False  # no spill summary here: JSONL rows are read from their lines

@@ -88,9 +88,9 @@ def map_spec(fn: Callable[[Any], Any] | None, options: Any, format: str) -> MapS
 def stage_info(scanned: ScanResult) -> dict:
     """What the manifest's ``source`` records of a map stage ({} without one):
     the function, the items it read and those it dropped."""
-    if not scanned.partitions or scanned.partitions[0].kind != MAPPED:
-        return {}
     counts = stage_counts(scanned)
+    if not counts:
+        return {}
     return {"map": scanned.summaries[0]["signature"]["map"], "num_items": counts["num_items"],
             "num_filtered": counts["num_filtered"]}  # fmt: skip
 
@@ -265,14 +265,12 @@ def _result(
         summaries[0] = {**summaries[0], "skipped": scan_skips + list(summaries[0]["skipped"])}
     result = ScanResult(format, source, parts, summaries, spill_dir, class_names, input_files=num_files)
     if result.num_samples == 0:
-        items = sum(int(s["num_items"]) for s in summaries)
-        filtered = sum(int(s["num_filtered"]) for s in summaries)
-        failed = sum(int(s["num_failed"]) for s in summaries)
+        counts = stage_counts(result)
         first = next((entry for s in summaries for entry in s["skipped"]), None)
         because = f"; the first failure: {first[0]}: {first[1]}" if first else ""
         raise SourceError(
-            f"{source}: no sample to write: of {items} items, map dropped {filtered} (returned None) and "
-            f"{failed} failed{because}",
+            f"{source}: no sample to write: of {counts['num_items']} items, map dropped {counts['num_filtered']} "
+            f"(returned None) and {counts['num_failed']} failed{because}",
             path=source,
         )
     return result

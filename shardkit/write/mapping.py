@@ -51,8 +51,16 @@ from shardkit.write.encode import field_kind, sample_fields, short_repr
 from shardkit.write.extensions import IMAGE_EXTENSIONS
 from shardkit.write.resize import ImageOptions, ImageProblem, prepare_image
 from shardkit.write.sources.base import Partition, sample_size
-from shardkit.write.sources.mapped import MAPPED, SEQUENCE_SOURCE
-from shardkit.write.spill import SpillWriter, load_summary, short_digest, spill_error, spill_intact, spill_prefix
+from shardkit.write.sources.mapped import MAPPED, SEQUENCE_SOURCE, described
+from shardkit.write.spill import (
+    SpillWriter,
+    file_sum,
+    load_summary,
+    short_digest,
+    spill_error,
+    spill_intact,
+    spill_prefix,
+)
 
 #: The file of a partition's staged samples, beside its spill.
 STAGE_SUFFIX = ".stage"
@@ -168,10 +176,8 @@ def take(sequence: Any, start: int, end: int) -> Any:
 
 def describe(where: str, item: Any) -> str:
     """How an error names an item: ``item 17 ('a.jpg')`` for a sequence's, its input otherwise."""
-    head, marker, row = where.rpartition("#row=")
-    if head == SEQUENCE_SOURCE and marker:
-        return f"item {row} ({short_repr(item)})"
-    return where
+    named = described(where)
+    return where if named == where else f"{named} ({short_repr(item)})"
 
 
 # ---------------------------------------------------------------- one partition
@@ -449,15 +455,7 @@ def reusable_summary(spill_dir: str, index: int, signature: dict) -> dict | None
     summary = load_summary(prefix)
     if summary is None or summary.get("signature") != signature or not spill_intact(prefix, summary):
         return None
-    size, crc = summary.get("stage", [-1, -1])
-    try:
-        with open(stage_path(spill_dir, index), "rb") as f:
-            found, total = 0, 0
-            while chunk := f.read(1 << 20):
-                found, total = zlib.crc32(chunk, found), total + len(chunk)
-    except OSError:
-        return None
-    return summary if [total, found] == [size, crc] else None
+    return summary if file_sum(stage_path(spill_dir, index)) == summary.get("stage") else None
 
 
 def is_path(source: Any) -> bool:

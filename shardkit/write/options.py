@@ -72,15 +72,18 @@ class WriteOptions:
             killed go when the next write on the same DEST starts.
         partition_bytes: Length of one JSONL partition, the unit a scanning
             worker takes (64 MiB by default). The output does not depend on it.
-        files_root: The folder a JSONL source's rows may name files in
-            (None: the JSONL file's own). A row naming a file outside it,
-            by an absolute path or ``..``, is refused, so a JSONL from
-            elsewhere cannot copy ``~/.ssh`` into a dataset you publish.
-        fields, key_column, resize, resize_mode, image_format, image_quality,
-        download_threads, max_connections_per_host, connect_timeout_s,
-        read_timeout_s, download_retries, respect_opt_out, user_agent_contact,
-        s3_anonymous:
-            Table sources only: columns to fields, images, downloads (see
+        files_root: The folder a JSONL source's or a table's rows may name
+            files in (None: the JSONL file's or the table's own). A row naming
+            a file outside it, by an absolute path or ``..``, is refused, so a
+            JSONL from elsewhere cannot copy ``~/.ssh`` into a dataset you publish.
+        resize, resize_mode, image_format, image_quality: How image fields
+            are stored, for every source (a table's as they are downloaded;
+            any other's, and what a ``map`` returns, in the map stage);
+            ``resize_mode`` needs ``resize`` and ``image_quality`` a re-encode.
+        fields, key_column, download_threads, max_connections_per_host,
+        connect_timeout_s, read_timeout_s, download_retries, respect_opt_out,
+        user_agent_contact, s3_anonymous:
+            Table sources only: columns to fields, downloads (see
             :class:`~shardkit.write.sources.table.IngestOptions`, which they make).
     """
 

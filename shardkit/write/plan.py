@@ -39,6 +39,7 @@ from shardkit.write.destination import shard_name
 from shardkit.write.limits import ShardLimits
 from shardkit.write.scan import ScanResult
 from shardkit.write.sources import Partition, duplicate_error, record_origin
+from shardkit.write.sources.files import OpenFiles
 from shardkit.write.spill import Record, SpillFetcher, SpillReader, load_summary, spill_prefix
 
 #: Samples per bucket of the shuffle, about: what the driver holds at once
@@ -344,7 +345,7 @@ class PlanReader:
         self.plan_dir = task.plan_dir
         self.spill_dir = task.spill_dir
         self._spills: dict[int, SpillFetcher] = {}
-        self._files: dict[str, int] = {}
+        self._files = OpenFiles()
         self._unchanged: dict[int, bool] = {}
 
     def spill(self, part: int) -> SpillFetcher:
@@ -405,15 +406,10 @@ class PlanReader:
         Raises:
             OSError: The file cannot be opened or read.
         """
-        fd = self._files.get(path)
-        if fd is None:
-            fd = self._files[path] = os.open(path, os.O_RDONLY)
-        return os.pread(fd, length, offset)
+        return self._files.read_range(path, offset, length)
 
     def close(self) -> None:
-        for fd in self._files.values():
-            os.close(fd)
-        self._files.clear()
+        self._files.close()
         for fetcher in self._spills.values():
             fetcher.close()
         self._spills.clear()

@@ -342,17 +342,20 @@ def spill_intact(prefix: str, summary: dict) -> bool:
     files = summary.get("files")
     if not isinstance(files, dict) or set(files) != set(_SPILL_SUFFIXES):
         return False
-    for suffix, expected in files.items():
-        crc, size = 0, 0
-        try:
-            with open(prefix + suffix, "rb") as f:
-                while chunk := f.read(1 << 20):
-                    crc, size = zlib.crc32(chunk, crc), size + len(chunk)
-        except OSError:
-            return False
-        if [size, crc] != expected:
-            return False
-    return True
+    return all(file_sum(prefix + suffix) == expected for suffix, expected in files.items())
+
+
+def file_sum(path: str) -> list[int] | None:
+    """``[size, crc32]`` of the file at ``path`` (what a summary records of
+    the files it vouches for), or None when it cannot be read."""
+    crc, size = 0, 0
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+    except OSError:
+        return None
+    return [size, crc]
 
 
 _SPILL_SUFFIXES = (".rec.npy", ".src.npy", ".str")

@@ -157,3 +157,27 @@ def _read_rest(fd: int, start: bytes) -> bytes:
     while chunk := os.read(fd, max(len(start), 1 << 16)):
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+class OpenFiles:
+    """Byte ranges of input files, each file opened once and kept open until
+    :meth:`close` (a shard writer, or a map job, reads many samples of each)."""
+
+    def __init__(self) -> None:
+        self._fds: dict[str, int] = {}
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """``length`` bytes of ``path`` at ``offset`` (fewer at its end).
+
+        Raises:
+            OSError: The file cannot be opened or read.
+        """
+        fd = self._fds.get(path)
+        if fd is None:
+            fd = self._fds[path] = os.open(path, os.O_RDONLY)
+        return os.pread(fd, length, offset)
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()

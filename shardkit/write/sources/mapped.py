@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +33,7 @@ from shardkit.write.sources.base import (
     SourceKind,
     SourceSettings,
 )
+from shardkit.write.sources.files import OpenFiles
 from shardkit.write.spill import Record
 
 #: The partition kind of the map stage's output.
@@ -117,27 +117,28 @@ class MappedKind(SourceKind):
             data = read_range(read_path, rec.offset, rec.length)
         except OSError as exc:
             raise InputFileError(
-                f"{read_path}: the map stage's file of {_described(name)} cannot be read ({exc.strerror or exc}); "
+                f"{read_path}: the map stage's file of {described(name)} cannot be read ({exc.strerror or exc}); "
                 "rerun the write (with --resume the partition is mapped again)",
                 path=read_path,
             ) from exc
         if len(data) != rec.length:
             raise InputFileError(
                 f"{read_path}: the map stage's file ends at byte {rec.offset + len(data)}, before "
-                f"{_described(name)}'s sample; rerun the write (with --resume the partition is mapped again)",
+                f"{described(name)}'s sample; rerun the write (with --resume the partition is mapped again)",
                 path=read_path,
             )
         return data
 
     def origin(self, part: Partition, read_path: str, name: str, offset: int) -> str:
-        return _described(name)
+        return described(name)
 
     def count_files(self, partitions: Any, summaries: Any) -> int:
         return 0
 
 
-def _described(where: str) -> str:
-    """A staged sample's item as messages name it: ``item 17`` for a sequence's, else its input."""
+def described(where: str) -> str:
+    """An item as messages name it (``where`` is what its spill record keeps):
+    ``item 17`` for a sequence's ``items#row=17``, else its input as it is."""
     head, marker, row = where.rpartition("#row=")
     return f"item {row}" if marker and head == SEQUENCE_SOURCE else where
 
@@ -173,8 +174,8 @@ class ScannedItems:
         the reader would give it (``{"__key__": key, EXT: bytes}``);
         ``(where, None, error)`` for one left out under ``"skip"`` (under
         ``"raise"`` the error is raised)."""
-        files: dict[str, int] = {}
-        reading = Reading(_reader(files), on_error, self.ingest, self.row_errors)
+        files = OpenFiles()
+        reading = Reading(files.read_range, on_error, self.ingest, self.row_errors)
         try:
             for part_index, rows in itertools.groupby(self.rows, key=lambda row: row[0]):
                 part = self.parts[part_index]
@@ -189,8 +190,7 @@ class ScannedItems:
                         sample[field_name(ext)] = data
                     yield where, sample, None
         finally:
-            for fd in files.values():
-                os.close(fd)
+            files.close()
 
     def digest(self) -> str:
         """A hash of what the scan found of these samples (for ``--resume``):
@@ -201,15 +201,3 @@ class ScannedItems:
         for part_index, key, name, values in self.rows:
             h.update(repr((part_index, key, name, values[Record._fields.index("digest")])).encode())
         return h.hexdigest()
-
-
-def _reader(files: dict[str, int]) -> ReadRange:
-    """A :data:`ReadRange` that keeps the files it opens in ``files``."""
-
-    def read_range(path: str, offset: int, length: int) -> bytes:
-        fd = files.get(path)
-        if fd is None:
-            fd = files[path] = os.open(path, os.O_RDONLY)
-        return os.pread(fd, length, offset)
-
-    return read_range
