@@ -104,8 +104,9 @@ class TarKind(SourceKind):
         """
         named = part.path  # an unpacked copy is named by its input
         offset = rec.offset
+        parser = SampleParser(path=read_path, base_offset=offset)
         try:
-            raws = parse_range(read_path, offset, rec.length, read_range)
+            raws = parser.feed(read_range(read_path, offset, rec.length)) + parser.finish(expect_end_marker=False)
         except OSError as exc:
             raise InputFileError(
                 f"{named}: cannot read input shard ({exc.strerror or exc}); "
@@ -132,18 +133,6 @@ class TarKind(SourceKind):
             return file_compression(part.path) is not None
         except OSError:
             return False
-
-
-def parse_range(path: str, offset: int, length: int, read_range: ReadRange) -> list[RawSample]:
-    """The samples in ``length`` bytes of tar at ``offset`` of ``path`` (one,
-    where a spill record points).
-
-    Raises:
-        OSError: The file cannot be read.
-        SourceError: The bytes are not tar samples.
-    """
-    parser = SampleParser(path=path, base_offset=offset)
-    return parser.feed(read_range(path, offset, length)) + parser.finish(expect_end_marker=False)
 
 
 def tar_paths(source: str) -> list[str]:
