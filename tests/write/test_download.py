@@ -19,7 +19,7 @@ from tests.remote.remote_servers import without_aws_credentials
 from tests.write.url_servers import Answer, ScriptedServer, server  # noqa: F401  (a fixture)
 
 #: Quick to give up: tiny timeouts and backoff, so every fault ends within a test's time.
-FAST = dict(connect_timeout_s=1.0, read_timeout_s=0.3, fetch_deadline_s=0.6, backoff_initial_s=0.01, backoff_max_s=0.05)
+FAST = dict(connect_timeout_s=10.0, read_timeout_s=0.3, fetch_deadline_s=0.6, backoff_initial_s=0.01, backoff_max_s=0.05)
 
 
 def _closed_port() -> int:
@@ -227,7 +227,7 @@ def test_s3_urls_of_a_public_bucket_are_read_unsigned(s3_bucket, s3_server, monk
     with Downloader(dataclasses.replace(anonymous, s3_endpoint_url=s3_server, **FAST)) as downloader:
         (found,) = downloader.fetch_all([url])
     assert found.ok and found.data == b"public jpeg"
-    signed = DownloadOptions(s3_endpoint_url=s3_server, **{**FAST, "connect_timeout_s": 1.5})  # a client of its own
+    signed = DownloadOptions(s3_endpoint_url=s3_server, **{**FAST, "connect_timeout_s": 10.5})  # a client of its own
     with Downloader(signed) as downloader:
         (refused,) = downloader.fetch_all([url])
     assert not refused.ok and refused.data is None and "s3_anonymous" in refused.detail

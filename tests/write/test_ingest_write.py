@@ -19,8 +19,10 @@ from tests.write.url_servers import Answer, photo_jpeg, server  # noqa: F401  (a
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-#: Quick to give up: every fault ends within a fraction of a second.
-FAST = ["--read-timeout", "1", "--connect-timeout", "1", "--retries", "0", "-q"]
+#: Quick to give up on a hung answer (the read timeout); the connect timeout
+#: is generous because a loopback connect only waits when the machine is
+#: loaded, and a 1 s one once turned CI's 404 into a timeout.
+FAST = ["--read-timeout", "1", "--connect-timeout", "10", "--retries", "0", "-q"]
 
 
 def _image_size(data: bytes) -> tuple[int, int]:

@@ -82,6 +82,7 @@ class ScriptedServer(QuietDisconnects, ThreadingHTTPServer):
 
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 128  # a loaded machine's burst of connects never waits on the backlog
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
