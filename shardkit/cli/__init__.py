@@ -38,11 +38,22 @@ EXIT_BROKEN_PIPE = 141
 WIRE_LOGGERS = ("botocore", "boto3", "s3transfer", "urllib3")
 
 
+class _ParseError(UsageError):
+    """A command line argparse refused; ``prog`` is the (sub)command's name,
+    which main() puts first, once, as argparse itself would."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
 class _ArgumentParser(argparse.ArgumentParser):
     """argparse that raises instead of exiting, so main() owns exit codes."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
+        if message.startswith("argument command: invalid choice"):
+            message += "; `shardkit --help` describes each command"
+        raise _ParseError(self.prog, message)
 
 
 class _RedactingFilter(logging.Filter):
@@ -132,7 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(redact_text(traceback.format_exc()), end="", file=sys.stderr)
             if getattr(exc, "frames", ""):  # a --map function's own traceback, from whichever process ran it
                 print(f"the function's traceback (last frames):\n{redact_text(exc.frames)}", end="", file=sys.stderr)
-        print(f"shardkit: error: {_one_line(exc)}", file=sys.stderr)
+        prog = exc.prog if isinstance(exc, _ParseError) else "shardkit"
+        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("shardkit: interrupted", file=sys.stderr)

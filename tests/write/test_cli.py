@@ -237,3 +237,17 @@ def test_no_arguments_print_usage_and_point_to_help(capsys, argv):
     out, err = capsys.readouterr()
     assert err.startswith("usage: shardkit") and "`shardkit --help`" in err and out == ""
     assert "required" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "prefix", "says"),
+    [
+        (["bogus"], "shardkit: error: ", "invalid choice: 'bogus'"),
+        (["write", "--bogus"], "shardkit write: error: ", "required: source, dest"),
+    ],
+)
+def test_a_refused_command_line_names_its_command_once(capsys, argv, prefix, says):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(prefix) and says in err
+    assert err.count("shardkit") == (2 if argv == ["bogus"] else 1)  # the prog once; the bogus command's hint once
