@@ -119,19 +119,50 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def add_info(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("info", help="summarize a dataset's manifest", description=cmd_info.__doc__)
-    p.add_argument("dataset", help="dataset directory, manifest.json, or their URL")
+    p = sub.add_parser("info", help="summarize a dataset's manifest, or one shard", description=cmd_info.__doc__)
+    p.add_argument("dataset", help="dataset directory, manifest.json, one shard (.tar, .tar.gz, .tar.zst), or their URL")
     p.add_argument("--shards", action="store_true", help="also list every shard")
     add_source_options(p)
     add_verbose(p)
     p.set_defaults(func=cmd_info)
 
 
+def _names_a_shard(location: str) -> bool:
+    """Whether ``info``'s argument is one shard rather than a dataset: a local
+    file other than a manifest, or a URL whose name is a shard's."""
+    from shardkit.format.compression import SHARD_SUFFIXES
+    from shardkit.io.urls import is_local, local_path
+
+    if is_local(location):
+        path = local_path(location)
+        return os.path.isfile(path) and not path.endswith(".json")
+    name = location.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1].lower()
+    return name.endswith((".tar", *SHARD_SUFFIXES))
+
+
+def _print_shard(args: argparse.Namespace) -> int:
+    from shardkit.index.shard import summarize_shard
+
+    s = summarize_shard(args.dataset, source_options(args))
+    print(f"shard:      {shown(args.dataset)}")
+    print(f"format:     tar" + (f" ({s.compression}-compressed whole)" if s.compression else ""))
+    keys = f" (keys {shown(s.first_key)} .. {shown(s.last_key)})" if s.num_samples else ""
+    print(f"samples:    {s.num_samples}{keys}")
+    print(f"bytes:      {s.num_bytes} ({human_bytes(s.num_bytes)}; largest sample {human_bytes(s.largest_sample)})")
+    counts = ", ".join(f"{shown(ext)} {n}" for ext, n in s.fields.items())
+    print(f"fields:     {counts or 'none'} (samples that have each)")
+    print(f"sha256:     {s.sha256}")
+    print("one shard: `shardkit index FOLDER --out DIR` makes a dataset of a folder of shards")
+    return EXIT_OK
+
+
 def cmd_info(args: argparse.Namespace) -> int:
-    """Print the summary of a dataset's manifest."""
+    """Print the summary of a dataset's manifest, or of one shard (read through)."""
     from shardkit.format.manifest import FORMAT_VERSION
     from shardkit.io.manifest import fetch_manifest
 
+    if _names_a_shard(args.dataset):
+        return _print_shard(args)
     m = fetch_manifest(args.dataset, options=source_options(args))
     # Every field comes from a file someone else may have written: shown() escapes it.
     counts = m.table.counts if m.num_shards else [0]  # an array view of the shard table

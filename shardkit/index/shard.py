@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -28,7 +29,7 @@ from shardkit.errors import ShardkitError
 from shardkit.format.compression import MAGIC_BYTES, ChunkDecompressor, detect_compression
 from shardkit.format.index import encode_index
 from shardkit.format.location import open_regular
-from shardkit.format.tar import SampleParser, sample_checksum
+from shardkit.format.tar import RawSample, SampleParser, sample_checksum
 from shardkit.index.source import etag_version
 from shardkit.io.base import SourceOptions
 from shardkit.io.registry import open_destination, open_source
@@ -180,47 +181,115 @@ def index_shards(tasks: list[IndexTask], options: SourceOptions | None = None) -
     return [index_shard(task, options) for task in tasks]
 
 
+class _Reading:
+    """One pass over a shard's bytes: hashes them, inflates them when the
+    first bytes say gzip or zstd, and parses the tar stream into samples."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.digest = hashlib.sha256()
+        self.read = 0
+        self.decompressor: ChunkDecompressor | None = None
+
+    def samples(self, chunks: Iterator[bytes]) -> Iterator[RawSample]:
+        parser = SampleParser(path=self.name)
+        for chunk in chunks:
+            if self.read == 0 and len(chunk) >= MAGIC_BYTES:
+                kind = detect_compression(chunk[:MAGIC_BYTES])
+                if kind is not None:
+                    self.decompressor = ChunkDecompressor(kind, path=self.name, max_output_bytes=DECOMPRESS_PIECE_BYTES)
+                    parser = SampleParser(path=self.name, offset_name="uncompressed byte")
+            self.read += len(chunk)
+            self.digest.update(chunk)
+            if self.decompressor is None:
+                yield from parser.feed(chunk)
+            else:
+                for piece in self.decompressor.pieces(chunk):
+                    yield from parser.feed(piece)
+        if self.decompressor is not None:
+            self.decompressor.finish()
+        yield from parser.finish()
+
+
 def _index_chunks(task: IndexTask, name: str, chunks: Iterator[bytes], facts: dict[str, int]) -> IndexResult:
-    digest = hashlib.sha256()
-    parser = SampleParser(path=name)
+    reading = _Reading(name)
     ends = [0]
     crcs: list[int] = []
     extensions: set[str] = set()
-    read = 0
-    decompressor: ChunkDecompressor | None = None
-
-    def take(samples: list) -> None:  # type: ignore[type-arg]
-        for sample in samples:
-            ends.append(sample.end)
-            crcs.append(sample_checksum(sample.key, sample.fields.items()))
-            extensions.update(sample.fields)
-
-    for chunk in chunks:
-        if read == 0 and len(chunk) >= MAGIC_BYTES:
-            kind = detect_compression(chunk[:MAGIC_BYTES])
-            if kind is not None:
-                decompressor = ChunkDecompressor(kind, path=name, max_output_bytes=DECOMPRESS_PIECE_BYTES)
-                parser = SampleParser(path=name, offset_name="uncompressed byte")
-        read += len(chunk)
-        digest.update(chunk)
-        if decompressor is None:
-            take(parser.feed(chunk))
-        else:
-            for piece in decompressor.pieces(chunk):
-                take(parser.feed(piece))
-    if decompressor is not None:
-        decompressor.finish()
-    take(parser.finish())
+    for sample in reading.samples(chunks):
+        ends.append(sample.end)
+        crcs.append(sample_checksum(sample.key, sample.fields.items()))
+        extensions.update(sample.fields)
+    read = reading.read
     if facts["size"] >= 0 and read != facts["size"]:
         return IndexResult(task.number, reason=f"the shard changed while it was read ({facts['size']} bytes, {read} read)")
-    if decompressor is None:
+    if reading.decompressor is None:
         _put_index(task.index_dest, task.index_name, encode_index(ends, crcs))
     return IndexResult(
         task.number,
         num_samples=len(ends) - 1,
         num_bytes=read,
-        sha256=digest.digest(),
+        sha256=reading.digest.digest(),
         version=facts["version"],
-        compressed=decompressor is not None,
+        compressed=reading.decompressor is not None,
         extensions=tuple(sorted(extensions)),
+    )
+
+
+@dataclass(frozen=True)
+class ShardSummary:
+    """One shard read through, for ``shardkit info SHARD``.
+
+    Attributes:
+        num_samples: Samples in the shard.
+        num_bytes: Its size in bytes (as stored, compressed or not).
+        sha256: Its SHA-256, hex.
+        compression: ``"gzip"`` or ``"zstd"`` when compressed whole, else None.
+        fields: Extension -> how many samples have it, most common first.
+        first_key: The first sample's key (None when empty).
+        last_key: The last sample's key.
+        largest_sample: The most tar bytes one sample takes.
+    """
+
+    num_samples: int
+    num_bytes: int
+    sha256: str
+    compression: str | None
+    fields: dict[str, int]
+    first_key: str | None
+    last_key: str | None
+    largest_sample: int
+
+
+def summarize_shard(url: str, options: SourceOptions | None = None) -> ShardSummary:
+    """Read one shard (a path or URL) through and summarize it.
+
+    Raises:
+        ShardkitError: It is not a tar shard, or is damaged (the message
+            names the shard and the byte offset).
+        OSError: It cannot be read.
+    """
+    options = options or SourceOptions()
+    if is_local(url):
+        chunks = _local_chunks(local_path(url), {"size": -1, "version": -1})
+    else:
+        chunks = open_source(url, options=options).iter_range(0, None, chunk_bytes=options.chunk_bytes)
+    reading = _Reading(redact_url(url))
+    fields: Counter[str] = Counter()
+    count, largest, first, last = 0, 0, None, None
+    for sample in reading.samples(chunks):
+        count += 1
+        first = sample.key if first is None else first
+        last = sample.key
+        largest = max(largest, sample.end - sample.start)
+        fields.update(sample.fields.keys())
+    return ShardSummary(
+        num_samples=count,
+        num_bytes=reading.read,
+        sha256=reading.digest.hexdigest(),
+        compression=reading.decompressor.kind if reading.decompressor is not None else None,
+        fields=dict(fields.most_common()),
+        first_key=first,
+        last_key=last,
+        largest_sample=largest,
     )

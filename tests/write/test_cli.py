@@ -251,3 +251,29 @@ def test_a_refused_command_line_names_its_command_once(capsys, argv, prefix, say
     err = capsys.readouterr().err
     assert err.startswith(prefix) and says in err
     assert err.count("shardkit") == (2 if argv == ["bogus"] else 1)  # the prog once; the bogus command's hint once
+
+
+def test_info_of_one_shard_summarizes_it_and_names_a_damaged_one(tmp_path, capsys):
+    import gzip
+    import hashlib
+
+    with shardkit.ShardWriter(str(tmp_path / "ds"), max_samples=3) as writer:
+        for i in range(3):
+            writer.write({"__key__": f"k{i}", "jpg": b"x" * 100, "cls": b"1", **({"json": b"{}"} if i == 1 else {})})
+    shard = tmp_path / "ds" / "shard-000000.tar"
+    code, out, err = run(capsys, "info", str(shard))
+    assert code == 0 and err == ""
+    assert "samples:    3 (keys k0 .. k2)" in out
+    assert "fields:     cls 3, jpg 3, json 1" in out
+    assert hashlib.sha256(shard.read_bytes()).hexdigest() in out
+
+    packed = tmp_path / "one.tar.gz"
+    packed.write_bytes(gzip.compress(shard.read_bytes()))
+    code, out, _ = run(capsys, "info", str(packed))
+    assert code == 0 and "gzip-compressed" in out and "samples:    3" in out
+
+    damaged = tmp_path / "damaged.tar"
+    damaged.write_bytes(shard.read_bytes()[:1500])
+    code, out, err = run(capsys, "info", str(damaged))
+    assert code == 2 and err.startswith("shardkit: error: ") and "damaged.tar" in err and "at byte" in err
+    assert "Traceback" not in err and "NotADirectoryError" not in err
