@@ -145,7 +145,7 @@ def _print_shard(args: argparse.Namespace) -> int:
 
     s = summarize_shard(args.dataset, source_options(args))
     print(f"shard:      {shown(args.dataset)}")
-    print(f"format:     tar" + (f" ({s.compression}-compressed whole)" if s.compression else ""))
+    print("format:     tar" + (f" ({s.compression}-compressed whole)" if s.compression else ""))
     keys = f" (keys {shown(s.first_key)} .. {shown(s.last_key)})" if s.num_samples else ""
     print(f"samples:    {s.num_samples}{keys}")
     print(f"bytes:      {s.num_bytes} ({human_bytes(s.num_bytes)}; largest sample {human_bytes(s.largest_sample)})")

@@ -19,29 +19,18 @@ driver records it and indexes the others.
 
 from __future__ import annotations
 
-import hashlib
 import os
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from shardkit.errors import ShardkitError
-from shardkit.format.compression import MAGIC_BYTES, ChunkDecompressor, detect_compression
 from shardkit.format.index import encode_index
-from shardkit.format.location import open_regular
-from shardkit.format.tar import RawSample, SampleParser, sample_checksum
+from shardkit.format.scan import ShardScan, ShardSummary, local_chunks, summarize
+from shardkit.format.tar import sample_checksum
 from shardkit.index.source import etag_version
 from shardkit.io.base import SourceOptions
 from shardkit.io.registry import open_destination, open_source
 from shardkit.io.urls import is_local, local_path, redact_url
-
-#: Bytes read at a time from a local shard. Reads this small let the
-#: kernel's read-ahead fetch the next ones while a chunk is hashed and
-#: parsed: on an emulated HDD (bench/bench_index.py) 4 MiB reads indexed at
-#: 77% of `cat`'s rate, 1 MiB at 90%, 256 KiB at 98-100%.
-READ_BYTES = 256 << 10
-#: Most decompressed bytes handed to the parser at once (compressed shards).
-DECOMPRESS_PIECE_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -125,20 +114,6 @@ def _put_index(dest: str, name: str, data: bytes) -> None:
     destination.put_bytes(name, data)  # type: ignore[attr-defined]
 
 
-def _local_chunks(path: str, facts: dict[str, int]) -> Iterator[bytes]:
-    f, size = open_regular(path, what="shard", buffering=0)
-    with f:
-        info = os.fstat(f.fileno())
-        facts["size"], facts["version"] = size, info.st_mtime_ns
-        if hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        while True:
-            chunk = f.read(READ_BYTES)
-            if not chunk:
-                return
-            yield chunk
-
-
 def index_shard(task: IndexTask, options: SourceOptions | None = None) -> IndexResult:
     """Index one shard (see the module docstring); never raises for a bad shard.
 
@@ -154,7 +129,7 @@ def index_shard(task: IndexTask, options: SourceOptions | None = None) -> IndexR
     facts = {"size": -1, "version": -1}
     try:
         if is_local(task.url):
-            chunks = _local_chunks(local_path(task.url), facts)
+            chunks = local_chunks(local_path(task.url), facts)
         else:
             source = open_source(task.url, options=options)
             size = source.size()
@@ -181,38 +156,8 @@ def index_shards(tasks: list[IndexTask], options: SourceOptions | None = None) -
     return [index_shard(task, options) for task in tasks]
 
 
-class _Reading:
-    """One pass over a shard's bytes: hashes them, inflates them when the
-    first bytes say gzip or zstd, and parses the tar stream into samples."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.digest = hashlib.sha256()
-        self.read = 0
-        self.decompressor: ChunkDecompressor | None = None
-
-    def samples(self, chunks: Iterator[bytes]) -> Iterator[RawSample]:
-        parser = SampleParser(path=self.name)
-        for chunk in chunks:
-            if self.read == 0 and len(chunk) >= MAGIC_BYTES:
-                kind = detect_compression(chunk[:MAGIC_BYTES])
-                if kind is not None:
-                    self.decompressor = ChunkDecompressor(kind, path=self.name, max_output_bytes=DECOMPRESS_PIECE_BYTES)
-                    parser = SampleParser(path=self.name, offset_name="uncompressed byte")
-            self.read += len(chunk)
-            self.digest.update(chunk)
-            if self.decompressor is None:
-                yield from parser.feed(chunk)
-            else:
-                for piece in self.decompressor.pieces(chunk):
-                    yield from parser.feed(piece)
-        if self.decompressor is not None:
-            self.decompressor.finish()
-        yield from parser.finish()
-
-
 def _index_chunks(task: IndexTask, name: str, chunks: Iterator[bytes], facts: dict[str, int]) -> IndexResult:
-    reading = _Reading(name)
+    reading = ShardScan(name)
     ends = [0]
     crcs: list[int] = []
     extensions: set[str] = set()
@@ -236,60 +181,11 @@ def _index_chunks(task: IndexTask, name: str, chunks: Iterator[bytes], facts: di
     )
 
 
-@dataclass(frozen=True)
-class ShardSummary:
-    """One shard read through, for ``shardkit info SHARD``.
-
-    Attributes:
-        num_samples: Samples in the shard.
-        num_bytes: Its size in bytes (as stored, compressed or not).
-        sha256: Its SHA-256, hex.
-        compression: ``"gzip"`` or ``"zstd"`` when compressed whole, else None.
-        fields: Extension -> how many samples have it, most common first.
-        first_key: The first sample's key (None when empty).
-        last_key: The last sample's key.
-        largest_sample: The most tar bytes one sample takes.
-    """
-
-    num_samples: int
-    num_bytes: int
-    sha256: str
-    compression: str | None
-    fields: dict[str, int]
-    first_key: str | None
-    last_key: str | None
-    largest_sample: int
-
-
 def summarize_shard(url: str, options: SourceOptions | None = None) -> ShardSummary:
-    """Read one shard (a path or URL) through and summarize it.
-
-    Raises:
-        ShardkitError: It is not a tar shard, or is damaged (the message
-            names the shard and the byte offset).
-        OSError: It cannot be read.
-    """
+    """Read one shard (a path or URL) through and summarize it
+    (:func:`~shardkit.format.scan.summarize`, which says what it raises)."""
     options = options or SourceOptions()
     if is_local(url):
-        chunks = _local_chunks(local_path(url), {"size": -1, "version": -1})
-    else:
-        chunks = open_source(url, options=options).iter_range(0, None, chunk_bytes=options.chunk_bytes)
-    reading = _Reading(redact_url(url))
-    fields: Counter[str] = Counter()
-    count, largest, first, last = 0, 0, None, None
-    for sample in reading.samples(chunks):
-        count += 1
-        first = sample.key if first is None else first
-        last = sample.key
-        largest = max(largest, sample.end - sample.start)
-        fields.update(sample.fields.keys())
-    return ShardSummary(
-        num_samples=count,
-        num_bytes=reading.read,
-        sha256=reading.digest.hexdigest(),
-        compression=reading.decompressor.kind if reading.decompressor is not None else None,
-        fields=dict(fields.most_common()),
-        first_key=first,
-        last_key=last,
-        largest_sample=largest,
-    )
+        return summarize(url, local_chunks(local_path(url), {}))
+    chunks = open_source(url, options=options).iter_range(0, None, chunk_bytes=options.chunk_bytes)
+    return summarize(redact_url(url), chunks)

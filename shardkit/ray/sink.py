@@ -154,6 +154,10 @@ def _write_pieces(path: str, pieces: list[tuple[Any, int, int]], key_column: str
     return written.entry(), sorted(extensions)
 
 
+#: write_shards' spelling of the option a refused destination advises (it has no resume).
+_FLAGS = (None, "overwrite=True")
+
+
 def write_dataset_shards(
     dataset: Any,
     dest: str,
@@ -173,11 +177,11 @@ def write_dataset_shards(
         refuse_existing_dataset(destination, overwrite=overwrite)
         return _write_into(dataset.to_arrow_refs(), destination, limits, key_column, max_retries)
     with holding_destination(destination.local_dir, rerun="stop it and write again"):  # one write at a time
-        check_destination(destination.local_dir, overwrite=overwrite, resume=False)  # refused before any reading
+        check_destination(destination.local_dir, overwrite=overwrite, resume=False, flags=_FLAGS)  # before any read
         # Ray Data reads lazily, and the dataset may be this folder's own shards: every block is read
         # before --overwrite removes what the folder holds.
         refs = dataset.to_arrow_refs()
-        prepare_destination(destination.local_dir, overwrite=overwrite, resume=False)
+        prepare_destination(destination.local_dir, overwrite=overwrite, resume=False, flags=_FLAGS)
         return _write_into(refs, destination, limits, key_column, max_retries)
 
 

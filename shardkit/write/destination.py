@@ -193,9 +193,16 @@ def shard_name(index: int) -> str:
     return SHARD_PATTERN.format(index)
 
 
-def check_destination(dest: str, *, overwrite: bool, resume: bool, keep: str | None = None) -> None:
+#: How the command line spells the options a refused destination advises.
+CLI_FLAGS = ("--resume", "--overwrite")
+
+
+def check_destination(
+    dest: str, *, overwrite: bool, resume: bool, keep: str | None = None, flags: tuple[str | None, str] = CLI_FLAGS
+) -> None:
     """Refuse a ``dest`` that :func:`prepare_destination` would refuse, changing nothing
-    (``keep``: an entry that does not count).
+    (``keep``: an entry that does not count; ``flags``: how the caller spells
+    resume and overwrite in its advice, resume None where it has none).
 
     Raises:
         DestinationError: As :func:`prepare_destination`.
@@ -210,23 +217,26 @@ def check_destination(dest: str, *, overwrite: bool, resume: bool, keep: str | N
         raise output_error(exc, dest, resume_hint=False) from exc
     if not entries or resume:
         return
+    resume_flag, overwrite_flag = flags
     if not overwrite:
+        finish = f"pass {resume_flag} to finish an interrupted write, " if resume_flag else ""
         raise DestinationError(
             f"{dest}: destination is not empty ({len(entries)} entries, e.g. {entries[0]!r}); "
-            "pass --resume to finish an interrupted write, --overwrite to replace it, "
-            "or choose an empty directory",
+            f"{finish}pass {overwrite_flag} to replace it, or choose an empty directory",
             path=dest,
         )
     foreign = [e for e in entries if not _OURS.match(e) and e != CARD_NAME]
     if foreign:
         raise DestinationError(
-            f"{dest}: --overwrite refuses to delete files shardkit did not write "
+            f"{dest}: {overwrite_flag} refuses to delete files shardkit did not write "
             f"(e.g. {foreign[0]!r}); move them or choose another directory",
             path=dest,
         )
 
 
-def prepare_destination(dest: str, *, overwrite: bool, resume: bool, keep: str | None = None) -> None:
+def prepare_destination(
+    dest: str, *, overwrite: bool, resume: bool, keep: str | None = None, flags: tuple[str | None, str] = CLI_FLAGS
+) -> None:
     """Make sure ``dest`` is a directory we may write into.
 
     Args:
@@ -241,7 +251,7 @@ def prepare_destination(dest: str, *, overwrite: bool, resume: bool, keep: str |
             ``overwrite`` nor ``resume`` was given, or ``overwrite`` would
             remove files shardkit did not write.
     """
-    check_destination(dest, overwrite=overwrite, resume=resume, keep=keep)
+    check_destination(dest, overwrite=overwrite, resume=resume, keep=keep, flags=flags)
     try:
         os.makedirs(dest, exist_ok=True)
         entries = sorted(os.listdir(dest))

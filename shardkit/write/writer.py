@@ -13,19 +13,38 @@ code, in one process::
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shardkit.errors import UsageError
-from shardkit.format.manifest import Manifest
+from shardkit.errors import CorruptShardError, DestinationError, UsageError
+from shardkit.format.index import index_path_for, load_index
+from shardkit.format.manifest import MANIFEST_NAME, Manifest
+from shardkit.format.scan import local_chunks, summarize
 from shardkit.format.tar import encoded_sample_size, field_name
-from shardkit.write.destination import holding_destination, prepare_destination, shard_name
+from shardkit.format.ustar import END_OF_ARCHIVE
+from shardkit.io.atomic import TMP_SUFFIX
+from shardkit.write.destination import (
+    JOURNAL_DIR,
+    holding_destination,
+    is_shardkit_name,
+    prepare_destination,
+    shard_name,
+)
 from shardkit.write.encode import sample_fields
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
 from shardkit.write.publish import publish_manifest
 from shardkit.write.shard import ShardFile, WrittenShard
 
+logger = logging.getLogger(__name__)
+
+#: The end-of-archive blocks after a shard's last sample.
+END_OF_ARCHIVE_BYTES = len(END_OF_ARCHIVE)
+
+
+#: How ShardWriter spells the options a refused destination advises.
+_FLAGS = ("resume=True", "overwrite=True")
 
 #: What a ShardWriter refused for a folder another writer holds advises.
 _RERUN = (
@@ -44,10 +63,27 @@ class ShardWriter:
         max_bytes: Most bytes per shard file, real tar size (None: no bound).
         class_names: Recorded in the manifest for labelled data.
         overwrite: Remove what ``dest`` holds first.
+        resume: Finish a write that was interrupted (killed, or left by an
+            error) in ``dest``: its finished shards are kept (each read
+            through once and checked against its offset index), the shard it
+            was writing is removed, and :attr:`resumed_samples` says how many
+            samples they hold, so the producer skips that many and writes on.
+            Pass the same ``max_samples``/``max_bytes`` and the samples in
+            the same order for the same shards as an uninterrupted write.
 
     The manifest is written by :meth:`close` (also on leaving a ``with``
     block without an error). Leaving by an error writes no manifest and leaves
-    no shard under a final name that is incomplete.
+    no shard under a final name that is incomplete; ``resume=True`` finishes
+    such a write::
+
+        writer = shardkit.ShardWriter("out/", max_samples=1000, resume=True)
+        with writer:
+            for sample in itertools.islice(samples(), writer.resumed_samples, None):
+                writer.write(sample)
+
+    Attributes:
+        resumed_samples: Samples in the shards a ``resume=True`` writer kept
+            (0 otherwise).
     """
 
     def __init__(
@@ -58,7 +94,10 @@ class ShardWriter:
         max_bytes: int | None = DEFAULT_MAX_BYTES,
         class_names: Sequence[str] | None = None,
         overwrite: bool = False,
+        resume: bool = False,
     ):
+        if overwrite and resume:
+            raise UsageError("ShardWriter: overwrite=True removes what resume=True would keep; pass one of them")
         self.dest = dest
         self.limits = ShardLimits(max_samples=max_samples, max_bytes=max_bytes)
         self.class_names = None if class_names is None else tuple(class_names)
@@ -66,15 +105,15 @@ class ShardWriter:
         # write the same shard names over each other; the second is refused instead.
         self._held = contextlib.ExitStack()
         self._held.enter_context(holding_destination(dest, rerun=_RERUN, shared_with_children=False))
+        self._extensions: set[str] = set()
         try:
-            prepare_destination(dest, overwrite=overwrite, resume=False)
+            prepare_destination(dest, overwrite=overwrite, resume=resume, flags=_FLAGS)
+            self._written = _finished_shards(dest, self._extensions) if resume else []
         except BaseException:
             self._held.close()
             raise
+        self.resumed_samples = sum(shard.num_samples for shard in self._written)
         self._current: ShardFile | None = None
-        self._written: list[WrittenShard] = []
-        self._extensions: set[str] = set()
-        self._keys_seen = 0
         self._aborted = False
         self.manifest: Manifest | None = None
 
@@ -116,8 +155,10 @@ class ShardWriter:
                 location=os.path.abspath(self.dest),
             )
             publish_manifest(self.dest, manifest)
-        finally:
-            self._held.close()  # the folder is free again, whatever happened
+        except BaseException:
+            self.abort()  # a failed close is final: a second one must not publish without the lock
+            raise
+        self._held.close()  # the folder is free again
         self.manifest = manifest
         return manifest
 
@@ -138,3 +179,54 @@ class ShardWriter:
             self.close()
         else:
             self.abort()
+
+
+def _finished_shards(dest: str, extensions: set[str]) -> list[WrittenShard]:
+    """The shards an interrupted ShardWriter finished in ``dest``, in order;
+    removes its temporaries and adds the shards' fields to ``extensions``.
+
+    Raises:
+        DestinationError: ``dest`` holds a finished dataset, or another
+            writer's work, or its shard numbers have a gap.
+        CorruptShardError: A shard is damaged or disagrees with its index.
+    """
+    names = set(os.listdir(dest))
+    if MANIFEST_NAME in names:
+        raise DestinationError(
+            f"{dest}: holds a finished dataset ({MANIFEST_NAME}); resume=True finishes only an interrupted write: "
+            "pass overwrite=True to replace it, or choose another folder",
+            path=dest,
+        )
+    if JOURNAL_DIR in names:
+        raise DestinationError(
+            f"{dest}: holds an interrupted `shardkit write` ({JOURNAL_DIR}); finish it with the same command and "
+            "--resume, or pass overwrite=True to replace it",
+            path=dest,
+        )
+    for name in sorted(names):
+        if name.endswith(TMP_SUFFIX) and is_shardkit_name(name):
+            os.unlink(os.path.join(dest, name))  # the shard (or index) being written when it stopped
+    written = []
+    while shard_name(len(written)) in names:
+        path = os.path.join(dest, shard_name(len(written)))
+        index_path = index_path_for(path)
+        bounds = load_index(index_path)
+        summary = summarize(path, local_chunks(path, {}))
+        if summary.num_samples != len(bounds) - 1 or int(bounds[-1]) + END_OF_ARCHIVE_BYTES != summary.num_bytes:
+            raise CorruptShardError(
+                f"{path}: holds {summary.num_samples} samples in {summary.num_bytes} bytes, its index "
+                f"{len(bounds) - 1} samples in {int(bounds[-1])} bytes; remove it and the shards after it, then resume",
+                path=path,
+            )
+        extensions.update(field_name(ext) for ext in summary.fields)
+        written.append(WrittenShard(path, index_path, summary.num_samples, summary.num_bytes, summary.sha256))
+    later = sorted(n for n in names if n.endswith(".tar") and is_shardkit_name(n) and n > shard_name(len(written)))
+    if later:
+        raise DestinationError(
+            f"{dest}: {shard_name(len(written))} is missing but {later[0]} is there; a resumed write numbers its "
+            "shards from 0 without gaps: restore the missing shard, or pass overwrite=True to write again",
+            path=dest,
+        )
+    if written:
+        logger.info("%s: resuming after %d finished shards (%d samples)", dest, len(written), sum(w.num_samples for w in written))
+    return written

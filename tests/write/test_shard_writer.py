@@ -130,3 +130,91 @@ def test_processes_forked_while_a_writer_is_open_do_not_keep_its_folder_locked(t
         child.kill()
         child.join()
     assert [s["__key__"] for s in ShardDataset(dest, mode="exact")] == ["b"]
+
+
+_KILLED_WRITER = """
+import os, signal, sys
+import shardkit
+writer = shardkit.ShardWriter(sys.argv[1], max_samples=10)
+for i in range(25):
+    writer.write({"__key__": f"{i:04d}", "txt": f"sample {i}", "cls": i % 3})
+writer._current._file.flush()  # the third shard's bytes are on disk, under its temporary name
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _samples(count: int):
+    return [{"__key__": f"{i:04d}", "txt": f"sample {i}", "cls": i % 3} for i in range(count)]
+
+
+def _shard_bytes(folder) -> dict[str, bytes]:
+    return {name: (folder / name).read_bytes() for name in sorted(os.listdir(folder)) if name.endswith((".tar", ".idx"))}
+
+
+def test_a_killed_writer_is_finished_by_resume_as_if_never_interrupted(tmp_path):
+    import subprocess
+    import sys
+
+    killed = tmp_path / "killed"
+    proc = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(killed)], capture_output=True)
+    assert proc.returncode == -9
+    assert "shard-000002.tar.tmp" in os.listdir(killed) and "manifest.json" not in os.listdir(killed)
+
+    with pytest.raises(DestinationError) as caught:  # the advice is spelled as ShardWriter takes it
+        ShardWriter(str(killed), max_samples=10)
+    assert "resume=True" in str(caught.value) and "--resume" not in str(caught.value)
+
+    with ShardWriter(str(killed), max_samples=10, resume=True) as writer:
+        assert writer.resumed_samples == 20
+        assert not [name for name in os.listdir(killed) if name.endswith(".tmp")]
+        for sample in _samples(40)[writer.resumed_samples :]:
+            writer.write(sample)
+    with ShardWriter(str(tmp_path / "whole"), max_samples=10) as whole:
+        for sample in _samples(40):
+            whole.write(sample)
+    assert _shard_bytes(killed) == _shard_bytes(tmp_path / "whole")
+    assert writer.manifest.num_samples == 40 and writer.manifest.extensions == whole.manifest.extensions
+    assert [s["__key__"] for s in ShardDataset(str(killed), mode="exact", shuffle=False)] == [f"{i:04d}" for i in range(40)]
+
+
+def test_resume_refuses_what_it_cannot_finish_naming_the_file(tmp_path):
+    done = tmp_path / "done"
+    with ShardWriter(str(done), max_samples=2) as writer:
+        for sample in _samples(5):
+            writer.write(sample)
+    with pytest.raises(DestinationError, match="holds a finished dataset"):
+        ShardWriter(str(done), max_samples=2, resume=True)
+    with pytest.raises(UsageError, match="pass one of them"):
+        ShardWriter(str(done), max_samples=2, resume=True, overwrite=True)
+
+    os.unlink(done / "manifest.json")
+    os.unlink(done / "shard-000001.tar")  # a gap: shard 2 without shard 1
+    with pytest.raises(DestinationError, match="shard-000001.tar is missing but shard-000002.tar is there"):
+        ShardWriter(str(done), max_samples=2, resume=True)
+
+    os.unlink(done / "shard-000002.tar")
+    shard = done / "shard-000000.tar"
+    data = bytearray(shard.read_bytes())
+    shard.write_bytes(bytes(data[:-1024]) + bytes(512) + bytes(1024))  # a shard longer than its index says
+    with pytest.raises(shardkit.CorruptShardError, match="shard-000000.tar: .*its index"):
+        ShardWriter(str(done), max_samples=2, resume=True)
+    with ShardWriter(str(done), max_samples=2, overwrite=True) as again:  # nothing above kept the folder locked
+        again.write(_samples(1)[0])
+
+
+def test_a_close_that_fails_publishing_counts_as_aborted(tmp_path):
+    dest = tmp_path / "out"
+    writer = ShardWriter(str(dest), max_samples=2)
+    for sample in _samples(3):
+        writer.write(sample)
+    (dest / "manifest.json" / "in-the-way").mkdir(parents=True)  # publishing's rename into place fails
+    with pytest.raises(OSError):
+        writer.close()
+    with pytest.raises(UsageError, match="was aborted"):
+        writer.close()  # not a second try that would publish without holding the folder
+    assert os.path.isdir(dest / "manifest.json")
+    os.rmdir(dest / "manifest.json" / "in-the-way")
+    os.rmdir(dest / "manifest.json")
+    with ShardWriter(str(dest), max_samples=2, resume=True) as again:  # the lock was let go; every shard kept
+        assert again.resumed_samples == 3
+    assert again.manifest.num_samples == 3
