@@ -72,6 +72,9 @@ Sample = dict[str, Any]
 
 #: Shards whose index and file (or connection) stay open per process.
 DEFAULT_MAX_OPEN_SHARDS = 64
+#: Faulty shards a process remembers having logged (least recently faulty
+#: forgotten first), so a damaged shard gives one warning, not one a sample.
+MAX_FAULTY_SHARDS_REMEMBERED = 1024
 
 
 def compression_of(url: str, head: bytes | None = None) -> str | None:
@@ -301,9 +304,7 @@ class IndexedDataset(Dataset):
         except FAULTS as exc:
             if self._on_error == "raise":
                 raise
-            log.warning("skipping sample %d: %s", global_index, exc)
-            self._counters.count_skip(exc)
-            return None
+            return self._skip(shard, global_index, exc)
         sample: Sample = {"__key__": raw.key}
         sample.update(raw.fields)
         sample["__index__"] = global_index
@@ -313,18 +314,29 @@ class IndexedDataset(Dataset):
             except Exception as exc:
                 if self._on_error == "raise" or not undecodable(exc):
                     raise
-                log.warning("skipping sample %d: %s", global_index, describe_fault(exc))
-                self._counters.count_skip(exc)
-                return None
+                return self._skip(shard, global_index, exc, describe_fault(exc))
         try:
             return sample if self._map is None else self._map(sample)
         except MemberTooLargeError as exc:  # a data fault, like corruption
             error = exc if exc.path is not None else exc.located(path=self.shard_url(shard), member=exc.member)
             if self._on_error == "raise":
                 raise error from None
-            log.warning("skipping sample %d: %s", global_index, error)
-            self._counters.count_skip(error)
-            return None
+            return self._skip(shard, global_index, error)
+
+    def _skip(self, shard: int, global_index: int, exc: BaseException, what: object = None) -> None:
+        """Count a sample skipped under ``on_error="skip"``; log the first
+        fault of each shard (per process), since one damaged shard fails every
+        sample read from it, and the rest at debug level."""
+        self._counters.count_skip(exc)
+        first = self._faulty_shards.get_recent(shard) is None
+        if first:
+            self._faulty_shards.put(shard, True)
+        log.log(
+            logging.WARNING if first else logging.DEBUG,
+            "skipping sample %d: %s%s", global_index, exc if what is None else what,
+            " (further faults in this shard are counted in num_skipped, not logged)" if first else "",
+        )  # fmt: skip
+        return None
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """Samples ``indices`` (a DataLoader batch), read concurrently with up
@@ -390,6 +402,7 @@ class IndexedDataset(Dataset):
         self._sources = _LRU(self._max_open_shards)
         self._tables = threading.Lock()  # guards _indexes and _sources
         self._pool: ThreadPoolExecutor | None = None
+        self._faulty_shards = _LRU(MAX_FAULTY_SHARDS_REMEMBERED)  # shards whose first fault was logged
 
     def _check_process(self) -> None:
         # A forked worker inherits the parent's tables; connections must not
@@ -441,7 +454,7 @@ class IndexedDataset(Dataset):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for name in ("_indexes", "_sources", "_pid", "_tables", "_pool", "_counts", "_starts"):
+        for name in ("_indexes", "_sources", "_pid", "_tables", "_pool", "_counts", "_starts", "_faulty_shards"):
             del state[name]
         return state
 

@@ -162,6 +162,22 @@ def test_truncated_shard_without_manifest_is_a_corrupt_shard_error_at_the_cut(da
     assert "shardkit verify" in str(info.value) and info.value.offset == start + 100
 
 
+def test_a_shard_whose_size_changed_is_one_warning_under_skip(dataset, caplog):
+    entry = dataset.shards[3]  # 9 samples, every one refused against the manifest's size
+    os.truncate(dataset.resolve(entry.path), entry.num_bytes - 512)
+    ds = IndexedDataset(dataset, on_error="skip")
+    with caplog.at_level("DEBUG", logger="shardkit.read.indexed"):
+        got = [ds[i] for i in range(len(ds))]
+    assert sum(sample is None for sample in got) == ds.num_skipped == 9
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "shard-000003.tar" in warnings[0] and "not logged" in warnings[0]
+    assert sum("skipping sample" in r.getMessage() for r in caplog.records if r.levelname == "DEBUG") == 8
+    corrupt_sample(dataset, 0, 2)  # another shard's fault is a warning of its own
+    with caplog.at_level("WARNING", logger="shardkit.read.indexed"):
+        assert ds[2] is None
+    assert "shard-000000.tar" in caplog.records[-1].getMessage()
+
+
 def test_index_disagreeing_with_manifest_is_refused(dataset):
     entries = list(dataset.shards)
     entries[0] = ShardEntry(**{**entries[0].__dict__, "num_samples": 8})
