@@ -7,7 +7,7 @@ resolved. The string table behind ``shardkit.__getattr__`` (``_LAZY``) is not an
 import statement and is not seen; the package ``__init__`` is the top floor
 anyway.
 
-Rules (the floors are listed in README.md, "Layout"):
+Rules (the floors are listed in docs/layout.md):
 - no import cycle among shardkit's modules;
 - an import only points down or sideways: a module never imports one on a
   higher floor (``FLOORS``), and every module has a floor;

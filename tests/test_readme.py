@@ -1,7 +1,11 @@
-"""Every Python code block of README.md runs against the demo data.
+"""Every Python code block of README.md and of the pages in docs/ runs
+against the demo data, and the pages hang together.
 
-The blocks run in README order, each in a fresh namespace holding ``shardkit``
-(the README reads as one session after ``import shardkit``) and stand-ins
+The README is the tour and docs/*.md the reference, one page per topic. Each
+page's blocks run in the page's order (README first, then the pages by name,
+all on one copy of the demo data, so no two pages write the same folder),
+each block in a fresh namespace holding ``shardkit``
+(a page reads as one session after ``import shardkit``) and stand-ins
 for what a reader brings (``jpeg_bytes``, ``model``, ``train_step``; a block
 using ``resuming`` runs twice, without and then with the checkpoint it
 saved), with the working directory a temporary folder that
@@ -10,12 +14,20 @@ sizes, made by ``tools/gen_images.py``) and ``shards/train`` and
 ``shards/val`` (``shardkit write`` of it). Remote and distributed code is
 adapted by the text substitutions in :data:`SUBSTITUTIONS`, each stated with
 its reason; a block still holding a remote URL or a multi-process setup after
-them fails the test, naming the block, so a new README block can never be
+them fails the test, naming the block, so a new block can never be
 skipped silently: adapt it here. Bash blocks are not run; blocks fenced
 ``python ray-cluster`` need a Ray cluster and are only compiled (tests/ray/ runs
 the same calls on a real one), and so are blocks fenced ``python torchrun``,
 training-framework recipes that tests/read/test_frameworks.py runs on two
 processes (and checks that its runs hold every line of them).
+
+The checks beside the runs: the README stays a tour (at most
+:data:`README_MAX_LINES` lines) whose "Further topics" table links every
+docs page; every relative link of the README and the pages names a file that
+exists, and its ``#anchor`` a heading there; and no page restates an options
+class or ``shardkit write --help``: a paragraph naming more than
+:data:`MAX_RESTATED` of one class's fields, or of the command's flags, is a
+copy of what its docstring or ``--help`` says, and should link it instead.
 """
 
 from __future__ import annotations
@@ -36,6 +48,14 @@ from shardkit.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+#: The README and every docs page, in the order their blocks run.
+PAGES: tuple[Path, ...] = (README, *sorted(DOCS.glob("*.md")))
+#: The README is the tour: past this, reference has crept back in.
+README_MAX_LINES = 350
+#: More fields of one options class (or flags of ``shardkit write``) in one
+#: paragraph than this, and the paragraph restates the docstring (``--help``).
+MAX_RESTATED = 8
 
 #: (old, new, why): applied to every block wherever ``old`` occurs.
 SUBSTITUTIONS: tuple[tuple[str, str, str], ...] = (
@@ -93,7 +113,7 @@ TORCHRUN_FENCE = "torchrun"
 
 
 def python_blocks(text: str, *, cluster: bool = False) -> list[tuple[int, str]]:
-    """The README's Python code blocks, each with the line its code starts on:
+    """A page's Python code blocks, each with the line its code starts on:
     those to run, or with ``cluster`` those only compiled (fenced ``python
     ray-cluster`` or ``python torchrun``)."""
     blocks = []
@@ -104,7 +124,7 @@ def python_blocks(text: str, *, cluster: bool = False) -> list[tuple[int, str]]:
     return blocks
 
 
-def adapt(code: str, line: int) -> str:
+def adapt(code: str, line: int, page: str = "README.md") -> str:
     """``code`` with :data:`SUBSTITUTIONS` applied; fails if it still needs adapting."""
     for old, new, _ in SUBSTITUTIONS:
         code = code.replace(old, new)
@@ -112,7 +132,7 @@ def adapt(code: str, line: int) -> str:
         found = pattern.search(code)
         if found is not None:
             pytest.fail(
-                f"README.md block at line {line} still contains {found.group(0)!r} after the substitutions: "
+                f"{page} block at line {line} still contains {found.group(0)!r} after the substitutions: "
                 "add a substitution for it to SUBSTITUTIONS in tests/test_readme.py"
             )
     return code
@@ -143,7 +163,7 @@ def _namespace(root: Path) -> dict[str, Any]:
     }
 
 
-def _run(code: str, line: int, namespace: dict[str, Any]) -> None:
+def _run(code: str, where: str, namespace: dict[str, Any]) -> None:
     # The block runs as a module of its own (a script's __main__): functions it
     # defines pickle by reference, so a `map` reaches forked writer processes.
     module = types.ModuleType(namespace["__name__"])
@@ -151,7 +171,7 @@ def _run(code: str, line: int, namespace: dict[str, Any]) -> None:
     namespace = module.__dict__
     sys.modules[module.__name__] = module
     try:
-        exec(compile(code, f"README.md block at line {line}", "exec"), namespace)
+        exec(compile(code, where, "exec"), namespace)
     finally:
         del sys.modules[module.__name__]
         dist = namespace.get("dist")
@@ -162,31 +182,145 @@ def _run(code: str, line: int, namespace: dict[str, Any]) -> None:
         gc.collect()
 
 
-def test_every_python_block_of_the_readme_runs(demo, monkeypatch):
+def _name(page: Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+def test_every_python_block_of_every_page_runs(demo, monkeypatch):
+    """The README's blocks, then each docs page's, on one copy of the demo."""
     monkeypatch.chdir(demo)
-    blocks = python_blocks(README.read_text(encoding="utf-8"))
-    assert blocks, "README.md has no Python blocks"
-    for line, code in blocks:
-        code = adapt(code, line)
-        if re.search(r"\bresuming\b", code):
-            # A checkpoint example: run it fresh, then resuming from what it saved.
-            for resuming in (False, True):
-                _run(code, line, {**_namespace(demo), "resuming": resuming})
-        else:
-            _run(code, line, _namespace(demo))
-        (demo / "process_group").unlink(missing_ok=True)
+    for page in PAGES:
+        for line, code in python_blocks(page.read_text(encoding="utf-8")):
+            code = adapt(code, line, _name(page))
+            where = f"{_name(page)} block at line {line}"
+            if re.search(r"\bresuming\b", code):
+                # A checkpoint example: run it fresh, then resuming from what it saved.
+                for resuming in (False, True):
+                    _run(code, where, {**_namespace(demo), "resuming": resuming})
+            else:
+                _run(code, where, _namespace(demo))
+            (demo / "process_group").unlink(missing_ok=True)
 
 
-def test_every_cluster_block_of_the_readme_compiles():
-    for line, code in python_blocks(README.read_text(encoding="utf-8"), cluster=True):
-        compile(code, f"README.md block at line {line}", "exec")
+def test_every_cluster_block_compiles():
+    for page in PAGES:
+        for line, code in python_blocks(page.read_text(encoding="utf-8"), cluster=True):
+            compile(code, f"{_name(page)} block at line {line}", "exec")
 
 
-def test_every_substitution_still_matches_a_readme_block():
-    text = README.read_text(encoding="utf-8")
-    codes = [code for _, code in python_blocks(text)]
+def test_every_substitution_still_matches_a_block():
+    codes = [code for page in PAGES for _, code in python_blocks(page.read_text(encoding="utf-8"))]
     stale = [old for old, _, _ in SUBSTITUTIONS if not any(old in code for code in codes)]
-    assert not stale, f"substitutions no README block needs any more (drop them from tests/test_readme.py): {stale}"
+    assert not stale, f"substitutions no block needs any more (drop them from tests/test_readme.py): {stale}"
+
+
+def test_the_readme_is_a_tour():
+    lines = README.read_text(encoding="utf-8").count("\n")
+    assert lines <= README_MAX_LINES, (
+        f"README.md has {lines} lines, more than {README_MAX_LINES}: it is the tour; "
+        "move reference detail to the docs/ page of its topic"
+    )
+
+
+def _prose(text: str) -> str:
+    """``text`` without its fenced code blocks (their lines left blank, so
+    line numbers stay)."""
+    return re.sub(r"^```.*?^```", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.M | re.S)
+
+
+#: A Markdown link's target: ``[text](target)``.
+LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)\)")
+
+
+def links(text: str) -> list[str]:
+    """The targets of the links in ``text``'s prose (not in its code)."""
+    return LINK.findall(_prose(text))
+
+
+def anchors(text: str) -> set[str]:
+    """The ``#anchor`` of each heading of ``text``, as GitHub makes it."""
+    found = set()
+    for heading in re.findall(r"^#{1,6} +(.+?) *$", _prose(text), flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower().replace("`", "")).replace(" ", "-")
+        found.add(slug)
+    return found
+
+
+def broken_links(page: Path) -> list[str]:
+    """The relative links of ``page`` whose file, or heading, is missing."""
+    broken = []
+    for target in links(page.read_text(encoding="utf-8")):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):
+            continue  # https://, mailto: ...: not checked offline
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists():
+            broken.append(f"{target} (no file {file.relative_to(ROOT) if file.is_relative_to(ROOT) else file})")
+        elif anchor and file.suffix == ".md" and anchor not in anchors(file.read_text(encoding="utf-8")):
+            broken.append(f"{target} (no heading #{anchor} in {file.relative_to(ROOT)})")
+    return broken
+
+
+def test_every_relative_link_resolves():
+    broken = {_name(page): broken_links(page) for page in PAGES}
+    broken = {name: targets for name, targets in broken.items() if targets}
+    assert not broken, f"links to missing files or headings: {broken}"
+
+
+def topics_table(text: str) -> list[str]:
+    """The link targets of the table under the README's "Further topics"."""
+    section = re.search(r"^## Further topics\n(.*?)(?=^## |\Z)", text, flags=re.M | re.S)
+    assert section is not None, 'README.md has no "## Further topics" section'
+    rows = [line for line in section.group(1).splitlines() if line.startswith("|")]
+    return [target for row in rows for target in LINK.findall(row.split("|")[1])]
+
+
+def test_the_readme_topics_table_links_every_docs_page():
+    listed = {target for target in topics_table(README.read_text(encoding="utf-8")) if target.startswith("docs/")}
+    pages = {_name(page) for page in PAGES if page != README}
+    assert pages, "docs/ has no pages"
+    assert not pages - listed, f"docs pages the README's Further topics table does not link: {sorted(pages - listed)}"
+    assert not listed - pages, f"the Further topics table links pages that do not exist: {sorted(listed - pages)}"
+
+
+def _options_classes() -> dict[str, set[str]]:
+    """Each options class's field names, and ``shardkit write``'s flags."""
+    import dataclasses
+
+    from shardkit.cli import build_parser
+    from shardkit.write.download import DownloadOptions
+
+    classes = (shardkit.WriteOptions, shardkit.SourceOptions, shardkit.ReaderOptions, shardkit.OutputOptions,
+               shardkit.IndexOptions, DownloadOptions)
+    names = {cls.__name__: {field.name for field in dataclasses.fields(cls) if field.init} for cls in classes}
+    parser = build_parser()
+    write = next(action for action in parser._subparsers._group_actions[0].choices.values() if action.prog.endswith(" write"))
+    names["shardkit write --help"] = {flag for action in write._actions for flag in action.option_strings if flag.startswith("--")} - {"--help"}
+    return names
+
+
+def restatements(text: str, names: dict[str, set[str]]) -> list[str]:
+    """Paragraphs of ``text`` that name more than :data:`MAX_RESTATED` of one
+    options class's fields (as code: `` `part_bytes` ``, `` `part_bytes=...` ``)
+    or of ``shardkit write``'s flags; each item of a list counts as a paragraph."""
+    found = []
+    for paragraph in re.split(r"\n\s*\n|\n(?=- )", _prose(text)):  # a list item is a paragraph
+        spans = re.findall(r"`([^`]+)`", paragraph)
+        words = {m for span in spans for m in re.findall(r"--?[\w-]+|\b\w+(?==)|^\w+$", span.strip())}
+        for owner, fields in names.items():
+            named = words & fields
+            if len(named) > MAX_RESTATED:
+                found.append(f"{owner}: {sorted(named)} in {paragraph.strip()[:60]!r}...")
+    return found
+
+
+def test_no_page_restates_an_options_docstring_or_the_help():
+    """Options are documented once, in their dataclass's docstring and in
+    ``--help``; a page says what they add up to and links them."""
+    names = _options_classes()
+    found = {_name(page): restatements(page.read_text(encoding="utf-8"), names) for page in PAGES}
+    found = {name: paragraphs for name, paragraphs in found.items() if paragraphs}
+    assert not found, f"paragraphs restating an options docstring or --help (link it instead): {found}"
 
 
 def test_blocks_are_found_with_their_lines():

@@ -57,7 +57,9 @@ class SourceOptions:
     ``pipe:`` URLs, and the local ``device_*`` lock for spinning disks.
 
     Reading:
-        chunk_bytes: Largest chunk a source yields (4 MiB).
+        chunk_bytes: Largest chunk a source yields (4 MiB). A remote range's
+            first chunk is 64 KiB and each next one twice as large, so its
+            first sample arrives after one round trip.
 
     Network:
         connect_timeout_s: Time to open a connection before the attempt counts
@@ -105,7 +107,8 @@ class SourceOptions:
 
     Pipes:
         allow_pipe: Accept ``pipe:CMD`` URLs given to a reader directly (runs
-            CMD, without a shell). Never a ``pipe:`` entry of a manifest.
+            CMD, split with :func:`shlex.split`, never through a shell). Never
+            a ``pipe:`` entry of a manifest.
 
     Confinement:
         allowed_prefixes: Locations beyond the dataset that a manifest may

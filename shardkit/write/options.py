@@ -30,7 +30,9 @@ class WriteOptions:
     Attributes:
         format: Source format, or None to detect it.
         max_samples: Most samples per shard.
-        max_bytes: Most bytes per shard file (real tar size).
+        max_bytes: Most bytes per shard file: its real tar size, headers and
+            padding included. Only a single sample larger than the limit
+            exceeds it, in a shard of its own, with a warning.
         shuffle: Globally shuffle samples before cutting shards.
         seed: Shuffle seed.
         workers: Scanning and writer processes; None means all cores. With

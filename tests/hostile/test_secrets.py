@@ -424,7 +424,7 @@ def test_verbose_with_an_s3_source_prints_no_credentials(make_shards, moto_serve
 def test_debug_wire_is_documented():
     done = run_cli("write", "--help")
     assert "--debug-wire" in done.stdout and "credentials" in done.stdout
-    with open(os.path.join(ROOT, "README.md")) as f:
+    with open(os.path.join(ROOT, "docs", "writing.md")) as f:
         assert "--debug-wire" in f.read()
 
 

@@ -1,12 +1,12 @@
-"""The README's training-framework recipes, run for real: 2 ranks under
-torchrun (gloo, CPU), 500 samples, 2 epochs. Each run must deliver every
+"""The training-framework recipes of the README and docs/frameworks.md, run
+for real: 2 ranks under torchrun (gloo, CPU), 500 samples, 2 epochs. Each run must deliver every
 sample exactly once per epoch over the ranks, with the same number on each
 rank, and a new order in the second epoch.
 
 One torchrun per framework: plain DDP, torchdata's ``StatefulDataLoader``
 (restored mid-epoch) and accelerate's four data-loader settings share one
 (tests/read/accelerate_run.py), the Hugging Face
-``Trainer`` and Lightning have one each. The README's recipes (blocks fenced
+``Trainer`` and Lightning have one each. The recipes (blocks fenced
 ``python torchrun``) are these runs: every line of each, in order, is a line
 of its script, but for the substitutions :data:`README_TO_RUN` states.
 """
@@ -21,7 +21,7 @@ import pytest
 from tests.conftest import build_dataset
 from tests.read.frameworks_util import SIZES, all_indices
 from tests.read.torchrun_util import launch
-from tests.test_readme import README, TORCHRUN_FENCE
+from tests.test_readme import PAGES, TORCHRUN_FENCE
 
 HERE = os.path.dirname(__file__)
 RANKS = 2
@@ -125,9 +125,11 @@ def _code_lines(text: str) -> list[str]:
 
 
 def test_readme_recipes_are_what_these_runs_run():
-    text = README.read_text(encoding="utf-8")
+    text = "\n".join(page.read_text(encoding="utf-8") for page in PAGES)
     blocks = re.findall(rf"^```python {TORCHRUN_FENCE}\n(.*?)^```", text, flags=re.M | re.S)
-    assert len(blocks) == 5, "the README's recipes: plain DDP, StatefulDataLoader, accelerate, Trainer, Lightning"
+    assert len(blocks) == 5, (
+        "the recipes of README.md and docs/frameworks.md: plain DDP, StatefulDataLoader, accelerate, Trainer, Lightning"
+    )
     for block in blocks:
         for old, new, _ in README_TO_RUN:
             block = block.replace(old, new)
