@@ -32,7 +32,10 @@ copy of what its docstring or ``--help`` says, and should link it instead.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import gc
+import io
 import importlib.util
 import os
 import re
@@ -45,6 +48,7 @@ import pytest
 
 import shardkit
 from shardkit.cli import main as cli_main
+from shardkit.write.download import DownloadOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -246,6 +250,10 @@ def anchors(text: str) -> set[str]:
     return found
 
 
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
+
+
 def broken_links(page: Path) -> list[str]:
     """The relative links of ``page`` whose file, or heading, is missing."""
     broken = []
@@ -255,9 +263,9 @@ def broken_links(page: Path) -> list[str]:
         path, _, anchor = target.partition("#")
         file = (page.parent / path).resolve() if path else page
         if not file.exists():
-            broken.append(f"{target} (no file {file.relative_to(ROOT) if file.is_relative_to(ROOT) else file})")
+            broken.append(f"{target} (no file {_shown(file)})")
         elif anchor and file.suffix == ".md" and anchor not in anchors(file.read_text(encoding="utf-8")):
-            broken.append(f"{target} (no heading #{anchor} in {file.relative_to(ROOT)})")
+            broken.append(f"{target} (no heading #{anchor} in {_shown(file)})")
     return broken
 
 
@@ -283,19 +291,26 @@ def test_the_readme_topics_table_links_every_docs_page():
     assert not listed - pages, f"the Further topics table links pages that do not exist: {sorted(listed - pages)}"
 
 
+def write_help() -> str:
+    """What ``shardkit write --help`` prints."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        cli_main(["write", "--help"])
+    return out.getvalue()
+
+
 def _options_classes() -> dict[str, set[str]]:
     """Each options class's field names, and ``shardkit write``'s flags."""
-    import dataclasses
-
-    from shardkit.cli import build_parser
-    from shardkit.write.download import DownloadOptions
-
-    classes = (shardkit.WriteOptions, shardkit.SourceOptions, shardkit.ReaderOptions, shardkit.OutputOptions,
-               shardkit.IndexOptions, DownloadOptions)
+    classes = (
+        shardkit.WriteOptions,
+        shardkit.SourceOptions,
+        shardkit.ReaderOptions,
+        shardkit.OutputOptions,
+        shardkit.IndexOptions,
+        DownloadOptions,
+    )
     names = {cls.__name__: {field.name for field in dataclasses.fields(cls) if field.init} for cls in classes}
-    parser = build_parser()
-    write = next(action for action in parser._subparsers._group_actions[0].choices.values() if action.prog.endswith(" write"))
-    names["shardkit write --help"] = {flag for action in write._actions for flag in action.option_strings if flag.startswith("--")} - {"--help"}
+    names["shardkit write --help"] = set(re.findall(r"--[a-z][\w-]*", write_help())) - {"--help"}
     return names
 
 
@@ -332,3 +347,23 @@ def test_blocks_are_found_with_their_lines():
     with pytest.raises(pytest.fail.Exception, match="line 7 still contains 's3://'"):
         adapt('shardkit.ShardDataset("s3://other/")', 7)
     assert os.path.basename(str(README)) == "README.md"
+
+
+def test_the_page_checks_find_what_they_look_for(tmp_path):
+    text = "# Top\n## Hugging Face `datasets` and the Hub\n## torchdata's `StatefulDataLoader`\n```python\n## not a heading\n```\n"
+    assert anchors(text) == {"top", "hugging-face-datasets-and-the-hub", "torchdatas-statefuldataloader"}
+    page = tmp_path / "page.md"
+    page.write_text(
+        text + "[ok](#top) [ok](page.md#torchdatas-statefuldataloader) [web](https://example.com/x.md)\n"
+        "[gone](missing.md) [no heading](#not-here)\n```\n[in code](nowhere.md)\n```\n"
+    )
+    assert broken_links(page) == [
+        f"missing.md (no file {tmp_path / 'missing.md'})",
+        f"#not-here (no heading #not-here in {page})",
+    ]
+    names = {"SourceOptions": {f"f{i}" for i in range(20)}}
+    listed = ", ".join(f"`f{i}`" for i in range(MAX_RESTATED + 1))
+    assert restatements(f"The knobs: {listed}.\n", names)
+    assert not restatements(f"The knobs: {listed.rsplit(', ', 1)[0]}.\n", names)
+    assert not restatements(f"- {listed.rsplit(', ', 1)[0]}\n- `f19`\n", names)  # list items count apart
+    assert topics_table("## Further topics\n\n| Page | What |\n|---|---|\n| [A](docs/a.md) | b [c](x.md) |\n") == ["docs/a.md"]
