@@ -133,9 +133,11 @@ class SourceOptions:
             over a disk); False never.
         device_lease_bytes: Bytes one process reads per turn (64 MiB); a
             turn that would leave at most one more lease of its shard reads
-            that tail too, so a turn is at most two leases. With the lock
-            on, a reader's read-ahead queue holds up to a lease and a chunk
-            more than its ``read_ahead_bytes`` (the reader's per-worker budget).
+            that tail too (when its read-ahead queue has room for it) rather
+            than seeking back for it later, so a turn is at most two leases.
+            With the lock on, a reader's read-ahead queue holds up to a lease
+            and a chunk more than its ``read_ahead_bytes`` (the reader's
+            per-worker budget).
     """
 
     # reading
