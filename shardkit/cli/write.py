@@ -76,7 +76,7 @@ def add_write(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ray-address", help="with --engine ray: 'auto' or HOST:PORT of the cluster head")
     p.add_argument(
         "--max-unpack-bytes",
-        help="most temporary space (in TMPDIR) the plain copies of .tar.gz/.tar.zst inputs may take (default 64GiB)",
+        help="most temporary space (in DEST's work folder) the plain copies of .tar.gz/.tar.zst inputs may take (default 64GiB)",
     )
     p.add_argument(
         "--files-root", metavar="DIR",

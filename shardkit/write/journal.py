@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -175,38 +174,21 @@ def clear_journal(dest: str) -> None:
     shutil.rmtree(os.path.join(dest, JOURNAL_DIR), ignore_errors=True)
 
 
-#: The journal's record of the write's unpack folder (see :func:`unpack_folder`).
-UNPACK_RECORD = "unpack-folder"
-_UNPACK_PREFIX = "shardkit-unpack-"
+#: The folder in DEST's work area that holds the plain copies of input
+#: shards compressed whole (see :func:`unpack_folder`).
+UNPACK_DIR = "unpack"
 
 
 @contextlib.contextmanager
 def unpack_folder(work: str) -> Iterator[str]:
-    """A new folder in the system's temporary folder (``TMPDIR``) for the
-    plain copies of input shards compressed whole, removed when the block
-    ends. One that an earlier write on the same DEST named in its journal
-    (:func:`note_unpack_folder`) and left behind, killed before it could
-    remove it, is removed first: its copies, up to ``max_unpack_bytes``,
-    would otherwise stay in ``TMPDIR`` for good."""
-    try:
-        with open(os.path.join(work, UNPACK_RECORD), encoding="utf-8") as f:
-            left = f.read()
-    except (OSError, ValueError):
-        left = ""
-    temp = os.path.realpath(tempfile.gettempdir())
-    # Only a folder of ours directly in TMPDIR: the record is DEST's, and DEST's content is not trusted.
-    if os.path.dirname(left) == temp and os.path.basename(left).startswith(_UNPACK_PREFIX):
-        shutil.rmtree(left, ignore_errors=True)
-    folder = os.path.realpath(tempfile.mkdtemp(prefix=_UNPACK_PREFIX))
+    """The folder, in DEST's work area ``work``, for the plain copies of
+    input shards compressed whole; made by the first copy (a write without
+    compressed inputs makes none) and removed when the block ends. Copies a
+    killed write left there are removed first (a resumed scan makes its own):
+    everything a write leaves behind stays inside DEST, and goes with it."""
+    folder = os.path.join(work, UNPACK_DIR)
+    shutil.rmtree(folder, ignore_errors=True)
     try:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-        remove_quietly(os.path.join(work, UNPACK_RECORD))
-
-
-def note_unpack_folder(work: str, folder: str) -> None:
-    """Name ``folder`` in the journal at ``work``, so that the next write on
-    the same DEST removes it if this one is killed before it can."""
-    os.makedirs(work, exist_ok=True)
-    atomic_write_bytes(os.path.join(work, UNPACK_RECORD), folder.encode("utf-8"), sync_dir=False)

@@ -66,12 +66,13 @@ class WriteOptions:
             the write stops.
         max_unpack_bytes: Most temporary bytes the plain copies of input
             shards compressed whole (``.tar.gz``, ``.tar.zst``) may take, all
-            together, in the system's temporary folder (``TMPDIR``): 64 GiB
+            together, in DEST's work folder (``DEST/.shardkit-journal/unpack``): 64 GiB
             by default (:data:`~shardkit.write.sources.base.DEFAULT_MAX_UNPACK_BYTES`),
             None for no limit but the folder's free space. Past it the write
             stops before writing anything, naming the input and the limit.
             The copies go when the write ends; those of a write that was
-            killed go when the next write on the same DEST starts.
+            killed go when the next write on the same DEST starts (or with
+            DEST).
         partition_bytes: Length of one JSONL partition, the unit a scanning
             worker takes (64 MiB by default). The output does not depend on it.
         files_root: The folder a JSONL source's or a table's rows may name

@@ -61,7 +61,6 @@ from shardkit.write.journal import (
     SkipTally,
     clear_journal,
     finished_entries,
-    note_unpack_folder,
     remove_stale,
     remove_temporaries,
     reusable_result,
@@ -243,14 +242,13 @@ def _write_held(run: _Run, created: bool) -> WriteReport:
     """:func:`_write` once DEST is held; ``created``: whether this write made it."""
     dest, options = run.dest, run.options
     work = os.path.join(dest, JOURNAL_DIR)
-    # Input shards compressed whole are unpacked here once, for the shard
-    # writers to read by byte range; the copies go when the write ends, and
-    # those of an earlier run on DEST that was killed go now.
+    # Input shards compressed whole are unpacked into the work area once, for
+    # the shard writers to read by byte range; the copies go when the write
+    # ends, and those of an earlier run on DEST that was killed go now.
     with unpack_folder(work) as unpack_dir:
         try:
             if not options.resume:
                 shutil.rmtree(work, ignore_errors=True)  # an earlier run's, replaced by --overwrite
-            note_unpack_folder(work, unpack_dir)
             scanned, tasks, oversized = scan_and_plan(
                 run.source, options, work=work, unpack_dir=unpack_dir, scanner=run.scanner, progress=run.scan_progress,
                 map=run.map,

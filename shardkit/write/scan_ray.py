@@ -28,9 +28,9 @@ a FUSE mount of a bucket...). Before any partition is scanned a probe task on
 every alive node checks a partition of the source, and a source only the
 driver sees is refused there, naming the path and the node (copy it to shared
 storage, or write with ``--engine local``). Input shards compressed whole are
-the exception: scanning one writes its plain copy into the driver's
-temporary folder, which the shard writers read later, so those partitions are
-scanned by tasks pinned to the driver's node.
+the exception: scanning one writes its plain copy into DEST's work folder,
+which the shard writers read later, and those partitions are scanned by tasks
+pinned to the driver's node, which wrote the folder's other files.
 
 A task stages its partition's spill in its node's temporary folder
 (``TMPDIR`` of the Ray workers) before streaming it, so that folder needs

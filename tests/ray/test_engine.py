@@ -184,7 +184,7 @@ def _text_tar(path: Path, keys: range, *, compress: bool = False) -> None:
 
 
 def test_input_shards_compressed_whole_give_the_local_bytes_under_ray(ray_cluster, tmp_path):
-    """Their scans unpack into the driver's temporary folder, by tasks kept on the driver's node."""
+    """Their scans unpack into DEST's work folder, by tasks kept on the driver's node."""
     source = tmp_path / "in"
     source.mkdir()
     for i in range(3):

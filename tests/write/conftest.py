@@ -31,7 +31,7 @@ def imagefolder(tmp_path):
 
 @pytest.fixture
 def own_tmp(tmp_path, monkeypatch):
-    """A temporary folder of the test's own, where the write unpacks (``TMPDIR``)."""
+    """A temporary folder of the test's own as ``TMPDIR``: a write puts nothing there."""
     folder = tmp_path / "tmp"
     folder.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(folder))

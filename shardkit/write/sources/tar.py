@@ -85,6 +85,7 @@ class TarKind(SourceKind):
             )
         unpacked = os.path.join(unpack_dir, f"input-{part.index:06d}.tar")
         budget = UnpackBudget(settings.max_unpack_bytes)
+        os.makedirs(unpack_dir, exist_ok=True)  # made by the first copy: a write without one makes no folder
         try:
             with open(unpacked, "wb") as out:
                 copied = _copied(_decompressed(chunks, kind, path), out, budget.taker(path, unpack_dir))
@@ -212,8 +213,8 @@ class UnpackBudget:
         return SourceError(
             f"{path}: this input is compressed whole, so it is unpacked to a temporary plain tar to be read by "
             f"byte range; with it the unpacked inputs take {self.used:,} bytes so far in {folder}, {over}. "
-            "Raise max_unpack_bytes (`shardkit write --max-unpack-bytes 200GB`), set TMPDIR to a folder with "
-            "more room, or decompress the inputs first (plain .tar inputs are read where they are, with no copy). "
+            "Raise max_unpack_bytes (`shardkit write --max-unpack-bytes 200GB`), write to a DEST with more room, "
+            "or decompress the inputs first (plain .tar inputs are read where they are, with no copy). "
             "Nothing was written.",
             path=path,
         )
