@@ -69,8 +69,11 @@ def test_overwrite_replaces_an_earlier_output(imagefolder, tmp_path, capsys):
         (lambda p: str(p / "nope"), "does not exist"),
         (lambda p: (p / "empty").mkdir() or str(p / "empty"), "empty"),
         (lambda p: (p / "x.xlsx").write_text("a,b") and str(p / "x.xlsx"), "--format"),  # .csv is a table now
+        # Counted, not listed: listing them ended in MemoryError.
+        (lambda p: str(p / "s-{0000000000..9999999999}.tar"), "names 10,000,000,000 inputs"),
+        (lambda p: str(p / "t-{0000000000..9999999999}.parquet"), "names 10,000,000,000 inputs"),
     ],
-    ids=["missing", "empty", "unknown-kind"],
+    ids=["missing", "empty", "unknown-kind", "huge-tar-pattern", "huge-table-pattern"],
 )
 def test_bad_source_is_a_usage_error_naming_it(tmp_path, capsys, make_source, message):
     source = make_source(tmp_path)

@@ -14,6 +14,7 @@ import stat
 from collections.abc import Iterator
 
 from shardkit.errors import InputFileError, SourceError
+from shardkit.format.brace import expand_patterns
 from shardkit.format.location import path_under
 
 #: How names are encoded in the spill (file names that are not UTF-8 survive).
@@ -181,3 +182,25 @@ class OpenFiles:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+
+
+#: Most input files a brace pattern may name: a write lists its inputs
+#: before it plans (LAION-2B-en is ~2.3 x 10^5 shards of 10^4 samples).
+MAX_PATTERN_INPUTS = 10_000_000
+
+
+def pattern_inputs(source: str) -> list[str]:
+    """The files a brace pattern (or ``::``-joined patterns) names, in order.
+
+    Raises:
+        SourceError: It names more than :data:`MAX_PATTERN_INPUTS` (counted
+            without listing them).
+    """
+    names = expand_patterns(source)
+    if len(names) > MAX_PATTERN_INPUTS:
+        raise SourceError(
+            f"{source}: the pattern names {len(names):,} inputs, more than the {MAX_PATTERN_INPUTS:,} a write "
+            "lists before it plans; check the pattern's ranges (one digit too many?), or write it in parts",
+            path=source,
+        )
+    return list(names)

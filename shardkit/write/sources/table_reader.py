@@ -50,8 +50,8 @@ from typing import Any, overload
 import numpy as np
 
 from shardkit.errors import SourceError
-from shardkit.format.brace import expand_patterns, is_pattern
-from shardkit.write.sources.files import walk_files
+from shardkit.format.brace import is_pattern
+from shardkit.write.sources.files import pattern_inputs, walk_files
 from shardkit.write.sources.hf_cache import find_cached, looks_like_name
 
 #: Table formats :func:`open_table` reads.
@@ -245,7 +245,7 @@ def _parquet_files_in(folder: str, limit: int | None = None) -> list[str]:
 
 def _parquet_paths(source: str) -> list[str]:
     if is_pattern(source):
-        paths = list(expand_patterns(source))
+        paths = pattern_inputs(source)
     elif os.path.isdir(source):
         paths = _parquet_files_in(source)
         if not paths:

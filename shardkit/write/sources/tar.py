@@ -22,11 +22,12 @@ from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 from shardkit.errors import InputFileError, SourceError
-from shardkit.format.brace import expand_patterns, is_pattern
+from shardkit.format.brace import is_pattern
 from shardkit.format.compression import SHARD_SUFFIXES, ChunkDecompressor, Compression, file_compression
 from shardkit.format.tar import RawSample, SampleParser, member_name_problem
 from shardkit.io.atomic import remove_quietly
 from shardkit.io.local import LocalFile
+from shardkit.write.sources.files import pattern_inputs
 from shardkit.write.sources.base import (
     IMAGE_OPTIONS,
     Listing,
@@ -139,7 +140,7 @@ class TarKind(SourceKind):
 def tar_paths(source: str) -> list[str]:
     """The input shards of a tar source: a brace pattern, a folder of shards, or one file."""
     if is_pattern(source):
-        return list(expand_patterns(source))
+        return pattern_inputs(source)
     if os.path.isdir(source):
         return sorted(os.path.join(source, n) for n in os.listdir(source) if n.endswith(TAR_SUFFIXES))
     return [source]
