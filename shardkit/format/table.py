@@ -36,7 +36,10 @@ file is data from wherever it came from.
 
 Shards written by shardkit are named ``shard-000000.tar`` (index
 ``shard-000000.idx``) by position; such a table stores no path strings, the
-manifest records the :class:`Naming` instead.
+manifest records the :class:`Naming` instead. So does a table built from
+paths that follow any such pattern (``train-0000000.tar``..., found by
+:func:`~shardkit.format.naming.numbered` as ``shardkit index`` finds it),
+whoever made them: ``shardkit upgrade`` of a format-1 listing, say.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import ManifestError
+from shardkit.format.naming import WRITER_NAMING, Naming, NumberedNames, numbered
 
 TABLE_PREFIX = "shards-"
 TABLE_SUFFIX = ".table"
@@ -98,37 +102,6 @@ class ShardEntry:
     num_bytes: int
     sha256: str
     index: str
-
-
-_NAMING_PART = re.compile(r"^[A-Za-z0-9_.-]*\{:0[1-9]d\}[A-Za-z0-9_.-]*$")
-
-
-@dataclass(frozen=True)
-class Naming:
-    """Shard and index names that follow from the shard's position.
-
-    Attributes:
-        shard: A ``str.format`` pattern, ``"shard-{:06d}.tar"``.
-        index: The index's pattern, ``"shard-{:06d}.idx"``.
-
-    A pattern is letters, digits, ``_.-`` and one ``{:0Nd}`` field (N from 1
-    to 9): a name made from it has no ``/`` and cannot leave the dataset.
-    """
-
-    shard: str
-    index: str
-
-    def __post_init__(self) -> None:
-        for pattern in (self.shard, self.index):
-            if not isinstance(pattern, str) or not _NAMING_PART.match(pattern) or pattern.startswith("."):
-                raise ValueError(f"not a shard naming pattern: {pattern!r}")
-
-    def to_dict(self) -> dict[str, str]:
-        return {"shard": self.shard, "index": self.index}
-
-
-#: The names shardkit's writers give shards (see :mod:`shardkit.write.destination`).
-WRITER_NAMING = Naming(shard="shard-{:06d}.tar", index="shard-{:06d}.idx")
 
 
 def table_name(sha256_hex: str) -> str:
@@ -200,6 +173,24 @@ class ShardTable:
         if self.naming is not None:
             return self.naming.index.format(shard)
         return _string(self._columns["index_offsets"], self._columns["index_bytes"], shard)
+
+    def path_columns(self) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None:
+        """The stored shard and index paths, each as (n + 1 offsets,
+        concatenated UTF-8 bytes), read-only views of the table; None when
+        the names follow :attr:`naming`."""
+        if self.naming is not None:
+            return None
+        c = self._columns
+        return (c["path_offsets"], c["path_bytes"]), (c["index_offsets"], c["index_bytes"])
+
+    def drop_pages(self) -> None:
+        """Unmap the pages of the table file this process has touched (a
+        check that read every column once), where the system allows: they
+        stay in the page cache, shared, and map again on the next access; the
+        process's own memory then holds the columns it goes on to use, not
+        the whole file."""
+        if isinstance(self._keep, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+            self._keep.madvise(mmap.MADV_DONTNEED)
 
     def sha256_hex(self, shard: int) -> str:
         return bytes(self.sha256[self._check(shard)]).hex()
@@ -339,8 +330,11 @@ def build_table(
         paths: Shard paths (strings, or a numpy ``S`` array of UTF-8
             names); None when they follow ``naming``.
         index_paths: Index paths, the same way; None when they follow ``naming``.
-        naming: The naming to use when the paths follow it (given paths
-            that follow it are not stored); None always stores paths.
+        naming: The naming of shards given no paths. Given paths that
+            follow a naming pattern (:func:`~shardkit.format.naming.numbered`:
+            ``NAME-0000000.tar``..., indexes ``NAME-0000000.idx``...), the
+            pattern is stored instead of them whatever this says, unless it
+            is None: None always stores paths.
 
     Raises:
         ValueError: Columns of different lengths, negative counts or sizes,
@@ -361,12 +355,12 @@ def build_table(
     if paths is not None or index_paths is not None:
         if paths is None or index_paths is None:
             raise ValueError("give both paths and index_paths, or neither")
-        if naming is not None and not isinstance(paths, np.ndarray) and _follows(paths, index_paths, naming):
-            paths = index_paths = None
-        else:
-            naming = None
-            columns["path_offsets"], columns["path_bytes"] = _strings_to_columns(paths, n)
-            columns["index_offsets"], columns["index_bytes"] = _strings_to_columns(index_paths, n)
+        path_columns = _strings_to_columns(paths, n)
+        index_columns = _strings_to_columns(index_paths, n)
+        naming = None if naming is None else _naming_of(path_columns, index_columns)
+        if naming is None:
+            columns["path_offsets"], columns["path_bytes"] = path_columns
+            columns["index_offsets"], columns["index_bytes"] = index_columns
     elif naming is None:
         raise ValueError("no paths and no naming")
     for array in columns.values():
@@ -374,11 +368,30 @@ def build_table(
     return ShardTable(columns, naming)
 
 
-def _follows(paths: Sequence[str], index_paths: Sequence[str], naming: Naming) -> bool:
-    n = len(paths)
-    if len(index_paths) != n:
-        return False
-    return all(p == naming.shard.format(i) and x == naming.index.format(i) for i, (p, x) in enumerate(zip(paths, index_paths)))
+def _same_length_names(offsets: np.ndarray, blob: np.ndarray) -> np.ndarray | None:
+    """A path column as a numpy bytes array when all its names are as long
+    (as numbered names are) and hold no NUL; else None."""
+    n = len(offsets) - 1
+    width = int(offsets[1]) if n else 0
+    if n == 0 or width == 0 or len(blob) != n * width or (blob == 0).any():
+        return None
+    if not (np.diff(offsets) == width).all():
+        return None
+    return np.ascontiguousarray(blob).view(f"S{width}")
+
+
+def _naming_of(path_columns: tuple[np.ndarray, np.ndarray], index_columns: tuple[np.ndarray, np.ndarray]) -> Naming | None:
+    """The naming pattern shard and index paths follow (as ``shardkit index``
+    finds it, :func:`~shardkit.format.naming.numbered`), or None."""
+    names = _same_length_names(*path_columns)
+    index_names = _same_length_names(*index_columns)
+    if names is None or index_names is None:
+        return None
+    naming = numbered(names)
+    if naming is None:
+        return None
+    expected = NumberedNames(naming.index, len(names))[np.arange(len(names))]
+    return naming if np.array_equal(expected, index_names) else None
 
 
 def table_from_entries(entries: Iterable[ShardEntry]) -> ShardTable:
@@ -581,6 +594,7 @@ def open_table(
         raise ManifestError(f"{file}: damaged shard table: {exc}; {TABLE_ADVICE}", path=file) from None
     table = ShardTable(columns, naming, file=file, keep=mapped)
     table._sha256 = expected_sha256  # checked above (None: hashed when asked)
+    table.drop_pages()  # hashed and checked: not kept in this process's memory
     return table
 
 

@@ -13,7 +13,6 @@ the driver's memory does not grow with the number of shards.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -21,7 +20,8 @@ import numpy as np
 
 from shardkit.format.compression import SHARD_SUFFIXES
 from shardkit.format.index import INDEX_SUFFIX
-from shardkit.format.table import Naming, bytes_array_columns
+from shardkit.format.naming import Naming
+from shardkit.format.table import bytes_array_columns
 from shardkit.format.table_writer import ColumnWriter
 
 #: A shard's row in the results file.
@@ -98,87 +98,6 @@ def index_name_for(names: np.ndarray) -> np.ndarray:
     plain = (parts[:, 1] == b".tar") & (parts[:, 2] == b"")
     stems = np.where(plain, parts[:, 0], names)
     return np.char.add(stems, INDEX_SUFFIX.encode())
-
-
-_NUMBERED = re.compile(rb"^([A-Za-z0-9_.-]*?)(\d{1,9})\.tar$")
-
-
-def numbered(names: np.ndarray | Iterable[np.ndarray]) -> Naming | None:
-    """The :class:`Naming` of shards named by their positions (``00000.tar``,
-    ``00001.tar``..., img2dataset's and shardkit's naming), or None.
-
-    Args:
-        names: The names (a bytes array), or the pieces they come in, in order.
-    """
-    pieces = [names] if isinstance(names, np.ndarray) else names
-    naming, position, prefix, width = None, 0, b"", 0
-    for piece in pieces:
-        if len(piece) == 0:
-            continue
-        if naming is None:
-            match = _NUMBERED.match(bytes(piece[0]))
-            if match is None or int(match.group(2)) != 0:
-                return None
-            prefix, width = match.group(1), len(match.group(2))
-            try:
-                naming = Naming(
-                    shard=f"{prefix.decode()}{{:0{width}d}}.tar", index=f"{prefix.decode()}{{:0{width}d}}.idx"
-                )
-            except ValueError:  # a prefix a naming pattern cannot hold (a leading dot)
-                return None
-        if position + len(piece) > 10**width:
-            return None
-        digits = np.char.zfill(np.arange(position, position + len(piece)).astype(f"S{width}"), width)
-        if not np.array_equal(np.char.add(np.char.add(prefix, digits), b".tar"), piece):
-            return None
-        position += len(piece)
-    return naming
-
-
-class NumberedNames:
-    """The names one pattern of a :class:`Naming` gives rows ``0..n-1``,
-    made only for the rows asked for (no array of all of them): a previous
-    run's shard or index names when its table stores none.
-
-    Args:
-        pattern: ``naming.shard`` or ``naming.index`` (``HEAD{:0Nd}TAIL``).
-        length: Rows.
-    """
-
-    def __init__(self, pattern: str, length: int):
-        head, rest = pattern.split("{:0", 1)
-        self._head, self._tail = head.encode(), rest.split("}", 1)[1].encode()
-        self._width = int(rest.split("d}", 1)[0])
-        self._length = length
-
-    def __len__(self) -> int:
-        return self._length
-
-    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
-        """The names of ``rows`` (positions, or a mask)."""
-        rows = np.asarray(rows)
-        if rows.dtype == bool:
-            rows = np.flatnonzero(rows)
-        if len(rows) == 0:
-            return np.zeros(0, dtype="S1")
-        digits = np.char.zfill(rows.astype(f"S{max(self._width, len(str(max(self._length - 1, 0))))}"), self._width)
-        return np.char.add(np.char.add(self._head, digits), self._tail)
-
-    def rows_of(self, names: np.ndarray) -> np.ndarray:
-        """Each name's row, or -1 (a name this pattern does not make for a row)."""
-        n, digits_at = len(names), len(self._head)
-        size = digits_at + self._width + len(self._tail)
-        rows = np.full(n, -1, dtype=np.int64)
-        if n == 0 or names.dtype.itemsize < size:
-            return rows
-        cells = np.ascontiguousarray(names).view(np.uint8).reshape(n, names.dtype.itemsize)
-        digits = cells[:, digits_at : digits_at + self._width].astype(np.int64) - ord("0")
-        fits = (np.char.str_len(names) == size) & ((digits >= 0) & (digits <= 9)).all(axis=1)
-        fits &= np.char.startswith(names, self._head) & np.char.endswith(names, self._tail)
-        numbers = digits @ (10 ** np.arange(self._width - 1, -1, -1, dtype=np.int64))
-        fits &= numbers < self._length
-        rows[fits] = numbers[fits]
-        return rows
 
 
 def count_compressed(names: np.ndarray, compressed: np.ndarray) -> int:

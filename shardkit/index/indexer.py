@@ -64,6 +64,7 @@ import numpy as np
 from shardkit.errors import ShardkitError, UsageError
 from shardkit.format.location import resolve_inside
 from shardkit.format.manifest import Manifest, SkippedInput
+from shardkit.format.naming import numbered
 from shardkit.format.table import ShardTable, decode_table, open_table, table_name
 from shardkit.index.columns import (
     INDEXED,
@@ -74,7 +75,6 @@ from shardkit.index.columns import (
     ShardResults,
     count_compressed,
     index_name_for,
-    numbered,
     published,
     write_table,
     write_versions,

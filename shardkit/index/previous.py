@@ -6,7 +6,7 @@ manifest (refusing another dataset's), and gives its entries as
 :class:`PreviousRun`, whose columns are the previous table's and versions
 sidecar's, mapped, not copied. Names are matched against the previous
 run's sorted names, or by their numbers when its table stores none
-(:class:`~shardkit.index.columns.NumberedNames`).
+(:class:`~shardkit.format.naming.NumberedNames`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import numpy as np
 
 from shardkit.errors import DestinationError, ShardkitError
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
+from shardkit.format.naming import NumberedNames
 from shardkit.format.table import TABLE_NAME, TABLE_SUFFIX
-from shardkit.index.columns import NumberedNames
 from shardkit.io.base import SourceOptions
 from shardkit.io.manifest import fetch_manifest
 from shardkit.io.urls import is_local, local_path, redact_url

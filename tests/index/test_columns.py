@@ -13,7 +13,6 @@ from shardkit.format.table import Naming, build_table, open_table
 from shardkit.index.columns import (
     INDEXED,
     RECORD,
-    NumberedNames,
     SKIPPED,
     ShardResults,
     published,
@@ -21,7 +20,8 @@ from shardkit.index.columns import (
     write_versions,
 )
 from shardkit.index.source import list_shards
-from shardkit.index.columns import index_name_for, numbered
+from shardkit.format.naming import NumberedNames, numbered
+from shardkit.index.columns import index_name_for
 from shardkit.index.previous import PreviousRun, names_of
 
 N = 100_000

@@ -106,3 +106,49 @@ def test_upgrade_does_not_advise_running_itself_but_a_reader_does(make_shards, c
     with caplog.at_level("WARNING"):
         resolve_catalog(other.location, options=SourceOptions())
     assert len([r for r in caplog.records if hint in r.getMessage()]) == 1
+
+
+def _renamed_format1(manifest, name) -> None:
+    """Rename a written dataset's shards and indexes by ``name(i)`` (a stem)
+    and leave it in format 1, listing them under those names."""
+    data = json.loads(manifest.to_format1_json())
+    _format1(manifest)
+    for i, entry in enumerate(data["shards"]):
+        for key, suffix in (("path", ".tar"), ("index", ".idx")):
+            os.makedirs(os.path.dirname(os.path.join(manifest.location, name(i))), exist_ok=True)
+            os.replace(os.path.join(manifest.location, entry[key]), os.path.join(manifest.location, name(i) + suffix))
+            entry[key] = name(i) + suffix
+    with open(os.path.join(manifest.location, MANIFEST_NAME), "w") as f:
+        json.dump(data, f)
+
+
+def test_upgrade_of_names_numbered_otherwise_than_the_writer_records_their_pattern(make_shards):
+    """Issue #42: `shard-0000000.tar` (7 digits) is one naming pattern, as
+    `shardkit index` finds it; the table stores no path per shard."""
+    manifest = make_shards([3, 0, 4])
+    _renamed_format1(manifest, lambda i: f"train-{i:07d}")
+    old_fingerprint = load_manifest(manifest.location).fingerprint
+    assert upgrade_dataset(manifest.location).upgraded
+    data = json.loads(open(os.path.join(manifest.location, MANIFEST_NAME)).read())
+    assert data["naming"] == {"shard": "train-{:07d}.tar", "index": "train-{:07d}.idx"}
+    upgraded = load_manifest(manifest.location)
+    assert upgraded.table.path_columns() is None and upgraded.fingerprint == old_fingerprint
+    assert [s.path for s in upgraded.shards] == [f"train-{i:07d}.tar" for i in range(3)]
+    catalog = resolve_catalog(manifest.location, options=SourceOptions())
+    assert catalog.url(2) == os.path.join(manifest.location, "train-0000002.tar") and catalog.num_samples == 7
+
+
+@pytest.mark.parametrize(
+    "name",
+    [lambda i: f"train-{i + 1:07d}", lambda i: f"sub/shard-{i:06d}", lambda i: f"s{i:06d}" if i != 1 else "x000001"],
+    ids=["from-one", "subfolder", "one-off"],
+)
+def test_upgrade_of_names_without_one_pattern_stores_every_path(make_shards, name):
+    manifest = make_shards([3, 0, 4])
+    _renamed_format1(manifest, name)
+    assert upgrade_dataset(manifest.location).upgraded
+    data = json.loads(open(os.path.join(manifest.location, MANIFEST_NAME)).read())
+    assert "naming" not in data
+    upgraded = load_manifest(manifest.location)
+    assert [s.path for s in upgraded.shards] == [name(i) + ".tar" for i in range(3)]
+    assert [s.index for s in upgraded.shards] == [name(i) + ".idx" for i in range(3)]
