@@ -213,8 +213,12 @@ class HttpFetcher:
             )
         return target
 
+    def _request_url(self) -> str:
+        """The URL a request goes to first (subclasses sign it per request)."""
+        return self._full_url
+
     def _request(self, method: str, headers: dict[str, str], offset: int | None) -> urllib3.BaseHTTPResponse:
-        url = self._full_url
+        url = self._request_url()
         for _ in range(MAX_REDIRECTS + 1):
             response = self._send(method, url, headers)
             if response.status not in _REDIRECTS:
@@ -230,25 +234,31 @@ class HttpFetcher:
                 status=response.status,
             )
         if response.status >= 400:
-            reason = response.reason or ""
-            response.drain_conn()
-            response.release_conn()
-            if is_transient_status(response.status):
-                raise TransientFault(
-                    f"HTTP {response.status} {reason}".strip(),
-                    status=response.status,
-                    retry_after_s=retry_after_seconds(response.headers.get("Retry-After")),
-                )
-            hint = None
-            if response.status == 401:
-                hint = (
-                    "the server refused the credentials in the URL; check the user name and password"
-                    if self._authorization is not None
-                    else "the server wants credentials; put them in the URL as "
-                    "https://USER:PASSWORD@host/... (percent-encoded)"
-                )
-            raise fatal_status(self.url, response.status, reason, offset=offset, hint=hint)
+            raise self._refused(response, offset)
         return response
+
+    def _refused(self, response: urllib3.BaseHTTPResponse, offset: int | None) -> Exception:
+        """The error for an answer of status 400 or more (the response is
+        released here): a :class:`TransientFault` to retry, else a
+        :class:`~shardkit.errors.RemoteError`."""
+        reason = response.reason or ""
+        response.drain_conn()
+        response.release_conn()
+        if is_transient_status(response.status):
+            return TransientFault(
+                f"HTTP {response.status} {reason}".strip(),
+                status=response.status,
+                retry_after_s=retry_after_seconds(response.headers.get("Retry-After")),
+            )
+        hint = None
+        if response.status == 401:
+            hint = (
+                "the server refused the credentials in the URL; check the user name and password"
+                if self._authorization is not None
+                else "the server wants credentials; put them in the URL as "
+                "https://USER:PASSWORD@host/... (percent-encoded)"
+            )
+        return fatal_status(self.url, response.status, reason, offset=offset, hint=hint)
 
     def size(self) -> int | None:
         # A one-byte ranged GET rather than HEAD: presigned URLs are signed

@@ -5,7 +5,7 @@ Reading (:func:`open_source`):
 =====================  ==========================================================
 ``/path``, ``file://``  :class:`~shardkit.io.local.LocalFile`
 ``http://``, ``https://``  ranged GETs with urllib3 (:mod:`shardkit.io.http`)
-``s3://bucket/key``    boto3 ranged GETs (:mod:`shardkit.io.s3`)
+``s3://bucket/key``    as http(s), presigned by botocore (:mod:`shardkit.io.s3`)
 other ``scheme://``    any fsspec filesystem (:mod:`shardkit.io.fsspec`)
 ``pipe:CMD``           a command's stdout, only with ``allow_pipe=True``
                        (:mod:`shardkit.io.pipe`)

@@ -29,7 +29,8 @@ def test_ranged_reads(s3_bucket, s3_options):
 
 def test_missing_key_fails_fast(s3_bucket, s3_options):
     _, bucket = s3_bucket
-    with pytest.raises(RemoteError, match=rf"s3://{bucket}/nope\.tar: HTTP 404"):
+    # S3's error code, read from the answer's body, and what to do about it.
+    with pytest.raises(RemoteError, match=rf"s3://{bucket}/nope\.tar: HTTP 404 NoSuchKey.*: no such object; check the key"):
         open_source(f"s3://{bucket}/nope.tar", options=s3_options).read_all()
     with pytest.raises(RemoteError, match="404"):
         b"".join(open_source(f"s3://{bucket}/nope.tar", options=s3_options).iter_range(0, None, chunk_bytes=10))
@@ -161,3 +162,83 @@ def test_missing_credentials_say_how_to_configure(monkeypatch, tmp_path):
     options = SourceOptions(s3_endpoint_url="http://127.0.0.1:9", s3_region="us-east-1", retry_deadline_s=0.3)
     with pytest.raises(RemoteError, match="no AWS credentials found"):
         open_source("s3://bucket/x.tar", options=options).read_all()
+
+
+def test_forked_dataloader_workers_make_no_s3_client_and_read_every_sample_once(
+    make_shards, s3_bucket, s3_options, tmp_path, monkeypatch
+):
+    import collections
+    import dataclasses
+
+    import botocore.session
+    from torch.utils.data import DataLoader
+
+    from shardkit import ShardDataset
+
+    client, bucket = s3_bucket
+    manifest = make_shards([6, 5, 7, 4], payload_bytes=3000)
+    for name in os.listdir(manifest.location):
+        client.upload_file(os.path.join(manifest.location, name), bucket, f"ds/{name}")
+    made = tmp_path / "clients"
+    create_client = botocore.session.Session.create_client
+
+    def noting_pid(self, *args, **kwargs):
+        with open(made, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        return create_client(self, *args, **kwargs)
+
+    monkeypatch.setattr(botocore.session.Session, "create_client", noting_pid)
+    options = dataclasses.replace(s3_options, read_timeout_s=29.0)  # settings no other test's client has
+    dataset = ShardDataset(f"s3://{bucket}/ds/", mode="exact", shuffle=False, source_options=options)
+    loader = DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context="fork")
+    seen = collections.Counter()
+    got = {}
+    for sample in loader:
+        seen[sample["__key__"]] += 1
+        got[sample["__key__"]] = sample["bin"]
+    local = {s["__key__"]: s["bin"] for s in ShardDataset(manifest.location, mode="exact", shuffle=False)}
+    assert set(seen.values()) == {1} and got == local
+    # The parent made the one client that signs (reading the manifest); its forked workers made none.
+    pids = made.read_text().split()
+    assert pids == [str(os.getpid())]
+
+
+def test_s3_reads_are_presigned_ranged_gets_on_the_http_path(http_server, monkeypatch, tmp_path, caplog):
+    import logging
+
+    from tests.remote.remote_servers import without_aws_credentials
+
+    without_aws_credentials(monkeypatch, tmp_path)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDSHARDKITTEST")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "shardkit-test-secret")
+    data = os.urandom(300_001)
+    http_server.add("/bkt/d/a.tar", data)
+    options = SourceOptions(
+        s3_endpoint_url=http_server.base_url,
+        s3_region="eu-west-1",
+        part_bytes=100_000,
+        max_concurrent_requests=2,
+        retry_deadline_s=2.0,
+        read_timeout_s=28.0,  # settings no other test's client has
+    )
+    caplog.set_level(logging.DEBUG)
+    source = open_source("s3://bkt/d/a.tar", options=options, expected_size=len(data))
+    assert b"".join(source.iter_range(0, None, chunk_bytes=64 << 10)) == data
+    gets = [(path, rng) for method, path, rng in http_server.requests if path.startswith("/bkt/d/a.tar")]
+    assert len(gets) >= 3  # parts in parallel, path-style, each signed for this region
+    for path, rng in gets:
+        assert rng is not None and rng.startswith("bytes=")
+        assert "X-Amz-Credential=AKIDSHARDKITTEST%2F" in path and "%2Feu-west-1%2Fs3%2F" in path
+        assert "X-Amz-Signature=" in path
+    with pytest.raises(RemoteError, match=r"^s3://bkt/none\.tar: HTTP 404") as info:
+        open_source("s3://bkt/none.tar", options=options).read_all()
+    # Neither the message nor shardkit's or urllib3's log lines (botocore's own debug lines are its affair).
+    logged = "\n".join(r.getMessage() for r in caplog.records if r.name.split(".")[0] in ("shardkit", "urllib3"))
+    assert "GET /bkt/d/a.tar " in logged
+    for secret in ("AKIDSHARDKITTEST", "Signature", "shardkit-test-secret"):
+        assert secret not in str(info.value) and secret not in logged
+    # Anonymous: the same path, nothing signed.
+    anonymous = SourceOptions(s3_endpoint_url=http_server.base_url, s3_anonymous=True, read_timeout_s=28.0)
+    assert open_source("s3://bkt/d/a.tar", options=anonymous).read_all() == data
+    path = [p for m, p, r in http_server.requests if p.startswith("/bkt/d/a.tar")][-1]
+    assert path == "/bkt/d/a.tar"
