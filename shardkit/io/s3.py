@@ -139,6 +139,9 @@ def _cached_client(cache: dict[tuple, Any], key: tuple, options: SourceOptions, 
     """``cache[key]``, made first if need be: a client for ``options``'
     endpoint and region, unsigned with ``s3_anonymous``, ``config`` its
     botocore ``Config``."""
+    client = cache.get(key)  # without the lock: a worker forked while another thread held it still goes on
+    if client is not None:
+        return client
     with _clients_lock:
         client = cache.get(key)
         if client is None:
