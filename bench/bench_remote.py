@@ -278,13 +278,7 @@ def main(argv: list[str] | None = None) -> int:
             emulation_down()
 
     rows = [_median_row(tool, workers, cell, aggregate, manifest.num_samples) for (tool, workers), cell in runs.items()]
-    for r in rows:
-        # Against webdataset's best form at this worker count (the CLI pipe or boto3, over s3).
-        peers = [p for p in rows if p["tool"].startswith("webdataset") and p["workers"] == r["workers"]]
-        fastest = max(peers, key=lambda p: p["MB_per_s"], default=None)
-        quickest = min(peers, key=lambda p: p["first_batch_s"], default=None)
-        r["vs_webdataset"] = round(r["MB_per_s"] / fastest["MB_per_s"], 2) if fastest else None
-        r["first_batch_vs_webdataset"] = round(r["first_batch_s"] / quickest["first_batch_s"], 2) if quickest else None
+    compare_with_webdataset(rows)
     result = {
         "benchmark": "remote",
         "command": "bench/bench_remote.py " + " ".join(argv if argv is not None else sys.argv[1:]),
@@ -311,6 +305,20 @@ def main(argv: list[str] | None = None) -> int:
     plot(result, plot_path(args.out))
     print(table)
     return 0
+
+
+def compare_with_webdataset(rows: list[dict[str, Any]]) -> None:
+    """Give each row ``vs_webdataset`` (its MB/s over webdataset's) and
+    ``first_batch_vs_webdataset`` (its first-batch seconds over webdataset's),
+    against webdataset's best form at the row's worker count: the fastest
+    and the quickest to its first batch of the ``webdataset*`` rows (over
+    s3://, the CLI pipe and the boto3 opener); None without one."""
+    for r in rows:
+        peers = [p for p in rows if p["tool"].startswith("webdataset") and p["workers"] == r["workers"]]
+        fastest = max(peers, key=lambda p: p["MB_per_s"], default=None)
+        quickest = min(peers, key=lambda p: p["first_batch_s"], default=None)
+        r["vs_webdataset"] = round(r["MB_per_s"] / fastest["MB_per_s"], 2) if fastest else None
+        r["first_batch_vs_webdataset"] = round(r["first_batch_s"] / quickest["first_batch_s"], 2) if quickest else None
 
 
 def _median_row(tool: str, workers: int, cell: list[dict[str, Any]], aggregate: float | None, samples: int) -> dict[str, Any]:
