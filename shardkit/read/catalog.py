@@ -33,6 +33,7 @@ from shardkit.format.brace import BraceList, JoinedNames, expand_patterns, is_pa
 from shardkit.format.compression import SHARD_SUFFIXES, compression_from_name, file_compression
 from shardkit.format.index import index_path_for, load_index
 from shardkit.format.manifest import Manifest, load_manifest
+from shardkit.format.path_column import any_entry_ends_with, irregular_entries
 from shardkit.format.table import ShardTable
 from shardkit.io.base import SourceOptions
 from shardkit.io.manifest import manifest_url, remote_manifest
@@ -257,14 +258,14 @@ class _UrlView(Sequence[str]):
 
 def _table_is_compressed(table: ShardTable) -> bool:
     """Whether any shard's name says it is compressed (see
-    :func:`compression_from_name`), without a Python string per shard when
-    no path could be one."""
-    if table.naming is not None:
-        return compression_from_name(table.naming.shard) is not None
-    blob = bytes(table._columns["path_bytes"]).lower()
-    if not any(suffix.encode() in blob for suffix in SHARD_SUFFIXES):
-        return False
-    return any(compression_from_name(table.path(i)) for i in range(table.num_shards))
+    :func:`compression_from_name`), without a Python string per shard."""
+    columns = table.path_columns()
+    if columns is None:
+        return compression_from_name(table.naming.shard) is not None  # type: ignore[union-attr]
+    offsets, blob = columns[0]
+    if (blob == ord("?")).any():  # a query after the name (cut by compression_from_name): name by name
+        return any(compression_from_name(table.path(i)) for i in range(table.num_shards))
+    return any_entry_ends_with(offsets, blob, SHARD_SUFFIXES)
 
 
 def _local_shard_is_compressed(path: str) -> bool:
@@ -284,19 +285,30 @@ def from_manifest(manifest: Manifest, *, options: SourceOptions | None = None) -
 
     Raises:
         ManifestError: An entry leaves the dataset and no prefix allows it.
-            Paths stored in the table are all checked here (as slowly as a
-            format-1 manifest); names made from the writer's naming pattern
-            cannot leave the dataset, so only the first is resolved here and
-            each on access (a local shard may still be a symlink out).
+            The first shard is resolved here; of the paths stored in the
+            table, those that are not plain relative paths
+            (:func:`~shardkit.format.path_column.irregular_entries`, found in
+            numpy over the whole column) are resolved here too, so a manifest
+            naming a place outside the dataset fails here, not mid-epoch.
+            Names made from a naming pattern, and plain stored paths, cannot
+            leave the dataset but through a symlink: each is resolved on
+            access, where a local shard that is a symlink out is refused.
     """
     allowed = () if options is None else tuple(options.allowed_prefixes)
     compressed = _table_is_compressed(manifest.table)
     catalog = ShardCatalog(manifest=manifest, compressed=compressed, allowed_prefixes=allowed)
-    checked = range(manifest.num_shards) if manifest.table.naming is None else range(min(1, manifest.num_shards))
-    for shard in checked:  # a manifest naming a place outside the dataset fails here, not mid-epoch
-        catalog.url(shard)
-        if catalog.has_indexes:
+    shards = set(range(min(1, manifest.num_shards)))
+    indexes = set(shards)
+    columns = manifest.table.path_columns()
+    if columns is not None:
+        shards.update(irregular_entries(*columns[0]).tolist())
+        indexes.update(irregular_entries(*columns[1]).tolist())
+    for shard in sorted(shards | indexes):  # in order: the first bad entry is the one named
+        if shard in shards:
+            catalog.url(shard)
+        if catalog.has_indexes and shard in indexes:
             catalog.index_url(shard)
+    manifest.table.drop_pages()  # the columns read for these checks
     return catalog
 
 
@@ -378,6 +390,18 @@ def resolve_catalog(
         ManifestError: A manifest that is missing or invalid, or that names
             a location outside the dataset.
     """
+    from shardkit.io.registry import prepare_reading
+
+    catalog = _catalog_of(source, options=options)
+    if catalog.num_shards:
+        # Here, before DataLoader workers fork: what reading the shards needs
+        # once per process (an s3:// signer) is made once, not in each worker.
+        prepare_reading(catalog.url(0), options=options)
+    return catalog
+
+
+def _catalog_of(source: str | os.PathLike[str] | Sequence[str] | Manifest, *, options: SourceOptions) -> ShardCatalog:
+    """:func:`resolve_catalog` but for what it prepares."""
     if isinstance(source, Manifest):
         return from_manifest(source, options=options)
     if isinstance(source, (list, tuple)):

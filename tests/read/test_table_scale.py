@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shardkit.errors import ManifestError
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, load_manifest
 from shardkit.format.table import write_shard_table
 from shardkit.io.base import SourceOptions
@@ -89,3 +90,93 @@ def test_catalog_and_manifest_pickle_small_and_reopen(big):
     assert np.array_equal(again.counts, counts) and again.fingerprint == catalog.fingerprint
     assert len(pickle.dumps(load_manifest(folder))) < 4096
     assert json.loads(open(os.path.join(folder, MANIFEST_NAME)).read())["num_shards"] == NUM_SHARDS
+
+
+# ------------------------------------------------ stored paths (issue #42)
+
+NUM_NAMED = 200_000
+
+
+def _write_named(folder: str, names: np.ndarray, index_names: np.ndarray | None = None) -> str:
+    """A format-2 dataset whose table stores ``names`` (no naming pattern)."""
+    os.makedirs(folder, exist_ok=True)
+    n = len(names)
+    if index_names is None:
+        index_names = np.char.replace(names, b".tar", b".idx")
+    table = write_shard_table(folder, np.ones(n), np.full(n, 1024), np.zeros((n, 32), dtype=np.uint8), paths=names,
+                              index_paths=index_names, naming=None)
+    assert table.naming is None
+    manifest = Manifest.from_table(table, source={"format": "synthetic"}, stored_fingerprint="0" * 64)
+    with open(os.path.join(folder, MANIFEST_NAME), "w") as f:
+        f.write(manifest.to_json())
+    return os.path.join(folder, MANIFEST_NAME)
+
+
+def _irregular_names(n: int) -> np.ndarray:
+    """Names of no single pattern: a hash in one of 256 subfolders."""
+    hashes = np.random.default_rng(42).integers(0, 1 << 62, n)
+    folders = np.char.mod(b"%02x/", hashes % 256)
+    return np.char.add(np.char.add(folders, np.char.mod(b"w-%016x", hashes)), b".tar")
+
+
+@pytest.fixture(scope="module")
+def named(tmp_path_factory):
+    folder = str(tmp_path_factory.mktemp("named"))
+    _write_named(folder, _irregular_names(NUM_NAMED))
+    return folder
+
+
+def test_opening_stored_paths_resolves_only_the_first_shard(named, monkeypatch):
+    import shardkit.format.manifest as manifest_module
+
+    calls = []
+    resolve = manifest_module.resolve_inside
+
+    def counted(base, relative, **kwargs):
+        calls.append(relative)
+        return resolve(base, relative, **kwargs)
+
+    monkeypatch.setattr(manifest_module, "resolve_inside", counted)
+    catalog = resolve_catalog(named, options=SourceOptions())
+    names = _irregular_names(3)
+    assert calls == [names[0].decode(), names[0].decode()[:-4] + ".idx"]  # shard 0: its path and its index
+    assert catalog.url(2) == os.path.join(named, names[2].decode())  # the others when asked
+    assert len(calls) == 3 and not catalog.compressed
+
+
+def test_opening_stored_paths_makes_no_per_shard_objects(named):
+    gc.collect()
+    tracemalloc.start()
+    try:
+        catalog = resolve_catalog(named, options=SourceOptions())
+        assert catalog.num_shards == NUM_NAMED
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 24 << 20, peak  # a str per shard would be > 20 MB; the column itself is ~6 MB
+    assert len(pickle.dumps(catalog)) < 1 << 20
+
+
+@pytest.mark.parametrize("column", ["path", "index"])
+@pytest.mark.parametrize("hostile", ["sub/../../outside.tar", "/etc/passwd", "pipe:cat /etc/passwd", "a\0.tar"])
+def test_a_hostile_entry_deep_in_a_stored_column_is_refused_naming_it_and_the_manifest(tmp_path, column, hostile):
+    names = _irregular_names(NUM_NAMED)
+    index_names = np.char.replace(names, b".tar", b".idx")
+    row = 123_457
+    (names if column == "path" else index_names)[row] = hostile.encode()
+    manifest_file = _write_named(str(tmp_path / "ds"), names, index_names)
+    with pytest.raises(ManifestError) as caught:
+        resolve_catalog(str(tmp_path / "ds"), options=SourceOptions())
+    message = str(caught.value)
+    assert manifest_file in message and f"shard {row} {column}" in message, message
+
+
+def test_compressed_shards_are_told_by_the_ends_of_stored_names(tmp_path):
+    names = _irregular_names(1000)
+    _write_named(str(tmp_path / "plain"), names)
+    assert not resolve_catalog(str(tmp_path / "plain"), options=SourceOptions()).compressed
+    index_names = np.char.replace(names, b".tar", b".idx")
+    names[777] = b"ab/w-0.TAR.GZ"
+    _write_named(str(tmp_path / "gz"), names, index_names)
+    catalog = resolve_catalog(str(tmp_path / "gz"), options=SourceOptions())
+    assert catalog.compressed and catalog.counts is None
