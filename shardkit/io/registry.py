@@ -60,6 +60,23 @@ def open_remote(url: str, *, options: SourceOptions, expected_size: int | None =
     return RangedObject(FsspecFetcher(url, options=options), options=options, expected_size=expected_size)
 
 
+def prepare_reading(url: str, *, options: SourceOptions) -> None:
+    """Make now, once for this process, what reading URLs like ``url`` needs
+    per process, so that DataLoader workers forked afterwards inherit it
+    instead of each making it: for ``s3://``, the client that presigns its
+    reads (botocore imported, credentials looked up; see
+    :func:`shardkit.io.s3.s3_signer`). Nothing for other schemes: their
+    connection pools belong to the process that uses them.
+
+    Raises:
+        RemoteError: ``s3://`` without boto3 installed.
+    """
+    if url_scheme(url) == "s3":
+        from shardkit.io.s3 import s3_signer
+
+        s3_signer(options)
+
+
 def _cacheable(url: str, expected_sha256: str | None) -> bool:
     # Objects with a known checksum are cached under a key that includes it,
     # so they can never be served stale. Without one, only shards (``.tar``)

@@ -164,8 +164,9 @@ def test_missing_credentials_say_how_to_configure(monkeypatch, tmp_path):
         open_source("s3://bucket/x.tar", options=options).read_all()
 
 
+@pytest.mark.parametrize("source", ["folder", "shard_urls"])
 def test_forked_dataloader_workers_make_no_s3_client_and_read_every_sample_once(
-    make_shards, s3_bucket, s3_options, tmp_path, monkeypatch
+    source, make_shards, s3_bucket, s3_options, tmp_path, monkeypatch
 ):
     import collections
     import dataclasses
@@ -188,8 +189,14 @@ def test_forked_dataloader_workers_make_no_s3_client_and_read_every_sample_once(
         return create_client(self, *args, **kwargs)
 
     monkeypatch.setattr(botocore.session.Session, "create_client", noting_pid)
-    options = dataclasses.replace(s3_options, read_timeout_s=29.0)  # settings no other test's client has
-    dataset = ShardDataset(f"s3://{bucket}/ds/", mode="exact", shuffle=False, source_options=options)
+    # Settings no other test's client has. A folder's manifest is read in this
+    # process; a list of shard URLs is not: the dataset prepares the signer itself.
+    options = dataclasses.replace(s3_options, read_timeout_s=29.0 if source == "folder" else 27.0)
+    if source == "folder":
+        dataset = ShardDataset(f"s3://{bucket}/ds/", mode="exact", shuffle=False, source_options=options)
+    else:
+        urls = [f"s3://{bucket}/ds/{entry.path}" for entry in manifest.shards]
+        dataset = ShardDataset(urls, mode="exact", shuffle=False, source_options=options)
     loader = DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context="fork")
     seen = collections.Counter()
     got = {}
@@ -198,7 +205,7 @@ def test_forked_dataloader_workers_make_no_s3_client_and_read_every_sample_once(
         got[sample["__key__"]] = sample["bin"]
     local = {s["__key__"]: s["bin"] for s in ShardDataset(manifest.location, mode="exact", shuffle=False)}
     assert set(seen.values()) == {1} and got == local
-    # The parent made the one client that signs (reading the manifest); its forked workers made none.
+    # The parent made the one client that signs; its forked workers made none.
     pids = made.read_text().split()
     assert pids == [str(os.getpid())]
 
@@ -221,7 +228,11 @@ def test_s3_reads_are_presigned_ranged_gets_on_the_http_path(http_server, monkey
         retry_deadline_s=2.0,
         read_timeout_s=28.0,  # settings no other test's client has
     )
-    caplog.set_level(logging.DEBUG)
+    # Whatever an earlier test's logging set-up did (the CLI's), these lines reach caplog.
+    for name in ("shardkit", "urllib3", "urllib3.connectionpool"):
+        caplog.set_level(logging.DEBUG, logger=name)
+        monkeypatch.setattr(logging.getLogger(name), "disabled", False)
+        monkeypatch.setattr(logging.getLogger(name), "propagate", True)
     source = open_source("s3://bkt/d/a.tar", options=options, expected_size=len(data))
     assert b"".join(source.iter_range(0, None, chunk_bytes=64 << 10)) == data
     gets = [(path, rng) for method, path, rng in http_server.requests if path.startswith("/bkt/d/a.tar")]
