@@ -6,7 +6,13 @@ Side by side in one run, over the same synthetic datasets:
 - ``shardkit``: ``ShardDataset(DIR, batch_size=32, collate=len)``; the
   dataset is written as today's format-1 ``manifest.json`` and, when the
   shardkit being measured has ``shardkit upgrade``, upgraded in place (the
-  JSON records which format was measured);
+  JSON records which format was measured); also ``IndexedDataset(DIR)``'s
+  open in a fresh process;
+- ``shardkit-wide`` and ``shardkit-irregular`` (issue #42): the same over
+  shards named ``shard-0000000.tar`` (7 digits: a naming pattern, not the
+  writer's) and over names of no single pattern
+  (``c3/lemon-5f1e0c9a2b7d4e68.tar`` in 256 subfolders: the table stores
+  every path), each written as format 1 and upgraded;
 - ``webdataset``: ``WebDataset("DIR/shard-{000000..N-1}.tar",
   shardshuffle=1000).batched(32)`` over the same tar files;
 - ``litdata``: ``litdata.StreamingDataset(DIR, shuffle=True)`` read by its
@@ -51,6 +57,8 @@ Writes ``bench/results/scale.json`` / ``.md`` / ``.png``::
                                                            # +7 min the first time to make ~3 GB of metadata
     .venv-scale/bin/python bench/bench_scale.py --quick    # 10^3 and 10^4 shards
     .venv-scale/bin/python bench/bench_scale.py --sizes 1000,500000 --peers shardkit,webdataset
+    .venv/bin/python bench/bench_scale.py --sizes 1000,500000 --peers shardkit-wide,shardkit-irregular \
+        --laion-peers '' --out bench/results/scale-names.json    # issue #42: shardkit's peers only
 
 The writer part (issue #23: scan + plan memory and rate, end-to-end writing
 against peers on JSONL rows and on an ImageFolder of 10^5 small files,
@@ -79,9 +87,9 @@ sys.path.insert(0, REPO_ROOT)
 
 from bench.common import git_commit, machine, plot_path, save_record  # noqa: E402
 from bench.harness.memory import _children, smaps  # noqa: E402
-from bench.harness.scale_data import PAYLOAD_BYTES, has_upgrade, prepare  # noqa: E402
+from bench.harness.scale_data import PAYLOAD_BYTES, SHARDKIT_PEERS, has_upgrade, prepare  # noqa: E402
 
-PEERS = ("shardkit", "webdataset", "litdata", "mosaic")
+PEERS = ("shardkit", "shardkit-wide", "shardkit-irregular", "webdataset", "litdata", "mosaic")
 SIZES = (1_000, 10_000, 100_000, 500_000, 1_000_000)
 QUICK_SIZES = (1_000, 10_000)
 #: The "empty dataset" each peer's memory is compared with.
@@ -115,7 +123,7 @@ def import_peer(peer: str) -> None:
     """Import what a peer needs before any timing (so open time is not import time)."""
     import torch.utils.data  # noqa: F401
 
-    if peer == "shardkit":
+    if peer in SHARDKIT_PEERS:
         import shardkit  # noqa: F401
     elif peer == "webdataset":
         import webdataset  # noqa: F401
@@ -129,7 +137,7 @@ def import_peer(peer: str) -> None:
 
 
 def open_dataset(peer: str, path: str, num_shards: int) -> Any:
-    if peer == "shardkit":
+    if peer in SHARDKIT_PEERS:
         import shardkit
 
         return shardkit.ShardDataset(path, seed=0, buffer_size=1000, batch_size=BATCH, collate=count_batch)
@@ -154,7 +162,7 @@ def open_dataset(peer: str, path: str, num_shards: int) -> Any:
 def make_loader(peer: str, dataset: Any, workers: int) -> Any:
     from torch.utils.data import DataLoader
 
-    if peer in ("shardkit", "webdataset"):  # batched in the workers
+    if peer in (*SHARDKIT_PEERS, "webdataset"):  # batched in the workers
         return DataLoader(dataset, batch_size=None, num_workers=workers)
     if peer == "litdata":
         import litdata
@@ -200,8 +208,27 @@ def memory_snapshot() -> dict[str, Any]:
     return {"parent": parent, "workers": list(median.values())}
 
 
+def run_indexed(path: str) -> dict[str, Any]:
+    """The ``indexed`` phase (shardkit only): open an ``IndexedDataset``,
+    its pickled size and the process's USS, then read one sample."""
+    import shardkit
+
+    before = smaps(os.getpid())
+    start = time.perf_counter()
+    dataset = shardkit.IndexedDataset(path)
+    result: dict[str, Any] = {"open_s": time.perf_counter() - start, "parent_before_open": before}
+    result["parent_after_open"] = smaps(os.getpid())
+    result["pickled_bytes"] = len(pickle.dumps(dataset))
+    start = time.perf_counter()
+    dataset[len(dataset) - 1]
+    result["last_sample_s"] = time.perf_counter() - start
+    return result
+
+
 def run_cell(peer: str, path: str, num_shards: int, phase: str) -> dict[str, Any]:
     import_peer(peer)
+    if phase == "indexed":
+        return run_indexed(path)
     start = time.perf_counter()
     dataset = open_dataset(peer, path, num_shards)
     result: dict[str, Any] = {"construct_s": time.perf_counter() - start}
@@ -295,7 +322,7 @@ def run_child(spec: dict[str, Any], *, timeout_s: float, as_limit_gb: float, min
 
 
 def peer_available(peer: str) -> str | None:
-    module = {"shardkit": "shardkit", "webdataset": "webdataset", "litdata": "litdata", "mosaic": "streaming"}[peer]
+    module = {**dict.fromkeys(SHARDKIT_PEERS, "shardkit"), "webdataset": "webdataset", "litdata": "litdata", "mosaic": "streaming"}[peer]
     try:
         __import__(module)
     except Exception as exc:
@@ -333,7 +360,10 @@ def summarize(cell: dict[str, Any]) -> None:
         cell["pickled_mb"] = memory["pickled_bytes"] / 1e6
     if "first_batch_s" in cell.get("first_batch", {}):
         cell["first_batch_s"] = cell["first_batch"]["first_batch_s"]
-    errors = [f"{phase}: {cell[phase]['error']}" for phase in ("memory", "first_batch") if "error" in cell.get(phase, {})]
+    if "open_s" in cell.get("indexed", {}):
+        cell["indexed_open_s"] = cell["indexed"]["open_s"]
+        cell["indexed_open_uss_mb"] = cell["indexed"]["parent_after_open"]["uss_mb"] - cell["indexed"]["parent_before_open"]["uss_mb"]
+    errors = [f"{phase}: {cell[phase]['error']}" for phase in ("memory", "first_batch", "indexed") if "error" in cell.get(phase, {})]
     if errors:
         cell["error"] = "; ".join(errors)
 
@@ -364,7 +394,7 @@ def measure(args: argparse.Namespace, record: dict[str, Any], save: Callable[[],
                 continue
             print(f"{peer} x {samples}/shard x {num_shards} shards: preparing", flush=True)
             cell["dataset"] = prepare(args.workdir, peer, samples, num_shards, upgrade=upgrade)
-            for phase in ("memory", "first_batch"):
+            for phase in ("memory", "first_batch", *(("indexed",) if peer in SHARDKIT_PEERS else ())):
                 spec = {"peer": peer, "path": cell["dataset"]["path"], "num_shards": num_shards, "phase": phase}
                 cell[phase] = run_child(
                     spec, timeout_s=args.timeout_s, as_limit_gb=args.as_limit_gb, min_free_gb=args.min_free_gb
@@ -374,7 +404,7 @@ def measure(args: argparse.Namespace, record: dict[str, Any], save: Callable[[],
             summarize(cell)
             if "error" in cell:
                 failed_at = num_shards
-            print(f"  {json.dumps({k: v for k, v in cell.items() if k not in ('memory', 'first_batch')})}", flush=True)
+            print(f"  {json.dumps({k: v for k, v in cell.items() if k not in ('memory', 'first_batch', 'indexed')})}", flush=True)
             save()
 
 
@@ -453,12 +483,16 @@ def table(record: dict[str, Any]) -> str:
         f"{record['as_limit_gb']} GiB); a reader that fails at a size is not run at larger ones. Open: constructing the dataset; for LitData also its `len()`, since it reads index.json there (the others read their metadata in the constructor; webdataset expands the brace pattern); metadata page-cache-hot. Memory: USS "
         f"(private pages) of the parent and of each of {MEMORY_WORKERS} DataLoader workers once each has "
         f"delivered a batch. First batch: `iter(loader)` to the first batch, {FIRST_BATCH_WORKERS} workers. "
+        "IndexedDataset (shardkit only): its open in a fresh process, and the USS that open added. "
+        "shardkit-wide: shards named `shard-0000000.tar` (7 digits, not the writer's 6); shardkit-irregular: "
+        "names of no single pattern (`c3/lemon-5f1e0c9a2b7d4e68.tar`, 256 subfolders), whose table stores every "
+        "path (issue #42); both written as format 1 and upgraded, as the shardkit rows are. "
         f"{record['machine']['cpus']} CPUs shared with other jobs (load average {record['load_before']:.1f} "
         f"before, {record.get('load_after', float('nan')):.1f} after); {record['seconds'] / 60:.1f} minutes.",
         "",
         "| reader | shards | open (s) | parent USS (MB) | worker USS mean / max (MB) | pickled (MB) "
-        "| first batch, 4 workers (s) | note |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| first batch, 4 workers (s) | IndexedDataset open (s) / +USS (MB) | note |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for peer, samples in record["row_sets"]:
         for num_shards in record["sizes"]:
@@ -472,10 +506,13 @@ def table(record: dict[str, Any]) -> str:
                 f"{cell['worker_uss_mb_mean']:.0f} / {cell['worker_uss_mb_max']:.0f}"
                 if "worker_uss_mb_mean" in cell else "–"
             )  # fmt: skip
+            indexed = (
+                f"{cell['indexed_open_s']:.2f} / {cell['indexed_open_uss_mb']:.0f}" if "indexed_open_s" in cell else "–"
+            )
             lines.append(
                 f"| {label(peer, samples)} | {num_shards:,} | {fmt(cell.get('open_s'), '.2f')} "
                 f"| {fmt(cell.get('parent_uss_mb'), '.0f')} | {workers} | {fmt(cell.get('pickled_mb'), '.3f')} "
-                f"| {fmt(cell.get('first_batch_s'), '.2f')} | {note} |"
+                f"| {fmt(cell.get('first_batch_s'), '.2f')} | {indexed} | {note} |"
             )
     lines += [
         "",

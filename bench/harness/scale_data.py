@@ -7,6 +7,7 @@ parses N real entries; reading reads real bytes."""
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import random
@@ -20,6 +21,9 @@ from typing import Any
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: Payload of each sample's ``bin`` field, bytes.
 PAYLOAD_BYTES = 1000
+#: Peers that are shardkit over a dataset of its own: its writer's names,
+#: 7-digit names, names of no single pattern (all written as format 1, then upgraded).
+SHARDKIT_PEERS = ("shardkit", "shardkit-wide", "shardkit-irregular")
 #: Hard links per base copy (ext4's limit is 65,000; EMLINK also moves on).
 LINKS_PER_COPY = 60_000
 
@@ -86,12 +90,14 @@ class Format:
     writer, and N-shard copies of its metadata over hard links."""
 
     name = ""
+    #: Tells the datasets of formats that share a base apart (``-wide``).
+    variant = ""
     metadata = "index.json"
 
     def __init__(self, root: str, samples_per_shard: int):
         self.samples = samples_per_shard
         self.base = os.path.join(root, "base", f"{self.name}-{samples_per_shard}")
-        self.folder = os.path.join(root, f"{self.name}-{samples_per_shard}")
+        self.folder = os.path.join(root, f"{self.name}{self.variant}-{samples_per_shard}")
 
     def path(self, num_shards: int) -> str:
         return os.path.join(self.folder, str(num_shards))
@@ -106,7 +112,10 @@ class Format:
             for source, pattern in self.files():
                 linker = Linker(os.path.join(self.base, source), os.path.join(self.base, "copies"))
                 for i in range(num_shards):
-                    linker.link(os.path.join(dest, pattern % i))
+                    name = self.file_name(pattern, i)
+                    if "/" in name:
+                        os.makedirs(os.path.join(dest, os.path.dirname(name)), exist_ok=True)
+                    linker.link(os.path.join(dest, name))
             self.write_metadata(dest, num_shards)
         return dest
 
@@ -114,6 +123,10 @@ class Format:
         rng = random.Random(0)
         for i in range(self.samples):
             yield i, rng.randbytes(PAYLOAD_BYTES), i % 10
+
+    def file_name(self, pattern: str, i: int) -> str:
+        """Shard ``i``'s name for a pattern of :meth:`files`."""
+        return pattern % i
 
     def write_base(self) -> None:
         raise NotImplementedError
@@ -153,9 +166,19 @@ class ShardkitFormat(Format):
         (entry,) = self._base_json()["shards"]
         return entry
 
+    #: Shard names: ``%06d`` the shard's position (a ``%s`` stands for :meth:`stem`).
+    stem_pattern = "shard-%06d"
+
+    def stem(self, i: int) -> str:
+        """Shard ``i``'s name without ``.tar``."""
+        return self.stem_pattern % i
+
+    def file_name(self, pattern: str, i: int) -> str:
+        return pattern % self.stem(i)
+
     def files(self) -> list[tuple[str, str]]:
         entry = self._entry()
-        return [(entry["path"], "shard-%06d.tar"), (entry["index"], "shard-%06d.idx")]
+        return [(entry["path"], "%s.tar"), (entry["index"], "%s.idx")]
 
     def write_metadata(self, dest: str, num_shards: int) -> None:
         head = self._base_json()
@@ -165,10 +188,31 @@ class ShardkitFormat(Format):
             num_samples=num_shards * entry["num_samples"],
             num_bytes=num_shards * entry["num_bytes"],
         )
-        template = json.dumps(
-            {**entry, "path": "shard-@.tar", "index": "shard-@.idx"}, sort_keys=True
-        ).replace("@", "%06d")
-        write_listing(os.path.join(dest, self.metadata), head, "shards", lambda i: template % (i, i), num_shards)
+        template = json.dumps({**entry, "path": "@.tar", "index": "@.idx"}, sort_keys=True).replace("@", "%s")
+        write_listing(
+            os.path.join(dest, self.metadata), head, "shards", lambda i: template % (self.stem(i), self.stem(i)), num_shards
+        )
+
+
+class WideShardkitFormat(ShardkitFormat):
+    """Shards named by position, with 7 digits (``shard-0000000.tar``):
+    not the writer's 6, still one naming pattern (issue #42)."""
+
+    variant = "-wide"
+    stem_pattern = "shard-%07d"
+
+
+class IrregularShardkitFormat(ShardkitFormat):
+    """Shards whose names follow no single pattern (issue #42): a word and
+    a hash in one of 256 subfolders, ``c3/lemon-5f1e0c9a2b7d4e68.tar``; the
+    table stores every path."""
+
+    variant = "-irregular"
+    WORDS = ("apple", "birch", "cedar", "delta", "ember", "fjord", "grove", "heron", "lemon", "maple")
+
+    def stem(self, i: int) -> str:
+        digest = hashlib.blake2b(i.to_bytes(8, "little"), digest_size=8).hexdigest()
+        return f"{digest[:2]}/{self.WORDS[i % len(self.WORDS)]}-{digest}"
 
 
 class LitdataFormat(Format):
@@ -245,6 +289,10 @@ def prepare(root: str, peer: str, samples: int, num_shards: int, *, upgrade: boo
     started = time.perf_counter()
     if peer == "shardkit" or peer == "webdataset":
         path = ShardkitFormat(root, samples).ensure(num_shards)
+    elif peer == "shardkit-wide":
+        path = WideShardkitFormat(root, samples).ensure(num_shards)
+    elif peer == "shardkit-irregular":
+        path = IrregularShardkitFormat(root, samples).ensure(num_shards)
     elif peer == "litdata":
         path = LitdataFormat(root, samples).ensure(num_shards)
     elif peer == "mosaic":
@@ -252,7 +300,7 @@ def prepare(root: str, peer: str, samples: int, num_shards: int, *, upgrade: boo
     else:
         raise ValueError(f"unknown peer {peer!r}")
     info: dict[str, Any] = {"path": path}
-    if peer == "shardkit":
+    if peer in SHARDKIT_PEERS:
         if upgrade and manifest_format(path) == 1:
             proc = shardkit_cli("upgrade", path)
             if proc.returncode != 0:

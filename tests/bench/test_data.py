@@ -60,3 +60,22 @@ def test_scale_benchmark_makes_an_upgraded_dataset_of_hard_linked_shards(tmp_pat
     keys = [s["__key__"] for s in ShardDataset(info["path"], mode="exact", shuffle=False)]
     assert len(keys) == 12 and len(set(keys)) == 4  # the same 4 samples in each shard
     assert verify_dataset(info["path"]).num_samples_checked == 12
+
+
+def test_scale_benchmark_makes_wide_and_irregular_names_upgraded_as_index_would_name_them(tmp_path):
+    """bench_scale's issue-#42 datasets: 7-digit names get a naming pattern
+    when upgraded; names of no single pattern (in subfolders) a stored path each."""
+    from bench.harness.scale_data import prepare
+    from shardkit import IndexedDataset, ShardDataset
+    from shardkit.format.manifest import load_manifest
+
+    wide = prepare(str(tmp_path), "shardkit-wide", 4, 3, upgrade=True)
+    irregular = prepare(str(tmp_path), "shardkit-irregular", 4, 3, upgrade=True)
+    for info in (wide, irregular):
+        assert info["format_version"] == 2 and "upgrade_error" not in info
+        assert len(list(ShardDataset(info["path"], mode="exact", shuffle=False))) == 12
+        assert len(IndexedDataset(info["path"])) == 12
+    assert load_manifest(wide["path"]).table.naming.shard == "shard-{:07d}.tar"
+    table = load_manifest(irregular["path"]).table
+    assert table.naming is None and len({table.path(i).split("/")[0] for i in range(3)}) == 3
+    assert os.path.exists(os.path.join(irregular["path"], table.path(2)))
