@@ -24,7 +24,7 @@ from shardkit.io.base import SourceOptions
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.counters import SharedCounters
 from shardkit.read.decode import Decoder, ImageMode
-from shardkit.read.frameworks import split_again_message, splitting_wrapper
+from shardkit.read.frameworks import SplitWatch
 from shardkit.read.mixture import Mixture, resolve_sources
 from shardkit.read.options import DEFAULT_BUFFER_SIZE, OutputOptions, ReaderOptions, check_count, check_flag
 from shardkit.read.pieces import ON_ERROR, OnError
@@ -183,7 +183,8 @@ class ShardDataset(IterableDataset):
             disks); the read-ahead budget is shared between them.
         rank: This process's rank; default from ``torch.distributed`` when
             initialized, else ``RANK``, else 0. Create the dataset after
-            ``init_process_group``.
+            ``init_process_group``. Under ``accelerator.prepare`` a
+            detected rank gives way: see :meth:`set_epoch`.
         world_size: Number of ranks, detected like ``rank``.
         epoch: Starting epoch (see :meth:`set_epoch`).
         decode: None for raw bytes; ``"pil"`` / ``"tensor"`` for the standard
@@ -313,6 +314,7 @@ class ShardDataset(IterableDataset):
         self._options = options
         self._source_options = source_options
         self._world = detect_rank(rank=rank, world_size=world_size)
+        self._split = SplitWatch(rank_given=rank is not None, endless=options.mode == "infinite", batched=output.batch_size is not None)
         mixture = resolve_sources(
             source, samples_per_epoch=samples_per_epoch, source_options=source_options, interleave=options.interleave
         )
@@ -410,17 +412,20 @@ class ShardDataset(IterableDataset):
         """Samples this rank reads in the current epoch, or None if unknown / endless."""
         return self._slots.samples_per_rank(self._world, epoch=self.epoch)
 
-    def samples_per_worker(self, num_workers: int) -> list[int] | None:
-        """Samples each of this rank's ``num_workers`` DataLoader workers
-        reads in the current epoch (worker 0 first), or None if unknown or
-        endless. Each worker batches its own share, so a batch count is
+    def samples_per_worker(self, num_workers: int, *, world: World | None = None) -> list[int] | None:
+        """Samples each of this rank's (or ``world``'s) ``num_workers`` DataLoader
+        workers reads in the current epoch (worker 0 first), or None if unknown
+        or endless. Each worker batches its own share, so a batch count is
         counted per worker (see ``len()`` of :func:`~shardkit.make_loader`'s loader)."""
-        slots = [self._world.with_worker(w, num_workers) for w in range(num_workers)]
+        slots = [(world or self._world).with_worker(w, num_workers) for w in range(num_workers)]
         counts = [self._slots.samples_per_slot(slot, epoch=self.epoch) for slot in slots]
         return None if None in counts else counts  # type: ignore[return-value]
 
     def __len__(self) -> int:
-        """Samples this rank reads per epoch (single samples, finite modes only)."""
+        """Samples this rank reads per epoch (single samples, finite modes
+        only); asked by accelerate's loader (as the ``Trainer`` does first),
+        the whole stream's, as :meth:`set_epoch` says."""
+        self._world = self._split.world(inspect.currentframe(), self._world, self.samples_per_worker)
         count = self.num_samples
         if count is None:
             raise TypeError(NO_LENGTH_MESSAGE)
@@ -441,18 +446,18 @@ class ShardDataset(IterableDataset):
         previous one started with logs a warning (once; not in ``"infinite"``
         mode or without shuffling).
 
+        Called by accelerate's loader, which splits the stream across
+        processes itself, a dataset that detected its rank becomes that
+        whole stream (rank 0 of 1, its workers still dividing it), and each
+        process logs once what that costs (:mod:`shardkit.read.frameworks`).
+
         Raises:
-            UsageError: accelerate calls this from a loader that splits the
-                stream across processes again, and the dataset splits by
-                rank itself (see :mod:`shardkit.read.frameworks`).
+            UsageError: So called, and the dataset was given a rank among
+                more than one (``rank=``, ``world_size=``).
         """
         if epoch < 0:
             raise UsageError(f"epoch must be >= 0, not {epoch}")
-        frame = inspect.currentframe()
-        wrapper = splitting_wrapper(frame.f_back if frame is not None else None)
-        del frame
-        if wrapper is not None and self._world.world_size > 1:
-            raise UsageError(split_again_message(wrapper, self._world.rank, self._world.world_size))
+        self._world = self._split.world(inspect.currentframe(), self._world, self.samples_per_worker)
         pending = self._pending
         if pending is not None and pending.epoch != epoch:
             log.info("set_epoch(%d) drops the loaded state of epoch %d", epoch, pending.epoch)

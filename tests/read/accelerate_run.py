@@ -3,12 +3,14 @@ README's plain-DDP, StatefulDataLoader and accelerate recipes (their
 lines, in their order).
 
 Each rank writes ``OUT/rank{RANK}.json``: per run and epoch the sample
-indices its training loop received, in order; for the runs that must be
-refused, the error.
+indices its training loop received, in order; what ``len()`` of each
+accelerate loader said before its first epoch; the lines shardkit logged
+about accelerate's split; for the runs that must be refused, the error.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -71,24 +73,28 @@ def stateful_restore(data: str) -> list[list[int]]:
     return epochs
 
 
-def with_accelerate(data: str, config: dict[str, bool]) -> list[list[int]]:
-    """accelerate: one stream (rank=0, world_size=1) that it splits."""
-    accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(**config))
-    dataset = shardkit.ShardDataset(data, seed=0, rank=0, world_size=1, map=to_features)
-    loader = accelerator.prepare(DataLoader(dataset, batch_size=10, num_workers=2, persistent_workers=True))
-    epochs: list[list[int]] = []
-    for epoch in range(2):
-        loader.set_epoch(epoch)
-        epochs.append([])
-        for batch in loader:
-            epochs[-1] += batch["idx"].tolist()
-    return epochs
-
-
-def split_twice(data: str, config: dict[str, bool]) -> str:
-    """A dataset that splits by rank under accelerate: refused, the message returned."""
+def with_accelerate(data: str, config: dict[str, bool]) -> dict[str, Any]:
+    """accelerate over a dataset as users write it: its rank detected, it
+    becomes the one stream accelerate splits. The indices of each epoch,
+    and ``len(loader)`` asked before the first (as the Trainer does)."""
     accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(**config))
     dataset = shardkit.ShardDataset(data, seed=0, map=to_features)
+    loader = accelerator.prepare(DataLoader(dataset, batch_size=10, num_workers=2, persistent_workers=True))
+    length = len(loader)
+    seen: list[list[list[int]]] = []
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        seen.append([])
+        for batch in loader:
+            seen[-1].append(batch["idx"].tolist())
+    return {"epochs": [sum(batches, []) for batches in seen], "len": length, "batches": [len(batches) for batches in seen]}
+
+
+def given_a_rank(data: str, config: dict[str, bool], rank: int, world_size: int) -> str:
+    """A dataset told to read one rank's share, under accelerate: refused,
+    the message returned."""
+    accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(**config))
+    dataset = shardkit.ShardDataset(data, seed=0, rank=rank, world_size=world_size, map=to_features)
     loader = accelerator.prepare(DataLoader(dataset, batch_size=10))
     try:
         next(iter(loader))
@@ -97,17 +103,35 @@ def split_twice(data: str, config: dict[str, bool]) -> str:
     return "not refused"
 
 
-def work(data: str) -> dict[str, Any]:
+class Lines(logging.Handler):
+    """Keeps the messages logged to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def work(data: str, short: str, rank: int, world_size: int) -> dict[str, Any]:
+    lines = Lines()
+    logging.getLogger("shardkit.read.frameworks").addHandler(lines)
     result: dict[str, Any] = {"ddp": plain_ddp(data), "stateful": stateful_restore(data)}
     for name, config in CONFIGS.items():
         result[name] = with_accelerate(data, config)
-    result["refused"] = {name: split_twice(data, CONFIGS[name]) for name in ("default", "no_dispatch")}
+    # Each DataLoader worker reads 105 samples: batches accelerate cannot fill or divide evenly.
+    result["short"] = {name: with_accelerate(short, CONFIGS[name]) for name in ("no_dispatch", "dispatch_split")}
+    result["refused"] = {name: given_a_rank(data, CONFIGS[name], rank, world_size) for name in ("default", "no_dispatch")}
+    result["logged"] = lines.messages
     return result
 
 
 def main() -> None:
-    args = rank_arguments().parse_args()
-    run_rank(lambda rank, world_size: work(args.data), out=args.out)
+    parser = rank_arguments()
+    parser.add_argument("--short", required=True, help="a dataset whose workers' shares make accelerate pad")
+    args = parser.parse_args()
+    run_rank(lambda rank, world_size: work(args.data, args.short, rank, world_size), out=args.out)
 
 
 if __name__ == "__main__":

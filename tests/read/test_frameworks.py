@@ -4,7 +4,8 @@ sample exactly once per epoch over the ranks, with the same number on each
 rank, and a new order in the second epoch.
 
 One torchrun per framework: plain DDP, torchdata's ``StatefulDataLoader``
-(restored mid-epoch) and accelerate's four data-loader settings share one
+(restored mid-epoch) and accelerate's four data-loader settings (over a
+dataset as users write it, its rank detected) share one
 (tests/read/accelerate_run.py), the Hugging Face
 ``Trainer`` and Lightning have one each. The recipes (blocks fenced
 ``python torchrun``) are these runs: every line of each, in order, is a line
@@ -28,6 +29,10 @@ RANKS = 2
 EPOCHS = 2
 ALL = all_indices()
 PER_RANK = len(ALL) // RANKS
+#: The accelerate run's second dataset: each of 2 DataLoader workers reads
+#: 105 samples, not a whole number of accelerate's batches (see
+#: :func:`test_accelerate_repeats_and_leaves_out_only_what_its_log_line_counts`).
+SHORT = (100, 100, 10)
 
 
 def _check_epochs(per_rank: list[list[list[int]]]) -> None:
@@ -52,14 +57,16 @@ def data(tmp_path_factory) -> str:
     return path
 
 
-def _run(script: str, data: str, out: str) -> list[dict]:
-    return launch(os.path.join(HERE, script), RANKS, ["--data", data, "--out", out], out=out, timeout_s=180)
+def _run(script: str, data: str, out: str, *args: str) -> list[dict]:
+    return launch(os.path.join(HERE, script), RANKS, ["--data", data, "--out", out, *args], out=out, timeout_s=180)
 
 
 @pytest.fixture(scope="module")
 def accelerate_runs(data, tmp_path_factory) -> list[dict]:
     pytest.importorskip("accelerate")
-    return _run("accelerate_run.py", data, str(tmp_path_factory.mktemp("accelerate")))
+    short = str(tmp_path_factory.mktemp("frameworks") / "short")
+    build_dataset(short, SHORT, payload_bytes=10)
+    return _run("accelerate_run.py", data, str(tmp_path_factory.mktemp("accelerate")), "--short", short)
 
 
 def test_plain_ddp_reads_every_sample_once_per_epoch(accelerate_runs):
@@ -72,16 +79,68 @@ def test_stateful_dataloader_restored_mid_epoch_reads_every_sample_once(accelera
 
 @pytest.mark.parametrize("config", ["default", "no_dispatch", "no_dispatch_split", "dispatch_split"])
 def test_accelerate_reads_every_sample_once_per_epoch(accelerate_runs, config):
-    _check_epochs([result[config] for result in accelerate_runs])
+    """A dataset that detects its rank becomes the stream accelerate splits;
+    ``len(loader)``, asked before the first epoch, counts its batches."""
+    _check_epochs([result[config]["epochs"] for result in accelerate_runs])
+    for result in accelerate_runs:
+        assert result[config]["batches"] == [result[config]["len"]] * EPOCHS
+
+
+def _split_line(wrapper: str, reads: str, cost: str = "") -> str:
+    return (
+        f"accelerate's {wrapper} splits this ShardDataset across 2 processes: {reads}, so the dataset reads the "
+        f"whole stream (rank 0 of 1; its DataLoader workers still divide it).{cost} shardkit.make_loader(dataset) "
+        "without accelerator.prepare() reads each sample once, on the process that trains on it."
+    )
+
+
+DISPATCH_LINE = _split_line("DataLoaderDispatcher", "process 0 reads every sample and sends each process its part of each batch")
+SHARD_READS = "every process reads every sample and keeps its part of each batch (2x the reading; the same order on every process)"
+
+
+#: The log lines of the runs over :data:`SHORT` (each also logs, once, the line of its mode over the test's data).
+SHORT_LINES = {
+    "no_dispatch": _split_line("IterableDatasetShard", SHARD_READS, " This epoch accelerate repeats 30 samples to complete its last batches."),
+    "dispatch_split": _split_line(
+        "DataLoaderDispatcher",
+        "process 0 reads every sample and sends each process its part of each batch",
+        " This epoch accelerate repeats 1 sample to complete its last batches and leaves out 1 sample (batches it "
+        "cannot fill or divide among the processes).",
+    ),
+}
+
+
+def test_accelerate_split_is_logged_once_per_process_with_its_cost(accelerate_runs):
+    expected = [DISPATCH_LINE, _split_line("IterableDatasetShard", SHARD_READS), *SHORT_LINES.values()]
+    for result in accelerate_runs:
+        # Once per process and line: the split_batches runs log their mode's line again, so nothing.
+        assert result["logged"] == expected
+
+
+@pytest.mark.parametrize(("config", "repeated", "left_out"), [("no_dispatch", 30, 0), ("dispatch_split", 1, 1)])
+def test_accelerate_repeats_and_leaves_out_only_what_its_log_line_counts(accelerate_runs, config, repeated, left_out):
+    """Each worker's 105 samples end in batches accelerate cannot fill or
+    divide evenly. Without dispatching, each worker's last batch of 20 is
+    completed by repeating its first 15 samples. Dispatching with
+    ``split_batches``, worker 0's last batch of 5 comes before worker 1's
+    and is cut 2 + 2 (one sample lost), and worker 1's, the epoch's last,
+    is completed with one sample of the first batch. The samples that do
+    come are each distinct but for those repeats, in both epochs."""
+    everything = all_indices(SHORT)
+    for epoch in range(EPOCHS):
+        received = [indices for result in accelerate_runs for indices in result["short"][config]["epochs"][epoch]]
+        assert set(received) <= set(everything)
+        assert (len(received) - len(set(received)), len(everything) - len(set(received))) == (repeated, left_out)
 
 
 @pytest.mark.parametrize(("config", "wrapper"), [("default", "DataLoaderDispatcher"), ("no_dispatch", "IterableDatasetShard")])
-def test_accelerate_refuses_a_dataset_that_splits_by_rank_itself(accelerate_runs, config, wrapper):
+def test_accelerate_refuses_a_dataset_given_one_ranks_share(accelerate_runs, config, wrapper):
     for rank, result in enumerate(accelerate_runs):
         assert result["refused"][config] == (
-            f"accelerate's {wrapper} splits this DataLoader across processes again, and this ShardDataset "
-            f"already reads only rank {rank}'s share of 2: build it with rank=0, world_size=1 (one stream, "
-            "which accelerate splits), or iterate shardkit.make_loader(dataset) without accelerator.prepare()"
+            f"accelerate's {wrapper} splits this DataLoader across processes, and this ShardDataset was built with "
+            f"rank={rank}, world_size=2 to read only that rank's share: leave rank= and world_size= out (under "
+            "accelerate the dataset then reads the whole stream, which accelerate splits), or iterate "
+            "shardkit.make_loader(dataset) without accelerator.prepare()"
         )
 
 
@@ -156,3 +215,53 @@ def test_accelerate_refuses_a_make_loader_loader(data):
     prepared = accelerate.Accelerator(cpu=True).prepare(loader)
     with pytest.raises(shardkit.UsageError, match=r"^accelerator.prepare\(\) rebuilt a loader from shardkit.make_loader\(\)"):
         next(iter(prepared))
+
+
+def test_a_state_taken_under_accelerate_resumes_under_accelerate(data, monkeypatch):
+    """``dispatch_batches=False`` in one process, each of 2 processes in
+    turn (torchrun's RANK and WORLD_SIZE set): a dataset that detects rank
+    p of 2 and is read through accelerate's IterableDatasetShard is the
+    whole stream; its state after 7 of the process's batches, loaded into a
+    new such dataset (which still detects p of 2 when it loads it), gives
+    the rest of the epoch. Over both processes, every sample once."""
+    data_loader = pytest.importorskip("accelerate.data_loader")
+    import shardkit
+    from tests.read.frameworks_util import to_features
+
+    monkeypatch.setenv("WORLD_SIZE", str(RANKS))
+    received: list[int] = []
+    for process in range(RANKS):
+        monkeypatch.setenv("RANK", str(process))
+        datasets = [shardkit.ShardDataset(data, seed=0, map=to_features) for _ in range(2)]
+        assert [dataset.world.world_size for dataset in datasets] == [RANKS, RANKS]
+        shards = [data_loader.IterableDatasetShard(dataset, 10, False, RANKS, process) for dataset in datasets]
+        shards[0].set_epoch(1)  # as accelerate's DataLoaderShard does when its iteration begins
+        head = iter(shards[0])
+        received += [next(head)["idx"] for _ in range(70)]
+        datasets[1].load_state_dict(datasets[0].state_dict())
+        shards[1].set_epoch(1)
+        received += [sample["idx"] for sample in shards[1]]
+        assert [dataset.world.world_size for dataset in datasets] == [1, 1]
+    assert sorted(received) == ALL
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("split_batches", [False, True])
+@pytest.mark.parametrize("worker_counts", [[200, 200], [195, 195], [7], [101, 100, 100], [0, 3]])
+def test_split_cost_counts_what_iterable_dataset_shard_does(worker_counts, split_batches, drop_last):
+    """The log line's count for ``dispatch_batches=False``, against
+    accelerate's own IterableDatasetShard run over each worker's samples
+    for each of 2 processes."""
+    data_loader = pytest.importorskip("accelerate.data_loader")
+    from shardkit.read.frameworks import SHARD, AccelerateSplit, split_cost
+
+    split = AccelerateSplit(SHARD, num_processes=2, batch_size=10, drop_last=drop_last, split_batches=split_batches, num_workers=2)
+    received: list[tuple[int, int]] = []
+    for process in range(2):
+        for worker, count in enumerate(worker_counts):
+            samples = [(worker, i) for i in range(count)]
+            shard = data_loader.IterableDatasetShard(samples, 10, drop_last, 2, process, split_batches)
+            received += list(shard)
+    total = sum(worker_counts)
+    repeated, left_out = split_cost(split, worker_counts)
+    assert (len(received) - len(set(received)), total - len(set(received))) == (repeated, left_out)

@@ -44,7 +44,7 @@ class Recorder(torch.nn.Module):
 
 def train(data: str, out: str) -> dict[str, Any]:
     model = Recorder()
-    dataset = shardkit.ShardDataset(data, seed=0, rank=0, world_size=1, map=to_features)
+    dataset = shardkit.ShardDataset(data, seed=0, map=to_features)
     args = TrainingArguments(output_dir=out, per_device_train_batch_size=5, num_train_epochs=2, dataloader_num_workers=2, **ON_CPU_QUIETLY)
     Trainer(model=model, args=args, train_dataset=dataset).train()
     return {"seen": model.seen}
