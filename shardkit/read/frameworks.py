@@ -213,7 +213,7 @@ def split_message(split: AccelerateSplit, cost: tuple[int, int] | None) -> str:
             "the same order on every process)"
         )
     if cost is None:
-        end = " accelerate may repeat samples to complete its last batches (not counted: the sample counts are unknown)."
+        end = " accelerate may repeat or leave out a few samples to even out its last batches (not counted here)."
     else:
         repeated, left_out = cost
         parts = [f"repeats {_samples(repeated)} to complete its last batches"] if repeated else []
