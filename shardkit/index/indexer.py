@@ -20,10 +20,10 @@ Steps:
 The driver holds no per-shard column in memory for a folder's first index:
 the listing, each shard's result and the table being written live in files
 in a scratch folder inside the index's folder (``.shardkit-index-*``,
-removed at the end, or by the next run if this one is killed) and, for a
-local index, in a journal that lets a killed run's rerun go on where it
-stopped (:mod:`~shardkit.index.journal`), read and written a chunk at
-a time, so its memory
+removed at the end, or by the next run if this one is killed) and in a
+journal that lets a killed run's rerun go on where it stopped (in the index
+folder, or in one of this machine's for a remote one; see
+:mod:`~shardkit.index.journal`), read and written a chunk at a time, so its memory
 stays flat in the number of shards (what grows is the mapped table it
 returns: page cache, shared with every reader). A list or pattern of
 shards is held as one bytes array (like the list itself), and a rerun holds
@@ -79,7 +79,7 @@ from shardkit.index.columns import (
     write_table,
     write_versions,
 )
-from shardkit.index.journal import IndexJournal
+from shardkit.index.journal import JOURNAL_DIR, IndexJournal, remote_journal_folder
 from shardkit.index.previous import (
     INDEX_SOURCE_FORMAT,
     VERSIONS_SUFFIX,
@@ -280,20 +280,22 @@ def _index(
         previous = load_previous(target, listing.base, out, options.source)
         if previous is not None and len(previous.names) == 0:
             previous = None
-        # Into a local folder, the results outlive a killed run: its rerun goes on from them.
-        journal = IndexJournal(local_path(target), listing) if is_local(target) else None
-        if journal is not None:
-            results, num_resumed = journal.open()
+        # The results outlive a killed run, its rerun goes on from them: in the local
+        # index folder, or in one of this machine's for a remote one (held, one run at a time).
+        if is_local(target):
+            journal = IndexJournal(os.path.join(local_path(target), JOURNAL_DIR), listing, local_path(target))
         else:
-            results, num_resumed = ShardResults(os.path.join(work, "results"), listing.num_shards), 0
+            folder = remote_journal_folder(target, options.source.cache_dir)
+            held.enter_context(holding_destination(folder, rerun="stop it and run the index again"))
+            journal = IndexJournal(folder, listing, None)
+        results, num_resumed = journal.open()
         with results:
             num_kept = _keep_unchanged(results, listing, previous)
             run = _index_changed(results, listing, previous, target, options, progress, journal)
             # the fields of the entries kept from the previous run, and of those the killed run read
             reused = num_kept + run.num_unchanged + num_resumed
             kept = set(previous.extensions) if previous is not None and reused else set()
-            if journal is not None:
-                kept |= journal.extensions
+            kept |= journal.extensions
             if previous is not None:
                 previous = previous.names_only()  # the previous table's pages go before the new table's come
             table, versions_file = _write_table(results, listing, target, work)
@@ -320,8 +322,7 @@ def _index(
             )
             _publish(target, manifest, versions_file, options.source)
             num_removed = _remove_dropped(target, previous, results, listing) if previous is not None else 0
-        if journal is not None:
-            journal.remove()  # published: nothing left to go on from
+        journal.remove()  # published: nothing left to go on from
     finally:
         if listing is not None:
             listing.close()

@@ -13,9 +13,13 @@ has the size and version it was read at and whose offset index is there,
 and reads the rest; shards that could not be indexed are tried again. A run
 that publishes its manifest removes the journal.
 
-An index written into a remote ``--out`` keeps no journal (its offset
-indexes would have to be listed to be trusted): a rerun reads every shard
-that the last published manifest does not cover.
+An index written into a remote ``--out`` keeps the same journal in a
+folder of this machine's (:func:`remote_journal_folder`: under
+``SourceOptions.cache_dir``, else the temporary folder, named by a digest
+of the ``--out`` URL), so its rerun from the same machine goes on too. Its
+finished records are trusted without looking for their offset indexes
+(listing them would cost a request per shard): a record is written only
+once its index was uploaded.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import json
 import os
 import shutil
 import stat
+import tempfile
 
 import numpy as np
 
@@ -37,17 +42,29 @@ JOURNAL_DIR = ".shardkit-index.journal"
 _RESULTS, _NAMES, _FIELDS = "results", "names.sha256", "fields.json"
 
 
+def remote_journal_folder(target: str, cache_dir: str | None) -> str:
+    """Where the journal of an index into the remote folder ``target`` is
+    kept on this machine (``cache_dir``: ``SourceOptions.cache_dir``)."""
+    root = cache_dir or os.path.join(tempfile.gettempdir(), f"shardkit-{os.getuid()}")
+    digest = hashlib.sha256(target.rstrip("/").encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return os.path.join(root, "index-journals", digest)
+
+
 class IndexJournal:
-    """The journal of one index run into the local folder ``target``.
+    """The journal of one index run.
 
     Args:
-        target: The index folder (local path).
+        folder: The journal's folder: :data:`JOURNAL_DIR` in a local index
+            folder, or :func:`remote_journal_folder` for a remote one.
         listing: The shards being indexed.
+        local_target: The local index folder, where a finished record's
+            offset index must still be for the record to be kept; None for
+            a remote one, whose records are trusted.
     """
 
-    def __init__(self, target: str, listing: ShardListing):
-        self.folder = os.path.join(target, JOURNAL_DIR)
-        self.target = target
+    def __init__(self, folder: str, listing: ShardListing, local_target: str | None):
+        self.folder = folder
+        self.target = local_target
         self.listing = listing
         self.extensions: set[str] = set()
 
@@ -82,14 +99,15 @@ class IndexJournal:
             done = (records["state"] == INDEXED) | (records["state"] == KEPT)
             done &= (sizes < 0) | (sizes == records["size"])
             done &= (versions < 0) | (versions == records["version"])
-            names = index_name_for(self.listing.names[start:stop])
-            for j in np.flatnonzero(done & ~records["compressed"]):  # a compressed shard has no offset index
-                index = os.path.join(self.target, bytes(names[j]).decode("utf-8", "surrogateescape"))
-                try:
-                    st = os.stat(index)  # one call: there, a file, not empty
-                    done[j] = stat.S_ISREG(st.st_mode) and st.st_size > 0
-                except OSError:
-                    done[j] = False
+            if self.target is not None:  # a remote index's finished records are trusted
+                names = index_name_for(self.listing.names[start:stop])
+                for j in np.flatnonzero(done & ~records["compressed"]):  # a compressed shard has no offset index
+                    index = os.path.join(self.target, bytes(names[j]).decode("utf-8", "surrogateescape"))
+                    try:
+                        st = os.stat(index)  # one call: there, a file, not empty
+                        done[j] = stat.S_ISREG(st.st_mode) and st.st_size > 0
+                    except OSError:
+                        done[j] = False
             if not done.all():
                 fixed = records.copy()
                 fixed[~done] = np.zeros((), dtype=RECORD)

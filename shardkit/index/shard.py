@@ -29,7 +29,7 @@ from shardkit.format.scan import ShardScan, ShardSummary, local_chunks, summariz
 from shardkit.format.tar import sample_checksum
 from shardkit.index.source import etag_version
 from shardkit.io.base import SourceOptions
-from shardkit.io.registry import open_destination, open_source
+from shardkit.io.registry import open_destination, open_remote
 from shardkit.io.urls import is_local, local_path, redact_url
 
 
@@ -131,7 +131,7 @@ def index_shard(task: IndexTask, options: SourceOptions | None = None) -> IndexR
         if is_local(task.url):
             chunks = local_chunks(local_path(task.url), facts)
         else:
-            source = open_source(task.url, options=options)
+            source = open_remote(task.url, options=options)  # read once: never through the cache
             size = source.size()
             facts["version"] = etag_version(_validator(source))
             same_version = task.known_version < 0 or facts["version"] < 0 or facts["version"] == task.known_version
@@ -187,5 +187,5 @@ def summarize_shard(url: str, options: SourceOptions | None = None) -> ShardSumm
     options = options or SourceOptions()
     if is_local(url):
         return summarize(url, local_chunks(local_path(url), {}))
-    chunks = open_source(url, options=options).iter_range(0, None, chunk_bytes=options.chunk_bytes)
+    chunks = open_remote(url, options=options).iter_range(0, None, chunk_bytes=options.chunk_bytes)
     return summarize(redact_url(url), chunks)

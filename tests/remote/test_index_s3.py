@@ -34,3 +34,41 @@ def test_s3_folder_indexed_into_local_and_s3_out_and_reindexed_by_etag(tmp_path,
     index_dataset(f"s3://{bucket}/pub/", out=remote_out, options=options)
     got = as_dict(ShardDataset(remote_out + "/", mode="exact", shuffle=False, source_options=s3_options))
     assert set(got) == set(expected)
+
+
+_KILLED_INDEX = """
+import os, signal, sys
+from shardkit import IndexOptions, SourceOptions, index_dataset
+done = []
+def progress(result):
+    done.append(result)
+    if len(done) == 3:
+        os.kill(os.getpid(), signal.SIGKILL)  # no cleanup runs: as the OOM killer leaves it
+options = IndexOptions(workers=1, source=SourceOptions(cache_dir=sys.argv[3]))
+index_dataset(sys.argv[1], out=sys.argv[2], options=options, progress=progress)
+"""
+
+
+def test_a_killed_index_into_s3_is_gone_on_from_by_its_rerun(tmp_path, s3_bucket, s3_options):
+    """An s3:// --out keeps its journal on this machine (under cache_dir): the
+    rerun reads only the shards the killed run had not, and cleans it up."""
+    import dataclasses
+    import subprocess
+    import sys
+
+    client, bucket = s3_bucket
+    shards = write_wds(tmp_path / "src", num=24, per_shard=4)  # 6 shards
+    for path in shards:
+        client.upload_file(path, bucket, "pub/" + os.path.basename(path))
+    source, out, cache = f"s3://{bucket}/pub/", f"s3://{bucket}/idx", tmp_path / "cache"
+    killed = subprocess.run([sys.executable, "-c", _KILLED_INDEX, source, out, str(cache)], timeout=120)
+    assert killed.returncode == -9
+    (journal,) = (cache / "index-journals").iterdir()
+    assert "results" in os.listdir(journal)
+
+    options = IndexOptions(workers=1, source=dataclasses.replace(s3_options, cache_dir=str(cache)))
+    report = index_dataset(source, out=out, options=options)
+    assert (report.num_resumed, report.num_indexed) == (3, 3)
+    assert list((cache / "index-journals").iterdir()) == []  # published: the journal is gone
+    got = as_dict(ShardDataset(out + "/", mode="exact", shuffle=False, source_options=s3_options))
+    assert got == wds_samples(shards)
