@@ -1,7 +1,7 @@
 """The training-framework recipes of the README and docs/frameworks.md, run
-for real: 2 ranks under torchrun (gloo, CPU), 500 samples, 2 epochs. Each run must deliver every
-sample exactly once per epoch over the ranks, with the same number on each
-rank, and a new order in the second epoch.
+for real: 2 ranks under torchrun (gloo, CPU), 500 samples, 2 epochs. Each run
+must deliver every sample exactly once per epoch over the ranks, with the
+same number on each rank, and a new order in the second epoch.
 
 One torchrun per framework: plain DDP, torchdata's ``StatefulDataLoader``
 (restored mid-epoch) and accelerate's four data-loader settings (over a
