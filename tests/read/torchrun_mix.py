@@ -5,9 +5,8 @@ over an epoch of 600 samples, read through a loader with 2 workers in
 batches of 8.
 
 ``--phase full``: each rank reads all of epoch 0 in ``"balanced"`` mode and
-of epoch 0 in ``"exact"`` mode.
-``--phase save``: each rank reads ``--steps`` batches of epoch 1
-(``"exact"``), and rank 0 writes the gathered state of all ranks.
+of epoch 0 in ``"exact"`` mode; then (``"saved"``) ``--steps`` batches of
+epoch 1 (``"exact"``), and rank 0 writes the gathered state of all ranks.
 ``--phase resume``: each rank loads that state (another world size) and
 reads the rest of epoch 1.
 Each rank writes ``OUT/{phase}-rank{RANK}.json``: per mode, its batches as
@@ -39,20 +38,18 @@ def batches(loader) -> list[list[list[str]]]:
 
 
 def read_phase(args: argparse.Namespace, rank: int) -> dict[str, list]:
+    loader = make_loader(dataset(args, "exact", 1), batch_size=8, num_workers=2)
+    state_path = os.path.join(args.out, "state-mix.json")
     if args.phase == "full":
         out = {}
         for mode in ("balanced", "exact"):
             out[mode] = batches(make_loader(dataset(args, mode, 0), batch_size=8, num_workers=2))
-        return out
-    loader = make_loader(dataset(args, "exact", 1), batch_size=8, num_workers=2)
-    state_path = os.path.join(args.out, "state-mix.json")
-    if args.phase == "save":
-        got = batches(itertools.islice(loader, args.steps))
+        out["saved"] = batches(itertools.islice(loader, args.steps))
         state = gather_states(loader.state_dict())
         if rank == 0:
             with open(state_path, "w") as f:
                 json.dump(state, f)
-        return {"exact": got}
+        return out
     with open(state_path) as f:
         loader.load_state_dict(json.load(f))
     return {"exact": batches(loader)}
@@ -60,7 +57,7 @@ def read_phase(args: argparse.Namespace, rank: int) -> dict[str, list]:
 
 def main() -> None:
     parser = rank_arguments()
-    parser.add_argument("--phase", choices=("full", "save", "resume"), required=True)
+    parser.add_argument("--phase", choices=("full", "resume"), required=True)
     parser.add_argument("--steps", type=int, default=5)
     args = parser.parse_args()
     run_rank(lambda rank, _: read_phase(args, rank), out=args.out, tag=f"{args.phase}-")
