@@ -8,6 +8,7 @@ import gc
 import json
 import os
 import pickle
+import re
 import tracemalloc
 
 import numpy as np
@@ -180,3 +181,34 @@ def test_compressed_shards_are_told_by_the_ends_of_stored_names(tmp_path):
     _write_named(str(tmp_path / "gz"), names, index_names)
     catalog = resolve_catalog(str(tmp_path / "gz"), options=SourceOptions())
     assert catalog.compressed and catalog.counts is None
+
+
+def _mapped_kb(file: str) -> int | None:
+    """Resident KB of this process's mappings of ``file`` (Linux), or None."""
+    try:
+        lines = open("/proc/self/smaps").read().splitlines()
+    except OSError:
+        return None
+    total, inside = 0, False
+    for line in lines:
+        if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line):  # a mapping's first line
+            inside = line.rstrip().endswith(file)
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.parametrize("which", ["big", "named"])
+def test_opening_leaves_the_checked_table_out_of_the_process_memory(request, which):
+    """Hashing and checking read every page of the table once; the pages stay
+    in the page cache (shared), not in the opening process's own memory."""
+    folder = request.getfixturevalue(which)
+    folder = folder[0] if isinstance(folder, tuple) else folder
+    file = load_manifest(folder).table.file
+    before = _mapped_kb(file)  # other tests' catalogs may map it too
+    if before is None:
+        pytest.skip("no /proc/self/smaps")
+    catalog = resolve_catalog(folder, options=SourceOptions())
+    assert os.path.getsize(file) > 5 << 20
+    assert _mapped_kb(file) - before < 1024, (_mapped_kb(file), before, os.path.getsize(file) >> 10)
+    assert catalog.url(7).startswith(folder) and catalog.counts[-1] >= 0  # still readable
