@@ -82,7 +82,7 @@ def _block(offsets: np.ndarray, blob: np.ndarray) -> np.ndarray:
     return np.flatnonzero(bad).astype(np.int64)
 
 
-def any_entry_ends_with(offsets: np.ndarray, blob: np.ndarray, suffixes: Iterable[str]) -> bool:
+def any_entry_ends_with(offsets: np.ndarray, blob: np.ndarray, suffixes: Iterable[str], *, cut: str | None = None) -> bool:
     """Whether some entry ends with one of ``suffixes`` (ASCII, any case), in
     numpy over the entries' last bytes.
 
@@ -90,12 +90,18 @@ def any_entry_ends_with(offsets: np.ndarray, blob: np.ndarray, suffixes: Iterabl
         offsets: n + 1 rising offsets into ``blob``, from 0.
         blob: The entries' UTF-8 bytes, concatenated.
         suffixes: Lower-case ASCII suffixes (``".tar.gz"``).
+        cut: An ASCII character that ends an entry where it first appears
+            (``"?"``: a name before its query), or None.
     """
-    ends = np.asarray(offsets[1:], dtype=np.int64)
-    lengths = ends - np.asarray(offsets[:-1], dtype=np.int64)
+    starts = np.asarray(offsets[:-1], dtype=np.int64)
+    ends = np.array(offsets[1:], dtype=np.int64)
+    if cut is not None:
+        at = np.flatnonzero(np.asarray(blob) == ord(cut))
+        rows, first = np.unique(np.searchsorted(offsets, at, side="right") - 1, return_index=True)
+        ends[rows] = at[first]
     for suffix in suffixes:
         wanted = suffix.encode("ascii")
-        long_enough = ends[lengths >= len(wanted)]
+        long_enough = ends[ends - starts >= len(wanted)]
         match = np.ones(len(long_enough), dtype=bool)
         for back, byte in enumerate(reversed(wanted), start=1):
             match &= _LOWER[blob[long_enough - back]] == byte

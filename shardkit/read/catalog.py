@@ -262,10 +262,7 @@ def _table_is_compressed(table: ShardTable) -> bool:
     columns = table.path_columns()
     if columns is None:
         return compression_from_name(table.naming.shard) is not None  # type: ignore[union-attr]
-    offsets, blob = columns[0]
-    if (blob == ord("?")).any():  # a query after the name (cut by compression_from_name): name by name
-        return any(compression_from_name(table.path(i)) for i in range(table.num_shards))
-    return any_entry_ends_with(offsets, blob, SHARD_SUFFIXES)
+    return any_entry_ends_with(*columns[0], SHARD_SUFFIXES, cut="?")  # as compression_from_name, before a query
 
 
 def _local_shard_is_compressed(path: str) -> bool:

@@ -99,3 +99,15 @@ def test_suffixes_are_found_at_the_end_of_an_entry_in_any_case():
     assert any_entry_ends_with(offsets, blob, [".tar.gz"])
     assert not any_entry_ends_with(*_column(["a.tar", "b.tar.gz/c.tar", "gz", ""]), [".tar.gz", ".tgz"])
     assert any_entry_ends_with(*_column(["x.tgz"]), [".tar.gz", ".tgz"])
+    assert any_entry_ends_with(*_column(["a.tar", "b.tar.gz?x=1.tar?y", "c.tar?z.tgz"]), [".tar.gz"], cut="?")
+    assert not any_entry_ends_with(*_column(["a.tar", "c.tar?z.tgz", "?.tgz"]), [".tgz"], cut="?")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet="ab.tgzr?T/", max_size=12), min_size=1, max_size=20))
+def test_suffixes_before_a_query_are_found_as_compression_from_name_finds_them(names):
+    from shardkit.format.compression import SHARD_SUFFIXES, compression_from_name
+
+    expected = any(compression_from_name(n) for n in names)
+    assert any_entry_ends_with(*_column(names), SHARD_SUFFIXES, cut="?") == expected
+
