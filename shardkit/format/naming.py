@@ -4,8 +4,9 @@ A dataset whose shards are named by position (``shard-000000.tar``,
 ``00000.tar``...) records the pattern once, as a :class:`Naming`, instead of a
 path per shard (see :mod:`shardkit.format.table`). :func:`numbered` finds it
 in a column of names without a Python object per name; ``shardkit index``
-and ``shardkit upgrade`` (through :func:`~shardkit.format.table.build_table`)
-both use it, so both store a pattern for the same names.
+uses it, and :func:`columns_naming` (a table's shard and index path columns)
+for :func:`~shardkit.format.table.build_table`, and so ``shardkit upgrade``:
+both store a pattern for the same names.
 """
 
 from __future__ import annotations
@@ -129,3 +130,35 @@ class NumberedNames:
         fits &= numbers < self._length
         rows[fits] = numbers[fits]
         return rows
+
+
+def _same_length_names(offsets: np.ndarray, blob: np.ndarray) -> np.ndarray | None:
+    """A path column as a numpy bytes array when all its names are as long
+    (as numbered names are) and hold no NUL; else None."""
+    n = len(offsets) - 1
+    width = int(offsets[1]) if n else 0
+    if n == 0 or width == 0 or len(blob) != n * width or (blob == 0).any():
+        return None
+    if not (np.diff(offsets) == width).all():
+        return None
+    return np.ascontiguousarray(blob).view(f"S{width}")
+
+
+def columns_naming(path_columns: tuple[np.ndarray, np.ndarray], index_columns: tuple[np.ndarray, np.ndarray]) -> Naming | None:
+    """The naming pattern stored shard and index paths follow (as
+    :func:`numbered` finds it for ``shardkit index``), or None.
+
+    Args:
+        path_columns: The shard paths: n + 1 offsets and their UTF-8 bytes.
+        index_columns: The index paths, the same way; they must be the
+            pattern's index names.
+    """
+    names = _same_length_names(*path_columns)
+    index_names = _same_length_names(*index_columns)
+    if names is None or index_names is None:
+        return None
+    naming = numbered(names)
+    if naming is None:
+        return None
+    expected = NumberedNames(naming.index, len(names))[np.arange(len(names))]
+    return naming if np.array_equal(expected, index_names) else None

@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import ManifestError
-from shardkit.format.naming import WRITER_NAMING, Naming, NumberedNames, numbered
+from shardkit.format.naming import WRITER_NAMING, Naming, columns_naming
 
 TABLE_PREFIX = "shards-"
 TABLE_SUFFIX = ".table"
@@ -357,7 +357,7 @@ def build_table(
             raise ValueError("give both paths and index_paths, or neither")
         path_columns = _strings_to_columns(paths, n)
         index_columns = _strings_to_columns(index_paths, n)
-        naming = None if naming is None else _naming_of(path_columns, index_columns)
+        naming = None if naming is None else columns_naming(path_columns, index_columns)
         if naming is None:
             columns["path_offsets"], columns["path_bytes"] = path_columns
             columns["index_offsets"], columns["index_bytes"] = index_columns
@@ -366,32 +366,6 @@ def build_table(
     for array in columns.values():
         array.flags.writeable = False
     return ShardTable(columns, naming)
-
-
-def _same_length_names(offsets: np.ndarray, blob: np.ndarray) -> np.ndarray | None:
-    """A path column as a numpy bytes array when all its names are as long
-    (as numbered names are) and hold no NUL; else None."""
-    n = len(offsets) - 1
-    width = int(offsets[1]) if n else 0
-    if n == 0 or width == 0 or len(blob) != n * width or (blob == 0).any():
-        return None
-    if not (np.diff(offsets) == width).all():
-        return None
-    return np.ascontiguousarray(blob).view(f"S{width}")
-
-
-def _naming_of(path_columns: tuple[np.ndarray, np.ndarray], index_columns: tuple[np.ndarray, np.ndarray]) -> Naming | None:
-    """The naming pattern shard and index paths follow (as ``shardkit index``
-    finds it, :func:`~shardkit.format.naming.numbered`), or None."""
-    names = _same_length_names(*path_columns)
-    index_names = _same_length_names(*index_columns)
-    if names is None or index_names is None:
-        return None
-    naming = numbered(names)
-    if naming is None:
-        return None
-    expected = NumberedNames(naming.index, len(names))[np.arange(len(names))]
-    return naming if np.array_equal(expected, index_names) else None
 
 
 def table_from_entries(entries: Iterable[ShardEntry]) -> ShardTable:
