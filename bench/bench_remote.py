@@ -390,6 +390,7 @@ def plot(result: dict[str, Any], path: str) -> None:
     for ax in (left, right):
         ax.set_xticks(sorted({r["workers"] for r in result["rows"]}))
         ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.get_xaxis().set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_ylim(bottom=0)
         ax.legend()
     fig.tight_layout()
