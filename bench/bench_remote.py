@@ -56,7 +56,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import shardkit  # noqa: E402
-from bench.common import plot_path, save_record  # noqa: E402
+from bench.common import git_commit, plot_path, save_record  # noqa: E402
 from shardkit.io.base import SourceOptions  # noqa: E402
 
 EMULATION = os.path.join(HERE, "remote_emulation.sh")
@@ -282,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "remote",
         "command": "bench/bench_remote.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "commit": git_commit(),
         "setup": {
             "scheme": args.scheme,
             "server": "nginx (Debian) in a network namespace behind a veth pair" if not args.url else args.url,
