@@ -25,6 +25,15 @@ each hold one class. Writes JSON, a Markdown table and a PNG plot::
 
     python bench/bench_random_access.py            # about 4 minutes on 2 cores
     python bench/bench_random_access.py --quick    # smaller, for a smoke test
+
+``--seed`` runs the seed's scenario instead (issue #45): a read-only SQLite
+file opened after the fork, wids and IndexedDataset over tiny samples at
+5x10^5, 5x10^6 and 5x10^7 samples with 0, 1, 4 and 16 workers, a
+``RandomSampler`` of 51,200 samples; time and private memory per worker (see
+:mod:`bench.harness.seed_access`)::
+
+    python bench/bench_random_access.py --seed          # about 30 minutes on 2 cores, 4 GB of disk
+    python bench/bench_random_access.py --seed --quick  # 5x10^5 samples, 0 and 4 workers
 """
 
 from __future__ import annotations
@@ -47,7 +56,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import shardkit  # noqa: E402
 from bench.bench_remote import cpu_seconds, make_dataset  # noqa: E402
-from bench.common import machine, plot_path, save_record  # noqa: E402
+from bench.common import git_commit, machine, plot_path, save_record  # noqa: E402
+from bench.harness import seed_access  # noqa: E402
 from shardkit.io.base import SourceOptions  # noqa: E402
 
 MB = 1_000_000
@@ -460,6 +470,31 @@ def plot(record: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
+def seed_main(args: argparse.Namespace) -> int:
+    """The seed's scenario (``--seed``): every tool, size and worker count."""
+    sizes = [500_000] if args.quick else args.sizes
+    workers = [0, 4] if args.quick else args.seed_workers
+    repeat_cells = [] if args.quick else [(5_000_000, max(workers))]
+
+    measured = seed_access.measure(
+        os.path.join(args.workdir, "seed"), sizes, workers, reads=args.reads, batch_size=64,
+        budget_s=args.budget_s, repeats=args.repeats, repeat_cells=repeat_cells, progress=seed_access.print_cell,
+    )
+    record = {
+        "machine": machine(),
+        "commit": git_commit(),
+        "config": {"sizes": sizes, "workers": workers, "reads": args.reads, "batch_size": 64,
+                   "budget_s": args.budget_s, "repeats": args.repeats, "repeat_cells": repeat_cells},
+        **measured,
+        "targets": seed_access.targets(measured["cells"]),
+    }
+    table = seed_access.markdown(record)
+    save_record(args.out, record, table)
+    seed_access.plot(record, plot_path(args.out))
+    print(table)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", default=os.path.join(HERE, "work", "random_access"))
@@ -481,8 +516,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cold", action="store_true")
     parser.add_argument("--no-http", action="store_true")
     parser.add_argument("--quick", action="store_true", help="12 shards of 8 MB, 1000 indices")
-    parser.add_argument("--out", default=os.path.join(HERE, "results", "random_access.json"))
+    parser.add_argument("--out", help="JSON record (default results/random_access.json, with --seed _seed.json)")
+    parser.add_argument("--seed", action="store_true", help="the seed's SQLite scenario instead (issue #45)")
+    parser.add_argument("--sizes", type=lambda t: [int(float(x)) for x in t.split(",")],
+                        default=[500_000, 5_000_000, 50_000_000], help="--seed: samples, comma-separated")
+    parser.add_argument("--seed-workers", type=lambda t: [int(x) for x in t.split(",")], default=[0, 1, 4, 16],
+                        help="--seed: DataLoader workers, comma-separated")
+    parser.add_argument("--reads", type=int, default=51_200, help="--seed: samples the RandomSampler draws")
+    parser.add_argument("--budget-s", type=float, default=30.0,
+                        help="--seed: a run past it stops and its time is extrapolated (wids)")
     args = parser.parse_args(argv)
+    args.out = args.out or os.path.join(HERE, "results", "random_access_seed.json" if args.seed else "random_access.json")
+    if args.seed:
+        return seed_main(args)
     if args.quick:
         args.shards, args.shard_mb, args.samples, args.http_samples, args.repeats = 12, 8, 1000, 500, 1
 

@@ -143,31 +143,41 @@ class InMemoryDataset:
             pass
 
 
-class SqliteDataset:
-    """Map-style: samples looked up in SQLite; connection opened per worker."""
+class ReadOnlySqlite:
+    """Map-style over a SQLite file: a read-only connection opened lazily in
+    each process (after the fork: one opened before it corrupts reads)."""
 
-    def __init__(self, path: str, num_samples: int, gc_at: int):
+    def __init__(self, path: str, num_samples: int):
         self.path = path
         self.num_samples = num_samples
-        self.gc = _GcOnce(gc_at)
         self._con: sqlite3.Connection | None = None
         self._pid = -1
 
     def __len__(self) -> int:
         return self.num_samples
 
-    def __getitem__(self, i: int) -> tuple[int, int]:
+    def fetch(self, query: str, i: int) -> tuple[Any, ...]:
+        """The row ``query`` finds for ``(i,)``, on this process's connection."""
         if self._con is None or self._pid != os.getpid():
             self._con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
             self._pid = os.getpid()
-        path, label = self._con.execute("SELECT path, label FROM samples WHERE id = ?", (i,)).fetchone()
-        self.gc.tick()
-        return len(path), label
+        return self._con.execute(query, (i,)).fetchone()
 
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_con"] = None
-        return state
+        return {**self.__dict__, "_con": None, "_pid": -1}
+
+
+class SqliteDataset(ReadOnlySqlite):
+    """Map-style: samples looked up in SQLite; connection opened per worker."""
+
+    def __init__(self, path: str, num_samples: int, gc_at: int):
+        super().__init__(path, num_samples)
+        self.gc = _GcOnce(gc_at)
+
+    def __getitem__(self, i: int) -> tuple[int, int]:
+        path, label = self.fetch("SELECT path, label FROM samples WHERE id = ?", i)
+        self.gc.tick()
+        return len(path), label
 
 
 class _ShardkitMap:
