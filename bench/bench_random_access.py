@@ -476,6 +476,7 @@ def seed_main(args: argparse.Namespace) -> int:
     workers = [0, 4] if args.quick else args.seed_workers
     repeat_cells = [] if args.quick else [(5_000_000, max(workers))]
 
+    load_before = os.getloadavg()
     measured = seed_access.measure(
         os.path.join(args.workdir, "seed"), sizes, workers, reads=args.reads, batch_size=64,
         budget_s=args.budget_s, repeats=args.repeats, repeat_cells=repeat_cells, progress=seed_access.print_cell,
@@ -483,6 +484,7 @@ def seed_main(args: argparse.Namespace) -> int:
     record = {
         "machine": machine(),
         "commit": git_commit(),
+        "load_before": [round(x, 2) for x in load_before],
         "config": {"sizes": sizes, "workers": workers, "reads": args.reads, "batch_size": 64,
                    "budget_s": args.budget_s, "repeats": args.repeats, "repeat_cells": repeat_cells},
         **measured,

@@ -355,7 +355,8 @@ def markdown(record: dict[str, Any]) -> str:
     lines = [
         "# Random access, the seed's scenario: SQLite vs wids vs shardkit.IndexedDataset",
         "",
-        f"At commit {record['commit']}, {record['machine']['cpus']} CPUs. A DataLoader with a `RandomSampler` of "
+        f"At commit {record['commit']}, {record['machine']['cpus']} CPUs, load average "
+        f"{record.get('load_before', ['?'])[0]} before. A DataLoader with a `RandomSampler` of "
         f"{cfg['reads']:,} samples (seeded), batches of {cfg['batch_size']}, one collate for all (keeps the list), "
         "over tiny samples (a key, a caption of 4-16 words, a label). Time from `iter()` to the last batch, worker "
         "start included; private memory (USS) per worker once half the batches are in (with no workers: the "
