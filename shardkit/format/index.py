@@ -14,7 +14,7 @@ extension, length and bytes), so a reader that asks for it catches bit rot at
 the sample it hit. ``np.load`` and older shardkit readers read the first
 array and ignore what follows; an index without checksums is still valid.
 
-Arrays are loaded with ``mmap_mode="r"`` so DataLoader workers share the
+A local index is memory-mapped (one mapping, one descriptor) so DataLoader workers share the
 page cache instead of each holding a copy. An index is checked once, when it
 is loaded, in vectorised code (:func:`check_bounds`): boundaries start at 0,
 rise by whole 512-byte blocks, and stay inside the shard.
@@ -28,6 +28,7 @@ naming the ``.idx`` file (:func:`corrupt_index`).
 from __future__ import annotations
 
 import io
+import mmap
 import os
 import re
 from dataclasses import dataclass
@@ -149,14 +150,16 @@ def load_offset_index(path: str, *, max_bytes: int | None = None) -> OffsetIndex
         end = offset + count * INDEX_DTYPE.itemsize
         if size < end:
             raise corrupt_index(path, "file shorter than its header says (truncated?)")
-        bounds = _checked(np.memmap(f, dtype=INDEX_DTYPE, mode="r", offset=offset, shape=(count,)), path)
+        # One mapping of the whole file (one descriptor, which the mapping
+        # keeps), both arrays plain read-only views of it.
+        mapped = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+        bounds = _checked(np.frombuffer(mapped, dtype=INDEX_DTYPE, count=count, offset=offset), path)
         checksums = None
         if size > end:
-            f.seek(end)
-            n, at = _read_npy_header(f.read(_MAX_HEADER_BYTES), path, CHECKSUM_DTYPE)
+            n, at = _read_npy_header(mapped[end : end + _MAX_HEADER_BYTES], path, CHECKSUM_DTYPE)
             if n != count - 1 or size < end + at + n * CHECKSUM_DTYPE.itemsize:
                 raise _bad_checksums(path, n, count - 1)
-            checksums = np.memmap(f, dtype=CHECKSUM_DTYPE, mode="r", offset=end + at, shape=(n,)) if n else None
+            checksums = np.frombuffer(mapped, dtype=CHECKSUM_DTYPE, count=n, offset=end + at) if n else None
     return OffsetIndex(bounds, checksums)
 
 
@@ -181,11 +184,13 @@ def check_bounds(
     if num_samples is not None and len(bounds) - 1 != num_samples:
         raise corrupt_index(path, f"it lists {len(bounds) - 1} samples but the manifest says {num_samples}")
     if len(bounds) > 1:
-        steps = np.diff(bounds.astype(np.int64, copy=False))
-        if bounds[-1] >= 1 << 62 or not (steps > 0).all():
-            raise corrupt_index(path, "boundaries do not rise", at=int(np.argmin(steps > 0)) + 1 if len(steps) else None)
-        if (bounds % _BLOCK).any():
-            raise corrupt_index(path, "a boundary is not on a 512-byte tar block", at=int(np.argmax(bounds % _BLOCK != 0)))
+        # Compared as stored (uint64): no converted copy, no differences array.
+        rising = bounds[1:] > bounds[:-1]
+        if bounds[-1] >= 1 << 62 or not rising.all():
+            raise corrupt_index(path, "boundaries do not rise", at=int(np.argmin(rising)) + 1)
+        off_block = bounds & np.uint64(_BLOCK - 1)
+        if off_block.any():
+            raise corrupt_index(path, "a boundary is not on a 512-byte tar block", at=int(np.argmax(off_block != 0)))
     if shard_bytes is not None and int(bounds[-1]) + _END_MARKER_BYTES > shard_bytes:
         raise corrupt_index(
             path, f"its last boundary, byte {int(bounds[-1])}, leaves no end marker in a shard of {shard_bytes} bytes"
@@ -232,10 +237,13 @@ def _read_npy_header(data: bytes, path: str, want: np.dtype) -> tuple[int, int]:
     descr, shape = _DESCR.search(header), _SHAPE.search(header)
     if descr is None or shape is None:
         raise bad("want a 1-D array")
-    try:
-        dtype = np.dtype(descr.group(1).decode("ascii"))
-    except (TypeError, ValueError, UnicodeDecodeError):
-        dtype = None
+    if descr.group(1) == want.str.encode():  # as shardkit writes it; spares parsing a dtype
+        dtype = want
+    else:
+        try:
+            dtype = np.dtype(descr.group(1).decode("ascii"))
+        except (TypeError, ValueError, UnicodeDecodeError):
+            dtype = None
     if dtype != want:
         raise bad(f"dtype {descr.group(1).decode('ascii', 'replace')!r}, want {want.str!r}")
     count = int(shape.group(1)) if len(shape.group(1)) < 19 else 1 << 62

@@ -24,11 +24,15 @@ checks tar structure, and must hold exactly one sample. The samples of a
 DataLoader batch (``__getitems__``) are read by a few threads at once, so a
 remote batch costs about one request's latency.
 
-What is kept per process, all bounded: the per-shard offset indexes
-(memory-mapped for local files, fetched once for remote ones, see
-:func:`~shardkit.io.index.fetch_offset_index`) and open sources, each in a
-least-recently-used table of ``max_open_shards`` entries (a source dropped
-from it is closed once the reads in progress on it end). Opening a dataset
+What is kept per process, all bounded (see :mod:`.handles`): the per-shard
+offset indexes (memory-mapped for local files, fetched once for remote ones,
+and checked when loaded, see :func:`~shardkit.io.index.fetch_offset_index`)
+and open sources, each in a least-recently-used table of ``max_open_shards``
+entries, by default as many as half the process's descriptor limit allows
+(two descriptors a shard), so that a random read over thousands of shards
+costs a ``pread`` and a parse, not an index load; fetched indexes are held
+within ``MAX_FETCHED_INDEX_BYTES`` too. A source dropped from its table is
+closed once the reads in progress on it end. Opening a dataset
 reads only the manifest: the dataset holds the shard catalog (see
 :mod:`.catalog`) and one array of ``num_shards + 1`` cumulative counts
 derived from it, which is not pickled but derived again in each process.
@@ -40,7 +44,6 @@ import logging
 import operator
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -60,18 +63,17 @@ from shardkit.io.registry import open_remote, open_source
 from shardkit.io.urls import is_local, local_path, redact_url
 from shardkit.read.catalog import ShardCatalog, resolve_catalog
 from shardkit.read.counters import SharedCounters
+from shardkit.read.handles import MAX_FETCHED_INDEX_BYTES, RecentTable, open_shard_limit
 from shardkit.read.decode import Decoder, ImageMode, describe_fault, make_decoder, undecodable
 from shardkit.read.pieces import FAULTS, ON_ERROR, OnError
 from shardkit.read.slot import collate_samples
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_MAX_OPEN_SHARDS", "IndexedDataset", "compression_of"]
+__all__ = ["IndexedDataset", "compression_of"]
 
 Sample = dict[str, Any]
 
-#: Shards whose index and file (or connection) stay open per process.
-DEFAULT_MAX_OPEN_SHARDS = 64
 #: Faulty shards a process remembers having logged (least recently faulty
 #: forgotten first), so a damaged shard gives one warning, not one a sample.
 MAX_FAULTY_SHARDS_REMEMBERED = 1024
@@ -95,40 +97,6 @@ def _refuse_compressed(url: str, kind: str) -> UsageError:
         "without decompressing everything before it). Reshard it uncompressed with "
         "`shardkit write SOURCE DEST` and open DEST, or stream it with ShardDataset."
     )
-
-
-class _LRU(OrderedDict):
-    """A dict that keeps its ``limit`` most recently used entries; the
-    caller closes the sources it drops (a source closes once the reads in
-    progress on it end, see :meth:`~shardkit.io.base.ByteSource.close`)."""
-
-    def __init__(self, limit: int):
-        super().__init__()
-        self.limit = limit
-
-    def get_recent(self, key: int) -> Any:
-        value = self.get(key)
-        if value is not None:
-            self.move_to_end(key)
-        return value
-
-    def put(self, key: int, value: Any) -> tuple[Any, list[Any]]:
-        """Add ``value`` unless ``key`` is there already; returns the entry
-        kept, and the entries dropped (to close outside the caller's lock)."""
-        if key in self:
-            self.move_to_end(key)  # another thread opened it first
-            return self[key], [value]
-        self[key] = value
-        dropped = []
-        while len(self) > self.limit:
-            dropped.append(self.popitem(last=False)[1])
-        return value, dropped
-
-    def drop_all(self) -> list[Any]:
-        """Empty the table; returns what it held."""
-        values = list(self.values())
-        self.clear()
-        return values
 
 
 class IndexedDataset(Dataset):
@@ -187,7 +155,9 @@ class IndexedDataset(Dataset):
         on_error: ``"raise"`` or ``"skip"`` (see above).
         max_open_shards: Shards whose index and open file or connection are
             kept per process; least recently used ones beyond it are dropped
-            (and closed once no read in progress holds them).
+            (and closed once no read in progress holds them). None (the
+            default): half the soft ``RLIMIT_NOFILE`` over two descriptors a
+            shard, 8 to 16,384 (see :func:`~shardkit.read.handles.open_shard_limit`).
         verify_checksums: Check each sample against the CRC-32 its offset index
             stores, so a changed byte is a :class:`~shardkit.CorruptShardError`
             naming the sample (indexes written before checksums existed are
@@ -207,13 +177,13 @@ class IndexedDataset(Dataset):
         map: Callable[[Sample], Any] | None = None,  # noqa: A002 - the documented name
         source_options: SourceOptions | None = None,
         on_error: OnError = "raise",
-        max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS,
+        max_open_shards: int | None = None,
         verify_checksums: bool = False,
     ):
         super().__init__()
         if on_error not in ON_ERROR:
             raise UsageError(f"on_error must be one of {ON_ERROR}, not {on_error!r}")
-        if max_open_shards < 1:
+        if max_open_shards is not None and max_open_shards < 1:
             raise UsageError(f"max_open_shards must be >= 1, not {max_open_shards}")
         self._options = source_options or SourceOptions()
         self._catalog = resolve_catalog(source, options=self._options)
@@ -362,7 +332,7 @@ class IndexedDataset(Dataset):
 
     def _read(self, shard: int, position: int):
         index = self._index(shard)
-        start, end = int(index.bounds[position]), int(index.bounds[position + 1])
+        start, end = index.bounds[position : position + 2].tolist()
         checksums = None
         if self._verify_checksums and index.checksums is not None:
             checksums = index.checksums[position : position + 1]
@@ -398,11 +368,13 @@ class IndexedDataset(Dataset):
 
     def _reset_handles(self) -> None:
         self._pid = os.getpid()
-        self._indexes = _LRU(self._max_open_shards)
-        self._sources = _LRU(self._max_open_shards)
+        # Sized when a process first needs them (a worker reads its own limit).
+        limit = self._max_open_shards or open_shard_limit()
+        self._indexes = RecentTable(limit, max_weight=MAX_FETCHED_INDEX_BYTES)
+        self._sources = RecentTable(limit)
         self._tables = threading.Lock()  # guards _indexes and _sources
         self._pool: ThreadPoolExecutor | None = None
-        self._faulty_shards = _LRU(MAX_FAULTY_SHARDS_REMEMBERED)  # shards whose first fault was logged
+        self._faulty_shards = RecentTable(MAX_FAULTY_SHARDS_REMEMBERED)  # shards whose first fault was logged
 
     def _check_process(self) -> None:
         # A forked worker inherits the parent's tables; connections must not
@@ -420,14 +392,15 @@ class IndexedDataset(Dataset):
         kind = compression_of(shard_url)
         if kind is not None:
             raise _refuse_compressed(shard_url, kind)
+        index_url = self._catalog.index_url(shard)
+        # Checked here, once per process while it stays in the table, never per read.
         index = fetch_offset_index(
-            self._catalog.index_url(shard),
-            num_samples=int(self._counts[shard]),
-            shard_bytes=self._shard_facts(shard)[0],
-            options=self._options,
+            index_url, num_samples=int(self._counts[shard]), shard_bytes=self._shard_facts(shard)[0], options=self._options
         )
+        # A mapped index costs a descriptor and page cache; a fetched one, its bytes.
+        weight = 0 if is_local(index_url) else _nbytes(index)
         with self._tables:
-            return self._indexes.put(shard, index)[0]
+            return self._indexes.put(shard, index, weight=weight)[0]
 
     def _source(self, shard: int) -> ByteSource:
         with self._tables:
@@ -446,7 +419,7 @@ class IndexedDataset(Dataset):
         """Close open files and forget loaded indexes (reopened on the next read)."""
         with self._tables:
             sources = self._sources.drop_all()
-            self._indexes.clear()
+            self._indexes.drop_all()
         for source in sources:
             source.close()  # each once the reads in progress on it end
 
@@ -462,6 +435,10 @@ class IndexedDataset(Dataset):
         self.__dict__.update(state)
         self._derive_arrays()
         self._reset_handles()
+
+
+def _nbytes(index: OffsetIndex) -> int:
+    return index.bounds.nbytes + (0 if index.checksums is None else index.checksums.nbytes)
 
 
 def _no_offsets(catalog: ShardCatalog) -> UsageError:

@@ -228,16 +228,17 @@ def test_open_shards_are_bounded(make_shards):
     assert ds[0]["__index__"] == 0
 
 
-def _open_shard_files(folder: str) -> list[str]:
-    """Shard files of ``folder`` this process holds open (other tests' datasets
-    may still wait for the garbage collector)."""
+def _open_shard_files(folder: str, suffix: str = ".tar") -> list[str]:
+    """Files of ``folder`` ending in ``suffix`` this process holds open, one
+    entry a descriptor (other tests' datasets may still wait for the garbage
+    collector)."""
     paths = []
     for fd in os.listdir("/proc/self/fd"):
         try:
             paths.append(os.readlink(f"/proc/self/fd/{fd}"))
         except OSError:
             continue  # closed meanwhile
-    return [p for p in paths if p.endswith(".tar") and os.path.dirname(p) == folder]
+    return [p for p in paths if p.endswith(suffix) and os.path.dirname(p) == folder]
 
 
 def test_shards_dropped_from_the_open_table_are_closed(make_shards):

@@ -52,22 +52,35 @@ def test_every_sample_read_at_random_is_the_streamed_sample(make_shards, storage
     assert_random_reads_match(ds, expected)
 
 
-def test_http_random_reads_are_the_streamed_samples_one_request_each(make_shards, serve_dataset, http_server):
+@pytest.mark.parametrize("scheme", ["http", "s3"])
+def test_random_reads_are_one_ranged_get_a_sample_after_the_index(make_shards, serve_dataset, http_server, scheme):
+    # s3:// reads are presigned ranged GETs on the HTTP path: the same server
+    # stands in for the store (anonymous, so its paths carry no signature).
     manifest = make_shards(SIZES, payload_bytes=3000)
     expected = streamed(manifest.location)
-    base = serve_dataset(manifest)
-    options = fast_options(part_bytes=1 << 20)
-    ds = IndexedDataset(base + "/", source_options=options)
+    prefix = "/data" if scheme == "http" else "/bkt/ds"
+    base = serve_dataset(manifest, prefix)
+    if scheme == "http":
+        location, options = base + "/", fast_options(part_bytes=1 << 20)
+    else:
+        location = "s3://bkt/ds/"
+        options = fast_options(part_bytes=1 << 20, s3_endpoint_url=http_server.base_url, s3_anonymous=True)
+    ds = IndexedDataset(location, source_options=options)
     http_server.requests.clear()
     assert_random_reads_match(ds, expected)
     shard_gets = [(p, r) for m, p, r in http_server.requests if p.endswith(".tar")]
     index_gets = [p for m, p, r in http_server.requests if p.endswith(".idx")]
     assert len(shard_gets) == len(expected), "one ranged request per sample"
     assert all(r is not None and r.startswith("bytes=") for _, r in shard_gets)
-    assert sorted(index_gets) == sorted({p for p in index_gets}), "each index fetched once"
+    assert len(http_server.requests) == len(shard_gets) + len(index_gets), "no other request"
+    assert sorted(index_gets) == sorted({f"{prefix}/{s.index}" for s in manifest.shards if s.num_samples})
     # Each request asked for exactly one sample's bytes.
     asked = sum(int(r.split("-")[1]) + 1 - int(r[6:].split("-")[0]) for _, r in shard_gets)
     assert asked == sum(s.num_bytes for s in manifest.shards) - 1024 * sum(1 for s in manifest.shards)
+    # Its indexes held, a second pass is the samples' GETs alone.
+    http_server.requests.clear()
+    assert_random_reads_match(ds, expected)
+    assert len(http_server.requests) == len(expected) and not [p for m, p, r in http_server.requests if ".idx" in p]
 
 
 def test_http_with_a_cache_fills_it_in_the_background_then_reads_only_it(

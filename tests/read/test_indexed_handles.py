@@ -1,0 +1,119 @@
+"""What IndexedDataset keeps open per process: each shard's index mapped and
+checked once, descriptors within the budget, crafted indexes still refused
+before the read they govern."""
+
+from __future__ import annotations
+
+import os
+import resource
+
+import numpy as np
+import pytest
+
+import shardkit.io.local
+import shardkit.read.indexed
+from shardkit.errors import CorruptShardError
+from shardkit.format.index import encode_index
+from shardkit.read.handles import MIN_OPEN_SHARDS, RecentTable, open_shard_limit
+from shardkit.read.indexed import IndexedDataset
+from tests.conftest import build_dataset
+from tests.read.test_indexed import _open_shard_files
+
+#: More shards than the 64 a process kept before the table was sized from its descriptor limit.
+NUM_SHARDS = 80
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory):
+    return build_dataset(str(tmp_path_factory.mktemp("many")), (2,) * NUM_SHARDS, payload_bytes=10)
+
+
+@pytest.fixture
+def index_loads(monkeypatch):
+    """Shard numbers whose index IndexedDataset loaded, in order."""
+    loads: list[str] = []
+    real = shardkit.read.indexed.fetch_offset_index
+
+    def spy(url, **kwargs):
+        loads.append(url)
+        return real(url, **kwargs)
+
+    monkeypatch.setattr(shardkit.read.indexed, "fetch_offset_index", spy)
+    return loads
+
+
+def test_random_reads_over_many_shards_load_each_index_once(many, index_loads):
+    ds = IndexedDataset(many)
+    order = np.random.default_rng(3).permutation(len(ds)).tolist()
+    for i in order + order:  # every sample twice, shards visited in random order
+        assert ds[i]["__index__"] == i
+    assert len(index_loads) == NUM_SHARDS and len(set(index_loads)) == NUM_SHARDS
+
+
+def test_open_descriptors_stay_within_two_a_shard(many):
+    folder = os.path.realpath(many.base)
+
+    def held() -> tuple[int, int]:
+        return len(_open_shard_files(folder, ".tar")), len(_open_shard_files(folder, ".idx"))
+
+    before = held()  # another test's dataset may await the garbage collector
+    ds = IndexedDataset(many, max_open_shards=MIN_OPEN_SHARDS)
+    for i in np.random.default_rng(4).permutation(len(ds)).tolist():
+        ds[i]
+        assert sum(held()) - sum(before) <= 2 * MIN_OPEN_SHARDS
+    assert held()[1] - before[1] == MIN_OPEN_SHARDS  # one descriptor a mapped index
+    ds.close()
+    assert held() == before
+
+
+def test_the_default_table_is_half_the_descriptor_limit_two_a_shard():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(400, soft), hard))
+        assert open_shard_limit() == min(400, soft) // 4
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(10, soft), hard))
+        assert open_shard_limit() == MIN_OPEN_SHARDS
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_fetched_indexes_are_held_within_their_byte_budget():
+    table = RecentTable(100, max_weight=1000)
+    for key in range(5):
+        table.put(key, str(key), weight=300)
+    assert list(table) == [2, 3, 4] and table.weight == 900
+    table.put("mapped", "m")  # a mapping weighs nothing
+    assert list(table) == [2, 3, 4, "mapped"]
+    assert table.drop_all() == ["2", "3", "4", "m"] and table.weight == 0
+
+
+def _bounds(manifest, shard: int) -> np.ndarray:
+    with open(manifest.resolve(manifest.shards[shard].index), "rb") as f:
+        return np.load(f).copy()
+
+
+@pytest.mark.parametrize(
+    "craft, why",
+    [
+        (lambda b: np.array([b[0], b[2], b[2]]), "boundaries do not rise"),
+        (lambda b: b[:-1], "it lists 1 samples but the manifest says 2"),
+        (lambda b: np.concatenate([b[:2], b[2:] + 1024]), "its last boundary, .* leaves no end marker"),
+        (lambda b: np.concatenate([b[:2], b[2:] + 1]), "a boundary is not on a 512-byte tar block"),
+    ],
+    ids=["not-rising", "wrong-count", "past-the-shard", "off-block"],
+)
+def test_a_crafted_index_is_refused_before_any_read_of_its_shard(make_shards, monkeypatch, craft, why):
+    manifest = make_shards((2, 2, 2), payload_bytes=10)
+    crafted = encode_index(craft(_bounds(manifest, 1)))
+    with open(manifest.resolve(manifest.shards[1].index), "wb") as f:
+        f.write(crafted)
+    ds = IndexedDataset(manifest)
+    assert ds[1]["__index__"] == 1 and ds[5]["__index__"] == 5  # its neighbours read, their indexes held
+    reads: list[int] = []
+    real = shardkit.io.local.pread_up_to
+    monkeypatch.setattr(shardkit.io.local, "pread_up_to", lambda fd, *a: reads.append(fd) or real(fd, *a))
+    for _ in range(2):  # refused again, not remembered as loaded
+        with pytest.raises(CorruptShardError, match=rf"shard-000001\.idx: offset index is corrupt: {why}"):
+            ds[3]
+    assert reads == []
+    assert ds[4]["__index__"] == 4
