@@ -479,13 +479,13 @@ def seed_main(args: argparse.Namespace) -> int:
     load_before = os.getloadavg()
     measured = seed_access.measure(
         os.path.join(args.workdir, "seed"), sizes, workers, reads=args.reads, batch_size=64,
-        budget_s=args.budget_s, repeats=args.repeats, repeat_cells=repeat_cells, progress=seed_access.print_cell,
+        budget_s=args.budget_s, repeats=args.repeats, repeat_cells=repeat_cells, tools=tuple(args.tools), progress=seed_access.print_cell,
     )
     record = {
         "machine": machine(),
         "commit": git_commit(),
         "load_before": [round(x, 2) for x in load_before],
-        "config": {"sizes": sizes, "workers": workers, "reads": args.reads, "batch_size": 64,
+        "config": {"sizes": sizes, "workers": workers, "tools": args.tools, "reads": args.reads, "batch_size": 64,
                    "budget_s": args.budget_s, "repeats": args.repeats, "repeat_cells": repeat_cells},
         **measured,
         "targets": seed_access.targets(measured["cells"]),
@@ -524,6 +524,8 @@ def main(argv: list[str] | None = None) -> int:
                         default=[500_000, 5_000_000, 50_000_000], help="--seed: samples, comma-separated")
     parser.add_argument("--seed-workers", type=lambda t: [int(x) for x in t.split(",")], default=[0, 1, 4, 16],
                         help="--seed: DataLoader workers, comma-separated")
+    parser.add_argument("--tools", type=lambda t: t.split(","), default=list(seed_access.TOOLS),
+                        help="--seed: of sqlite,wids,shardkit")
     parser.add_argument("--reads", type=int, default=51_200, help="--seed: samples the RandomSampler draws")
     parser.add_argument("--budget-s", type=float, default=30.0,
                         help="--seed: a run past it stops and its time is extrapolated (wids)")

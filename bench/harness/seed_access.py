@@ -191,6 +191,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     from bench.bench_scale import worker_pids
 
     workers = spec["workers"]
+    load = os.getloadavg()[0]
     before = smaps(os.getpid())["uss_mb"]
     dataset = open_tool(spec["tool"], spec["paths"], spec["num_samples"])
     assert len(dataset) == spec["num_samples"], (len(dataset), spec["num_samples"])
@@ -232,6 +233,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         "uss_mb": statistics.fmean(memory) if memory else None,
         "uss_mb_max": max(memory) if memory else None,
         "num_measured": len(memory),
+        "load_before": round(load, 2),
     }
     return result
 
@@ -268,6 +270,7 @@ def measure(
     budget_s: float,
     repeats: int,
     repeat_cells: list[tuple[int, int]],
+    tools: tuple[str, ...] = TOOLS,
     progress: Any = None,
 ) -> dict[str, Any]:
     """Every tool at every size and worker count, each cell once, and
@@ -280,17 +283,17 @@ def measure(
         data[str(size)] = paths
         warm_page_cache(paths)
         for w in workers:
-            runs: dict[str, list[dict[str, Any]]] = {tool: [] for tool in TOOLS}
+            runs: dict[str, list[dict[str, Any]]] = {tool: [] for tool in tools}
             for repeat in range(repeats if (size, w) in repeat_cells else 1):
-                shift = (len(cells) + repeat) % len(TOOLS)
-                for tool in TOOLS[shift:] + TOOLS[:shift]:
+                shift = (len(cells) + repeat) % len(tools)
+                for tool in tools[shift:] + tools[:shift]:
                     spec = {"tool": tool, "paths": paths, "num_samples": size, "workers": w, "reads": reads,
                             "batch_size": batch_size, "seed": repeat, "budget_s": budget_s}
                     result = measure_cell(spec, timeout_s=budget_s + 600)
                     runs[tool].append(result)
                     if progress is not None:
                         progress(result)
-            for tool in TOOLS:
+            for tool in tools:
                 cells.append(_median_cell(runs[tool]))
     return {"data": data, "cells": cells}
 
@@ -310,7 +313,7 @@ def print_cell(cell: dict[str, Any]) -> None:
     """One line per measured cell, as the run goes."""
     said = cell.get("error", "").strip().splitlines()[-1:] or [
         f"{cell['seconds']:8.2f} s{' (extrapolated)' if cell['extrapolated'] else ''}  "
-        f"USS {cell['uss_mb'] or 0:6.1f} MB  first batch {cell['first_batch_s']:.2f} s"
+        f"USS {cell['uss_mb'] or 0:6.1f} MB  first batch {cell['first_batch_s']:.2f} s  load {cell['load_before']:.1f}"
     ]
     print(f"  {cell['tool']:8s} {cell['num_samples']:>10,} samples {cell['workers']:2d} workers  {said[0]}", flush=True)
 
@@ -360,7 +363,9 @@ def markdown(record: dict[str, Any]) -> str:
         f"{cfg['reads']:,} samples (seeded), batches of {cfg['batch_size']}, one collate for all (keeps the list), "
         "over tiny samples (a key, a caption of 4-16 words, a label). Time from `iter()` to the last batch, worker "
         "start included; private memory (USS) per worker once half the batches are in (with no workers: the "
-        "process's USS growth from before the dataset was made). Per read: time / samples with no workers.",
+        "process's USS growth from before the dataset was made). Per read: time / samples with no workers. "
+        "Load: the highest 1-minute load average at the start of the row's runs (2 cores: above 2, other work "
+        "shared the machine).",
         "",
         f"Shards: {SAMPLES_PER_SHARD:,} samples each, one real shard hard-linked under every name (samples repeat "
         "from shard to shard: one shard's pages in the page cache, where SQLite's file is as large as its rows). "
@@ -371,8 +376,8 @@ def markdown(record: dict[str, Any]) -> str:
         f"median of {cfg['repeats']} runs, and their range.",
         "",
         "| samples | shards | workers | SQLite s | wids s | shardkit s | shardkit / SQLite | SQLite USS MB | wids USS MB "
-        "| shardkit USS MB | shardkit / SQLite USS | per read µs (SQLite / wids / shardkit) |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| shardkit USS MB | shardkit / SQLite USS | per read µs (SQLite / wids / shardkit) | load |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for size in cfg["sizes"]:
         for workers in cfg["workers"]:
@@ -381,9 +386,10 @@ def markdown(record: dict[str, Any]) -> str:
             uss = [f"{c['uss_mb']:.1f}" if c and c["uss_mb"] is not None else "–" for c in (sq, wi, sk)]
             uss_ratio = f"{sk['uss_mb'] / sq['uss_mb']:.2f}x" if sk and sq and sk["uss_mb"] and sq["uss_mb"] else "–"
             per_read = " / ".join(f"{c['per_read_us']:.0f}" if c else "–" for c in (sq, wi, sk)) if workers == 0 else ""
+            load = max((c.get("load_before", 0) for c in (sq, wi, sk) if c), default=0)
             lines.append(
                 f"| {size:,} | {size // SAMPLES_PER_SHARD:,} | {workers} | {_time(sq)} | {_time(wi)} | {_time(sk)} "
-                f"| {ratio} | {' | '.join(uss)} | {uss_ratio} | {per_read} |"
+                f"| {ratio} | {' | '.join(uss)} | {uss_ratio} | {per_read} | {load:.1f} |"
             )
     lines += ["", "## Targets (issue #45 part 2)", "", "| target | shardkit / SQLite | limit | met |",
               "| --- | ---: | ---: | --- |"]
