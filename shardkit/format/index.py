@@ -45,7 +45,7 @@ _BLOCK = 512
 _END_MARKER_BYTES = 2 * _BLOCK
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OffsetIndex:
     """A shard's offset index: sample boundaries and, when the index has
     them, per-sample checksums (``checksums[i]`` is sample ``i``'s)."""

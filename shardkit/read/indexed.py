@@ -397,6 +397,8 @@ class IndexedDataset(Dataset):
         index = fetch_offset_index(
             index_url, num_samples=int(self._counts[shard]), shard_bytes=self._shard_facts(shard)[0], options=self._options
         )
+        if not self._verify_checksums:
+            index = OffsetIndex(index.bounds)  # a shard held costs its Python objects: no unused array
         # A mapped index costs a descriptor and page cache; a fetched one, its bytes.
         weight = 0 if is_local(index_url) else _nbytes(index)
         with self._tables:
