@@ -56,7 +56,7 @@ def test_every_sample_read_at_random_is_the_streamed_sample(make_shards, storage
 def test_random_reads_are_one_ranged_get_a_sample_after_the_index(make_shards, serve_dataset, http_server, scheme):
     # s3:// reads are presigned ranged GETs on the HTTP path: the same server
     # stands in for the store (anonymous, so its paths carry no signature).
-    manifest = make_shards(SIZES, payload_bytes=3000)
+    manifest = make_shards((3, 2, 0, 2), payload_bytes=3000)  # few samples: the suite runs it twice
     expected = streamed(manifest.location)
     prefix = "/data" if scheme == "http" else "/bkt/ds"
     base = serve_dataset(manifest, prefix)
@@ -77,10 +77,13 @@ def test_random_reads_are_one_ranged_get_a_sample_after_the_index(make_shards, s
     # Each request asked for exactly one sample's bytes.
     asked = sum(int(r.split("-")[1]) + 1 - int(r[6:].split("-")[0]) for _, r in shard_gets)
     assert asked == sum(s.num_bytes for s in manifest.shards) - 1024 * sum(1 for s in manifest.shards)
-    # Its indexes held, a second pass is the samples' GETs alone.
+    # Its indexes held, later reads are the samples' GETs alone.
     http_server.requests.clear()
-    assert_random_reads_match(ds, expected)
-    assert len(http_server.requests) == len(expected) and not [p for m, p, r in http_server.requests if ".idx" in p]
+    for i in (6, 0, 5):
+        assert ds[i]["__key__"] == expected[i]["__key__"]
+    assert [p.rsplit("/", 1)[1] for m, p, r in http_server.requests] == [
+        "shard-000003.tar", "shard-000000.tar", "shard-000003.tar"
+    ]
 
 
 def test_http_with_a_cache_fills_it_in_the_background_then_reads_only_it(
