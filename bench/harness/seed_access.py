@@ -365,7 +365,7 @@ def markdown(record: dict[str, Any]) -> str:
         "start included; private memory (USS) per worker once half the batches are in (with no workers: the "
         "process's USS growth from before the dataset was made). Per read: time / samples with no workers. "
         "Load: the highest 1-minute load average at the start of the row's runs (2 cores: above 2, other work "
-        "shared the machine).",
+        "shared the machine; being an average over a minute, it also counts the previous cell's workers).",
         "",
         f"Shards: {SAMPLES_PER_SHARD:,} samples each, one real shard hard-linked under every name (samples repeat "
         "from shard to shard: one shard's pages in the page cache, where SQLite's file is as large as its rows). "
