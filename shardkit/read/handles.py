@@ -29,14 +29,20 @@ MAX_FETCHED_INDEX_BYTES = 64 << 20
 
 
 def open_shard_limit() -> int:
-    """Shards whose index and file a process keeps open by default: half
-    its soft ``RLIMIT_NOFILE`` descriptors, two per shard, within
-    ``[MIN_OPEN_SHARDS, MAX_OPEN_SHARDS]`` (read when a dataset is made or
-    unpickled, so ``ulimit -n`` raised before then keeps more)."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
+    """Shards whose index and file this process keeps open by default (see
+    :func:`shards_for_descriptors`), from its soft ``RLIMIT_NOFILE``, read
+    when a dataset is made or unpickled and in each worker, so ``ulimit -n``
+    raised before then keeps more."""
+    return shards_for_descriptors(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+
+
+def shards_for_descriptors(max_descriptors: int) -> int:
+    """Half of ``max_descriptors`` (the rest left to whatever else the
+    process opens), two a shard, within ``[MIN_OPEN_SHARDS, MAX_OPEN_SHARDS]``;
+    ``RLIM_INFINITY`` gives the most."""
+    if max_descriptors == resource.RLIM_INFINITY:
         return MAX_OPEN_SHARDS
-    return max(MIN_OPEN_SHARDS, min(MAX_OPEN_SHARDS, soft // 2 // DESCRIPTORS_PER_SHARD))
+    return max(MIN_OPEN_SHARDS, min(MAX_OPEN_SHARDS, max_descriptors // 2 // DESCRIPTORS_PER_SHARD))
 
 
 class RecentTable(OrderedDict):
@@ -87,4 +93,4 @@ class RecentTable(OrderedDict):
         return values
 
 
-__all__ = ["MAX_FETCHED_INDEX_BYTES", "RecentTable", "open_shard_limit"]
+__all__ = ["MAX_FETCHED_INDEX_BYTES", "RecentTable", "open_shard_limit", "shards_for_descriptors"]

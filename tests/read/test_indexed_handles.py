@@ -14,7 +14,13 @@ import shardkit.io.local
 import shardkit.read.indexed
 from shardkit.errors import CorruptShardError
 from shardkit.format.index import encode_index
-from shardkit.read.handles import MIN_OPEN_SHARDS, RecentTable, open_shard_limit
+from shardkit.read.handles import (
+    MAX_OPEN_SHARDS,
+    MIN_OPEN_SHARDS,
+    RecentTable,
+    open_shard_limit,
+    shards_for_descriptors,
+)
 from shardkit.read.indexed import IndexedDataset
 from tests.conftest import build_dataset
 from tests.read.test_indexed import _open_shard_files
@@ -66,15 +72,15 @@ def test_open_descriptors_stay_within_two_a_shard(many):
     assert held() == before
 
 
-def test_the_default_table_is_half_the_descriptor_limit_two_a_shard():
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(400, soft), hard))
-        assert open_shard_limit() == min(400, soft) // 4
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(10, soft), hard))
-        assert open_shard_limit() == MIN_OPEN_SHARDS
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+def test_the_default_table_is_half_the_descriptor_limit_two_a_shard(many):
+    assert [shards_for_descriptors(n) for n in (1024, 20_000, 10, 1 << 20, resource.RLIM_INFINITY)] == [
+        256, 5000, MIN_OPEN_SHARDS, MAX_OPEN_SHARDS, MAX_OPEN_SHARDS
+    ]
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert open_shard_limit() == shards_for_descriptors(soft)
+    ds = IndexedDataset(many)
+    ds[0]
+    assert ds._sources.limit == ds._indexes.limit == open_shard_limit()
 
 
 def test_fetched_indexes_are_held_within_their_byte_budget():
