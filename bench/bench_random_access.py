@@ -486,7 +486,7 @@ def seed_main(args: argparse.Namespace) -> int:
         "commit": git_commit(),
         "load_before": [round(x, 2) for x in load_before],
         "config": {"sizes": sizes, "workers": workers, "tools": args.tools, "reads": args.reads, "batch_size": 64,
-                   "budget_s": args.budget_s, "repeats": args.repeats, "repeat_cells": repeat_cells},
+                   "budget_s": args.budget_s, "single_process_memory": "private_dirty_growth", "repeats": args.repeats, "repeat_cells": repeat_cells},
         **measured,
         "targets": seed_access.targets(measured["cells"]),
     }

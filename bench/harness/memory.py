@@ -194,7 +194,9 @@ def _count(batch: list[tuple[int, int]]) -> int:
 
 
 def smaps(pid: int) -> dict[str, float]:
-    """RSS, PSS and private memory of a process, in MB."""
+    """RSS, PSS, private memory (USS) and its written part (Private_Dirty:
+    what the kernel cannot drop under memory pressure, there being no swap)
+    of a process, in MB."""
     values: dict[str, int] = {}
     with open(f"/proc/{pid}/smaps_rollup") as f:
         for line in f:
@@ -206,6 +208,7 @@ def smaps(pid: int) -> dict[str, float]:
         "rss_mb": values.get("Rss", 0) * kb,
         "pss_mb": values.get("Pss", 0) * kb,
         "uss_mb": (values.get("Private_Clean", 0) + values.get("Private_Dirty", 0)) * kb,
+        "private_dirty_mb": values.get("Private_Dirty", 0) * kb,
     }
 
 

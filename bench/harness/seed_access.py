@@ -17,10 +17,11 @@ Data, built once under a root folder and reused:
   ``journal_mode=OFF, synchronous=OFF``.
 
 Each cell (tool, size, workers) runs in a fresh interpreter
-(``python -m bench.harness.seed_access cell SPEC``): the time from ``iter()``
+(``python -m bench.harness.seed_access SPEC``): the time from ``iter()``
 to the last batch (worker start included, dataset construction not), and the
 private memory (USS) of each worker once half the batches are in; with no
-workers, the main process's USS growth from before the dataset was made.
+workers, the growth of the main process's written private memory
+(Private_Dirty) from before the dataset was made.
 """
 
 from __future__ import annotations
@@ -192,7 +193,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
 
     workers = spec["workers"]
     load = os.getloadavg()[0]
-    before = smaps(os.getpid())["uss_mb"]
+    before = smaps(os.getpid())["private_dirty_mb"]
     dataset = open_tool(spec["tool"], spec["paths"], spec["num_samples"])
     assert len(dataset) == spec["num_samples"], (len(dataset), spec["num_samples"])
     sampler = RandomSampler(
@@ -217,7 +218,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
             if workers:
                 memory = [smaps(pid)["uss_mb"] for pid in worker_pids()]
             else:
-                memory = [smaps(os.getpid())["uss_mb"] - before]
+                memory = [smaps(os.getpid())["private_dirty_mb"] - before]
             paused += time.perf_counter() - began
         if stop:
             break
@@ -344,6 +345,15 @@ def targets(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+#: What the memory column holds with no workers (records before it was Private_Dirty have no key).
+SINGLE_PROCESS_MEMORY = {
+    "uss_growth": "the growth of the process's USS from before the dataset was made; it can go negative under "
+    "memory pressure, the kernel dropping clean pages of torch's libraries",
+    "private_dirty_growth": "the growth of the process's written private memory, Private_Dirty, from before the "
+    "dataset was made",
+}
+
+
 def _time(cell: dict[str, Any] | None) -> str:
     if cell is None:
         return "–"
@@ -362,8 +372,9 @@ def markdown(record: dict[str, Any]) -> str:
         f"{record.get('load_before', ['?'])[0]} before. A DataLoader with a `RandomSampler` of "
         f"{cfg['reads']:,} samples (seeded), batches of {cfg['batch_size']}, one collate for all (keeps the list), "
         "over tiny samples (a key, a caption of 4-16 words, a label). Time from `iter()` to the last batch, worker "
-        "start included; private memory (USS) per worker once half the batches are in (with no workers: the "
-        "process's USS growth from before the dataset was made). Per read: time / samples with no workers. "
+        "start included; private memory (USS) per worker once half the batches are in (with no workers: "
+        + SINGLE_PROCESS_MEMORY[cfg.get("single_process_memory", "uss_growth")]
+        + "). Per read: time / samples with no workers. "
         "Load: the highest 1-minute load average at the start of the row's runs (2 cores: above 2, other work "
         "shared the machine; being an average over a minute, it also counts the previous cell's workers).",
         "",
