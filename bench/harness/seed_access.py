@@ -261,6 +261,20 @@ def warm_page_cache(paths: dict[str, Any]) -> None:
                 pass
 
 
+def sampler_seconds(num_samples: int, reads: int, seed: int = 0) -> float:
+    """The time the ``RandomSampler`` alone takes to give ``reads`` indices
+    of ``num_samples`` (it draws a permutation of all ``num_samples``): a
+    part of every tool's time at that size."""
+    import torch
+    from torch.utils.data import RandomSampler
+
+    start = time.perf_counter()
+    sampler = RandomSampler(range(num_samples), num_samples=reads, generator=torch.Generator().manual_seed(seed))
+    count = sum(1 for _ in sampler)
+    assert count == reads
+    return time.perf_counter() - start
+
+
 def measure(
     root: str,
     sizes: list[int],
@@ -281,7 +295,7 @@ def measure(
     cells: list[dict[str, Any]] = []
     for size in sizes:
         paths = ensure_seed_data(root, size)
-        data[str(size)] = paths
+        data[str(size)] = {**paths, "sampler_s": round(sampler_seconds(size, reads), 3)}
         warm_page_cache(paths)
         for w in workers:
             runs: dict[str, list[dict[str, Any]]] = {tool: [] for tool in tools}
@@ -406,13 +420,17 @@ def markdown(record: dict[str, Any]) -> str:
               "| --- | ---: | ---: | --- |"]
     lines += [f"| {t['what']} | {t['ratio']:.2f}x | {t['limit']:g}x | {'yes' if t['met'] else 'no'} |"
               for t in record["targets"]]
-    lines += ["", "## Data built", "", "| samples | SQLite MB | SQLite build s | shards link + manifest s |",
-              "| ---: | ---: | ---: | ---: |"]
+    lines += ["", "## Data built, and the sampler's own time", "",
+              "| samples | SQLite MB | SQLite build s | shards link + manifest s | RandomSampler alone s |",
+              "| ---: | ---: | ---: | ---: | ---: |"]
     for size, paths in record["data"].items():
         built = ["–" if paths["build_s"][p] is None else f"{paths['build_s'][p]:.1f}" for p in ("sqlite", "shards")]
-        lines.append(f"| {int(size):,} | {paths['sqlite_mb']:.0f} | {built[0]} | {built[1]} |")
+        sampler = f"{paths['sampler_s']:.2f}" if "sampler_s" in paths else "–"
+        lines.append(f"| {int(size):,} | {paths['sqlite_mb']:.0f} | {built[0]} | {built[1]} | {sampler} |")
     lines += ["", "Built once and reused by later runs (the times are those of the build); single process, "
-              "`executemany` in one transaction, `journal_mode=OFF, synchronous=OFF`."]
+              "`executemany` in one transaction, `journal_mode=OFF, synchronous=OFF`. The sampler draws a "
+              "permutation of every sample before its first index (`torch.randperm`), in the main process: "
+              "that time is in every tool's time at the size."]
     errors = [c for c in cells if "error" in c]
     if errors:
         lines += ["", "Failed cells: " + "; ".join(f"{c['tool']} {c['num_samples']} x {c['workers']}" for c in errors)]
