@@ -352,7 +352,7 @@ def targets(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
             time_ratio = sk["seconds"] / sq["seconds"]
             rows.append({"what": f"time, {size:.0e} samples, {workers} workers", "ratio": round(time_ratio, 2),
                          "limit": limit, "met": time_ratio <= limit})
-            if sk["uss_mb"] and sq["uss_mb"]:
+            if sk["uss_mb"] is not None and sq["uss_mb"] is not None and sq["uss_mb"] > 0:
                 uss_ratio = sk["uss_mb"] / sq["uss_mb"]
                 rows.append({"what": f"private memory, {size:.0e} samples, {workers} workers",
                              "ratio": round(uss_ratio, 2), "limit": 1.2, "met": uss_ratio <= 1.2})
@@ -468,7 +468,21 @@ def plot(record: dict[str, Any], path: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="one cell of the seed scenario (used by measure_cell())")
     parser.add_argument("spec", help="JSON: tool, paths, num_samples, workers, reads, batch_size, seed, budget_s")
+    parser.add_argument("--report", action="store_true", help="SPEC is a record's JSON file: write its table "
+                        "and plot again (targets recomputed)")
     args = parser.parse_args(argv)
+    if args.report:
+        from bench.common import markdown_path, plot_path
+
+        with open(args.spec) as f:
+            record = json.load(f)
+        record["targets"] = targets(record["cells"])
+        with open(args.spec, "w") as f:
+            json.dump(record, f, indent=1)
+        with open(markdown_path(args.spec), "w") as f:
+            f.write(markdown(record))
+        plot(record, plot_path(args.spec))
+        return 0
     print(json.dumps(run_cell(json.loads(args.spec))))
     return 0
 
