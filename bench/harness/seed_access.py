@@ -203,6 +203,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
                         collate_fn=keep_list)
     batches = -(-spec["reads"] // spec["batch_size"])
     memory: list[float] = []
+    dirty: list[float] = []
     reads = 0
     paused = 0.0
     first = 0.0
@@ -216,9 +217,10 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
             # Measured with the workers warm; the time it takes is not the tool's.
             began = time.perf_counter()
             if workers:
-                memory = [smaps(pid)["uss_mb"] for pid in worker_pids()]
+                snaps = [smaps(pid) for pid in worker_pids()]
+                memory, dirty = [m["uss_mb"] for m in snaps], [m["private_dirty_mb"] for m in snaps]
             else:
-                memory = [smaps(os.getpid())["private_dirty_mb"] - before]
+                memory = dirty = [smaps(os.getpid())["private_dirty_mb"] - before]
             paused += time.perf_counter() - began
         if stop:
             break
@@ -233,6 +235,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         "per_read_us": seconds / reads * 1e6,
         "uss_mb": statistics.fmean(memory) if memory else None,
         "uss_mb_max": max(memory) if memory else None,
+        "dirty_mb": statistics.fmean(dirty) if dirty else None,
         "num_measured": len(memory),
         "load_before": round(load, 2),
     }
@@ -368,6 +371,10 @@ SINGLE_PROCESS_MEMORY = {
 }
 
 
+def _dirty(cell: dict[str, Any] | None) -> str:
+    return "–" if cell is None or cell.get("dirty_mb") is None else f"{cell['dirty_mb']:.1f}"
+
+
 def _time(cell: dict[str, Any] | None) -> str:
     if cell is None:
         return "–"
@@ -389,6 +396,8 @@ def markdown(record: dict[str, Any]) -> str:
         "start included; private memory (USS) per worker once half the batches are in (with no workers: "
         + SINGLE_PROCESS_MEMORY[cfg.get("single_process_memory", "uss_growth")]
         + "). Per read: time / samples with no workers. "
+        "Private_Dirty: the written part of USS (a worker's USS also counts clean pages of a shard file it "
+        "alone maps, which the page cache holds for every process; records before this column have none). "
         "Load: the highest 1-minute load average at the start of the row's runs (2 cores: above 2, other work "
         "shared the machine; being an average over a minute, it also counts the previous cell's workers).",
         "",
@@ -401,8 +410,9 @@ def markdown(record: dict[str, Any]) -> str:
         f"median of {cfg['repeats']} runs, and their range.",
         "",
         "| samples | shards | workers | SQLite s | wids s | shardkit s | shardkit / SQLite | SQLite USS MB | wids USS MB "
-        "| shardkit USS MB | shardkit / SQLite USS | per read µs (SQLite / wids / shardkit) | load |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+        "| shardkit USS MB | shardkit / SQLite USS | Private_Dirty MB (SQLite / shardkit) "
+        "| per read µs (SQLite / wids / shardkit) | load |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |",
     ]
     for size in cfg["sizes"]:
         for workers in cfg["workers"]:
@@ -414,7 +424,7 @@ def markdown(record: dict[str, Any]) -> str:
             load = max((c.get("load_before", 0) for c in (sq, wi, sk) if c), default=0)
             lines.append(
                 f"| {size:,} | {size // SAMPLES_PER_SHARD:,} | {workers} | {_time(sq)} | {_time(wi)} | {_time(sk)} "
-                f"| {ratio} | {' | '.join(uss)} | {uss_ratio} | {per_read} | {load:.1f} |"
+                f"| {ratio} | {' | '.join(uss)} | {uss_ratio} | {_dirty(sq)} / {_dirty(sk)} | {per_read} | {load:.1f} |"
             )
     lines += ["", "## Targets (issue #45 part 2)", "", "| target | shardkit / SQLite | limit | met |",
               "| --- | ---: | ---: | --- |"]
