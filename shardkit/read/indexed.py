@@ -312,8 +312,11 @@ class IndexedDataset(Dataset):
         """Samples ``indices`` (a DataLoader batch), read concurrently with up
         to ``source_options.max_concurrent_requests`` threads, so that a
         batch of remote samples costs about one request's latency, not one
-        per sample."""
-        if len(indices) <= 1:
+        per sample. Local samples with no ``decode`` or ``map`` are read one
+        after another: a ``pread`` and a parse have no wait to overlap, and
+        handing them to threads cost more than reading them (29 against 19 µs
+        a tiny sample)."""
+        if len(indices) <= 1 or self._reads_alone(indices[0]):
             return [self[i] for i in indices]
         self._check_process()
         if self._pool is None:
@@ -321,6 +324,17 @@ class IndexedDataset(Dataset):
                 max_workers=self._options.max_concurrent_requests, thread_name_prefix="shardkit-indexed"
             )
         return list(self._pool.map(self.__getitem__, indices))
+
+    def _reads_alone(self, index: int) -> bool:
+        """Whether a batch starting at sample ``index`` gains nothing from
+        threads: its shard is a local file and no decode or map runs."""
+        if self._decoder is not None or self._map is not None:
+            return False
+        try:
+            shard, _ = self.locate(index)
+        except (IndexError, TypeError):
+            return True  # raised again, in order, by the read
+        return is_local(self.shard_url(shard))
 
     @staticmethod
     def collate(batch: list[Any]) -> Any:

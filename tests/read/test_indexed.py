@@ -307,11 +307,13 @@ def test_stateful_dataloader_resumes_with_the_window_sampler(dataset):
     assert head + tail == full and sorted(full) == list(range(len(ds)))
 
 
-def test_batches_are_read_concurrently_and_in_order(make_shards):
+@pytest.mark.parametrize("decode", [None, "pil"])
+def test_batches_are_read_in_order_by_threads_only_when_there_is_work_to_overlap(make_shards, decode):
     manifest = make_shards((3,) * 30, name="wide")
-    ds = IndexedDataset(manifest, max_open_shards=4)
+    ds = IndexedDataset(manifest, max_open_shards=4, decode=decode)
     order = np.random.default_rng(2).permutation(len(ds)).tolist()
     batch = ds.__getitems__(order)
     assert [s["__index__"] for s in batch] == order
     assert len(ds._sources) <= 4
     assert batch == [ds[i] for i in order]
+    assert (ds._pool is None) == (decode is None)  # local raw bytes: a pread and a parse, read in turn
