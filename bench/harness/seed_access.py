@@ -426,6 +426,9 @@ def markdown(record: dict[str, Any]) -> str:
                 f"| {size:,} | {size // SAMPLES_PER_SHARD:,} | {workers} | {_time(sq)} | {_time(wi)} | {_time(sk)} "
                 f"| {ratio} | {' | '.join(uss)} | {uss_ratio} | {_dirty(sq)} / {_dirty(sk)} | {per_read} | {load:.1f} |"
             )
+    left_out = [t for t in TOOLS if t not in cfg.get("tools", TOOLS)]
+    if left_out:
+        lines += ["", f"Not run in this record: {', '.join(left_out)} (`--tools`); see an earlier record."]
     lines += ["", "## Targets (issue #45 part 2)", "", "| target | shardkit / SQLite | limit | met |",
               "| --- | ---: | ---: | --- |"]
     lines += [f"| {t['what']} | {t['ratio']:.2f}x | {t['limit']:g}x | {'yes' if t['met'] else 'no'} |"
@@ -464,7 +467,7 @@ def plot(record: dict[str, Any], path: str) -> None:
         axes[0].bar(x, [c["seconds"] if c else 0 for c in found], width, label=tool)
         axes[1].bar(x, [c["uss_mb"] or 0 if c else 0 for c in found], width, label=tool)
     labels = [f"{s:.0e}\n{w} w" for s, w in groups]
-    for ax, title in ((axes[0], "seconds for the sampler (log; wids extrapolated)"),
+    for ax, title in ((axes[0], f"seconds for {cfg['reads']:,} random reads (log; wids extrapolated)"),
                       (axes[1], "private memory per worker, MB")):
         ax.set_xticks(np.arange(len(groups)) + width, labels, fontsize=7)
         ax.set_title(title)
