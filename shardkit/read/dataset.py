@@ -148,7 +148,8 @@ class ShardDataset(IterableDataset):
     passes (no sample again before all were taken), split over ranks and
     workers like one dataset, shuffled in its own part of the buffer and
     interleaved by a stratified schedule, so every batch holds each stream
-    in proportion (within ``S / 2 + 1`` samples for *S* streams, 1 for two).
+    in proportion (within ``1 + p (S - 2)`` samples for a stream of share
+    *p* among *S* streams: 1 for two, under ``S - 1`` always).
     Each sample carries ``__stream__`` (the stream's name, default its
     index). Every mode, checkpoints (the state records the streams) and the
     loader work as for one dataset; per-rank counts in ``"exact"`` mode

@@ -30,8 +30,11 @@ shuffle buffer, and interleaves them by a *stratified schedule*
 (:func:`schedule_labels`): stream *i*'s *k*-th sample of the slot takes the
 place of rank ``(k + 1/2) / m_i`` among all the slot's samples (``m_i``
 samples of stream *i*), with ties to the earlier stream. In any run of
-*B* consecutive samples a stream's count is then within ``S / 2 + 1`` of
-``B * m_i / M`` for *S* streams (within 1 for two streams), instead of the
+*B* consecutive samples a stream's count is then within
+``1 + p_i (S - 2)`` of ``B * m_i / M`` for *S* streams, ``p_i = m_i / M``
+(within 1 for two streams, under ``S - 1`` always): each stream's count in
+a run is within 1 of its share of the run's length, and the run holds *B*
+samples in all. That is instead of the
 binomial noise of independent draws (whose standard deviation is
 ``sqrt(B p (1 - p))``, 3.7 samples for *B* = 64, *p* = 0.3).
 """
