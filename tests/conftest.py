@@ -13,12 +13,21 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from shardkit.format.manifest import Manifest
 from shardkit.write.publish import publish_manifest
 from shardkit.write.destination import shard_name
 from shardkit.write.shard import ShardFile
 from tests.remote.remote_servers import FaultyHTTPServer
+
+# The property tests draw the same examples on every run (profile "ci", the
+# default), so a run's verdict depends on the code alone; `pytest
+# --hypothesis-profile explore` draws new ones each run to look for
+# counterexamples (keep any it finds as an @example).
+settings.register_profile("ci", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile("ci")
 
 
 def sample_payload(key: str, size: int) -> bytes:
