@@ -130,14 +130,14 @@ def add_info(sub: argparse._SubParsersAction) -> None:
 def _names_a_shard(location: str) -> bool:
     """Whether ``info``'s argument is one shard rather than a dataset: a local
     file other than a manifest, or a URL whose name is a shard's."""
-    from shardkit.format.compression import SHARD_SUFFIXES
     from shardkit.io.urls import is_local, local_path
+    from shardkit.write.sources.tar import TAR_SUFFIXES
 
     if is_local(location):
         path = local_path(location)
         return os.path.isfile(path) and not path.endswith(".json")
     name = location.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1].lower()
-    return name.endswith((".tar", *SHARD_SUFFIXES))
+    return name.endswith(TAR_SUFFIXES)
 
 
 def _print_shard(args: argparse.Namespace) -> int:

@@ -285,7 +285,7 @@ def _index(
         if is_local(target):
             journal = IndexJournal(os.path.join(local_path(target), JOURNAL_DIR), listing, local_path(target))
         else:
-            folder = remote_journal_folder(target, options.source.cache_dir)
+            folder = remote_journal_folder(target, options.source)
             held.enter_context(holding_destination(folder, rerun="stop it and run the index again"))
             journal = IndexJournal(folder, listing, None)
         results, num_resumed = journal.open()

@@ -29,25 +29,25 @@ import json
 import os
 import shutil
 import stat
-import tempfile
 
 import numpy as np
 
 from shardkit.index.columns import CHUNK_ROWS, INDEXED, KEPT, RECORD, TO_READ, ShardResults, index_name_for
 from shardkit.index.source import ShardListing
 from shardkit.io.atomic import atomic_write_bytes
+from shardkit.io.base import SourceOptions
+from shardkit.io.manifest import machine_cache_root
 
 #: The journal's folder inside a local index folder.
 JOURNAL_DIR = ".shardkit-index.journal"
 _RESULTS, _NAMES, _FIELDS = "results", "names.sha256", "fields.json"
 
 
-def remote_journal_folder(target: str, cache_dir: str | None) -> str:
+def remote_journal_folder(target: str, options: SourceOptions) -> str:
     """Where the journal of an index into the remote folder ``target`` is
-    kept on this machine (``cache_dir``: ``SourceOptions.cache_dir``)."""
-    root = cache_dir or os.path.join(tempfile.gettempdir(), f"shardkit-{os.getuid()}")
+    kept on this machine (under :func:`~shardkit.io.manifest.machine_cache_root`)."""
     digest = hashlib.sha256(target.rstrip("/").encode("utf-8", "surrogateescape")).hexdigest()[:32]
-    return os.path.join(root, "index-journals", digest)
+    return os.path.join(machine_cache_root(options), "index-journals", digest)
 
 
 class IndexJournal:

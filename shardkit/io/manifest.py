@@ -60,10 +60,16 @@ def _read_limited(url: str, options: SourceOptions, limit: int) -> bytes:
         ) from None
 
 
+def machine_cache_root(options: SourceOptions) -> str:
+    """This machine's folder for what shardkit keeps between runs (fetched
+    tables, remote indexes' journals): ``cache_dir``, else one of this user's
+    in the temporary folder."""
+    return options.cache_dir or os.path.join(tempfile.gettempdir(), f"shardkit-{os.getuid()}")
+
+
 def table_cache_dir(options: SourceOptions) -> str:
     """Where fetched shard tables are kept on this machine."""
-    root = options.cache_dir or os.path.join(tempfile.gettempdir(), f"shardkit-{os.getuid()}")
-    return os.path.join(root, TABLE_CACHE_DIR)
+    return os.path.join(machine_cache_root(options), TABLE_CACHE_DIR)
 
 
 def remote_table_opener(options: SourceOptions) -> TableOpener:
