@@ -15,7 +15,9 @@ the sample it hit. ``np.load`` and older shardkit readers read the first
 array and ignore what follows; an index without checksums is still valid.
 
 A local index is memory-mapped (one mapping, one descriptor) so DataLoader workers share the
-page cache instead of each holding a copy. An index is checked once, when it
+page cache instead of each holding a copy; a random reader instead keeps the
+file open and reads the two entries of each sample it reads
+(:func:`read_index_file`). An index is checked once, when it
 is loaded, in vectorised code (:func:`check_bounds`): boundaries start at 0,
 rise by whole 512-byte blocks, and stay inside the shard.
 
@@ -161,6 +163,47 @@ def load_offset_index(path: str, *, max_bytes: int | None = None) -> OffsetIndex
                 raise _bad_checksums(path, n, count - 1)
             checksums = np.frombuffer(mapped, dtype=CHECKSUM_DTYPE, count=n, offset=end + at) if n else None
     return OffsetIndex(bounds, checksums)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexLayout:
+    """Where an open index file keeps its arrays, for reading single entries
+    with ``pread``: the boundaries start at byte ``bounds_at``, the
+    checksums (None: the file has none) at ``checksums_at``."""
+
+    bounds_at: int
+    checksums_at: int | None
+
+
+def read_index_file(fd: int, size: int, *, path: str, max_bytes: int | None = None) -> tuple[np.ndarray, IndexLayout]:
+    """Read an open local index file's boundaries (a private copy, to check
+    with :func:`check_bounds` and let go) and where its arrays lie; the same
+    checks of the file's form as :func:`load_offset_index`.
+
+    Args:
+        fd: The index file, open for reading.
+        size: Its size in bytes.
+        path: The file, for messages.
+        max_bytes: Refuse a file longer than this (see :func:`max_index_bytes`).
+
+    Raises:
+        CorruptShardError: The file is too long, or not a valid index.
+    """
+    if max_bytes is not None and size > max_bytes:
+        raise too_long(path, max_bytes)
+    count, offset = _read_npy_header(os.pread(fd, _MAX_HEADER_BYTES, 0), path, INDEX_DTYPE)
+    end = offset + count * INDEX_DTYPE.itemsize
+    if size < end:
+        raise corrupt_index(path, "file shorter than its header says (truncated?)")
+    # Fewer bytes than asked only if the file shrank since: then too few entries.
+    bounds = _checked(np.frombuffer(os.pread(fd, end - offset, offset), dtype=INDEX_DTYPE), path)
+    checksums_at = None
+    if size > end:
+        n, at = _read_npy_header(os.pread(fd, _MAX_HEADER_BYTES, end), path, CHECKSUM_DTYPE)
+        if n != count - 1 or size < end + at + n * CHECKSUM_DTYPE.itemsize:
+            raise _bad_checksums(path, n, count - 1)
+        checksums_at = end + at if n else None
+    return bounds, IndexLayout(offset, checksums_at)
 
 
 def too_long(path: str, max_bytes: int) -> CorruptShardError:

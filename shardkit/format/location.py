@@ -369,6 +369,16 @@ def _check_opened_inside(fd: int, path: ConfinedPath, what: str) -> None:
 
 
 def open_regular(path: str, *, what: str = "file", buffering: int = -1) -> tuple[BinaryIO, int]:
+    """:func:`open_regular_fd` as a file object (``buffering`` as for :func:`open`)."""
+    fd, size = open_regular_fd(path, what=what)
+    try:
+        return os.fdopen(fd, "rb", buffering=buffering), size
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_regular_fd(path: str, *, what: str = "file") -> tuple[int, int]:
     """Open a local file for reading if it is a regular file, without ever waiting.
 
     The file is opened with ``O_NONBLOCK`` (a FIFO without a writer would
@@ -380,10 +390,9 @@ def open_regular(path: str, *, what: str = "file", buffering: int = -1) -> tuple
     Args:
         path: The file.
         what: What the file is for messages (``"shard"``, ``"offset index"``...).
-        buffering: As for :func:`open`.
 
     Returns:
-        The open file and its size in bytes.
+        The open descriptor (the caller closes it) and the file's size in bytes.
 
     Raises:
         ManifestError: The path names a FIFO, device, socket or directory,
@@ -405,7 +414,7 @@ def open_regular(path: str, *, what: str = "file", buffering: int = -1) -> tuple
             raise _not_regular(path, kind, what)
         if isinstance(path, ConfinedPath):
             _check_opened_inside(fd, path, what)
-        return os.fdopen(fd, "rb", buffering=buffering), info.st_size
+        return fd, info.st_size
     except BaseException:
         os.close(fd)
         raise
@@ -417,6 +426,7 @@ __all__ = [
     "describe_kind",
     "normalise_prefix",
     "open_regular",
+    "open_regular_fd",
     "redact_url",
     "resolve_inside",
     "scheme_of",

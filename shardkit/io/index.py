@@ -9,15 +9,21 @@ it, naming the ``.idx`` file, what is wrong and what to do (see
 
 from __future__ import annotations
 
+import os
+
 from shardkit.errors import CorruptShardError
 from shardkit.format.index import (
+    IndexLayout,
     OffsetIndex,
     check_bounds,
+    corrupt_index,
     decode_offset_index,
     load_offset_index,
     max_index_bytes,
+    read_index_file,
     too_long,
 )
+from shardkit.format.location import open_regular_fd
 from shardkit.io.base import SourceOptions
 from shardkit.io.registry import open_source
 from shardkit.io.urls import is_local, local_path, redact_url
@@ -72,4 +78,30 @@ def fetch_offset_index(
     return index
 
 
-__all__ = ["fetch_offset_index"]
+def open_local_index(path: str, *, num_samples: int, shard_bytes: int | None = None) -> tuple[int, IndexLayout]:
+    """A local index file, open and checked whole (as :func:`fetch_offset_index`
+    checks one), for reading single entries at :class:`IndexLayout`'s offsets
+    with ``pread``: what a random reader holds per shard, no mapping and no
+    copy of the boundaries.
+
+    Returns:
+        The open descriptor (the caller closes it) and the arrays' offsets.
+
+    Raises:
+        CorruptShardError: As :func:`fetch_offset_index`.
+        ManifestError: The path is not a regular file.
+    """
+    try:
+        fd, size = open_regular_fd(path, what="offset index")
+    except FileNotFoundError:
+        raise corrupt_index(path, "the file is missing") from None
+    try:
+        bounds, layout = read_index_file(fd, size, path=path, max_bytes=max_index_bytes(num_samples))
+        check_bounds(bounds, path=path, num_samples=num_samples, shard_bytes=shard_bytes)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, layout
+
+
+__all__ = ["fetch_offset_index", "open_local_index"]

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from shardkit.errors import CorruptShardError, MissingShardError, TruncatedShardError
-from shardkit.format.location import open_regular
+from shardkit.format.location import open_regular_fd
 from shardkit.io.atomic import atomic_copy_file, atomic_write_bytes
 from shardkit.io.base import check_range, short_read, too_large
 from shardkit.io.urls import local_path
@@ -49,23 +49,12 @@ class LocalFile:
         self._held_lock = threading.Lock()
 
     def _open(self, buffering: int) -> tuple[BinaryIO, int]:
+        fd, size = open_local(self.path, expected_size=self.expected_size)
         try:
-            f, size = open_regular(
-                self.path, what="shard" if self.expected_size is not None else "file", buffering=buffering
-            )
-        except FileNotFoundError:
-            if self.expected_size is None:
-                raise
-            raise MissingShardError(  # a shard a manifest lists (its size is known)
-                f"{self.path}: shard missing: the manifest lists it but the file is gone (moved or deleted since "
-                "the dataset was written or indexed). Restore it, or rerun `shardkit index` (or `shardkit write`) "
-                "to rebuild the manifest without it.",
-                path=self.path,
-            ) from None
-        if self.expected_size is not None and size != self.expected_size:
-            f.close()
-            raise size_mismatch(self.path, size, self.expected_size)
-        return f, size
+            return os.fdopen(fd, "rb", buffering=buffering), size
+        except BaseException:
+            os.close(fd)
+            raise
 
     def iter_range(self, start: int, end: int | None, *, chunk_bytes: int) -> Iterator[bytes]:
         f, _ = self._open(0)
@@ -150,6 +139,28 @@ class LocalFile:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._init_held()
+
+
+def open_local(path: str, *, expected_size: int | None) -> tuple[int, int]:
+    """Open a local file for reading (see :func:`~shardkit.format.location.open_regular_fd`):
+    a shard when the manifest's size is known, which it must have, and whose
+    absence is a :class:`MissingShardError`. Returns the descriptor, which
+    the caller closes, and the size."""
+    try:
+        fd, size = open_regular_fd(path, what="shard" if expected_size is not None else "file")
+    except FileNotFoundError:
+        if expected_size is None:
+            raise
+        raise MissingShardError(  # a shard a manifest lists (its size is known)
+            f"{path}: shard missing: the manifest lists it but the file is gone (moved or deleted since "
+            "the dataset was written or indexed). Restore it, or rerun `shardkit index` (or `shardkit write`) "
+            "to rebuild the manifest without it.",
+            path=path,
+        ) from None
+    if expected_size is not None and size != expected_size:
+        os.close(fd)
+        raise size_mismatch(path, size, expected_size)
+    return fd, size
 
 
 def pread_up_to(fd: int, offset: int, size: int) -> bytes:

@@ -1,26 +1,42 @@
 """What a random-access reader keeps open per process, and how much of it.
 
 A random read should cost a seek and a parse, not an index load: a reader
-keeps each shard's offset index mapped and its file open once it has used
-them. A mapped index costs page cache, shared by every process, not private
-memory; what bounds how many a process keeps is its file descriptors (a
-mapping holds one, an open shard another). :func:`open_shard_limit` sizes
-the tables from ``RLIMIT_NOFILE``, leaving half the descriptors to
-everything else the process opens; :class:`RecentTable` keeps the most
-recently used entries within that count (and, for indexes fetched into
-memory from remote storage, within a byte budget).
+keeps each shard it has used open (a :class:`HeldShard`), its offset index
+checked once when opened.
+
+* A local shard (:class:`LocalShard`) is two descriptors, the shard and its
+  index file, and a few integers: each read is one ``pread`` of the
+  sample's two boundaries in the index and one of its bytes. Nothing of the
+  index is copied or mapped, so a held shard costs the process about 200
+  bytes, whatever its sample count; the pages read sit in the page cache,
+  shared by every process.
+* A remote shard (:class:`RemoteShard`) is its fetched index in memory and
+  its open connection (see :mod:`shardkit.io`).
+
+What bounds how many shards a process keeps is its file descriptors:
+:func:`open_shard_limit` sizes the table from ``RLIMIT_NOFILE``, leaving
+half the descriptors to everything else the process opens;
+:class:`RecentTable` keeps the most recently used entries within that
+count (and the fetched indexes within a byte budget).
 """
 
 from __future__ import annotations
 
+import os
 import resource
+import struct
 from collections import OrderedDict
 from typing import Any
 
-#: Descriptors a kept shard may hold: its mapped index and its open file.
+from shardkit.format.index import CHECKSUM_DTYPE, OffsetIndex, corrupt_index
+from shardkit.io.base import ByteSource, check_range, short_read
+from shardkit.io.index import open_local_index
+from shardkit.io.local import open_local, pread_up_to
+
+#: Descriptors a kept shard may hold: its index and its file.
 DESCRIPTORS_PER_SHARD = 2
-#: Most shards kept open per process, whatever the descriptor limit: each
-#: mapping is one of the kernel's ``vm.max_map_count`` (65,530 by default).
+#: Most shards kept open per process, whatever the descriptor limit (a
+#: bound on the process's tables, a few MB at most).
 MAX_OPEN_SHARDS = 16_384
 #: Fewest shards kept open per process, however low the descriptor limit.
 MIN_OPEN_SHARDS = 8
@@ -93,4 +109,136 @@ class RecentTable(OrderedDict):
         return values
 
 
-__all__ = ["MAX_FETCHED_INDEX_BYTES", "RecentTable", "open_shard_limit", "shards_for_descriptors"]
+class HeldShard:
+    """A shard held open for random reads: where sample ``position`` lies
+    (:meth:`span`), its stored checksum, and its bytes (:meth:`read_at`).
+
+    ``readers`` counts the reads using it now and ``dropped`` says its table
+    let it go; the reader changes both under its table's lock and closes a
+    dropped shard once no read uses it, so a descriptor number is never
+    closed (and reused by another file) under a ``pread``.
+    """
+
+    __slots__ = ("url", "readers", "dropped")
+
+    #: Bytes of memory the shard holds, for the table's byte budget.
+    weight = 0
+
+    def __init__(self, url: str):
+        self.url = url
+        self.readers = 0
+        self.dropped = False
+
+    def span(self, position: int) -> tuple[int, int]:
+        """``(start, end)`` of sample ``position`` in the shard."""
+        raise NotImplementedError
+
+    def checksum(self, position: int) -> int | None:
+        """Sample ``position``'s stored checksum, or None when the index has none."""
+        raise NotImplementedError
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+_TWO_BOUNDS = struct.Struct("<QQ")
+_ONE_CHECKSUM = struct.Struct("<I")
+
+
+class LocalShard(HeldShard):
+    """A local shard: its file and its index file open (see the module docstring)."""
+
+    __slots__ = ("index_path", "_fd", "_index_fd", "_expected_size", "_bounds_at", "_checksums_at")
+
+    def __init__(self, url: str, index_path: str, *, num_samples: int, shard_bytes: int | None):
+        super().__init__(url)
+        self.index_path = index_path
+        self._index_fd = self._fd = -1
+        self._index_fd, layout = open_local_index(index_path, num_samples=num_samples, shard_bytes=shard_bytes)
+        try:
+            self._fd, _ = open_local(url, expected_size=shard_bytes)
+            if hasattr(os, "posix_fadvise"):
+                # Random reads are small and scattered: read-ahead would fetch bytes nobody asked for.
+                os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
+        except BaseException:
+            self.close()
+            raise
+        self._expected_size = shard_bytes
+        self._bounds_at = layout.bounds_at
+        self._checksums_at = layout.checksums_at
+
+    def span(self, position: int) -> tuple[int, int]:
+        raw = os.pread(self._index_fd, _TWO_BOUNDS.size, self._bounds_at + 8 * position)
+        start, end = _TWO_BOUNDS.unpack(raw) if len(raw) == _TWO_BOUNDS.size else (0, 0)
+        if not start < end:  # checked whole when opened: the file changed since
+            raise corrupt_index(self.index_path, "it changed after it was checked", at=position)
+        return start, end
+
+    def checksum(self, position: int) -> int | None:
+        if self._checksums_at is None:
+            return None
+        raw = os.pread(self._index_fd, CHECKSUM_DTYPE.itemsize, self._checksums_at + 4 * position)
+        if len(raw) != CHECKSUM_DTYPE.itemsize:
+            raise corrupt_index(self.index_path, "it changed after it was checked", at=position)
+        return _ONE_CHECKSUM.unpack(raw)[0]
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        check_range(self.url, offset, size, self._expected_size)
+        data = pread_up_to(self._fd, offset, size)
+        if len(data) != size:
+            raise short_read(self.url, offset, size, offset + len(data))
+        return data
+
+    def close(self, _close: Any = os.close) -> None:  # bound early: __del__ may run as the interpreter exits
+        for name in ("_fd", "_index_fd"):
+            fd = getattr(self, name, -1)
+            if fd >= 0:
+                setattr(self, name, -1)
+                _close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class RemoteShard(HeldShard):
+    """A remote shard: its index, fetched and checked, and its open source."""
+
+    __slots__ = ("index", "source")
+
+    def __init__(self, url: str, index: OffsetIndex, source: ByteSource):
+        super().__init__(url)
+        self.index = index
+        self.source = source
+
+    @property
+    def weight(self) -> int:  # type: ignore[override]
+        checksums = self.index.checksums
+        return self.index.bounds.nbytes + (0 if checksums is None else checksums.nbytes)
+
+    def span(self, position: int) -> tuple[int, int]:
+        start, end = self.index.bounds[position : position + 2].tolist()
+        return start, end
+
+    def checksum(self, position: int) -> int | None:
+        checksums = self.index.checksums
+        return None if checksums is None else int(checksums[position])
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        return self.source.read_at(offset, size)
+
+    def close(self) -> None:
+        self.source.close()
+
+
+__all__ = [
+    "MAX_FETCHED_INDEX_BYTES",
+    "HeldShard",
+    "LocalShard",
+    "RecentTable",
+    "RemoteShard",
+    "open_shard_limit",
+    "shards_for_descriptors",
+]

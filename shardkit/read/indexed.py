@@ -19,23 +19,25 @@ Each read is one :meth:`~shardkit.io.base.ByteSource.read_at` of the
 shard's source (see :mod:`shardkit.io.base`), which returns exactly the
 bytes asked for or raises, naming the shard and the range.
 
-The bytes are parsed with :class:`~shardkit.format.tar.SampleParser`, which
-checks tar structure, and must hold exactly one sample. The samples of a
-DataLoader batch (``__getitems__``) are read by a few threads at once, so a
-remote batch costs about one request's latency.
+The bytes must hold exactly one sample, which
+:func:`~shardkit.format.span.parse_span` parses, checking tar structure.
+The samples of a DataLoader batch (``__getitems__``) are read by a few
+threads at once, so a remote batch costs about one request's latency.
 
-What is kept per process, all bounded (see :mod:`.handles`): the per-shard
-offset indexes (memory-mapped for local files, fetched once for remote ones,
-and checked when loaded, see :func:`~shardkit.io.index.fetch_offset_index`)
-and open sources, each in a least-recently-used table of ``max_open_shards``
-entries, by default as many as half the process's descriptor limit allows
-(two descriptors a shard), so that a random read over thousands of shards
-costs a ``pread`` and a parse, not an index load; fetched indexes are held
-within ``MAX_FETCHED_INDEX_BYTES`` too. A source dropped from its table is
-closed once the reads in progress on it end. Opening a dataset
-reads only the manifest: the dataset holds the shard catalog (see
-:mod:`.catalog`) and one array of ``num_shards + 1`` cumulative counts
-derived from it, which is not pickled but derived again in each process.
+What is kept per process, all bounded (see :mod:`.handles`): the shards
+read so far, each held open with its offset index checked once (a local
+shard: its file and its index file open, each read a ``pread`` of the
+sample's two boundaries and one of its bytes; a remote shard: its index
+fetched into memory and its connection), in a least-recently-used table of
+``max_open_shards`` entries, by default as many as half the process's
+descriptor limit allows (two descriptors a shard), so that a random read
+over thousands of shards costs two ``pread`` s and a parse, not an index
+load; fetched indexes are held within ``MAX_FETCHED_INDEX_BYTES`` too. A
+shard dropped from the table is closed once the reads in progress on it
+end. Opening a dataset reads only the manifest: the dataset holds the shard
+catalog (see :mod:`.catalog`) and one array of ``num_shards + 1``
+cumulative counts derived from it, which is not pickled but derived again
+in each process.
 """
 
 from __future__ import annotations
@@ -55,15 +57,22 @@ from shardkit.errors import CorruptShardError, MemberTooLargeError, ShardkitErro
 from shardkit.format.compression import MAGIC_BYTES, compression_from_name, detect_compression, file_compression
 from shardkit.format.index import OffsetIndex
 from shardkit.format.manifest import Manifest
-from shardkit.format.tar import SampleParser
-from shardkit.io.base import ByteSource, SourceOptions
+from shardkit.format.span import parse_span
+from shardkit.io.base import SourceOptions
 from shardkit.io.index import fetch_offset_index
 from shardkit.io.local import LocalFile
 from shardkit.io.registry import open_remote, open_source
 from shardkit.io.urls import is_local, local_path, redact_url
 from shardkit.read.catalog import ShardCatalog, resolve_catalog
 from shardkit.read.counters import SharedCounters
-from shardkit.read.handles import MAX_FETCHED_INDEX_BYTES, RecentTable, open_shard_limit
+from shardkit.read.handles import (
+    MAX_FETCHED_INDEX_BYTES,
+    HeldShard,
+    LocalShard,
+    RecentTable,
+    RemoteShard,
+    open_shard_limit,
+)
 from shardkit.read.decode import Decoder, ImageMode, describe_fault, make_decoder, undecodable
 from shardkit.read.pieces import FAULTS, ON_ERROR, OnError
 from shardkit.read.slot import collate_samples
@@ -153,8 +162,8 @@ class IndexedDataset(Dataset):
             DataLoader batch are read at once. ``allowed_prefixes`` names the
             places outside the dataset its manifest may point to.
         on_error: ``"raise"`` or ``"skip"`` (see above).
-        max_open_shards: Shards whose index and open file or connection are
-            kept per process; least recently used ones beyond it are dropped
+        max_open_shards: Shards kept open (their files or connections, and
+            checked indexes) per process; least recently used ones beyond it are dropped
             (and closed once no read in progress holds them). None (the
             default): half the soft ``RLIMIT_NOFILE`` over two descriptors a
             shard, 8 to 16,384 (see :func:`~shardkit.read.handles.open_shard_limit`).
@@ -345,23 +354,18 @@ class IndexedDataset(Dataset):
         return collate_samples([sample for sample in batch if sample is not None])
 
     def _read(self, shard: int, position: int):
-        index = self._index(shard)
-        start, end = index.bounds[position : position + 2].tolist()
-        checksums = None
-        if self._verify_checksums and index.checksums is not None:
-            checksums = index.checksums[position : position + 1]
-        url = self.shard_url(shard)
         try:
-            data = self._source(shard).read_at(start, end - start)
-            # With the sample's span as its bounds, the parser returns exactly
-            # one sample filling it, or raises.
-            parser = SampleParser(path=url, base_offset=start, bounds=(start, end), checksums=checksums)
-            samples = parser.feed(data)
-            samples += parser.finish(expect_end_marker=False)
+            held = self._hold(shard)
+            try:
+                start, end = held.span(position)
+                checksum = held.checksum(position) if self._verify_checksums else None
+                data = held.read_at(start, end - start)
+            finally:
+                self._let_go(held)
+            return parse_span(data, start=start, path=held.url, checksums=None if checksum is None else (checksum,))
         except CorruptShardError:
-            self._check_compressed(url)
+            self._check_compressed(self.shard_url(shard))
             raise
-        return samples[0]
 
     def _check_compressed(self, url: str) -> None:
         """Raise the reshard advice when a shard that failed to read is
@@ -382,68 +386,79 @@ class IndexedDataset(Dataset):
 
     def _reset_handles(self) -> None:
         self._pid = os.getpid()
-        # Sized when a process first needs them (a worker reads its own limit).
-        limit = self._max_open_shards or open_shard_limit()
-        self._indexes = RecentTable(limit, max_weight=MAX_FETCHED_INDEX_BYTES)
-        self._sources = RecentTable(limit)
-        self._tables = threading.Lock()  # guards _indexes and _sources
+        # Sized when a process first needs it (a worker reads its own limit).
+        self._held = RecentTable(self._max_open_shards or open_shard_limit(), max_weight=MAX_FETCHED_INDEX_BYTES)
+        self._lock = threading.Lock()  # guards _held and each held shard's readers
         self._pool: ThreadPoolExecutor | None = None
         self._faulty_shards = RecentTable(MAX_FAULTY_SHARDS_REMEMBERED)  # shards whose first fault was logged
 
     def _check_process(self) -> None:
-        # A forked worker inherits the parent's tables; connections must not
+        # A forked worker inherits the parent's table; connections must not
         # be shared across processes, so it starts its own.
         if self._pid != os.getpid():
             self._reset_handles()
 
-    def _index(self, shard: int) -> OffsetIndex:
+    def _hold(self, shard: int) -> HeldShard:
+        """Shard ``shard``, opened (its index checked) unless held already,
+        counted as in use until :meth:`_let_go`."""
         self._check_process()
-        with self._tables:
-            index = self._indexes.get_recent(shard)
-        if index is not None:
-            return index
-        shard_url = self.shard_url(shard)
-        kind = compression_of(shard_url)
-        if kind is not None:
-            raise _refuse_compressed(shard_url, kind)
-        index_url = self._catalog.index_url(shard)
-        # Checked here, once per process while it stays in the table, never per read.
-        index = fetch_offset_index(
-            index_url, num_samples=int(self._counts[shard]), shard_bytes=self._shard_facts(shard)[0], options=self._options
-        )
-        if not self._verify_checksums:
-            index = OffsetIndex(index.bounds)  # a shard held costs its Python objects: no unused array
-        # A mapped index costs a descriptor and page cache; a fetched one, its bytes.
-        weight = 0 if is_local(index_url) else _nbytes(index)
-        with self._tables:
-            return self._indexes.put(shard, index, weight=weight)[0]
+        with self._lock:
+            held = self._held.get_recent(shard)
+            if held is not None:
+                held.readers += 1
+                return held
+        held = self._open_shard(shard)
+        with self._lock:
+            held, dropped = self._held.put(shard, held, weight=held.weight)
+            held.readers += 1
+        self._close_idle(dropped)
+        return held
 
-    def _source(self, shard: int) -> ByteSource:
-        with self._tables:
-            source = self._sources.get_recent(shard)
-        if source is not None:
-            return source
+    def _let_go(self, held: HeldShard) -> None:
+        with self._lock:
+            held.readers -= 1
+            idle = held.dropped and not held.readers
+        if idle:
+            held.close()
+
+    def _close_idle(self, dropped: list[HeldShard]) -> None:
+        """Close the shards a table let go that no read uses; the others
+        close when their last read ends (see :class:`~.handles.HeldShard`)."""
+        with self._lock:
+            for held in dropped:
+                held.dropped = True
+            idle = [held for held in dropped if not held.readers]
+        for held in idle:
+            held.close()
+
+    def _open_shard(self, shard: int) -> HeldShard:
+        url = self.shard_url(shard)
+        kind = compression_of(url)
+        if kind is not None:
+            raise _refuse_compressed(url, kind)
+        index_url = self._catalog.index_url(shard)
         num_bytes, sha256 = self._shard_facts(shard)
-        source = open_source(self.shard_url(shard), options=self._options, expected_size=num_bytes, expected_sha256=sha256)
-        with self._tables:
-            source, dropped = self._sources.put(shard, source)
-        for old in dropped:
-            old.close()
-        return source
+        num_samples = int(self._counts[shard])
+        # Each index is checked here, once per process while its shard stays held, never per read.
+        if is_local(url) and is_local(index_url):
+            return LocalShard(local_path(url), local_path(index_url), num_samples=num_samples, shard_bytes=num_bytes)
+        index = fetch_offset_index(index_url, num_samples=num_samples, shard_bytes=num_bytes, options=self._options)
+        if not self._verify_checksums:
+            index = OffsetIndex(index.bounds)  # a shard held costs its arrays: no unused one
+        source = open_source(url, options=self._options, expected_size=num_bytes, expected_sha256=sha256)
+        return RemoteShard(url, index, source)
 
     def close(self) -> None:
-        """Close open files and forget loaded indexes (reopened on the next read)."""
-        with self._tables:
-            sources = self._sources.drop_all()
-            self._indexes.drop_all()
-        for source in sources:
-            source.close()  # each once the reads in progress on it end
+        """Close open files and connections (reopened on the next read)."""
+        with self._lock:
+            dropped = self._held.drop_all()
+        self._close_idle(dropped)
 
     # ------------------------------------------------------------ pickling
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for name in ("_indexes", "_sources", "_pid", "_tables", "_pool", "_counts", "_starts", "_faulty_shards"):
+        for name in ("_held", "_pid", "_lock", "_pool", "_counts", "_starts", "_faulty_shards"):
             del state[name]
         return state
 
@@ -451,10 +466,6 @@ class IndexedDataset(Dataset):
         self.__dict__.update(state)
         self._derive_arrays()
         self._reset_handles()
-
-
-def _nbytes(index: OffsetIndex) -> int:
-    return index.bounds.nbytes + (0 if index.checksums is None else index.checksums.nbytes)
 
 
 def _no_offsets(catalog: ShardCatalog) -> UsageError:

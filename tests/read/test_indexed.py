@@ -223,7 +223,7 @@ def test_open_shards_are_bounded(make_shards):
     ds = IndexedDataset(manifest, max_open_shards=3)
     for i in range(len(ds)):
         ds[i]
-    assert len(ds._sources) == 3 and len(ds._indexes) == 3
+    assert len(ds._held) == 3
     ds.close()
     assert ds[0]["__index__"] == 0
 
@@ -259,7 +259,7 @@ def test_pickles_without_open_files(dataset):
     state = ds.__getstate__()
     assert "_counts" not in state and "_starts" not in state, "arrays are derived from the catalog, not pickled"
     copy = pickle.loads(pickle.dumps(ds))
-    assert len(copy._sources) == 0
+    assert len(copy._held) == 0
     assert copy[5] == ds[5]
 
 
@@ -314,6 +314,6 @@ def test_batches_are_read_in_order_by_threads_only_when_there_is_work_to_overlap
     order = np.random.default_rng(2).permutation(len(ds)).tolist()
     batch = ds.__getitems__(order)
     assert [s["__index__"] for s in batch] == order
-    assert len(ds._sources) <= 4
+    assert len(ds._held) <= 4
     assert batch == [ds[i] for i in order]
     assert (ds._pool is None) == (decode is None)  # local raw bytes: a pread and a parse, read in turn

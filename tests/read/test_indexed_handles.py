@@ -1,4 +1,4 @@
-"""What IndexedDataset keeps open per process: each shard's index mapped and
+"""What IndexedDataset keeps open per process: each shard's index open and
 checked once, descriptors within the budget, crafted indexes still refused
 before the read they govern."""
 
@@ -10,8 +10,7 @@ import resource
 import numpy as np
 import pytest
 
-import shardkit.io.local
-import shardkit.read.indexed
+import shardkit.read.handles
 from shardkit.errors import CorruptShardError
 from shardkit.format.index import encode_index
 from shardkit.read.handles import (
@@ -36,15 +35,15 @@ def many(tmp_path_factory):
 
 @pytest.fixture
 def index_loads(monkeypatch):
-    """Shard numbers whose index IndexedDataset loaded, in order."""
+    """Index files IndexedDataset opened and checked, in order."""
     loads: list[str] = []
-    real = shardkit.read.indexed.fetch_offset_index
+    real = shardkit.read.handles.open_local_index
 
-    def spy(url, **kwargs):
-        loads.append(url)
-        return real(url, **kwargs)
+    def spy(path, **kwargs):
+        loads.append(path)
+        return real(path, **kwargs)
 
-    monkeypatch.setattr(shardkit.read.indexed, "fetch_offset_index", spy)
+    monkeypatch.setattr(shardkit.read.handles, "open_local_index", spy)
     return loads
 
 
@@ -67,7 +66,7 @@ def test_open_descriptors_stay_within_two_a_shard(many):
     for i in np.random.default_rng(4).permutation(len(ds)).tolist():
         ds[i]
         assert sum(held()) - sum(before) <= 2 * MIN_OPEN_SHARDS
-    assert held()[1] - before[1] == MIN_OPEN_SHARDS  # one descriptor a mapped index
+    assert held()[1] - before[1] == MIN_OPEN_SHARDS  # one descriptor an index
     ds.close()
     assert held() == before
 
@@ -80,7 +79,7 @@ def test_the_default_table_is_half_the_descriptor_limit_two_a_shard(many):
     assert open_shard_limit() == shards_for_descriptors(soft)
     ds = IndexedDataset(many)
     ds[0]
-    assert ds._sources.limit == ds._indexes.limit == open_shard_limit()
+    assert ds._held.limit == open_shard_limit()
 
 
 def test_fetched_indexes_are_held_within_their_byte_budget():
@@ -108,18 +107,16 @@ def _bounds(manifest, shard: int) -> np.ndarray:
     ],
     ids=["not-rising", "wrong-count", "past-the-shard", "off-block"],
 )
-def test_a_crafted_index_is_refused_before_any_read_of_its_shard(make_shards, monkeypatch, craft, why):
+def test_a_crafted_index_is_refused_before_any_read_of_its_shard(make_shards, craft, why):
     manifest = make_shards((2, 2, 2), payload_bytes=10)
     crafted = encode_index(craft(_bounds(manifest, 1)))
     with open(manifest.resolve(manifest.shards[1].index), "wb") as f:
         f.write(crafted)
     ds = IndexedDataset(manifest)
     assert ds[1]["__index__"] == 1 and ds[5]["__index__"] == 5  # its neighbours read, their indexes held
-    reads: list[int] = []
-    real = shardkit.io.local.pread_up_to
-    monkeypatch.setattr(shardkit.io.local, "pread_up_to", lambda fd, *a: reads.append(fd) or real(fd, *a))
+    folder = os.path.realpath(manifest.base)
     for _ in range(2):  # refused again, not remembered as loaded
         with pytest.raises(CorruptShardError, match=rf"shard-000001\.idx: offset index is corrupt: {why}"):
             ds[3]
-    assert reads == []
+        assert not any(path.endswith("shard-000001.tar") for path in _open_shard_files(folder))  # never opened
     assert ds[4]["__index__"] == 4
