@@ -250,7 +250,12 @@ class IndexedDataset(Dataset):
         Raises:
             IndexError: ``index`` is out of range (see the class docstring).
         """
-        length = len(self)
+        return self._locate(index)[1:]
+
+    def _locate(self, index: int) -> tuple[int, int, int]:
+        """``(global index, shard, sample in the shard)`` of ``index``."""
+        starts = self._starts
+        length = int(starts[-1])
         try:
             i = operator.index(index)  # numpy and torch integers too
         except TypeError:
@@ -259,7 +264,9 @@ class IndexedDataset(Dataset):
             i += length
         if not 0 <= i < length:
             raise IndexError(f"sample index {index} out of range for IndexedDataset of length {length}")
-        return self._catalog.shard_of(i)
+        # The last shard starting at or before i (an empty shard starts where the next does).
+        shard = int(starts.searchsorted(i, "right")) - 1
+        return i, shard, i - int(starts[shard])
 
     def shard_url(self, shard: int) -> str:
         """The path or URL of shard number ``shard``."""
@@ -276,8 +283,7 @@ class IndexedDataset(Dataset):
     # ------------------------------------------------------------ reading
 
     def __getitem__(self, index: int) -> Any:
-        shard, position = self.locate(index)
-        global_index = int(self._starts[shard]) + position
+        global_index, shard, position = self._locate(index)
         try:
             raw = self._read(shard, position)
         except FAULTS as exc:
