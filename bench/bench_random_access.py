@@ -9,15 +9,23 @@ a DataLoader (2 workers, batches of 32, raw bytes, no decoding):
   wids runs twice: with its default in-memory LRU of 10 open shards per
   worker (each miss re-opens the shard and re-scans its headers) and with an
   LRU holding every shard (its best case).
-* HTTP, against a threaded Range-capable server on 127.0.0.1 run in a
-  process of its own (not the nginx emulation of ``bench_remote.py``: it
-  counts the bytes and requests it serves, which is what this comparison is
-  about; ``--latency-ms`` adds a fixed delay per request to stand in for an
-  object store's first-byte latency). IndexedDataset with one ranged request
-  per sample, with a shard cache (whole shards on first use), and with the
-  cache plus :class:`shardkit.ShardWindowSampler` order; wids with its
-  download cache (``curl`` of whole shards). Samples/s and bytes
-  transferred per sample.
+* HTTP and s3://, against a threaded Range-capable server on 127.0.0.1 run
+  in a process of its own (not the nginx emulation of ``bench_remote.py``:
+  it counts the bytes and requests it serves, which is what this comparison
+  is about), run twice: ``localhost``, as fast as it goes, and ``object
+  store``, with ``--store-latency-ms`` per request (an object store's
+  first-byte latency) and ``--store-per-conn-mbps`` per connection.
+  IndexedDataset with one ranged request per sample, with a shard cache
+  (whole shards on first use), and with the cache plus
+  :class:`shardkit.ShardWindowSampler` order; wids with its download cache
+  (``curl`` of whole shards). Samples/s, bytes and requests per sample.
+  Over ``s3://`` (``--schemes``, both by default) the same server answers
+  as an S3 endpoint, path-style, the bucket ``data`` (as ``bench_remote.py
+  --scheme s3`` has nginx do; no signature is checked): shardkit reads
+  ``s3://data/`` with ``SourceOptions(s3_endpoint_url=...)``, wids
+  ``s3://data/KEY`` through the AWS CLI (its handler for s3://, ``aws s3 cp``
+  of whole shards), which ``AWS_ENDPOINT_URL`` points at the server; both
+  with throwaway credentials in the environment.
 
 The record also holds the window sampler's shuffle quality (see
 :func:`shardkit.shuffle_quality`) on a worst case for locality, shards that
@@ -46,8 +54,11 @@ import shutil
 import sys
 import tempfile
 import time
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from unittest import mock
+from urllib.parse import unquote
 
 import numpy as np
 
@@ -55,12 +66,24 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import shardkit  # noqa: E402
-from bench.bench_remote import cpu_seconds, make_dataset  # noqa: E402
+from bench.bench_remote import BUCKET, EMULATION_AWS_ENV, boto3_s3_client, cpu_seconds, make_dataset  # noqa: E402
 from bench.common import git_commit, machine, plot_path, save_record  # noqa: E402
 from bench.harness import seed_access  # noqa: E402
 from shardkit.io.base import SourceOptions  # noqa: E402
+from shardkit.io.s3 import split_s3_url  # noqa: E402
 
 MB = 1_000_000
+#: Remote schemes read, each over both networks (``--schemes``).
+SCHEMES = ("http", "s3")
+#: wids' remote rows: its download cache, over s3:// with its own handler
+#: (the AWS CLI) and with boto3's; every remote row is compared with the
+#: fastest on its network.
+WIDS_REMOTE = "wids (download cache)"
+WIDS_AWS = "wids (download cache, AWS CLI)"
+WIDS_BOTO3 = "wids (download cache, boto3)"
+#: wids' own s3:// handler, quietened: the AWS CLI prints a progress line
+#: every 256 KiB otherwise.
+WIDS_AWS_CLI = "aws s3 cp --quiet '{url}' '{local}'"
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
 
 
@@ -122,6 +145,15 @@ def wids_dataset(manifest: shardkit.Manifest, urls: list[str], *, lru_size: int,
     return wids.ShardListDataset(shards, lru_size=lru_size, cache_dir=cache_dir, transformations=[])
 
 
+def download_s3_with_boto3(remote: str, local: str) -> None:
+    """wids' download handler for ``s3://`` in the ``wids (download cache,
+    boto3)`` runs: boto3's ``download_file`` (a HeadObject, then 8 MiB parts
+    on threads, as the AWS CLI does, without a process per shard), what a
+    user puts in ``wids.wids_dl.default_cmds`` instead of the CLI."""
+    bucket, key = split_s3_url(remote)
+    boto3_s3_client().download_file(bucket, key, local)
+
+
 # ------------------------------------------------------------------ page cache
 
 
@@ -146,6 +178,18 @@ def warm_page_cache(folder: str) -> None:
 # ------------------------------------------------------------------ HTTP server
 
 
+def _object_file(root: str, request_path: str) -> str | None:
+    """The file of ``root`` that a request names, or None: ``/NAME`` as a
+    plain HTTP server has it, or ``/BUCKET/NAME`` as an S3 endpoint
+    addressed path-style has it (the bucket :data:`BUCKET` is ``root``)."""
+    name = unquote(request_path.split("?", 1)[0]).lstrip("/")
+    if name.startswith(BUCKET + "/"):
+        name = name[len(BUCKET) + 1 :]
+    path = os.path.join(root, name)
+    # The dataset is one flat folder: nothing under it or above it is served.
+    return path if "/" not in name and os.path.isfile(path) else None
+
+
 def _serve(
     root: str, latency_s: float, bytes_per_s: float, port: Any, ready: Any, served_bytes: Any, requests: Any
 ) -> None:
@@ -156,25 +200,42 @@ def _serve(
             pass
 
         def _open(self) -> tuple[str, int] | None:
-            path = os.path.join(root, os.path.basename(self.path.split("?", 1)[0]))
-            if not os.path.isfile(path):
-                self.send_error(404)
+            """Count the request, wait out the store's latency, and answer
+            a missing object with S3's 404 (its body names the error code,
+            which S3 clients read; a plain HTTP client sees a 404)."""
+            with requests.get_lock():
+                requests.value += 1
+            if latency_s:
+                time.sleep(latency_s)
+            path = _object_file(root, self.path)
+            if path is None:
+                body = b"<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>NoSuchKey</Code></Error>"
+                self.send_response(404)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
                 return None
             return path, os.path.getsize(path)
+
+        def _object_headers(self, path: str, length: int) -> None:
+            # What S3's HeadObject and GetObject answers carry: the AWS CLI
+            # sets a download's mtime from Last-Modified.
+            stat = os.stat(path)
+            self.send_header("Content-Length", str(length))
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("Last-Modified", formatdate(stat.st_mtime, usegmt=True))
+            self.send_header("ETag", f'"{stat.st_size:x}-{stat.st_mtime_ns:x}"')
+            self.end_headers()
 
         def do_HEAD(self) -> None:
             found = self._open()
             if found is not None:
                 self.send_response(200)
-                self.send_header("Content-Length", str(found[1]))
-                self.send_header("Accept-Ranges", "bytes")
-                self.end_headers()
+                self._object_headers(*found)
 
         def do_GET(self) -> None:
-            with requests.get_lock():
-                requests.value += 1
-            if latency_s:
-                time.sleep(latency_s)
             found = self._open()
             if found is None:
                 return
@@ -188,8 +249,7 @@ def _serve(
                 self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
             else:
                 self.send_response(200)
-            self.send_header("Content-Length", str(end - start))
-            self.end_headers()
+            self._object_headers(path, end - start)
             began = time.perf_counter()
             with open(path, "rb") as f:
                 f.seek(start)
@@ -272,7 +332,6 @@ class ConstantPayload:
 
 
 def local_runs(manifest, urls, indices, args, *, cold: bool) -> list[dict[str, Any]]:
-    rows = []
     tools = [
         ("DataLoader ceiling (no reads)", lambda: ConstantPayload(manifest.num_samples, args.sample_kb << 10)),
         ("shardkit IndexedDataset", lambda: shardkit.IndexedDataset(manifest)),
@@ -281,8 +340,7 @@ def local_runs(manifest, urls, indices, args, *, cold: bool) -> list[dict[str, A
     ]
     runs: dict[str, list[dict[str, float]]] = {name: [] for name, _ in tools}
     for repeat in range(args.repeats):
-        # Rotate the order, so no tool always runs first (or right after another).
-        for name, make in tools[repeat % len(tools) :] + tools[: repeat % len(tools)]:
+        for name, make in rotated(tools, repeat):
             if cold:
                 drop_page_cache()
             else:
@@ -291,21 +349,39 @@ def local_runs(manifest, urls, indices, args, *, cold: bool) -> list[dict[str, A
             runs[name].append(result)
             print(f"  local {'cold' if cold else 'warm'} {name:30s} {result['samples_per_s']:9.1f} samples/s  "
                   f"first batch {result['first_batch_s']:.3f} s", flush=True)
-    for name, _ in tools:
-        results = runs[name]
-        row = {"tool": name, "cache": "cold" if cold else "warm"}
-        for key in results[0]:
-            row[key] = float(np.median([r[key] for r in results]))
-        row["samples_per_s_runs"] = [r["samples_per_s"] for r in results]
-        rows.append(row)
-    return rows
+    return [median_row(runs[name], tool=name, cache="cold" if cold else "warm") for name, _ in tools]
 
 
-def http_runs(manifest, indices, args, scratch: str, *, network: str, latency_ms: float, per_conn_mbps: float):
+def rotated(tools: list[Any], turn: int) -> list[Any]:
+    """``tools`` from its ``turn``-th on, then the rest: each repeat starts
+    one further, so no tool always runs first (or right after another)."""
+    return tools[turn % len(tools) :] + tools[: turn % len(tools)]
+
+
+def median_row(results: list[dict[str, float]], **labels: Any) -> dict[str, Any]:
+    """One row of the table: ``labels``, each figure's median over ``results``
+    (a tool's runs), and every run's samples/s."""
+    row: dict[str, Any] = dict(labels)
+    for key in results[0]:
+        row[key] = float(np.median([r[key] for r in results]))
+    row["samples_per_s_runs"] = [r["samples_per_s"] for r in results]
+    return row
+
+
+def remote_runs(
+    manifest, indices, args, scratch: str, *, scheme: str, network: str, latency_ms: float, per_conn_mbps: float
+) -> list[dict[str, Any]]:
+    """Every remote tool over one network and scheme: ``http`` reads the
+    server's URLs, ``s3`` the same server as an S3 endpoint (the bucket
+    :data:`BUCKET`, path-style), shardkit pointed at it by
+    ``SourceOptions(s3_endpoint_url=...)``, wids' downloads (the AWS CLI,
+    its own handler, or boto3's ``download_file``) by ``AWS_ENDPOINT_URL``,
+    with throwaway credentials (the server checks no signature)."""
     server = LocalServer(manifest.location, latency_ms=latency_ms, per_conn_mbps=per_conn_mbps)
+    label = network if scheme == "http" else f"{network} (s3://)"
     rows = []
     try:
-        base = server.url
+        base, endpoint = (server.url, None) if scheme == "http" else (f"s3://{BUCKET}", server.url)
         urls = [f"{base}/{s.path}" for s in manifest.shards]
         window = shardkit.ShardWindowSampler(manifest_counts(manifest), window_shards=args.window_shards, seed=0,
                                              rank=0, world_size=1)
@@ -316,33 +392,62 @@ def http_runs(manifest, indices, args, scratch: str, *, network: str, latency_ms
             shutil.rmtree(path, ignore_errors=True)
             return path
 
+        def options(cache: str | None = None) -> SourceOptions:
+            """The store's endpoint (s3), and an empty cache folder named ``cache``."""
+            return SourceOptions(s3_endpoint_url=endpoint, cache_dir=None if cache is None else cache_dir(cache))
+
         tools = [
-            ("shardkit ranged", indices, lambda: shardkit.IndexedDataset(base + "/")),
+            ("shardkit ranged", indices, lambda: shardkit.IndexedDataset(base + "/", source_options=options())),
             ("shardkit + cache", indices,
-             lambda: shardkit.IndexedDataset(base + "/", source_options=SourceOptions(cache_dir=cache_dir("sk")))),
+             lambda: shardkit.IndexedDataset(base + "/", source_options=options("sk"))),
             (f"shardkit + cache, window sampler ({args.window_shards} shards)", window_indices,
-             lambda: shardkit.IndexedDataset(base + "/", source_options=SourceOptions(cache_dir=cache_dir("skw")))),
-            ("wids (download cache)", indices,
-             lambda: wids_dataset(manifest, urls, lru_size=10, cache_dir=cache_dir("wids"))),
+             lambda: shardkit.IndexedDataset(base + "/", source_options=options("skw"))),
         ]
-        for name, order, make in tools:
-            dataset = make()
-            before = server.counters()
-            result = run_loader(dataset, order, workers=args.workers, batch_size=args.batch_size)
-            after = server.counters()
-            sent, gets = after[0] - before[0], after[1] - before[1]
-            result.update(
-                bytes_per_sample=round(sent / result["samples"]),
-                requests_per_sample=round(gets / result["samples"], 3),
-                transferred_mb=round(sent / MB, 1),
-            )
-            rows.append({"tool": name, "network": network, **result})
-            print(f"  http {network:12s} {name:44s} {result['samples_per_s']:9.1f} samples/s  "
-                  f"{result['bytes_per_sample'] / 1e3:10.1f} kB/sample  {result['requests_per_sample']:.2f} req/sample",
-                  flush=True)
+        # wids' download handler for s3:// in each of its runs (None: as it comes; over http that is curl).
+        wids_s3: dict[str, Any] = {WIDS_REMOTE: None}
+        if scheme == "s3":
+            wids_s3 = {WIDS_AWS: WIDS_AWS_CLI, WIDS_BOTO3: download_s3_with_boto3}
+        tools += [(name, indices, lambda: wids_dataset(manifest, urls, lru_size=10, cache_dir=cache_dir("wids")))
+                  for name in wids_s3]
+        if WIDS_AWS in wids_s3 and shutil.which("aws") is None:
+            rows.append({"tool": WIDS_AWS, "network": label, "scheme": scheme,
+                         "skipped": "no AWS CLI (`aws`) on PATH: wids reads s3:// with `aws s3 cp`"})
+            print(f"  {label:22s} {WIDS_AWS:44s} skipped: {rows[-1]['skipped']}", flush=True)
+            tools = [tool for tool in tools if tool[0] != WIDS_AWS]
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name, *_ in tools}
+        environment = {} if endpoint is None else {**EMULATION_AWS_ENV, "AWS_ENDPOINT_URL": endpoint}
+        # Set before the DataLoader forks its workers (and they the AWS CLI); restored after.
+        with mock.patch.dict(os.environ, environment):
+            for repeat in range(args.remote_repeats):
+                for name, order, make in rotated(tools, repeat):
+                    dataset = make()
+                    before = server.counters()
+                    handler = {} if wids_s3.get(name) is None else {"s3": wids_s3[name]}
+                    with mock.patch.dict(wids_download_handlers(), handler):
+                        result = run_loader(dataset, order, workers=args.workers, batch_size=args.batch_size)
+                    after = server.counters()
+                    sent, asked = after[0] - before[0], after[1] - before[1]
+                    result.update(
+                        bytes_per_sample=round(sent / result["samples"]),
+                        requests_per_sample=round(asked / result["samples"], 3),
+                        transferred_mb=round(sent / MB, 1),
+                    )
+                    runs[name].append(result)
+                    print(f"  {label:22s} {name:44s} {result['samples_per_s']:9.1f} samples/s  "
+                          f"{result['bytes_per_sample'] / 1e3:10.1f} kB/sample  "
+                          f"{result['requests_per_sample']:.2f} req/sample", flush=True)
+        rows = [median_row(runs[name], tool=name, network=label, scheme=scheme) for name, *_ in tools] + rows
     finally:
         server.close()
     return rows
+
+
+def wids_download_handlers() -> dict[str, Any]:
+    """wids' download handlers by URL scheme: a command or a function, the
+    dict its downloads default to (so a change reaches workers forked after it)."""
+    from wids import wids_dl
+
+    return wids_dl.default_cmds
 
 
 def manifest_counts(manifest: shardkit.Manifest) -> list[int]:
@@ -371,8 +476,16 @@ def ratio(rows: list[dict[str, Any]], num: str, den: str, key: str = "samples_pe
     def find(tool: str) -> dict[str, Any] | None:
         return next((r for r in rows if r["tool"] == tool and all(r.get(k) == v for k, v in match.items())), None)
 
-    a, b = find(num), find(den)
-    return None if a is None or b is None or not b[key] else round(a[key] / b[key], 2)
+    a, b = find(num), find(den)  # a skipped row has no figures
+    return None if a is None or b is None or not b.get(key) or key not in a else round(a[key] / b[key], 2)
+
+
+def fastest_wids(rows: list[dict[str, Any]], network: str) -> str:
+    """The faster of wids' remote rows on ``network`` (skipped ones aside),
+    the one that row's "vs wids" divides by."""
+    runs = [r for r in rows if r["network"] == network and r["tool"] in (WIDS_REMOTE, WIDS_AWS, WIDS_BOTO3)]
+    runs = [r for r in runs if "skipped" not in r]
+    return max(runs, key=lambda r: r["samples_per_s"])["tool"] if runs else WIDS_REMOTE
 
 
 def markdown(record: dict[str, Any]) -> str:
@@ -403,24 +516,38 @@ def markdown(record: dict[str, Any]) -> str:
         )
     if record.get("cold_skipped"):
         lines += ["", f"Cold runs skipped: {record['cold_skipped']}"]
-    if record["http"]:
+    if record["remote"]:
         lines += [
             "",
-            "## HTTP",
+            "## HTTP and s3://",
             "",
-            "A threaded Range server on 127.0.0.1 in its own process, counting what it sends: `localhost` "
-            f"as fast as it goes; `object store` adds {cfg['store_latency_ms']:g} ms per request and caps each "
-            f"connection at {cfg['store_per_conn_mbps']:g} MB/s.",
+            "A threaded Range server on 127.0.0.1 in its own process, counting what it sends and the requests "
+            f"(GET and HEAD) it answers: `localhost` as fast as it goes; `object store` adds "
+            f"{cfg['store_latency_ms']:g} ms per request and caps each connection at "
+            f"{cfg['store_per_conn_mbps']:g} MB/s. `(s3://)` rows read the same server as an S3 endpoint "
+            f"(the bucket `{BUCKET}`, path-style; signatures not checked): shardkit `s3://{BUCKET}/` with "
+            "`SourceOptions(s3_endpoint_url=...)` (ranged GETs to presigned URLs), wids with its own download handler "
+            "for s3://, `aws s3 cp URL LOCAL` (here with `--quiet`: one AWS CLI process per shard, which sends a "
+            "HeadObject and then GETs 8 MiB parts of the object, several at once), and with boto3's "
+            "`download_file` as its handler instead (the same requests, threads in the worker instead of a "
+            "process), the endpoint given by `AWS_ENDPOINT_URL`. vs wids: samples/s over the faster wids row of "
+            "the same network and scheme. Medians of "
+            f"{cfg.get('remote_repeats', 1)} runs (range in brackets), the tools taking turns.",
             "",
             "| network | tool | samples/s | first batch (s) | kB transferred / sample | requests / sample | vs wids |",
             "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
         ]
-        http = record["http"]
-        for row in http:
-            r = ratio(http, row["tool"], "wids (download cache)", network=row["network"])
+        remote = record["remote"]
+        for row in remote:
+            if "skipped" in row:
+                lines.append(f"| {row['network']} | {row['tool']} | skipped: {row['skipped']} | | | | |")
+                continue
+            r = ratio(remote, row["tool"], fastest_wids(remote, row["network"]), network=row["network"])
             lines.append(
-                f"| {row['network']} | {row['tool']} | {row['samples_per_s']:.0f} | {row['first_batch_s']:.3f} | "
-                f"{row['bytes_per_sample'] / 1e3:.1f} | {row['requests_per_sample']:.2f} | {r:.2f}x |"
+                f"| {row['network']} | {row['tool']} | {row['samples_per_s']:.0f} "
+                f"[{min(row['samples_per_s_runs']):.0f}-{max(row['samples_per_s_runs']):.0f}] | {row['first_batch_s']:.3f} | "
+                f"{row['bytes_per_sample'] / 1e3:.1f} | {row['requests_per_sample']:.2f} | "
+                + ("-" if r is None else f"{r:.2f}x") + " |"
             )
     lines += [
         "",
@@ -450,21 +577,24 @@ def plot(record: dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = 3 if record["http"] else 1
-    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.2))
+    remote = [r for r in record["remote"] if "skipped" not in r]
+    panels = 3 if remote else 1
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4.2))
     axes = np.atleast_1d(axes)
     _grouped_bars(axes[0], record["local"], "cache", lambda r: r["samples_per_s"])
     axes[0].set_yscale("log")
     axes[0].set_ylabel("samples/s (log)")
     axes[0].set_title("local files, page cache warm / cold")
-    if record["http"]:
-        _grouped_bars(axes[1], record["http"], "network", lambda r: r["samples_per_s"])
+    if remote:
+        _grouped_bars(axes[1], remote, "network", lambda r: r["samples_per_s"])
         axes[1].set_ylabel("samples/s")
-        axes[1].set_title("HTTP")
-        _grouped_bars(axes[2], record["http"], "network", lambda r: r["bytes_per_sample"] / 1e3)
+        axes[1].set_title("HTTP and s3://")
+        _grouped_bars(axes[2], remote, "network", lambda r: r["bytes_per_sample"] / 1e3)
         axes[2].set_yscale("log")
         axes[2].set_ylabel("kB transferred per sample (log)")
-        axes[2].set_title("HTTP bytes per sample")
+        axes[2].set_title("HTTP and s3:// bytes per sample")
+        for ax in axes[1:]:
+            ax.tick_params(axis="x", labelsize=7)  # four networks: localhost and object store, each scheme
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -486,7 +616,7 @@ def seed_main(args: argparse.Namespace) -> int:
         "commit": git_commit(),
         "load_before": [round(x, 2) for x in load_before],
         "config": {"sizes": sizes, "workers": workers, "tools": args.tools, "reads": args.reads, "batch_size": 64,
-                   "budget_s": args.budget_s, "single_process_memory": "private_dirty_growth", "repeats": args.repeats, "repeat_cells": repeat_cells},
+                   "budget_s": args.budget_s, "single_process_memory": "private_dirty_after_import", "repeats": args.repeats, "repeat_cells": repeat_cells},
         **measured,
         "targets": seed_access.targets(measured["cells"]),
     }
@@ -506,6 +636,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=6000, help="indices read per local run")
     parser.add_argument("--http-samples", type=int, default=2000, help="indices read per HTTP run")
     parser.add_argument("--repeats", type=int, default=3, help="local runs per tool (the median is reported)")
+    parser.add_argument("--remote-repeats", type=int, default=3,
+                        help="runs per tool, network and scheme over HTTP and s3:// (the median is reported)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--window-shards", type=int, default=4)
@@ -516,7 +648,9 @@ def main(argv: list[str] | None = None) -> int:
         "--store-per-conn-mbps", type=float, default=20.0, help="per-connection cap of the emulated store, MB/s"
     )
     parser.add_argument("--no-cold", action="store_true")
-    parser.add_argument("--no-http", action="store_true")
+    parser.add_argument("--no-http", action="store_true", help="no remote runs (neither scheme)")
+    parser.add_argument("--schemes", type=lambda t: t.split(","), default=list(SCHEMES),
+                        help="remote schemes, comma-separated, of http,s3 (s3: the same server as an S3 endpoint)")
     parser.add_argument("--quick", action="store_true", help="12 shards of 8 MB, 1000 indices")
     parser.add_argument("--out", help="JSON record (default results/random_access.json, with --seed _seed.json)")
     parser.add_argument("--seed", action="store_true", help="the seed's SQLite scenario instead (issue #45)")
@@ -530,11 +664,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=30.0,
                         help="--seed: a run past it stops and its time is extrapolated (wids)")
     args = parser.parse_args(argv)
+    if set(args.schemes) - set(SCHEMES):
+        parser.error(f"--schemes: of {','.join(SCHEMES)}, not {','.join(sorted(set(args.schemes) - set(SCHEMES)))}")
     args.out = args.out or os.path.join(HERE, "results", "random_access_seed.json" if args.seed else "random_access.json")
     if args.seed:
         return seed_main(args)
     if args.quick:
         args.shards, args.shard_mb, args.samples, args.http_samples, args.repeats = 12, 8, 1000, 500, 1
+        args.remote_repeats = 1
 
     data = os.path.join(args.workdir, "data")
     manifest = make_dataset(data, num_shards=args.shards, shard_mb=args.shard_mb, sample_kb=args.sample_kb)
@@ -553,20 +690,15 @@ def main(argv: list[str] | None = None) -> int:
     else:
         local += local_runs(manifest, urls, indices, args, cold=True)
 
-    http: list[dict[str, Any]] = []
+    remote: list[dict[str, Any]] = []
     if not args.no_http:
+        networks = [("localhost", 0.0, 0.0), ("object store", args.store_latency_ms, args.store_per_conn_mbps)]
         with tempfile.TemporaryDirectory(dir=args.workdir) as scratch:
             http_indices = order[: args.http_samples].tolist()
-            http = http_runs(manifest, http_indices, args, scratch, network="localhost", latency_ms=0, per_conn_mbps=0)
-            http += http_runs(
-                manifest,
-                http_indices,
-                args,
-                scratch,
-                network="object store",
-                latency_ms=args.store_latency_ms,
-                per_conn_mbps=args.store_per_conn_mbps,
-            )
+            for scheme in args.schemes:
+                for network, latency_ms, per_conn_mbps in networks:
+                    remote += remote_runs(manifest, http_indices, args, scratch, scheme=scheme, network=network,
+                                          latency_ms=latency_ms, per_conn_mbps=per_conn_mbps)
 
     record = {
         "machine": machine(),
@@ -578,15 +710,17 @@ def main(argv: list[str] | None = None) -> int:
             "http_samples": args.http_samples,
             "workers": args.workers,
             "repeats": args.repeats,
+            "remote_repeats": args.remote_repeats,
             "batch_size": args.batch_size,
             "window_shards": args.window_shards,
             "store_latency_ms": args.store_latency_ms,
             "store_per_conn_mbps": args.store_per_conn_mbps,
+            "schemes": [] if args.no_http else args.schemes,
         },
         "num_samples": manifest.num_samples,
         "local": local,
         "cold_skipped": cold_skipped,
-        "http": http,
+        "remote": remote,
         "shuffle_quality": shuffle_quality_rows(),
     }
     table = markdown(record)

@@ -40,8 +40,9 @@ from shardkit.io.manifest import manifest_url, remote_manifest
 from shardkit.io.urls import is_local, local_path
 
 #: Resolved shard and index URLs kept per catalog (a reader touches a few
-#: shards at a time; resolving one again costs microseconds).
-URL_CACHE_SIZE = 4096
+#: shards at a time; resolving one again costs ~10 us; a random reader keeps
+#: the URLs of the shards it holds open with them). ~0.5 KB an entry.
+URL_CACHE_SIZE = 256
 
 
 class ShardCatalog:

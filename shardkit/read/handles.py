@@ -166,6 +166,9 @@ class LocalShard(HeldShard):
         except BaseException:
             self.close()
             raise
+        # Opened and checked: from here on only messages name them, as plain
+        # strings (a ConfinedPath carries a dict of the roots it was checked against).
+        self.url, self.index_path = str(url), str(index_path)
         self._expected_size = shard_bytes
         self._bounds_at = layout.bounds_at
         self._checksums_at = layout.checksums_at

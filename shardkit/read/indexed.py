@@ -58,6 +58,7 @@ from shardkit.format.compression import MAGIC_BYTES, compression_from_name, dete
 from shardkit.format.index import OffsetIndex
 from shardkit.format.manifest import Manifest
 from shardkit.format.span import parse_span
+from shardkit.format.tar import RawSample
 from shardkit.io.base import SourceOptions
 from shardkit.io.index import fetch_offset_index
 from shardkit.io.local import LocalFile
@@ -285,7 +286,7 @@ class IndexedDataset(Dataset):
     def __getitem__(self, index: int) -> Any:
         global_index, shard, position = self._locate(index)
         try:
-            raw = self._read(shard, position)
+            raw, url = self._read(shard, position)
         except FAULTS as exc:
             if self._on_error == "raise":
                 raise
@@ -295,7 +296,7 @@ class IndexedDataset(Dataset):
         sample["__index__"] = global_index
         if self._decoder is not None:
             try:
-                sample = self._decoder(sample, path=self.shard_url(shard))
+                sample = self._decoder(sample, path=url)
             except Exception as exc:
                 if self._on_error == "raise" or not undecodable(exc):
                     raise
@@ -303,7 +304,7 @@ class IndexedDataset(Dataset):
         try:
             return sample if self._map is None else self._map(sample)
         except MemberTooLargeError as exc:  # a data fault, like corruption
-            error = exc if exc.path is not None else exc.located(path=self.shard_url(shard), member=exc.member)
+            error = exc if exc.path is not None else exc.located(path=url, member=exc.member)
             if self._on_error == "raise":
                 raise error from None
             return self._skip(shard, global_index, error)
@@ -359,7 +360,8 @@ class IndexedDataset(Dataset):
         images)."""
         return collate_samples([sample for sample in batch if sample is not None])
 
-    def _read(self, shard: int, position: int):
+    def _read(self, shard: int, position: int) -> tuple[RawSample, str]:
+        """Sample ``position`` of shard ``shard``, and the shard's path or URL."""
         try:
             held = self._hold(shard)
             try:
@@ -368,7 +370,8 @@ class IndexedDataset(Dataset):
                 data = held.read_at(start, end - start)
             finally:
                 self._let_go(held)
-            return parse_span(data, start=start, path=held.url, checksums=None if checksum is None else (checksum,))
+            raw = parse_span(data, start=start, path=held.url, checksums=None if checksum is None else (checksum,))
+            return raw, held.url
         except CorruptShardError:
             self._check_compressed(self.shard_url(shard))
             raise
