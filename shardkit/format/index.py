@@ -231,8 +231,8 @@ def check_bounds(
         rising = bounds[1:] > bounds[:-1]
         if bounds[-1] >= 1 << 62 or not rising.all():
             raise corrupt_index(path, "boundaries do not rise", at=int(np.argmin(rising)) + 1)
-        off_block = bounds & np.uint64(_BLOCK - 1)
-        if off_block.any():
+        if int(np.bitwise_or.reduce(bounds)) & (_BLOCK - 1):  # no temporary array; the entry found on failure
+            off_block = bounds & np.uint64(_BLOCK - 1)
             raise corrupt_index(path, "a boundary is not on a 512-byte tar block", at=int(np.argmax(off_block != 0)))
     if shard_bytes is not None and int(bounds[-1]) + _END_MARKER_BYTES > shard_bytes:
         raise corrupt_index(

@@ -9,9 +9,10 @@ import resource
 
 import numpy as np
 import pytest
+import torch
 
 import shardkit.read.handles
-from shardkit.errors import CorruptShardError
+from shardkit.errors import CorruptShardError, UsageError
 from shardkit.format.index import encode_index
 from shardkit.read.handles import (
     MAX_OPEN_SHARDS,
@@ -120,3 +121,38 @@ def test_a_crafted_index_is_refused_before_any_read_of_its_shard(make_shards, cr
             ds[3]
         assert not any(path.endswith("shard-000001.tar") for path in _open_shard_files(folder))  # never opened
     assert ds[4]["__index__"] == 4
+
+
+def _no_opens(_worker_id: int) -> None:
+    """A worker that may not open a shard itself."""
+
+    def refuse(path, **kwargs):
+        raise AssertionError(f"a worker opened {path}")
+
+    shardkit.read.handles.open_local_index = refuse
+
+
+@pytest.mark.parametrize("opened", [True, False], ids=["open_shards", "lazily"])
+def test_forked_workers_read_the_shards_opened_before_them(many, opened):
+    ds = IndexedDataset(many)
+    if opened:
+        assert ds.open_shards() is ds and len(ds._held) == NUM_SHARDS
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=16, sampler=torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0)),
+        num_workers=2, multiprocessing_context="fork", worker_init_fn=_no_opens, collate_fn=list,
+    )  # fmt: skip
+    if not opened:
+        try:
+            next(iter(loader))
+        except AssertionError as exc:
+            message = str(exc)
+            exc.__traceback__ = None  # its frames hold the loader: its workers stop now, not in a later gc
+        assert "a worker opened" in message
+        return
+    got = [sample["__index__"] for batch in loader for sample in batch]
+    assert sorted(got) == list(range(len(ds)))
+
+
+def test_open_shards_refuses_more_shards_than_a_process_holds(many):
+    with pytest.raises(UsageError, match=rf"has {NUM_SHARDS} shards, more than the 8 a process holds open"):
+        IndexedDataset(many, max_open_shards=MIN_OPEN_SHARDS).open_shards()
