@@ -18,6 +18,7 @@ def test_seed_data_gives_every_tool_the_same_samples_and_a_report(tmp_path):
     samples = {tool: seed_access.open_tool(tool, paths, 20_000)[index] for tool in seed_access.TOOLS}
     assert samples["sqlite"] == {"__key__": key, "txt": caption, "cls": label}
     assert samples["shardkit"]["__key__"] == key and samples["shardkit"]["txt"] == caption.encode()
+    assert samples["shardkit-open"] == samples["shardkit"]
     assert samples["wids"]["__key__"] == key and samples["wids"][".txt"].getvalue() == caption.encode()
     assert seed_access.ensure_seed_data(str(tmp_path), 20_000)["build_s"] == paths["build_s"]  # reused
 
@@ -39,7 +40,8 @@ def test_seed_data_gives_every_tool_the_same_samples_and_a_report(tmp_path):
         "targets": seed_access.targets(cells),
     }
     assert [t["what"] for t in record["targets"]] == [
-        "time, 5e+06 samples, 0 workers", "private memory, 5e+06 samples, 0 workers"]
+        "time, 5e+06 samples, 0 workers", "private memory, 5e+06 samples, 0 workers",
+        "time, 5e+06 samples, 0 workers, open_shards()", "private memory, 5e+06 samples, 0 workers, open_shards()"]
     table = seed_access.markdown(record)
     assert "| 5,000,000 | 500 | 0 |" in table and "abc1234" in table
     seed_access.plot(record, str(tmp_path / "seed.png"))
