@@ -163,18 +163,29 @@ def webdataset_dataset(urls: list[str]) -> Any:
     return wds.WebDataset(urls, shardshuffle=False, empty_check=False)
 
 
-_wds_clients: dict[int, Any] = {}
+_wds_clients: dict[tuple[int, str | None], Any] = {}
+
+
+def boto3_s3_client() -> Any:
+    """A boto3 S3 client of this process, made on first use from boto3's own
+    configuration (``AWS_ENDPOINT_URL`` and the credentials in the
+    environment): what webdataset's and wids' s3:// handlers here share;
+    one per endpoint, and never across a fork (a client's connection pool
+    is not)."""
+    import boto3
+
+    key = (os.getpid(), os.environ.get("AWS_ENDPOINT_URL"))
+    client = _wds_clients.get(key)
+    if client is None:
+        client = _wds_clients[key] = boto3.session.Session().client("s3")
+    return client
 
 
 def open_s3_with_boto3(url: str, mode: str = "rb", bufsize: int = 8192) -> Any:
     """webdataset's opener for ``s3://`` in the ``webdataset_boto3`` runs:
     GetObject's streaming body, one boto3 client per process (what a user
     registers in ``webdataset.gopen.gopen_schemes`` instead of a CLI pipe)."""
-    import boto3
-
-    client = _wds_clients.get(os.getpid())
-    if client is None:
-        client = _wds_clients[os.getpid()] = boto3.session.Session().client("s3")
+    client = boto3_s3_client()
     bucket, _, key = url.split("://", 1)[1].partition("/")
     return client.get_object(Bucket=bucket, Key=key)["Body"]
 
