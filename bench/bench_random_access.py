@@ -604,7 +604,7 @@ def seed_main(args: argparse.Namespace) -> int:
     """The seed's scenario (``--seed``): every tool, size and worker count."""
     sizes = [500_000] if args.quick else args.sizes
     workers = [0, 4] if args.quick else args.seed_workers
-    repeat_cells = [] if args.quick else [(5_000_000, max(workers))]
+    repeat_cells = [] if args.quick else [(5_000_000, max(workers)), (50_000_000, max(workers))]
 
     load_before = os.getloadavg()
     measured = seed_access.measure(

@@ -180,7 +180,7 @@ def import_tool(tool: str) -> None:
     if tool == "wids":
         import wids  # noqa: F401
     elif tool in SHARDKIT_TOOLS:
-        import shardkit  # noqa: F401
+        from shardkit import IndexedDataset  # noqa: F401 - shardkit imports its parts as they are named
 
 
 def open_tool(tool: str, paths: dict[str, Any], num_samples: int) -> Any:
