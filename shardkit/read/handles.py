@@ -7,9 +7,9 @@ checked once when opened.
 * A local shard (:class:`LocalShard`) is two descriptors, the shard and its
   index file, and a few integers: each read is one ``pread`` of the
   sample's two boundaries in the index and one of its bytes. Nothing of the
-  index is copied or mapped, so a held shard costs the process about 200
-  bytes, whatever its sample count; the pages read sit in the page cache,
-  shared by every process.
+  index is copied or mapped, so a held shard costs the process about 600
+  bytes (its table entry included), whatever its sample count; the pages
+  read sit in the page cache, shared by every process.
 * A remote shard (:class:`RemoteShard`) is its fetched index in memory and
   its open connection (see :mod:`shardkit.io`).
 
