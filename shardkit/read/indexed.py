@@ -15,9 +15,10 @@ sample's byte range up in the shard's offset index (see
   cache in a background thread (as the streaming reader caches whole
   shards); once it is there, reads are ``pread`` s of the cached file.
 
-Each read is one :meth:`~shardkit.io.base.ByteSource.read_at` of the
-shard's source (see :mod:`shardkit.io.base`), which returns exactly the
-bytes asked for or raises, naming the shard and the range.
+Each read is one ``read_at`` of the held shard (see :mod:`.handles`; for a
+remote one, :meth:`~shardkit.io.base.ByteSource.read_at` of its source),
+which returns exactly the bytes asked for or raises, naming the shard and
+the range.
 
 The bytes must hold exactly one sample, which
 :func:`~shardkit.format.span.parse_span` parses, checking tar structure.
