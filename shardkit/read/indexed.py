@@ -47,6 +47,7 @@ import logging
 import operator
 import os
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -88,6 +89,19 @@ Sample = dict[str, Any]
 #: Faulty shards a process remembers having logged (least recently faulty
 #: forgotten first), so a damaged shard gives one warning, not one a sample.
 MAX_FAULTY_SHARDS_REMEMBERED = 1024
+
+#: Datasets whose local shards this process opens before it first forks
+#: (see :meth:`IndexedDataset.open_shards`); weak, so a dataset is not kept alive by it.
+_OPEN_BEFORE_FORK: weakref.WeakSet[IndexedDataset] = weakref.WeakSet()
+
+
+def _open_before_fork() -> None:
+    for dataset in list(_OPEN_BEFORE_FORK):
+        dataset._open_ahead()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_open_before_fork)
 
 
 def compression_of(url: str, head: bytes | None = None) -> str | None:
@@ -208,6 +222,7 @@ class IndexedDataset(Dataset):
         self._counters = SharedCounters()
         self._derive_arrays()
         self._reset_handles()
+        _OPEN_BEFORE_FORK.add(self)
 
     def _derive_arrays(self) -> None:
         # Derived from the catalog in each process, never pickled.
@@ -401,6 +416,7 @@ class IndexedDataset(Dataset):
         self._lock = threading.Lock()  # guards _held and each held shard's readers
         self._pool: ThreadPoolExecutor | None = None
         self._faulty_shards = RecentTable(MAX_FAULTY_SHARDS_REMEMBERED)  # shards whose first fault was logged
+        self._opened_ahead = False  # this process opened its shards before forking (or found it could not)
 
     def _check_process(self) -> None:
         # A forked worker inherits the parent's table. It keeps the local
@@ -467,12 +483,16 @@ class IndexedDataset(Dataset):
         """Open every shard now, in this process: its file and its offset
         index, checked, as a first read of it would. Returns the dataset.
 
-        DataLoader workers started by ``fork`` (Linux's default) afterwards
-        inherit them: reading at random, each worker would otherwise open
-        and check every shard itself on its first read of it (16 workers over
-        5,000 shards: 80,000 opens, most of their work). Costs about 75 µs and
-        two descriptors a shard, once. Spawned workers open shards as they
-        need them.
+        A process does this on its own before it first forks (the
+        DataLoader starting its workers with ``fork``, Linux's default up
+        to Python 3.13), when every shard is local and they fit in
+        ``max_open_shards``: the workers inherit the open shards, where
+        each would otherwise open and check every shard itself on its first
+        read of it (16 workers over 5,000 shards: 80,000 opens, most of
+        their work). It costs about 75 µs and two descriptors a shard, once.
+        Workers started by ``spawn`` or ``forkserver`` open shards as they
+        need them. Call this to open them at a time of your choosing, or to
+        have their faults raised here.
 
         Raises:
             UsageError: The dataset has more shards than a process holds
@@ -482,6 +502,7 @@ class IndexedDataset(Dataset):
                 read would raise.
         """
         self._check_process()
+        self._opened_ahead = True
         if self.num_shards > self._held.limit:
             raise UsageError(
                 f"open_shards(): the dataset has {self.num_shards} shards, more than the {self._held.limit} a "
@@ -495,6 +516,23 @@ class IndexedDataset(Dataset):
             self._let_go(self._hold(shard))
         return self
 
+    def _open_ahead(self) -> None:
+        """:meth:`open_shards` before this process first forks, when it
+        applies; a shard that fails to open is left to the read that needs
+        it, which raises or skips it as ``on_error`` says."""
+        if self._pid != os.getpid() or self._opened_ahead:
+            return
+        self._opened_ahead = True
+        if self.num_shards > self._held.limit:
+            return
+        for shard in range(self.num_shards):
+            try:
+                if not is_local(self.shard_url(shard)):
+                    return  # remote shards open in each worker
+                self._let_go(self._hold(shard))
+            except (ShardkitError, OSError):
+                continue
+
     def close(self) -> None:
         """Close open files and connections (reopened on the next read)."""
         with self._lock:
@@ -505,7 +543,7 @@ class IndexedDataset(Dataset):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for name in ("_held", "_pid", "_lock", "_pool", "_counts", "_starts", "_faulty_shards"):
+        for name in ("_held", "_pid", "_lock", "_pool", "_counts", "_starts", "_faulty_shards", "_opened_ahead"):
             del state[name]
         return state
 
@@ -513,6 +551,7 @@ class IndexedDataset(Dataset):
         self.__dict__.update(state)
         self._derive_arrays()
         self._reset_handles()
+        _OPEN_BEFORE_FORK.add(self)
 
 
 def _no_offsets(catalog: ShardCatalog) -> UsageError:

@@ -132,25 +132,28 @@ def _no_opens(_worker_id: int) -> None:
     shardkit.read.handles.open_local_index = refuse
 
 
-@pytest.mark.parametrize("opened", [True, False], ids=["open_shards", "lazily"])
-def test_forked_workers_read_the_shards_opened_before_them(many, opened):
-    ds = IndexedDataset(many)
-    if opened:
+@pytest.mark.parametrize("how", ["open_shards", "before_fork", "more_than_held"])
+def test_forked_workers_read_the_shards_the_main_process_opened(many, how):
+    """With open_shards(), or on its own before the DataLoader forks, the
+    main process opens every shard and the workers open none; with more
+    shards than a process holds, each worker opens what it reads."""
+    ds = IndexedDataset(many, max_open_shards=NUM_SHARDS // 2 if how == "more_than_held" else None)
+    if how == "open_shards":
         assert ds.open_shards() is ds and len(ds._held) == NUM_SHARDS
     loader = torch.utils.data.DataLoader(
         ds, batch_size=16, sampler=torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0)),
         num_workers=2, multiprocessing_context="fork", worker_init_fn=_no_opens, collate_fn=list,
     )  # fmt: skip
-    if not opened:
+    if how == "more_than_held":
         try:
             next(iter(loader))
         except AssertionError as exc:
             message = str(exc)
             exc.__traceback__ = None  # its frames hold the loader: its workers stop now, not in a later gc
-        assert "a worker opened" in message
+        assert "a worker opened" in message and len(ds._held) == 0
         return
     got = [sample["__index__"] for batch in loader for sample in batch]
-    assert sorted(got) == list(range(len(ds)))
+    assert sorted(got) == list(range(len(ds))) and len(ds._held) == NUM_SHARDS
 
 
 def test_open_shards_refuses_more_shards_than_a_process_holds(many):
