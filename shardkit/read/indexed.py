@@ -97,7 +97,10 @@ _OPEN_BEFORE_FORK: weakref.WeakSet[IndexedDataset] = weakref.WeakSet()
 
 def _open_before_fork() -> None:
     for dataset in list(_OPEN_BEFORE_FORK):
-        dataset._open_ahead()
+        try:
+            dataset._open_ahead()
+        except Exception:  # never a reason for a fork to fail: the shards open as they are read
+            log.debug("opening shards before a fork failed", exc_info=True)
 
 
 if hasattr(os, "register_at_fork"):
