@@ -303,7 +303,11 @@ class IndexedDataset(Dataset):
     # ------------------------------------------------------------ reading
 
     def __getitem__(self, index: int) -> Any:
-        global_index, shard, position = self._locate(index)
+        return self._sample(*self._locate(index))
+
+    def _sample(self, global_index: int, shard: int, position: int) -> Any:
+        """The sample at ``position`` of ``shard`` (number ``global_index``),
+        decoded and mapped, or None when skipped."""
         try:
             raw, url = self._read(shard, position)
         except FAULTS as exc:
@@ -351,24 +355,37 @@ class IndexedDataset(Dataset):
         after another: a ``pread`` and a parse have no wait to overlap, and
         handing them to threads cost more than reading them (29 against 19 µs
         a tiny sample)."""
-        if len(indices) <= 1 or self._reads_alone(indices[0]):
-            return [self[i] for i in indices]
+        located = self._locate_all(indices)
+        if len(located) <= 1 or self._reads_alone(located[0][1]):
+            return [self._sample(*where) for where in located]
         self._check_process()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(
                 max_workers=self._options.max_concurrent_requests, thread_name_prefix="shardkit-indexed"
             )
-        return list(self._pool.map(self.__getitem__, indices))
+        return list(self._pool.map(lambda where: self._sample(*where), located))
 
-    def _reads_alone(self, index: int) -> bool:
-        """Whether a batch starting at sample ``index`` gains nothing from
-        threads: its shard is a local file and no decode or map runs."""
+    def _locate_all(self, indices: Sequence[int]) -> list[tuple[int, int, int]]:
+        """:meth:`_locate` of every index, in one search when they are all
+        integers in range (a tenth of the time one by one); else one by one,
+        the first bad index raising its error."""
+        array = np.asarray(indices) if not isinstance(indices, np.ndarray) else indices
+        starts = self._starts
+        length = int(starts[-1])
+        if array.ndim != 1 or array.dtype.kind not in "iu" or not len(array):
+            return [self._locate(index) for index in indices]
+        array = np.where(array < 0, array + length, array)
+        if int(array.min()) < 0 or int(array.max()) >= length:
+            return [self._locate(index) for index in indices]
+        array = array.astype(np.int64, copy=False)
+        shards = starts.searchsorted(array, "right") - 1
+        return list(zip(array.tolist(), shards.tolist(), (array - starts[shards]).tolist()))
+
+    def _reads_alone(self, shard: int) -> bool:
+        """Whether a batch starting in ``shard`` gains nothing from threads:
+        the shard is a local file and no decode or map runs."""
         if self._decoder is not None or self._map is not None:
             return False
-        try:
-            shard, _ = self.locate(index)
-        except (IndexError, TypeError):
-            return True  # raised again, in order, by the read
         return is_local(self.shard_url(shard))
 
     @staticmethod

@@ -65,6 +65,21 @@ def test_negative_indices_count_from_the_end_and_out_of_range_names_the_length(d
         ds[1.5]
 
 
+@pytest.mark.parametrize(
+    "batch", [[-1, 0, 3], np.array([5, -2, 7], dtype=np.int32), np.array([2, 9], dtype=np.uint64), torch.tensor([4, 1])],
+    ids=["list", "int32", "uint64", "tensor"],
+)
+def test_a_batch_is_located_as_its_indices_one_by_one(dataset, batch):
+    ds = IndexedDataset(dataset)
+    assert ds.__getitems__(batch) == [ds[int(i)] for i in batch]
+
+
+@pytest.mark.parametrize("batch, error", [([0, 10**9, 1], IndexError), ([0, 1.5], TypeError)], ids=["range", "type"])
+def test_a_batch_with_a_bad_index_raises_its_error(dataset, batch, error):
+    with pytest.raises(error, match="out of range for IndexedDataset|must be integers"):
+        IndexedDataset(dataset).__getitems__(batch)
+
+
 def test_decode_and_map_apply_in_order(dataset):
     ds = IndexedDataset(dataset, decode="pil", map=lambda s: (s["__index__"], s["cls"], s["json"]))
     assert ds[8] == (8, (2 * 7 + 1) % 10, {"shard": 2, "i": 1})
