@@ -195,8 +195,10 @@ def read_index_file(fd: int, size: int, *, path: str, max_bytes: int | None = No
     end = offset + count * INDEX_DTYPE.itemsize
     if size < end:
         raise corrupt_index(path, "file shorter than its header says (truncated?)")
-    # Fewer bytes than asked only if the file shrank since: then too few entries.
-    bounds = _checked(np.frombuffer(os.pread(fd, end - offset, offset), dtype=INDEX_DTYPE), path)
+    data = os.pread(fd, end - offset, offset)
+    if len(data) != end - offset:  # the file shrank since it was opened
+        raise corrupt_index(path, "file shorter than its header says (truncated?)")
+    bounds = _checked(np.frombuffer(data, dtype=INDEX_DTYPE), path)
     checksums_at = None
     if size > end:
         n, at = _read_npy_header(os.pread(fd, _MAX_HEADER_BYTES, end), path, CHECKSUM_DTYPE)
