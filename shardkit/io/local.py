@@ -86,20 +86,15 @@ class LocalFile:
         check_range(self.url, offset, size, self.expected_size)
         fd = self._hold()
         try:
-            data = pread_up_to(fd, offset, size)
+            return pread_exactly(fd, self.url, offset, size)
         finally:
             self._let_go()
-        if len(data) != size:
-            raise short_read(self.url, offset, size, offset + len(data))
-        return data
 
     def _hold(self) -> int:
         with self._held_lock:
             if self._held is None:
                 f, _ = self._open(0)
-                if hasattr(os, "posix_fadvise"):
-                    # Random reads are small and scattered: read-ahead would fetch bytes nobody asked for.
-                    os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
+                advise_random(f.fileno())
                 self._held = f
             self._readers += 1
             return self._held.fileno()
@@ -161,6 +156,22 @@ def open_local(path: str, *, expected_size: int | None) -> tuple[int, int]:
         os.close(fd)
         raise size_mismatch(path, size, expected_size)
     return fd, size
+
+
+def advise_random(fd: int) -> None:
+    """Mark an open file for random reads: they are small and scattered, and
+    read-ahead would fetch bytes nobody asked for."""
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+
+
+def pread_exactly(fd: int, url: str, offset: int, size: int) -> bytes:
+    """Bytes ``[offset, offset + size)`` of the open file ``url``, or a
+    :class:`TruncatedShardError` naming where the file ends."""
+    data = pread_up_to(fd, offset, size)
+    if len(data) != size:
+        raise short_read(url, offset, size, offset + len(data))
+    return data
 
 
 def pread_up_to(fd: int, offset: int, size: int) -> bytes:

@@ -29,9 +29,9 @@ from collections import OrderedDict
 from typing import Any
 
 from shardkit.format.index import CHECKSUM_DTYPE, OffsetIndex, corrupt_index
-from shardkit.io.base import ByteSource, check_range, short_read
+from shardkit.io.base import ByteSource, check_range
 from shardkit.io.index import open_local_index
-from shardkit.io.local import open_local, pread_up_to
+from shardkit.io.local import advise_random, open_local, pread_exactly
 
 #: Descriptors a kept shard may hold: its index and its file.
 DESCRIPTORS_PER_SHARD = 2
@@ -160,9 +160,7 @@ class LocalShard(HeldShard):
         self._index_fd, layout = open_local_index(index_path, num_samples=num_samples, shard_bytes=shard_bytes)
         try:
             self._fd, _ = open_local(url, expected_size=shard_bytes)
-            if hasattr(os, "posix_fadvise"):
-                # Random reads are small and scattered: read-ahead would fetch bytes nobody asked for.
-                os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
+            advise_random(self._fd)
         except BaseException:
             self.close()
             raise
@@ -190,10 +188,7 @@ class LocalShard(HeldShard):
 
     def read_at(self, offset: int, size: int) -> bytes:
         check_range(self.url, offset, size, self._expected_size)
-        data = pread_up_to(self._fd, offset, size)
-        if len(data) != size:
-            raise short_read(self.url, offset, size, offset + len(data))
-        return data
+        return pread_exactly(self._fd, self.url, offset, size)
 
     def close(self, _close: Any = os.close) -> None:  # bound early: __del__ may run as the interpreter exits
         for name in ("_fd", "_index_fd"):
