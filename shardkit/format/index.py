@@ -115,17 +115,12 @@ def decode_offset_index(data: bytes, *, path: str = "<index>") -> OffsetIndex:
     Raises:
         CorruptShardError: ``data`` is not a valid index (naming ``path``).
     """
-    count, offset = _read_npy_header(data, path, INDEX_DTYPE)
-    end = offset + count * INDEX_DTYPE.itemsize
-    if len(data) < end:
-        raise corrupt_index(path, "data shorter than its header says (truncated?)")
+    count, offset, end = _bounds_place(data, len(data), path, "data")
     bounds = _checked(np.frombuffer(data, dtype=INDEX_DTYPE, count=count, offset=offset), path)
     checksums = None
     if len(data) > end:
-        n, at = _read_npy_header(data[end : end + _MAX_HEADER_BYTES], path, CHECKSUM_DTYPE)
-        if n != count - 1 or len(data) < end + at + n * CHECKSUM_DTYPE.itemsize:
-            raise _bad_checksums(path, n, count - 1)
-        checksums = np.frombuffer(data, dtype=CHECKSUM_DTYPE, count=n, offset=end + at)
+        n, at = _checksums_place(data[end : end + _MAX_HEADER_BYTES], len(data), end, count, path)
+        checksums = np.frombuffer(data, dtype=CHECKSUM_DTYPE, count=n, offset=at)
     return OffsetIndex(bounds, checksums)
 
 
@@ -147,21 +142,15 @@ def load_offset_index(path: str, *, max_bytes: int | None = None) -> OffsetIndex
     with f:  # mapped through the file checked above, not by opening the path again
         if max_bytes is not None and size > max_bytes:
             raise too_long(path, max_bytes)
-        head = f.read(_MAX_HEADER_BYTES)
-        count, offset = _read_npy_header(head, path, INDEX_DTYPE)
-        end = offset + count * INDEX_DTYPE.itemsize
-        if size < end:
-            raise corrupt_index(path, "file shorter than its header says (truncated?)")
+        count, offset, end = _bounds_place(f.read(_MAX_HEADER_BYTES), size, path, "file")
         # One mapping of the whole file (one descriptor, which the mapping
         # keeps), both arrays plain read-only views of it.
         mapped = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
         bounds = _checked(np.frombuffer(mapped, dtype=INDEX_DTYPE, count=count, offset=offset), path)
         checksums = None
         if size > end:
-            n, at = _read_npy_header(mapped[end : end + _MAX_HEADER_BYTES], path, CHECKSUM_DTYPE)
-            if n != count - 1 or size < end + at + n * CHECKSUM_DTYPE.itemsize:
-                raise _bad_checksums(path, n, count - 1)
-            checksums = np.frombuffer(mapped, dtype=CHECKSUM_DTYPE, count=n, offset=end + at) if n else None
+            n, at = _checksums_place(mapped[end : end + _MAX_HEADER_BYTES], size, end, count, path)
+            checksums = np.frombuffer(mapped, dtype=CHECKSUM_DTYPE, count=n, offset=at) if n else None
     return OffsetIndex(bounds, checksums)
 
 
@@ -191,21 +180,36 @@ def read_index_file(fd: int, size: int, *, path: str, max_bytes: int | None = No
     """
     if max_bytes is not None and size > max_bytes:
         raise too_long(path, max_bytes)
-    count, offset = _read_npy_header(os.pread(fd, _MAX_HEADER_BYTES, 0), path, INDEX_DTYPE)
-    end = offset + count * INDEX_DTYPE.itemsize
-    if size < end:
-        raise corrupt_index(path, "file shorter than its header says (truncated?)")
+    _, offset, end = _bounds_place(os.pread(fd, _MAX_HEADER_BYTES, 0), size, path, "file")
     data = os.pread(fd, end - offset, offset)
     if len(data) != end - offset:  # the file shrank since it was opened
         raise corrupt_index(path, "file shorter than its header says (truncated?)")
     bounds = _checked(np.frombuffer(data, dtype=INDEX_DTYPE), path)
     checksums_at = None
     if size > end:
-        n, at = _read_npy_header(os.pread(fd, _MAX_HEADER_BYTES, end), path, CHECKSUM_DTYPE)
-        if n != count - 1 or size < end + at + n * CHECKSUM_DTYPE.itemsize:
-            raise _bad_checksums(path, n, count - 1)
-        checksums_at = end + at if n else None
+        n, at = _checksums_place(os.pread(fd, _MAX_HEADER_BYTES, end), size, end, len(bounds), path)
+        checksums_at = at if n else None
     return bounds, IndexLayout(offset, checksums_at)
+
+
+def _bounds_place(head: bytes, size: int, path: str, what: str) -> tuple[int, int, int]:
+    """``(count, offset, end)`` of the boundary array of an index of
+    ``size`` bytes beginning with ``head``; ``what`` (``"file"``,
+    ``"data"``) names it when it is shorter than its header says."""
+    count, offset = _read_npy_header(head, path, INDEX_DTYPE)
+    end = offset + count * INDEX_DTYPE.itemsize
+    if size < end:
+        raise corrupt_index(path, f"{what} shorter than its header says (truncated?)")
+    return count, offset, end
+
+
+def _checksums_place(head: bytes, size: int, end: int, count: int, path: str) -> tuple[int, int]:
+    """``(count, offset)`` of the checksum array whose header ``head``
+    starts at ``end``, one checksum for each of the ``count - 1`` samples."""
+    n, at = _read_npy_header(head, path, CHECKSUM_DTYPE)
+    if n != count - 1 or size < end + at + n * CHECKSUM_DTYPE.itemsize:
+        raise _bad_checksums(path, n, count - 1)
+    return n, end + at
 
 
 def too_long(path: str, max_bytes: int) -> CorruptShardError:
