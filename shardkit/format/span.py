@@ -18,22 +18,28 @@ bookkeeping, which is most of a tiny sample's read.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import struct
+from collections.abc import Callable, Sequence
 
 from shardkit.format.tar import RawSample, SampleParser, split_key
 from shardkit.format.ustar import BLOCK_SIZE, byte_sum
 
-_PLAIN_TYPES = (ord("0"), 0)  # a regular file, as tar writers old and new mark it
-_OCTAL = b"01234567"
+_PLAIN_TYPES = (b"0", b"\x00")  # a regular file, as tar writers old and new mark it
+#: A ustar header's name, size, checksum, type flag, magic (without its
+#: terminator) and the first byte of its prefix field.
+_HEADER_FIELDS = struct.Struct("100s24x12s12x8sc100x5s83xc")
 
 
-def parse_span(data: bytes, *, start: int, path: str, checksums: Sequence[int] | None = None) -> RawSample:
+def parse_span(
+    data: bytes, *, start: int, path: str | Callable[[], str], checksums: Sequence[int] | None = None
+) -> RawSample:
     """The one sample ``data`` holds, which must fill it exactly.
 
     Args:
         data: The bytes of the span ``[start, start + len(data))`` of a shard.
         start: Where ``data`` begins in the shard (for offsets in errors).
-        path: The shard, for errors.
+        path: The shard, for errors; or a function that names it, called
+            only when the full parser is needed.
         checksums: The sample's stored checksum (a one-item sequence), to check.
 
     Raises:
@@ -45,7 +51,7 @@ def parse_span(data: bytes, *, start: int, path: str, checksums: Sequence[int] |
     if sample is not None:
         return sample
     end = start + len(data)
-    parser = SampleParser(path=path, base_offset=start, bounds=(start, end), checksums=checksums)
+    parser = SampleParser(path=path if isinstance(path, str) else path(), base_offset=start, bounds=(start, end), checksums=checksums)
     samples = parser.feed(data)
     samples += parser.finish(expect_end_marker=False)
     return samples[0]
@@ -61,21 +67,25 @@ def _plain_sample(data: bytes, start: int) -> RawSample | None:
     while pos < total:
         if total - pos < BLOCK_SIZE:
             return None
-        header = data[pos : pos + BLOCK_SIZE]
-        if header[156] not in _PLAIN_TYPES or (header[257:262] == b"ustar" and header[345]):
+        name, size_field, stored, kind, magic, prefix = _HEADER_FIELDS.unpack_from(data, pos)
+        if kind not in _PLAIN_TYPES or (prefix != b"\x00" and magic == b"ustar"):
             return None
-        stored = header[148:156]
         digits = stored.split(b"\x00", 1)[0].strip()
-        if not digits or digits.strip(_OCTAL) or byte_sum(header) - sum(stored) + 256 != int(digits, 8):
+        size_digits = size_field.split(b"\x00", 1)[0].strip(b" ")
+        # isdigit: ASCII digits only, so int() sees no sign, space, "_" or "0o"; it refuses 8 and 9.
+        if not (digits.isdigit() and size_digits.isdigit()):
             return None
-        size_digits = header[124:136].split(b"\x00", 1)[0].strip(b" ")
-        if not size_digits or size_digits.strip(_OCTAL):
+        try:
+            checksum, size = int(digits, 8), int(size_digits, 8)
+        except ValueError:
+            return None
+        if byte_sum(data[pos : pos + BLOCK_SIZE]) - sum(stored) + 256 != checksum:
             return None
         data_start = pos + BLOCK_SIZE
-        data_end = data_start + int(size_digits, 8)
+        data_end = data_start + size
         if data_end > total:
             return None
-        parts = split_key(header[:100].split(b"\x00", 1)[0].decode("utf-8", "surrogateescape"))
+        parts = split_key(name.split(b"\x00", 1)[0].decode("utf-8", "surrogateescape"))
         if parts is None:
             return None
         member_key, ext = parts

@@ -7,9 +7,9 @@ checked once when opened.
 * A local shard (:class:`LocalShard`) is two descriptors, the shard and its
   index file, and a few integers: each read is one ``pread`` of the
   sample's two boundaries in the index and one of its bytes. Nothing of the
-  index is copied or mapped, so a held shard costs the process about 600
-  bytes (its table entry included), whatever its sample count; the pages
-  read sit in the page cache, shared by every process.
+  index is copied or mapped, nor its paths kept, so a held shard costs the
+  process about 300 bytes (its table entry included), whatever its sample
+  count; the pages read sit in the page cache, shared by every process.
 * A remote shard (:class:`RemoteShard`) is its fetched index in memory and
   its open connection (see :mod:`shardkit.io`).
 
@@ -26,12 +26,12 @@ import os
 import resource
 import struct
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Callable
 
 from shardkit.format.index import CHECKSUM_DTYPE, OffsetIndex, corrupt_index
-from shardkit.io.base import ByteSource, check_range
+from shardkit.io.base import ByteSource, short_read
 from shardkit.io.index import open_local_index
-from shardkit.io.local import advise_random, open_local, pread_exactly
+from shardkit.io.local import advise_random, open_local, pread_up_to
 
 #: Descriptors a kept shard may hold: its index and its file.
 DESCRIPTORS_PER_SHARD = 2
@@ -119,15 +119,19 @@ class HeldShard:
     closed (and reused by another file) under a ``pread``.
     """
 
-    __slots__ = ("url", "readers", "dropped")
+    __slots__ = ("readers", "dropped")
 
     #: Bytes of memory the shard holds, for the table's byte budget.
     weight = 0
 
-    def __init__(self, url: str):
-        self.url = url
+    def __init__(self) -> None:
         self.readers = 0
         self.dropped = False
+
+    @property
+    def url(self) -> str:
+        """The shard's path or URL."""
+        raise NotImplementedError
 
     def span(self, position: int) -> tuple[int, int]:
         """``(start, end)`` of sample ``position`` in the shard."""
@@ -144,18 +148,39 @@ class HeldShard:
         raise NotImplementedError
 
 
+#: Where a reader's shard number ``n`` and its offset index lie on disk: ``paths(n) -> (shard, index)``.
+ShardPaths = Callable[[int], tuple[str, str]]
+
 _TWO_BOUNDS = struct.Struct("<QQ")
 _ONE_CHECKSUM = struct.Struct("<I")
 
 
 class LocalShard(HeldShard):
-    """A local shard: its file and its index file open (see the module docstring)."""
+    """Local shard number ``shard``: its file ``url`` and its index file
+    open (see the module docstring).
 
-    __slots__ = ("index_path", "_fd", "_index_fd", "_expected_size", "_bounds_at", "_checksums_at")
+    It keeps no path: ``paths`` (shared by every shard of a reader) names
+    the two files again for a message. With ``checksums=False`` it has none to
+    give (:meth:`checksum` is None), as a reader that checks none needs.
+    A read past the file's end (a file cut short) is a
+    :class:`~shardkit.errors.TruncatedShardError` naming where it ends.
+    """
 
-    def __init__(self, url: str, index_path: str, *, num_samples: int, shard_bytes: int | None):
-        super().__init__(url)
-        self.index_path = index_path
+    __slots__ = ("_paths", "_shard", "_fd", "_index_fd", "_bounds_at", "_checksums_at")
+
+    def __init__(
+        self,
+        url: str,
+        index_path: str,
+        *,
+        paths: ShardPaths,
+        shard: int,
+        num_samples: int,
+        shard_bytes: int | None,
+        checksums: bool = True,
+    ):
+        super().__init__()
+        self._paths, self._shard = paths, shard
         self._index_fd = self._fd = -1
         self._index_fd, layout = open_local_index(index_path, num_samples=num_samples, shard_bytes=shard_bytes)
         try:
@@ -164,12 +189,17 @@ class LocalShard(HeldShard):
         except BaseException:
             self.close()
             raise
-        # Opened and checked: from here on only messages name them, as plain
-        # strings (a ConfinedPath carries a dict of the roots it was checked against).
-        self.url, self.index_path = str(url), str(index_path)
-        self._expected_size = shard_bytes
         self._bounds_at = layout.bounds_at
-        self._checksums_at = layout.checksums_at
+        self._checksums_at = layout.checksums_at if checksums else None
+
+    @property
+    def url(self) -> str:
+        return self._paths(self._shard)[0]
+
+    @property
+    def index_path(self) -> str:
+        """The shard's offset index file."""
+        return self._paths(self._shard)[1]
 
     def span(self, position: int) -> tuple[int, int]:
         raw = os.pread(self._index_fd, _TWO_BOUNDS.size, self._bounds_at + 8 * position)
@@ -187,8 +217,10 @@ class LocalShard(HeldShard):
         return _ONE_CHECKSUM.unpack(raw)[0]
 
     def read_at(self, offset: int, size: int) -> bytes:
-        check_range(self.url, offset, size, self._expected_size)
-        return pread_exactly(self._fd, self.url, offset, size)
+        data = pread_up_to(self._fd, offset, size)
+        if len(data) != size:
+            raise short_read(self.url, offset, size, offset + len(data))
+        return data
 
     def close(self, _close: Any = os.close) -> None:  # bound early: __del__ may run as the interpreter exits
         for name in ("_fd", "_index_fd"):
@@ -204,12 +236,17 @@ class LocalShard(HeldShard):
 class RemoteShard(HeldShard):
     """A remote shard: its index, fetched and checked, and its open source."""
 
-    __slots__ = ("index", "source")
+    __slots__ = ("_url", "index", "source")
 
     def __init__(self, url: str, index: OffsetIndex, source: ByteSource):
-        super().__init__(url)
+        super().__init__()
+        self._url = url
         self.index = index
         self.source = source
+
+    @property
+    def url(self) -> str:
+        return self._url
 
     @property
     def weight(self) -> int:  # type: ignore[override]
@@ -237,6 +274,7 @@ __all__ = [
     "LocalShard",
     "RecentTable",
     "RemoteShard",
+    "ShardPaths",
     "open_shard_limit",
     "shards_for_descriptors",
 ]

@@ -231,6 +231,7 @@ class IndexedDataset(Dataset):
         # Derived from the catalog in each process, never pickled.
         self._counts = self._catalog.counts
         self._starts = self._catalog.starts
+        self._local_paths = _LocalPaths(self._catalog)  # one for every held shard
 
     # ------------------------------------------------------------ properties
 
@@ -309,7 +310,7 @@ class IndexedDataset(Dataset):
         """The sample at ``position`` of ``shard`` (number ``global_index``),
         decoded and mapped, or None when skipped."""
         try:
-            raw, url = self._read(shard, position)
+            raw = self._read(shard, position)
         except FAULTS as exc:
             if self._on_error == "raise":
                 raise
@@ -319,7 +320,7 @@ class IndexedDataset(Dataset):
         sample["__index__"] = global_index
         if self._decoder is not None:
             try:
-                sample = self._decoder(sample, path=url)
+                sample = self._decoder(sample, path=self.shard_url(shard))
             except Exception as exc:
                 if self._on_error == "raise" or not undecodable(exc):
                     raise
@@ -327,7 +328,7 @@ class IndexedDataset(Dataset):
         try:
             return sample if self._map is None else self._map(sample)
         except MemberTooLargeError as exc:  # a data fault, like corruption
-            error = exc if exc.path is not None else exc.located(path=url, member=exc.member)
+            error = exc if exc.path is not None else exc.located(path=self.shard_url(shard), member=exc.member)
             if self._on_error == "raise":
                 raise error from None
             return self._skip(shard, global_index, error)
@@ -396,8 +397,8 @@ class IndexedDataset(Dataset):
         images)."""
         return collate_samples([sample for sample in batch if sample is not None])
 
-    def _read(self, shard: int, position: int) -> tuple[RawSample, str]:
-        """Sample ``position`` of shard ``shard``, and the shard's path or URL."""
+    def _read(self, shard: int, position: int) -> RawSample:
+        """Sample ``position`` of shard ``shard``."""
         try:
             held = self._hold(shard)
             try:
@@ -406,8 +407,7 @@ class IndexedDataset(Dataset):
                 data = held.read_at(start, end - start)
             finally:
                 self._let_go(held)
-            raw = parse_span(data, start=start, path=held.url, checksums=None if checksum is None else (checksum,))
-            return raw, held.url
+            return parse_span(data, start=start, path=lambda: held.url, checksums=None if checksum is None else (checksum,))
         except CorruptShardError:
             self._check_compressed(self.shard_url(shard))
             raise
@@ -492,7 +492,10 @@ class IndexedDataset(Dataset):
         num_samples = int(self._counts[shard])
         # Each index is checked here, once per process while its shard stays held, never per read.
         if is_local(url) and is_local(index_url):
-            return LocalShard(local_path(url), local_path(index_url), num_samples=num_samples, shard_bytes=num_bytes)
+            return LocalShard(
+                local_path(url), local_path(index_url), paths=self._local_paths, shard=shard,
+                num_samples=num_samples, shard_bytes=num_bytes, checksums=self._verify_checksums,
+            )
         index = fetch_offset_index(index_url, num_samples=num_samples, shard_bytes=num_bytes, options=self._options)
         if not self._verify_checksums:
             index = OffsetIndex(index.bounds)  # a shard held costs its arrays: no unused one
@@ -563,7 +566,8 @@ class IndexedDataset(Dataset):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for name in ("_held", "_pid", "_lock", "_pool", "_counts", "_starts", "_faulty_shards", "_opened_ahead"):
+        for name in ("_held", "_pid", "_lock", "_pool", "_counts", "_starts", "_local_paths", "_faulty_shards",
+                     "_opened_ahead"):
             del state[name]
         return state
 
@@ -572,6 +576,19 @@ class IndexedDataset(Dataset):
         self._derive_arrays()
         self._reset_handles()
         _OPEN_BEFORE_FORK.add(self)
+
+
+class _LocalPaths:
+    """The local paths of a catalog's shard ``n`` and of its index
+    (:data:`~.handles.ShardPaths`), named again rather than kept by each held shard."""
+
+    __slots__ = ("catalog",)
+
+    def __init__(self, catalog: ShardCatalog):
+        self.catalog = catalog
+
+    def __call__(self, shard: int) -> tuple[str, str]:
+        return local_path(self.catalog.url(shard)), local_path(self.catalog.index_url(shard))
 
 
 def _no_offsets(catalog: ShardCatalog) -> UsageError:

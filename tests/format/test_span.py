@@ -72,6 +72,10 @@ SECOND_KEY = TWO + encode_sample("a2", [("txt", b"x")])
 )
 @example(base=TWO, at=156, value=ord("5"), cut=0)  # a directory entry
 @example(base=TWO, at=124, value=ord("9"), cut=0)  # a size that is not octal
+@example(base=TWO, at=125, value=ord("o"), cut=0)  # a size int() would read as "0o..."
+@example(base=TWO, at=124, value=ord("+"), cut=0)  # a signed size
+@example(base=TWO, at=130, value=ord("_"), cut=0)  # a size int() would read with "_" in it
+@example(base=TWO, at=149, value=ord("o"), cut=0)  # a checksum int() would read as "0o..."
 @example(base=TWO, at=0, value=ord("."), cut=0)  # a hidden file: no member
 @example(base=TWO, at=0, value=0, cut=-512)  # the span ends inside the last member's padding
 def test_a_damaged_span_gets_the_full_parsers_answer(base, at, value, cut):
@@ -81,3 +85,30 @@ def test_a_damaged_span_gets_the_full_parsers_answer(base, at, value, cut):
     if not data:
         return
     assert _outcome(lambda: parse_span(data, start=512, path="s.tar")) == _outcome(lambda: full_parse(data, 512))
+
+
+def _with_field(data: bytes, at: int, value: bytes) -> bytes:
+    """``data`` with its first header's bytes at ``at`` replaced and the
+    header's checksum made right again, so only the field's form is wrong."""
+    header = bytearray(data[:512])
+    header[at : at + len(value)] = value
+    header[148:156] = b" " * 8
+    header[148:156] = b"%06o\x00 " % sum(header)
+    return bytes(header) + data[512:]
+
+
+@pytest.mark.parametrize(
+    "at, value",
+    [
+        (124, b"0o000000003"),  # what int(_, 8) reads as a prefix
+        (124, b"+0000000003"),  # a sign
+        (124, b"-0000000003"),
+        (124, b"0000_000003"),  # a digit separator
+        (124, b" 000000003 "),  # spaces around the digits (tar writers pad so)
+        (124, b"00000000009"),  # not octal
+        (156, b"1"),  # a hard link
+    ],
+)
+def test_a_header_with_a_valid_checksum_but_an_odd_field_gets_the_full_parsers_answer(at, value):
+    data = _with_field(TWO, at, value)
+    assert _outcome(lambda: parse_span(data, start=0, path="s.tar")) == _outcome(lambda: full_parse(data, 0))
