@@ -110,8 +110,7 @@ class RecentTable(OrderedDict):
 
 
 class HeldShard:
-    """A shard held open for random reads: where sample ``position`` lies
-    (:meth:`span`), its stored checksum, and its bytes (:meth:`read_at`).
+    """A shard held open for random reads of its samples (:meth:`read`).
 
     ``readers`` counts the reads using it now and ``dropped`` says its table
     let it go; the reader changes both under its table's lock and closes a
@@ -133,15 +132,9 @@ class HeldShard:
         """The shard's path or URL."""
         raise NotImplementedError
 
-    def span(self, position: int) -> tuple[int, int]:
-        """``(start, end)`` of sample ``position`` in the shard."""
-        raise NotImplementedError
-
-    def checksum(self, position: int) -> int | None:
-        """Sample ``position``'s stored checksum, or None when the index has none."""
-        raise NotImplementedError
-
-    def read_at(self, offset: int, size: int) -> bytes:
+    def read(self, position: int) -> tuple[int, bytes, int | None]:
+        """Sample ``position``: where it starts in the shard, its bytes, and
+        its stored checksum (None when the index has none)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -201,26 +194,24 @@ class LocalShard(HeldShard):
         """The shard's offset index file."""
         return self._paths(self._shard)[1]
 
-    def span(self, position: int) -> tuple[int, int]:
+    def read(self, position: int) -> tuple[int, bytes, int | None]:
         raw = os.pread(self._index_fd, _TWO_BOUNDS.size, self._bounds_at + 8 * position)
         start, end = _TWO_BOUNDS.unpack(raw) if len(raw) == _TWO_BOUNDS.size else (0, 0)
         if not start < end:  # checked whole when opened: the file changed since
             raise corrupt_index(self.index_path, "it changed after it was checked", at=position)
-        return start, end
+        size = end - start
+        data = os.pread(self._fd, size, start)
+        if len(data) != size:  # the file ends sooner, or a range past ~2 GiB comes in parts
+            data = pread_up_to(self._fd, start, size)
+            if len(data) != size:
+                raise short_read(self.url, start, size, start + len(data))
+        return start, data, None if self._checksums_at is None else self._checksum(position)
 
-    def checksum(self, position: int) -> int | None:
-        if self._checksums_at is None:
-            return None
+    def _checksum(self, position: int) -> int:
         raw = os.pread(self._index_fd, CHECKSUM_DTYPE.itemsize, self._checksums_at + 4 * position)
         if len(raw) != CHECKSUM_DTYPE.itemsize:
             raise corrupt_index(self.index_path, "it changed after it was checked", at=position)
         return _ONE_CHECKSUM.unpack(raw)[0]
-
-    def read_at(self, offset: int, size: int) -> bytes:
-        data = pread_up_to(self._fd, offset, size)
-        if len(data) != size:
-            raise short_read(self.url, offset, size, offset + len(data))
-        return data
 
     def close(self, _close: Any = os.close) -> None:  # bound early: __del__ may run as the interpreter exits
         for name in ("_fd", "_index_fd"):
@@ -253,16 +244,10 @@ class RemoteShard(HeldShard):
         checksums = self.index.checksums
         return self.index.bounds.nbytes + (0 if checksums is None else checksums.nbytes)
 
-    def span(self, position: int) -> tuple[int, int]:
+    def read(self, position: int) -> tuple[int, bytes, int | None]:
         start, end = self.index.bounds[position : position + 2].tolist()
-        return start, end
-
-    def checksum(self, position: int) -> int | None:
         checksums = self.index.checksums
-        return None if checksums is None else int(checksums[position])
-
-    def read_at(self, offset: int, size: int) -> bytes:
-        return self.source.read_at(offset, size)
+        return start, self.source.read_at(start, end - start), None if checksums is None else int(checksums[position])
 
     def close(self) -> None:
         self.source.close()

@@ -402,9 +402,7 @@ class IndexedDataset(Dataset):
         try:
             held = self._hold(shard)
             try:
-                start, end = held.span(position)
-                checksum = held.checksum(position) if self._verify_checksums else None
-                data = held.read_at(start, end - start)
+                start, data, checksum = held.read(position)
             finally:
                 self._let_go(held)
             return parse_span(data, start=start, path=lambda: held.url, checksums=None if checksum is None else (checksum,))
