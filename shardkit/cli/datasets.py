@@ -171,7 +171,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"shards in:  {shown(m.shards_base)} (indexed by `shardkit index --out`)")
     print(f"source:     {' '.join(shown(m.source[k]) for k in ('format', 'path') if m.source.get(k))}")
     print(f"shards:     {m.num_shards} (samples per shard: min {int(min(counts))}, max {int(max(counts))})")
-    print(f"format:     {m.loaded_version}" + ("" if m.loaded_version == FORMAT_VERSION else
+    print(f"format:     {m.loaded_version}" + ("" if m.loaded_version >= FORMAT_VERSION else
           f" (run `shardkit upgrade {shown(args.dataset)}` to bring it to {FORMAT_VERSION})"))
     print(f"samples:    {m.num_samples}")
     print(f"bytes:      {m.num_bytes} ({human_bytes(m.num_bytes)})")

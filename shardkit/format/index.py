@@ -14,6 +14,16 @@ extension, length and bytes), so a reader that asks for it catches bit rot at
 the sample it hit. ``np.load`` and older shardkit readers read the first
 array and ignore what follows; an index without checksums is still valid.
 
+Since format 1.2 (manifest format 3) a third array may follow the
+checksums: per-sample token counts, ``(num_samples, k)`` little-endian
+``uint32`` (``int64`` when a count does not fit), column ``j`` counting the
+elements of the manifest's ``token_fields[j]`` in each sample (0 where the
+sample lacks it). It is read only when asked for
+(:func:`read_document_tokens`); the first two arrays are where they were,
+so ``np.load`` and older readers read as before. (An older shardkit's
+:func:`max_index_bytes` may find such a file too long: it refuses the
+manifest of format 3 first.)
+
 A local index is memory-mapped (one mapping, one descriptor) so DataLoader workers share the
 page cache instead of each holding a copy; a random reader instead keeps the
 file open and reads the two entries of each sample it reads
@@ -32,17 +42,24 @@ from __future__ import annotations
 import io
 import mmap
 import os
-import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from shardkit.errors import CorruptShardError
 from shardkit.format.location import open_regular
+from shardkit.format.npy import MAX_HEADER_BYTES as _MAX_HEADER_BYTES
+from shardkit.format.npy import parse_npy_header
 
 INDEX_SUFFIX = ".idx"
 INDEX_DTYPE = np.dtype("<u8")
 CHECKSUM_DTYPE = np.dtype("<u4")
+#: Dtypes of the per-sample token counts (the third array): uint32 when
+#: every count fits, else int64.
+TOKEN_DTYPES = (np.dtype("<u4"), np.dtype("<i8"))
+#: Most token fields an index counts (columns of the third array).
+MAX_TOKEN_FIELDS = 4
 _BLOCK = 512
 _END_MARKER_BYTES = 2 * _BLOCK
 
@@ -67,11 +84,18 @@ def corrupt_index(path: str, why: str, *, at: int | None = None) -> CorruptShard
     return CorruptShardError(f"{path}: offset index is corrupt: {why}{where}. {INDEX_ADVICE}", path=path)
 
 
-def max_index_bytes(num_samples: int) -> int:
-    """Most bytes a well-formed index of ``num_samples`` samples takes: two
-    ``.npy`` headers, ``num_samples + 1`` boundaries and ``num_samples``
-    checksums. A reader refuses a longer one before reading it whole."""
-    return 2 * _MAX_HEADER_BYTES + INDEX_DTYPE.itemsize * (num_samples + 1) + CHECKSUM_DTYPE.itemsize * num_samples
+def max_index_bytes(num_samples: int, num_token_fields: int = MAX_TOKEN_FIELDS) -> int:
+    """Most bytes a well-formed index of ``num_samples`` samples takes: three
+    ``.npy`` headers, ``num_samples + 1`` boundaries, ``num_samples``
+    checksums and ``num_samples`` rows of ``num_token_fields`` token counts
+    (int64; by default as many fields as an index may count). A reader
+    refuses a longer one before reading it whole."""
+    return (
+        3 * _MAX_HEADER_BYTES
+        + INDEX_DTYPE.itemsize * (num_samples + 1)
+        + CHECKSUM_DTYPE.itemsize * num_samples
+        + TOKEN_DTYPES[-1].itemsize * num_samples * num_token_fields
+    )
 
 
 def index_path_for(shard_path: str) -> str:
@@ -80,14 +104,39 @@ def index_path_for(shard_path: str) -> str:
     return (root if ext == ".tar" else shard_path) + INDEX_SUFFIX
 
 
-def encode_index(bounds: "np.ndarray | list[int]", checksums: "np.ndarray | list[int] | None" = None) -> bytes:
-    """Serialize sample boundaries (and per-sample checksums) as ``.npy`` bytes."""
+def encode_index(
+    bounds: "np.ndarray | list[int]",
+    checksums: "np.ndarray | list[int] | None" = None,
+    tokens: np.ndarray | None = None,
+) -> bytes:
+    """Serialize sample boundaries (and per-sample checksums, and after them
+    per-sample token counts) as ``.npy`` bytes.
+
+    Args:
+        bounds: ``num_samples + 1`` sample boundaries.
+        checksums: ``num_samples`` CRC-32s, or None.
+        tokens: A ``(num_samples, k)`` array of token counts (k from 1 to
+            :data:`MAX_TOKEN_FIELDS`), stored as uint32 when every count
+            fits, else int64; None (or k = 0) stores none. Needs ``checksums``.
+
+    Raises:
+        ValueError: Arrays whose lengths disagree, or token counts without checksums.
+    """
     out = io.BytesIO()
     np.save(out, np.asarray(bounds, dtype=INDEX_DTYPE), allow_pickle=False)
     if checksums is not None:
         if len(checksums) != len(bounds) - 1:
             raise ValueError(f"{len(checksums)} checksums for {len(bounds) - 1} samples")
         np.save(out, np.asarray(checksums, dtype=CHECKSUM_DTYPE), allow_pickle=False)
+    if tokens is not None and tokens.shape[1:] != (0,):
+        if checksums is None:
+            raise ValueError("token counts are stored after checksums; give both")
+        if tokens.ndim != 2 or len(tokens) != len(bounds) - 1 or not 1 <= tokens.shape[1] <= MAX_TOKEN_FIELDS:
+            raise ValueError(f"token counts of shape {tokens.shape} for {len(bounds) - 1} samples")
+        if (tokens < 0).any():
+            raise ValueError("a negative token count")
+        small = not tokens.size or int(tokens.max()) <= np.iinfo(TOKEN_DTYPES[0]).max
+        np.save(out, np.ascontiguousarray(tokens, dtype=TOKEN_DTYPES[0 if small else -1]), allow_pickle=False)
     return out.getvalue()
 
 
@@ -212,6 +261,68 @@ def _checksums_place(head: bytes, size: int, end: int, count: int, path: str) ->
     return n, end + at
 
 
+def read_document_tokens(
+    read: Callable[[int, int], bytes], size: int, *, path: str, num_samples: int, totals: np.ndarray
+) -> np.ndarray:
+    """The per-sample token counts an index file stores after its checksums,
+    checked as data from anywhere: a ``(num_samples, k)`` array of uint32
+    or int64 (``k = len(totals)``), ending the file, whose columns add up to
+    ``totals`` (the shard table's).
+
+    Args:
+        read: Reads ``(offset, size)`` bytes of the file (fewer past its end).
+        size: The file's size in bytes.
+        path: The file, for messages.
+        num_samples: The shard's sample count (the table's).
+        totals: The shard's token count per field (the table's), in column order.
+
+    Returns:
+        An int64 array of shape ``(num_samples, k)``, a private copy.
+
+    Raises:
+        CorruptShardError: The file holds no counts, or counts of another
+            shape or dtype, negative ones, or ones that do not add up to
+            ``totals``; naming the file.
+    """
+    k = len(totals)
+    if size > max_index_bytes(num_samples, k):
+        raise too_long(path, max_index_bytes(num_samples, k))
+    count, _, end = _bounds_place(read(0, _MAX_HEADER_BYTES), size, path, "file")
+    if count - 1 != num_samples:
+        raise corrupt_index(path, f"it lists {count - 1} samples but the manifest says {num_samples}")
+    n, at = _checksums_place(read(end, _MAX_HEADER_BYTES), size, end, count, path) if size > end else (0, end)
+    start = at + n * CHECKSUM_DTYPE.itemsize
+    if size <= start:
+        raise corrupt_index(path, "it holds no token counts, though the manifest records them (an older index?)")
+    try:
+        header = parse_npy_header(read(start, _MAX_HEADER_BYTES))
+    except ValueError as exc:
+        raise corrupt_index(path, f"its token counts are not a .npy array ({exc})") from None
+    dtype = header.dtype()
+    if dtype not in TOKEN_DTYPES or header.fortran_order or header.shape != (num_samples, k):
+        raise corrupt_index(
+            path, f"its token counts are {header.descr.decode('ascii', 'replace')!r} of shape {header.shape}, "
+            f"want '<u4' or '<i8' of shape {(num_samples, k)} in C order"
+        )
+    at, nbytes = start + header.offset, num_samples * k * dtype.itemsize
+    if at + nbytes != size:
+        raise corrupt_index(path, f"its token counts need bytes up to {at + nbytes}, the file has {size}")
+    data = read(at, nbytes)
+    if len(data) != nbytes:  # the file shrank since its size was taken
+        raise corrupt_index(path, "file shorter than its header says (truncated?)")
+    counts = np.frombuffer(data, dtype=dtype).reshape(num_samples, k).astype(np.int64)
+    if (counts < 0).any():
+        raise corrupt_index(path, "a negative token count", at=int(np.argmax((counts < 0).any(axis=1))))
+    sums = counts.sum(axis=0)
+    wrong = np.flatnonzero(sums != np.asarray(totals, dtype=np.int64))
+    if len(wrong):
+        j = int(wrong[0])
+        raise corrupt_index(
+            path, f"its token counts of column {j} add up to {int(sums[j])}, the shard table says {int(totals[j])}"
+        )
+    return counts
+
+
 def too_long(path: str, max_bytes: int) -> CorruptShardError:
     """The error for an index file longer than any index of its shard's sample count."""
     return corrupt_index(path, f"it holds more than {max_bytes} bytes, more than an index of its shard's samples takes")
@@ -251,54 +362,26 @@ def _bad_checksums(path: str, found: int, want: int) -> CorruptShardError:
     return corrupt_index(path, f"its checksum array holds {found} entries for {want} samples")
 
 
-#: The ``.npy`` prelude: magic, version, header length.
-_NPY_MAGIC = b"\x93NUMPY"
-#: Most header bytes read to find the array (NumPy pads headers to 64 bytes;
-#: a 1-D array's header is far below this).
-_MAX_HEADER_BYTES = 4096
-_DESCR = re.compile(rb"'descr':\s*'([^']*)'")
-_SHAPE = re.compile(rb"'shape':\s*\(\s*(\d+)\s*,?\s*\)")
-
-
 def _read_npy_header(data: bytes, path: str, want: np.dtype) -> tuple[int, int]:
-    """``(element count, data offset)`` of a 1-D ``.npy`` array of dtype ``want``.
-
-    Parsed here rather than by ``np.load``, which evaluates the header with
-    :mod:`ast`: CPython 3.11's AST state is shared by threads, so reader
-    threads loading indexes at the same time could corrupt it (and with it
-    every DataLoader worker forked afterwards).
-    """
+    """``(element count, data offset)`` of a 1-D ``.npy`` array of dtype
+    ``want`` (read by :func:`~shardkit.format.npy.parse_npy_header`, which
+    evaluates nothing)."""
 
     def bad(why: str) -> CorruptShardError:
         return corrupt_index(path, f"not a shardkit offset index ({why})")
 
-    if data[:6] != _NPY_MAGIC or len(data) < 10:
-        raise bad("no .npy magic")
-    if data[6] == 1:
-        length, start = int.from_bytes(data[8:10], "little"), 10
-    elif data[6] in (2, 3):
-        length, start = int.from_bytes(data[8:12], "little"), 12
-    else:
-        raise bad(f".npy version {data[6]} is unknown")
-    header = data[start : start + length]
-    if len(header) < length or start + length > _MAX_HEADER_BYTES:
-        raise bad("header cut short")
-    descr, shape = _DESCR.search(header), _SHAPE.search(header)
-    if descr is None or shape is None:
+    try:
+        header = parse_npy_header(data)
+    except ValueError as exc:
+        raise bad(str(exc)) from None
+    if len(header.shape) != 1:
         raise bad("want a 1-D array")
-    if descr.group(1) == want.str.encode():  # as shardkit writes it; spares parsing a dtype
-        dtype = want
-    else:
-        try:
-            dtype = np.dtype(descr.group(1).decode("ascii"))
-        except (TypeError, ValueError, UnicodeDecodeError):
-            dtype = None
+    dtype = want if header.descr == want.str.encode() else header.dtype()  # as shardkit writes it: no dtype parsed
     if dtype != want:
-        raise bad(f"dtype {descr.group(1).decode('ascii', 'replace')!r}, want {want.str!r}")
-    count = int(shape.group(1)) if len(shape.group(1)) < 19 else 1 << 62
-    if want == INDEX_DTYPE and count < 1:
+        raise bad(f"dtype {header.descr.decode('ascii', 'replace')!r}, want {want.str!r}")
+    if want == INDEX_DTYPE and header.count < 1:
         raise bad("empty; an index holds at least the start of the end marker")
-    return count, start + length
+    return header.count, header.offset
 
 
 def _checked(array: np.ndarray, path: str) -> np.ndarray:

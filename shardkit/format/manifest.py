@@ -29,6 +29,14 @@ parsing the JSON, so as slowly as it always did) and logs once how to bring
 it to format 2: ``shardkit upgrade DEST``. ``fingerprint`` is computed as
 format 1 computed it, so reader states saved before an upgrade still resume.
 
+A dataset that records token counts (see :mod:`shardkit.format.tokens`)
+names its token fields, ``"token_fields": ["tokens.npy"]``, in the order of
+the table's ``tokens`` column and of its indexes' third array, and is
+written as ``"format_version": 3`` (:data:`TOKENS_VERSION`): a shardkit
+from before token counts refuses it by its version, asking to be upgraded,
+rather than calling its table damaged. Without token fields there is no key
+and the manifest stays format 2, byte for byte as before.
+
 A dataset written with ``compress_members`` also has ``"member_compression":
 "gzip"`` (or ``"zstd"``): its text-like members are stored compressed, as
 ``KEY.txt.gz`` (see :mod:`shardkit.format.compression`).
@@ -70,6 +78,7 @@ from shardkit.errors import ManifestError
 from shardkit.format.location import check_shards_base, open_regular, redact_url, resolve_inside
 from shardkit.format.manifest_checks import MAX_COUNT, check_fields, json_depth_exceeds, short
 from shardkit.format.table import (
+    TABLE_ADVICE,
     Naming,
     ShardEntry,
     ShardTable,
@@ -85,8 +94,11 @@ logger = logging.getLogger(__name__)
 
 FORMAT_NAME = "shardkit"
 FORMAT_VERSION = 2
+#: The version of a manifest that records token counts (format 2 plus
+#: ``token_fields`` and the table's ``tokens`` column).
+TOKENS_VERSION = 3
 #: Versions this shardkit reads (1: the shard list in the JSON).
-SUPPORTED_VERSIONS = (1, 2)
+SUPPORTED_VERSIONS = (1, 2, 3)
 MANIFEST_NAME = "manifest.json"
 
 #: Largest manifest accepted, in bytes (1 GiB: millions of shards in format 1).
@@ -160,6 +172,9 @@ class Manifest:
             manifest (an index written with ``--out``): an absolute folder or
             URL prefix; shard paths resolve inside it, index paths inside
             :attr:`base`. None: the shards are beside the manifest.
+        token_fields: The fields whose token counts the table's ``tokens``
+            column and the indexes' third array hold, in column order
+            (empty: none recorded; see :mod:`shardkit.format.tokens`).
     """
 
     shards: Sequence[ShardEntry]
@@ -176,6 +191,7 @@ class Manifest:
     loaded_version: int = field(default=FORMAT_VERSION, compare=False, repr=False)
     shards_base: str | None = None
     skipped_counts: Mapping[str, int] | None = None
+    token_fields: tuple[str, ...] = ()
 
     @property
     def num_skipped(self) -> int:
@@ -194,6 +210,14 @@ class Manifest:
             object.__setattr__(self, "shards", ShardView(self.shards))
         elif not isinstance(self.shards, ShardView):
             object.__setattr__(self, "shards", ShardView(table_from_entries(self.shards)))
+        tokens = self.table.tokens
+        if len(self.token_fields) != (0 if tokens is None else tokens.shape[1]):
+            where = self.table.file or self.name
+            raise ManifestError(
+                f"{where}: the shard table counts tokens of {0 if tokens is None else tokens.shape[1]} fields, the "
+                f"manifest names {len(self.token_fields)} ({list(self.token_fields)[:4]}); {TABLE_ADVICE}",
+                path=where,
+            )
 
     @classmethod
     def from_table(cls, table: ShardTable, **fields: Any) -> Manifest:
@@ -295,7 +319,7 @@ class Manifest:
         name, data = self.table_file()
         out: dict[str, Any] = {
             "format": FORMAT_NAME,
-            "format_version": FORMAT_VERSION,
+            "format_version": TOKENS_VERSION if self.token_fields else FORMAT_VERSION,
             "num_samples": self.num_samples,
             "num_bytes": self.num_bytes,
             "num_shards": self.num_shards,
@@ -316,6 +340,8 @@ class Manifest:
             out["shards_base"] = self.shards_base
         if self.skipped_counts is not None:
             out["skipped_counts"] = dict(sorted(self.skipped_counts.items()))
+        if self.token_fields:
+            out["token_fields"] = list(self.token_fields)
         return out
 
     def to_json(self) -> str:
@@ -403,6 +429,7 @@ class Manifest:
                 stored_fingerprint=fingerprint,
                 loaded_version=version,
                 shards_base=shards_base,
+                token_fields=tuple(data.get("token_fields", ())),
             )
         except (KeyError, TypeError) as exc:
             raise ManifestError(

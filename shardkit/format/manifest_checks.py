@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import ManifestError
+from shardkit.format.index import MAX_TOKEN_FIELDS
 from shardkit.format.table import TABLE_NAME, table_name
 
 #: Largest count or byte size a manifest may state, per shard and in total
@@ -118,6 +119,14 @@ def check_fields(data: Mapping[str, Any], where: str, location: str | None, vers
     seed = data.get("seed")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or abs(seed) > MAX_COUNT):
         raise bad("'seed'", "a whole number or null", seed)
+    fields = data.get("token_fields")
+    if fields is not None and (
+        version < 3 or not isinstance(fields, list) or not 1 <= len(fields) <= MAX_TOKEN_FIELDS
+        or not all(isinstance(f, str) and f for f in fields) or len(set(fields)) != len(fields)
+    ):
+        raise bad("'token_fields'", f"a list of 1 to {MAX_TOKEN_FIELDS} distinct field names, in format 3", fields)
+    if version == 3 and fields is None:
+        raise bad("'token_fields'", "present in format 3", fields)
     compression = data.get("member_compression")
     if compression is not None and not isinstance(compression, str):
         raise bad("'member_compression'", "a string or null", compression)

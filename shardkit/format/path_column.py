@@ -115,3 +115,41 @@ def is_plain(entry: str) -> bool:
     if not entry or any(c in entry for c in "\0\\%?#:"):
         return False
     return all(part not in ("", ".", "..") for part in entry.split("/"))
+
+
+def strings_to_columns(strings: Iterable[str] | np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets and concatenated UTF-8 bytes of ``n`` paths (strings, or a
+    numpy ``S`` array: see :func:`bytes_array_columns`).
+
+    Raises:
+        ValueError: ``strings`` does not hold ``n`` paths.
+    """
+    if isinstance(strings, np.ndarray) and strings.dtype.kind == "S":
+        return bytes_array_columns(strings, n)
+    encoded = [s.encode("utf-8", "surrogateescape") for s in strings]
+    if len(encoded) != n:
+        raise ValueError(f"{len(encoded)} paths for {n} shards")
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter((len(b) for b in encoded), dtype=np.int64, count=n), out=offsets[1:])
+    blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    return offsets, blob
+
+
+def bytes_array_columns(names: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets and concatenated bytes of a fixed-width bytes array (numpy
+    ``S`` dtype, UTF-8 names padded with NULs), without a Python object per name.
+
+    Raises:
+        ValueError: ``names`` does not hold ``n`` names.
+    """
+    if names.shape != (n,):
+        raise ValueError(f"{names.shape} paths for {n} shards")
+    width = names.dtype.itemsize
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    if n == 0 or width == 0:
+        return offsets, np.zeros(0, dtype=np.uint8)
+    cells = np.ascontiguousarray(names).view(np.uint8).reshape(n, width)
+    lengths = np.char.str_len(names).astype(np.int64)  # np.char: numpy 1.24 and later
+    np.cumsum(lengths, out=offsets[1:])
+    blob = cells[np.arange(width)[None, :] < lengths[:, None]]
+    return offsets, blob

@@ -24,7 +24,13 @@ column             dtype        shape
 ``path_bytes``     uint8        UTF-8 shard paths, concatenated
 ``index_offsets``  int64        n + 1  (only without a naming pattern)
 ``index_bytes``    uint8        UTF-8 index paths, concatenated
+``tokens``         int64        (n, k): tokens per shard of each of the
+                                manifest's ``token_fields`` (only with them)
 =================  ===========  =============================================
+
+The ``tokens`` column (manifest format 3, see :mod:`shardkit.format.tokens`)
+comes last, and only when the dataset records token counts: a table without
+it is byte for byte what shardkit wrote before it existed.
 
 A process opens it with ``mmap`` and sees the columns as read-only numpy
 arrays: nothing is parsed into per-shard Python objects, and every process on
@@ -58,6 +64,7 @@ import numpy as np
 
 from shardkit.errors import ManifestError
 from shardkit.format.naming import WRITER_NAMING, Naming, columns_naming
+from shardkit.format.path_column import strings_to_columns
 
 TABLE_PREFIX = "shards-"
 TABLE_SUFFIX = ".table"
@@ -81,6 +88,7 @@ _DTYPES = {
     "path_bytes": np.dtype("u1"),
     "index_offsets": np.dtype("<i8"),
     "index_bytes": np.dtype("u1"),
+    "tokens": np.dtype("<i8"),
 }
 _HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -122,6 +130,8 @@ class ShardTable:
         counts: Samples per shard (n).
         num_bytes: Tar file size per shard (n).
         sha256: SHA-256 digests, an (n, 32) uint8 array.
+        tokens: Token counts per shard, an (n, k) int64 array whose column
+            ``j`` is the manifest's ``token_fields[j]``; None without them.
         naming: How shard names follow from positions, or None when the
             table stores path strings.
         file: The file the table was opened from, or None.
@@ -133,6 +143,7 @@ class ShardTable:
         self.counts = columns["counts"]
         self.num_bytes = columns["num_bytes"]
         self.sha256 = columns["sha256"]
+        self.tokens: np.ndarray | None = columns.get("tokens")
         self.naming = naming
         self.file = file
         self._columns = columns
@@ -227,7 +238,7 @@ class ShardTable:
         """The table file's bytes (the same for the same columns; a mapped
         table's file as it is, a read-only buffer)."""
         if self._encoded is None:
-            names = _NUMERIC if self.naming is not None else _NUMERIC + _STRINGS
+            names = _column_names(self.naming) + (("tokens",) if self.tokens is not None else ())
             self._encoded = encode_columns([self._columns[name] for name in names])
         return self._encoded
 
@@ -246,6 +257,11 @@ class ShardTable:
 
     def __repr__(self) -> str:
         return f"ShardTable({self.num_shards} shards, {self.num_samples} samples, file={self.file!r})"
+
+
+def _column_names(naming: Naming | None) -> tuple[str, ...]:
+    """The columns every table with (or without) a naming pattern has, in order."""
+    return _NUMERIC if naming is not None else _NUMERIC + _STRINGS
 
 
 def _reopen(file: str, size: int, naming: Naming | None) -> ShardTable:
@@ -272,38 +288,6 @@ def encode_columns(arrays: Sequence[np.ndarray]) -> bytes:
     return out.getvalue()
 
 
-def _strings_to_columns(strings: Iterable[str] | np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    if isinstance(strings, np.ndarray) and strings.dtype.kind == "S":
-        return bytes_array_columns(strings, n)
-    encoded = [s.encode("utf-8", "surrogateescape") for s in strings]
-    if len(encoded) != n:
-        raise ValueError(f"{len(encoded)} paths for {n} shards")
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.fromiter((len(b) for b in encoded), dtype=np.int64, count=n), out=offsets[1:])
-    blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-    return offsets, blob
-
-
-def bytes_array_columns(names: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Offsets and concatenated bytes of a fixed-width bytes array (numpy
-    ``S`` dtype, UTF-8 names padded with NULs), without a Python object per name.
-
-    Raises:
-        ValueError: ``names`` does not hold ``n`` names.
-    """
-    if names.shape != (n,):
-        raise ValueError(f"{names.shape} paths for {n} shards")
-    width = names.dtype.itemsize
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    if n == 0 or width == 0:
-        return offsets, np.zeros(0, dtype=np.uint8)
-    cells = np.ascontiguousarray(names).view(np.uint8).reshape(n, width)
-    lengths = np.char.str_len(names).astype(np.int64)  # np.char: numpy 1.24 and later
-    np.cumsum(lengths, out=offsets[1:])
-    blob = cells[np.arange(width)[None, :] < lengths[:, None]]
-    return offsets, blob
-
-
 def sha256_column(hexes: Iterable[str], n: int) -> np.ndarray:
     """An (n, 32) uint8 array of hex SHA-256 strings (ValueError on a bad one)."""
     joined = "".join(hexes)
@@ -320,6 +304,7 @@ def build_table(
     paths: Sequence[str] | None = None,
     index_paths: Sequence[str] | None = None,
     naming: Naming | None = WRITER_NAMING,
+    tokens: np.ndarray | None = None,
 ) -> ShardTable:
     """A table in memory from per-shard columns.
 
@@ -335,10 +320,13 @@ def build_table(
             ``NAME-0000000.tar``..., indexes ``NAME-0000000.idx``...), the
             pattern is stored instead of them whatever this says, unless it
             is None: None always stores paths.
+        tokens: Token counts per shard, ``(n, k)`` with k >= 1 (the
+            manifest names the k fields), or None: no ``tokens`` column.
 
     Raises:
-        ValueError: Columns of different lengths, negative counts or sizes,
-            a SHA-256 that is not 32 bytes, or no paths and no naming.
+        ValueError: Columns of different lengths, negative counts, sizes
+            or token counts, a SHA-256 that is not 32 bytes, or no paths and
+            no naming.
     """
     counts = np.asarray(counts, dtype=np.int64).reshape(-1)
     n = len(counts)
@@ -352,11 +340,15 @@ def build_table(
     starts = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=starts[1:])
     columns = {"starts": starts, "counts": counts, "num_bytes": sizes, "sha256": sha256}
+    if tokens is not None:
+        columns["tokens"] = tokens = np.array(tokens, dtype=np.int64)
+        if tokens.ndim != 2 or len(tokens) != n or tokens.shape[1] < 1 or (tokens < 0).any():
+            raise ValueError(f"token counts of shape {tokens.shape} for {n} shards, or a negative one")
     if paths is not None or index_paths is not None:
         if paths is None or index_paths is None:
             raise ValueError("give both paths and index_paths, or neither")
-        path_columns = _strings_to_columns(paths, n)
-        index_columns = _strings_to_columns(index_paths, n)
+        path_columns = strings_to_columns(paths, n)
+        index_columns = strings_to_columns(index_paths, n)
         naming = None if naming is None else columns_naming(path_columns, index_columns)
         if naming is None:
             columns["path_offsets"], columns["path_bytes"] = path_columns
@@ -368,9 +360,9 @@ def build_table(
     return ShardTable(columns, naming)
 
 
-def table_from_entries(entries: Iterable[ShardEntry]) -> ShardTable:
+def table_from_entries(entries: Iterable[ShardEntry], *, tokens: np.ndarray | None = None) -> ShardTable:
     """A table in memory from shard entries (paths stored unless they follow
-    the writer's naming)."""
+    the writer's naming) and, if given, their token counts (see :func:`build_table`)."""
     entries = list(entries)
     return build_table(
         [e.num_samples for e in entries],
@@ -378,6 +370,7 @@ def table_from_entries(entries: Iterable[ShardEntry]) -> ShardTable:
         [e.sha256 for e in entries],
         paths=[e.path for e in entries],
         index_paths=[e.index for e in entries],
+        tokens=tokens,
     )
 
 
@@ -390,6 +383,7 @@ def write_shard_table(
     paths: Sequence[str] | None = None,
     index_paths: Sequence[str] | None = None,
     naming: Naming | None = WRITER_NAMING,
+    tokens: np.ndarray | None = None,
 ) -> ShardTable:
     """Write a table file into the local folder ``directory`` and open it.
 
@@ -402,7 +396,7 @@ def write_shard_table(
     Returns:
         The table, memory-mapped from its file.
     """
-    table = build_table(counts, num_bytes, sha256, paths=paths, index_paths=index_paths, naming=naming)
+    table = build_table(counts, num_bytes, sha256, paths=paths, index_paths=index_paths, naming=naming, tokens=tokens)
     data = table.encode()
     digest = table.file_sha256()
     final = os.path.join(directory, table_name(digest))
@@ -462,9 +456,13 @@ def _read_header(buf: Any, pos: int, size: int) -> tuple[np.dtype, tuple[int, ..
 
 
 def _parse(buf: Any, size: int, names: Sequence[str]) -> dict[str, np.ndarray]:
+    """The columns ``names`` from the start of ``buf`` and, when an array
+    follows them, the optional ``tokens`` column."""
     columns = {}
     pos = 0
-    for name in names:
+    names = list(names)
+    while names:
+        name = names.pop(0)
         dtype, shape, data = _read_header(buf, pos, size)
         if dtype != _DTYPES[name]:
             raise _Bad(f"column {name} has dtype {dtype}, not {_DTYPES[name]}")
@@ -474,6 +472,8 @@ def _parse(buf: Any, size: int, names: Sequence[str]) -> dict[str, np.ndarray]:
             raise _Bad(f"column {name} needs bytes up to {end}, the file has {size} (truncated)")
         columns[name] = np.frombuffer(buf, dtype=dtype, count=count, offset=data).reshape(shape)
         pos = _align(end)
+        if not names and name != "tokens" and pos < size and bytes(buf[pos : pos + 6]) == b"\x93NUMPY":
+            names.append("tokens")
     if pos != size:
         raise _Bad(f"{size - pos} bytes after the last column (the file is not what the manifest names)")
     return columns
@@ -487,6 +487,11 @@ def _check_columns(columns: dict[str, np.ndarray], naming: Naming | None) -> Non
     for name, shape in (("counts", (n,)), ("num_bytes", (n,)), ("sha256", (n, 32))):
         if columns[name].shape != shape:
             raise _Bad(f"column {name} has shape {columns[name].shape}, the table has {n} shards")
+    tokens = columns.get("tokens")
+    if tokens is not None and (tokens.ndim != 2 or len(tokens) != n or not tokens.shape[1]):
+        raise _Bad(f"column tokens has shape {tokens.shape}, the table has {n} shards")
+    if tokens is not None and n and (tokens < 0).any():
+        raise _Bad(f"a negative token count (shard {int(np.argmax((tokens < 0).any(axis=1)))})")
     if starts[0] != 0 or (n and ((counts < 0).any() or not np.array_equal(np.diff(starts), counts))):
         raise _Bad("starts do not rise from 0 by the per-shard counts")
     if n and (columns["num_bytes"] < 0).any():
@@ -502,7 +507,7 @@ def _check_columns(columns: dict[str, np.ndarray], naming: Naming | None) -> Non
 
 def decode_table(data: bytes, naming: Naming | None, *, file: str | None = None) -> ShardTable:
     """A table from its bytes, checked (see :func:`open_table`)."""
-    names = _NUMERIC if naming is not None else _NUMERIC + _STRINGS
+    names = _column_names(naming)
     try:
         columns = _parse(data, len(data), names)
         _check_columns(columns, naming)
@@ -560,7 +565,7 @@ def open_table(
                 f"(damaged or replaced); {TABLE_ADVICE}",
                 path=file,
             )
-    names = _NUMERIC if naming is not None else _NUMERIC + _STRINGS
+    names = _column_names(naming)
     try:
         columns = _parse(mapped, size, names)
         _check_columns(columns, naming)

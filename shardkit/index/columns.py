@@ -21,7 +21,7 @@ import numpy as np
 from shardkit.format.compression import SHARD_SUFFIXES
 from shardkit.format.index import INDEX_SUFFIX
 from shardkit.format.naming import Naming
-from shardkit.format.table import bytes_array_columns
+from shardkit.format.path_column import bytes_array_columns
 from shardkit.format.table_writer import ColumnWriter
 
 #: A shard's row in the results file.

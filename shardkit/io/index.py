@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from shardkit.errors import CorruptShardError
 from shardkit.format.index import (
     IndexLayout,
@@ -20,6 +22,7 @@ from shardkit.format.index import (
     decode_offset_index,
     load_offset_index,
     max_index_bytes,
+    read_document_tokens,
     read_index_file,
     too_long,
 )
@@ -104,4 +107,56 @@ def open_local_index(path: str, *, num_samples: int, shard_bytes: int | None = N
     return fd, layout
 
 
-__all__ = ["fetch_offset_index", "open_local_index"]
+def fetch_document_tokens(
+    url: str, *, num_samples: int, totals: np.ndarray, options: SourceOptions | None = None
+) -> np.ndarray:
+    """A shard's per-sample token counts, from the third array of its offset
+    index, checked before anything trusts them
+    (:func:`~shardkit.format.index.read_document_tokens`: their shape,
+    dtype and place in the file, and that they add up to the table's totals).
+
+    A local index is read with ``pread`` (its headers, then the counts
+    alone); a remote one is fetched in one request, refused when longer than
+    an index of ``num_samples`` samples and ``len(totals)`` token fields
+    (:func:`~shardkit.format.index.max_index_bytes`) before it is read whole.
+
+    Args:
+        url: The ``.idx`` path or URL.
+        num_samples: The shard's sample count (the table's).
+        totals: The shard's token total per recorded field (the table's), in column order.
+        options: How to read a remote index.
+
+    Returns:
+        An int64 array of shape ``(num_samples, len(totals))``.
+
+    Raises:
+        CorruptShardError: The index is missing (locally), too long, or its
+            counts are absent, malformed or disagree with the table; naming
+            the file, what is wrong and what to do.
+        ManifestError: The local path is not a regular file.
+        RemoteError: A remote index could not be fetched.
+    """
+    path = redact_url(url)
+    max_bytes = max_index_bytes(num_samples, len(totals))
+    if is_local(url):
+        try:
+            fd, size = open_regular_fd(local_path(url), what="offset index")
+        except FileNotFoundError:
+            raise corrupt_index(path, "the file is missing") from None
+        try:
+            return read_document_tokens(
+                lambda at, n: os.pread(fd, n, at), size, path=path, num_samples=num_samples, totals=totals
+            )
+        finally:
+            os.close(fd)
+    try:
+        data = open_source(url, options=options).read_all(max_bytes=max_bytes)
+    except CorruptShardError:
+        raise too_long(path, max_bytes) from None
+    view = memoryview(data)
+    return read_document_tokens(
+        lambda at, n: bytes(view[at : at + n]), len(data), path=path, num_samples=num_samples, totals=totals
+    )
+
+
+__all__ = ["fetch_document_tokens", "fetch_offset_index", "open_local_index"]

@@ -36,6 +36,7 @@ from shardkit.format.manifest import Manifest, load_manifest
 from shardkit.format.path_column import any_entry_ends_with, irregular_entries
 from shardkit.format.table import ShardTable
 from shardkit.io.base import SourceOptions
+from shardkit.io.index import fetch_document_tokens
 from shardkit.io.manifest import manifest_url, remote_manifest
 from shardkit.io.urls import is_local, local_path
 
@@ -236,6 +237,70 @@ class ShardCatalog:
     def num_samples(self) -> int | None:
         starts = self.starts
         return None if starts is None else int(starts[-1])
+
+    @property
+    def token_fields(self) -> tuple[str, ...]:
+        """The fields whose token counts the dataset records (see
+        :mod:`shardkit.format.tokens`); empty when it records none."""
+        table = self._table
+        return () if table is None or self.manifest is None else self.manifest.token_fields
+
+    def shard_tokens(self, field: str) -> np.ndarray:
+        """Each shard's token count of ``field`` (int64, read-only, a view
+        of the shard table).
+
+        Raises:
+            UsageError: The dataset records no counts of ``field``.
+        """
+        column = self._token_column(field)
+        tokens = self._tokens()
+        return tokens[:, column]
+
+    def document_tokens(self, shard: int, field: str, *, options: SourceOptions | None = None) -> np.ndarray:
+        """Each sample's token count of ``field`` in shard ``shard`` (int64),
+        from the third array of its offset index, checked against the
+        shard table (:func:`~shardkit.io.index.fetch_document_tokens`).
+
+        Args:
+            shard: The shard's number.
+            field: A recorded token field (see :attr:`token_fields`).
+            options: How to read a remote index.
+
+        Raises:
+            UsageError: The dataset records no counts of ``field``.
+            IndexError: ``shard`` is out of range.
+            CorruptShardError: The index holds no counts, or ones that
+                disagree with the table; naming the file.
+        """
+        column = self._token_column(field)
+        tokens = self._tokens()
+        if not 0 <= shard < len(tokens):
+            raise IndexError(f"shard {shard} out of range (the dataset has {len(tokens)} shards)")
+        num_samples = int(self._table.counts[shard])  # type: ignore[union-attr]
+        if num_samples == 0:
+            return np.zeros(0, dtype=np.int64)
+        counts = fetch_document_tokens(
+            self.index_url(shard), num_samples=num_samples, totals=tokens[shard], options=options
+        )
+        return counts[:, column]
+
+    def _tokens(self) -> np.ndarray:
+        """The table's ``tokens`` column (there when :attr:`token_fields` is not empty)."""
+        table = self._table
+        assert table is not None and table.tokens is not None
+        return table.tokens
+
+    def _token_column(self, field: str) -> int:
+        fields = self.token_fields
+        if field not in fields:
+            recorded = f"counts of {', '.join(map(repr, fields))}" if fields else "no token counts"
+            where = self.manifest.name if self.manifest is not None else "these shards (no manifest)"
+            raise UsageError(
+                f"{where}: no token counts of field {field!r}; the dataset records {recorded}. A field is counted "
+                "where it is a 1-D integer .npy array in every sample that has it: run `shardkit index DIR` on the "
+                "dataset, or rewrite it with `shardkit write`, to record them"
+            )
+        return fields.index(field)
 
 
 class _UrlView(Sequence[str]):

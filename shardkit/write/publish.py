@@ -277,7 +277,7 @@ def _upgrade(dest: str, destination: Destination, options: SourceOptions) -> Upg
     finally:
         manifest_logger.removeFilter(hint_filter)
     name, data = manifest.table_file()
-    upgraded = manifest.loaded_version != FORMAT_VERSION
+    upgraded = manifest.loaded_version < FORMAT_VERSION  # 3: format 2 with token counts
     if upgraded:
         publish_manifest(destination, manifest)
         removed: list[str] = []

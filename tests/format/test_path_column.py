@@ -15,7 +15,7 @@ from shardkit.errors import ManifestError
 from shardkit.format import path_column
 from shardkit.format.location import resolve_inside
 from shardkit.format.path_column import any_entry_ends_with, irregular_entries, is_plain
-from shardkit.format.table import bytes_array_columns
+from shardkit.format.path_column import bytes_array_columns
 
 
 def _column(entries: list[str]) -> tuple[np.ndarray, np.ndarray]:
