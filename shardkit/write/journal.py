@@ -16,13 +16,16 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
+
+import numpy as np
 
 from shardkit.format.index import index_path_for
 from shardkit.format.manifest import SKIPPED_LISTED, ShardEntry, SkippedInput, load_manifest, skip_category
 from shardkit.format.table import TABLE_NAME
+from shardkit.format.tokens import dataset_tokens
 from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes, remove_quietly
 from shardkit.io.local import file_sha256
 from shardkit.write.destination import JOURNAL_DIR, is_shardkit_name
@@ -38,6 +41,19 @@ class ShardResult:
     fingerprint: str
     skipped: tuple[SkippedInput, ...] = ()
     reused: bool = False
+    #: The shard's token fields and their totals (see :mod:`shardkit.format.tokens`).
+    token_fields: tuple[str, ...] = ()
+    token_totals: tuple[int, ...] = ()
+
+
+def recorded_tokens(results: Sequence[ShardResult]) -> tuple[tuple[str, ...], np.ndarray | None]:
+    """The token fields a write records and its table's ``tokens`` column
+    (:func:`~shardkit.format.tokens.dataset_tokens`), from its shards'
+    results in table order."""
+    return dataset_tokens(
+        [r.token_fields for r in results], [r.token_totals for r in results],
+        [r.entry.num_samples for r in results], [r.entry.path for r in results],
+    )
 
 
 class SkipTally:
@@ -94,10 +110,16 @@ def journal_record(dest: str, result: ShardResult) -> None:
         "entry": asdict(result.entry),
         "skipped": [asdict(s) for s in result.skipped],
     }
+    if result.token_fields:
+        record["tokens"] = dict(zip(result.token_fields, result.token_totals))
     atomic_write_bytes(_journal_path(dest, result.entry.path), json.dumps(record, sort_keys=True).encode())
 
 
-def reusable_result(dest: str, task: ShardTask, finished: Callable[[str], ShardEntry | None]) -> ShardResult | None:
+#: A finished shard's manifest entry and token counts (field -> total), by its name.
+Finished = Callable[[str], "tuple[ShardEntry, dict[str, int]] | None"]
+
+
+def reusable_result(dest: str, task: ShardTask, finished: Finished) -> ShardResult | None:
     """The result of a finished shard from an earlier run, if it is intact."""
     path = os.path.join(dest, task.name)
     if not os.path.isfile(path) or not os.path.isfile(index_path_for(path)):
@@ -110,18 +132,23 @@ def reusable_result(dest: str, task: ShardTask, finished: Callable[[str], ShardE
             return None
         entry = ShardEntry(**record["entry"])
         skipped = tuple(SkippedInput(**s) for s in record["skipped"])
-    except (OSError, ValueError, KeyError, TypeError):
-        entry = finished(task.name)  # a completed run: trust its manifest entry
-        if entry is None:
+        tokens = {str(k): int(v) for k, v in record.get("tokens", {}).items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        found = finished(task.name)  # a completed run: trust its manifest entry
+        if found is None:
             return None
+        entry, tokens = found
     if os.path.getsize(path) != entry.num_bytes or file_sha256(path) != entry.sha256:
         return None
-    return ShardResult(task.index, entry, task.fingerprint, skipped, reused=True)
+    return ShardResult(
+        task.index, entry, task.fingerprint, skipped, reused=True, token_fields=tuple(tokens),
+        token_totals=tuple(tokens.values()),
+    )
 
 
-def finished_entries(dest: str, source_info: dict, options: Any) -> Callable[[str], ShardEntry | None]:
-    """Looks up shard entries (by name) of a complete earlier run with the same
-    source and options, in its manifest of format 1 or 2."""
+def finished_entries(dest: str, source_info: dict, options: Any) -> Finished:
+    """Looks up shard entries and token counts (by name) of a complete
+    earlier run with the same source and options, in its manifest of any format."""
     try:
         old = load_manifest(dest)
     except (OSError, ValueError):
@@ -130,12 +157,14 @@ def finished_entries(dest: str, source_info: dict, options: Any) -> Callable[[st
         return lambda name: None
     table = old.table
 
-    def lookup(name: str) -> ShardEntry | None:
+    def lookup(name: str) -> tuple[ShardEntry, dict[str, int]] | None:
         match = _SHARD_NUMBER.match(name)
         if match is None or int(match.group(1)) >= table.num_shards:
             return None
-        entry = table.entry(int(match.group(1)))
-        return entry if entry.path == name else None
+        shard = int(match.group(1))
+        entry = table.entry(shard)
+        totals = [] if table.tokens is None else table.tokens[shard].tolist()
+        return (entry, dict(zip(old.token_fields, totals))) if entry.path == name else None
 
     return lookup
 

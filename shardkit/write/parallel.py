@@ -45,6 +45,7 @@ from typing import Any
 from shardkit.errors import ShardkitError
 from shardkit.format.compression import compressed_extension
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
+from shardkit.format.table import table_from_entries
 from shardkit.format.tar import field_name
 from shardkit.io.registry import open_destination
 from shardkit.write.destination import (
@@ -61,6 +62,7 @@ from shardkit.write.journal import (
     SkipTally,
     clear_journal,
     finished_entries,
+    recorded_tokens,
     remove_stale,
     remove_temporaries,
     reusable_result,
@@ -413,8 +415,11 @@ def _publish_manifest(run: _Run, scanned: ScanResult, ordered: list[ShardResult]
     kind = options.compress_members
     # the fields readers give (KEY.JPG is read as jpg)
     extensions = sorted({field_name(compressed_extension(ext, kind)) for ext in scanned.extensions})
+    entries = tuple(r.entry for r in ordered)
+    token_fields, tokens = recorded_tokens(ordered)
     manifest = Manifest(
-        shards=tuple(r.entry for r in ordered),
+        shards=table_from_entries(entries, tokens=tokens),
+        token_fields=token_fields,
         extensions=tuple(extensions),
         class_names=scanned.class_names,
         source=_source_info(run, scanned),

@@ -4,7 +4,9 @@
 recording sample boundaries. :meth:`ShardFile.commit` writes the end-of-archive
 marker, fsyncs, writes the ``.idx`` sidecar atomically and then renames the
 tar into place; the tar's final name appearing is what marks the shard done.
-The index also stores each sample's CRC-32 (see :mod:`shardkit.format.index`).
+The index also stores each sample's CRC-32 (see :mod:`shardkit.format.index`)
+and, when the shard has token fields (1-D integer ``.npy`` values, see
+:mod:`shardkit.format.tokens`), each sample's token counts.
 """
 
 from __future__ import annotations
@@ -19,7 +21,15 @@ from typing import Any
 
 from shardkit.format.index import encode_index, index_path_for
 from shardkit.format.manifest import ShardEntry
-from shardkit.format.tar import END_OF_ARCHIVE, append_joined_sample, append_sample, encode_joined_block, split_joined
+from shardkit.format.tokens import TokenTally
+from shardkit.format.tar import (
+    END_OF_ARCHIVE,
+    append_joined_sample,
+    append_sample,
+    encode_joined_block,
+    joined_members,
+    split_joined,
+)
 from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes, commit
 
 #: Bytes gathered in memory before one write() to the file and one hash
@@ -47,6 +57,8 @@ class WrittenShard:
     num_samples: int
     num_bytes: int
     sha256: str
+    token_fields: tuple[str, ...] = ()
+    token_totals: tuple[int, ...] = ()
 
     def entry(self) -> ShardEntry:
         """The manifest entry, with paths relative to the shard's folder."""
@@ -86,6 +98,7 @@ class ShardFile:
         self._size = 0
         self._bounds = array("Q", [0])  # machine words, not Python ints: np.asarray takes them as they are
         self._checksums = array("I")
+        self._tokens = TokenTally()
 
     @property
     def num_samples(self) -> int:
@@ -99,12 +112,17 @@ class ShardFile:
     def add(self, key: str, fields: Sequence[tuple[str, bytes]]) -> None:
         """Append one sample; ``fields`` are ``(extension, data)`` in member order."""
         start = len(self._pending)
+        self._tokens.add(fields)
         self._added(start, append_sample(self._pending, key, fields))
 
     def add_joined(self, key: str, heads: Sequence[bytes], data: bytes) -> None:
         """:meth:`add` for members given joined (see
         :func:`~shardkit.format.tar.append_joined_sample`)."""
         start = len(self._pending)
+        if any(ext.endswith((b"npy", b"NPY")) for ext in heads[::2]):
+            self._tokens.add(_member_pairs(heads, data))
+        else:
+            self._tokens.skip()
         self._added(start, append_joined_sample(self._pending, key, heads, data))
 
     def add_joined_block(self, keys: Sequence[bytes], joined: Sequence[bytes]) -> None:
@@ -123,6 +141,7 @@ class ShardFile:
                     self.add_joined(key.decode("utf-8", "surrogateescape"), *split_joined(members))
                 continue
             out, ends, checksums = encoded
+            self._count_tokens(joined[lo:hi])
             self._bounds.extend((ends + self._size).tolist())
             self._checksums.extend(checksums)
             self._size += len(out)
@@ -131,6 +150,19 @@ class ShardFile:
             with self._letting_go():
                 for at in range(0, len(out), WRITE_BUFFER_BYTES):
                     self._write(view[at : at + WRITE_BUFFER_BYTES])
+
+    def _count_tokens(self, joined: Sequence[bytes]) -> None:
+        """Count the token fields of samples given joined; a group in which
+        no ``npy`` extension can be is counted in one look."""
+        blob = b"".join(joined)
+        if b"npy\0" not in blob and b"NPY\0" not in blob:
+            self._tokens.skip(len(joined))
+            return
+        for members in joined:
+            if b"npy\0" in members or b"NPY\0" in members:
+                self._tokens.add(joined_members(members))
+            else:
+                self._tokens.skip()
 
     def _added(self, start: int, crc: int) -> None:
         """Account for the sample appended to the buffer from ``start`` on."""
@@ -173,7 +205,9 @@ class ShardFile:
         os.fsync(self._file.fileno())
         self._file.close()
         # The index first; the directory sync after the tar's rename covers both.
-        atomic_write_bytes(self.index_path, encode_index(self._bounds, self._checksums), sync_dir=False)
+        assert self._tokens.num_samples == self.num_samples
+        tokens = self._tokens.counts()
+        atomic_write_bytes(self.index_path, encode_index(self._bounds, self._checksums, tokens), sync_dir=False)
         commit(self._tmp, self.path)
         return WrittenShard(
             path=self.path,
@@ -181,6 +215,8 @@ class ShardFile:
             num_samples=self.num_samples,
             num_bytes=self._size,
             sha256=self._hash.hexdigest(),
+            token_fields=self._tokens.fields,
+            token_totals=tuple(tokens.sum(axis=0).tolist()),
         )
 
     def abort(self) -> None:
@@ -198,3 +234,13 @@ class ShardFile:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             self.abort()
+
+
+def _member_pairs(heads: Sequence[bytes], data: bytes) -> list[tuple[str, memoryview]]:
+    """``(extension, bytes)`` of members given joined (see :meth:`ShardFile.add_joined`)."""
+    pairs, pos, view = [], 0, memoryview(data)
+    for i in range(0, len(heads), 2):
+        size = int(heads[i + 1])
+        pairs.append((heads[i].decode("utf-8", "surrogateescape"), view[pos : pos + size]))
+        pos += size
+    return pairs

@@ -153,7 +153,8 @@ def write_shard(
                         number += 1
                 written = shard.commit()
         result = ShardResult(
-            index=task.index, entry=written.entry(), fingerprint=task.fingerprint, skipped=tuple(skipped)
+            index=task.index, entry=written.entry(), fingerprint=task.fingerprint, skipped=tuple(skipped),
+            token_fields=written.token_fields, token_totals=written.token_totals,
         )
         journal_record(dest, result)
     except ShardkitError:

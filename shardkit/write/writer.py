@@ -22,7 +22,9 @@ from shardkit.errors import CorruptShardError, DestinationError, UsageError
 from shardkit.format.index import index_path_for, load_index
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
 from shardkit.format.scan import local_chunks, summarize
+from shardkit.format.table import table_from_entries
 from shardkit.format.tar import encoded_sample_size, field_name
+from shardkit.format.tokens import dataset_tokens
 from shardkit.format.ustar import END_OF_ARCHIVE
 from shardkit.io.atomic import TMP_SUFFIX
 from shardkit.write.destination import (
@@ -146,8 +148,14 @@ class ShardWriter:
             if self._current is not None:
                 self._written.append(self._current.commit())
                 self._current = None
+            written = self._written
+            token_fields, tokens = dataset_tokens(
+                [w.token_fields for w in written], [w.token_totals for w in written],
+                [w.num_samples for w in written], [w.path for w in written],
+            )
             manifest = Manifest(
-                shards=tuple(w.entry() for w in self._written),
+                shards=table_from_entries((w.entry() for w in written), tokens=tokens),
+                token_fields=token_fields,
                 extensions=tuple(sorted(self._extensions)),
                 class_names=self.class_names,
                 source={"format": "python"},

@@ -96,3 +96,19 @@ def shout(sample: dict) -> dict:
 def one_in_a_million(i: int) -> dict | None:
     """Keeps item 0 and every millionth: a map over 10**7 items that stages almost nothing."""
     return None if i % 1_000_000 else {"__key__": f"{i:09d}", "txt": str(i)}
+
+
+def token_ids(i: int) -> dict:
+    """Token ids as a language-model corpus stores them: ``tokens.npy``, uint16, of varying length."""
+    return {"__key__": f"{i:06d}", "tokens.npy": np.arange(i % 11, dtype=np.uint16), "txt": f"doc {i}"}
+
+
+def tokens_then_floats(i: int) -> dict:
+    """``tokens.npy`` of integers but for item 5, whose is floats: not a token field."""
+    dtype = np.float32 if i == 5 else np.int32
+    return {"__key__": f"{i:06d}", "tokens.npy": np.arange(3, dtype=dtype)}
+
+
+def add_tokens(sample: dict) -> dict:
+    """For a folder of ``dNN.*`` files: the sample as read, with ``ids.npy`` of NN int64 token ids."""
+    return {**sample, "ids.npy": np.arange(int(sample["__key__"][-2:]), dtype=np.int64)}
