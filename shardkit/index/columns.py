@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from shardkit.format.compression import SHARD_SUFFIXES
-from shardkit.format.index import INDEX_SUFFIX
+from shardkit.format.index import INDEX_SUFFIX, MAX_TOKEN_FIELDS
 from shardkit.format.naming import Naming
 from shardkit.format.path_column import bytes_array_columns
 from shardkit.format.table_writer import ColumnWriter
@@ -27,12 +27,12 @@ from shardkit.format.table_writer import ColumnWriter
 #: A shard's row in the results file.
 RECORD = np.dtype(
     [("count", "<i8"), ("size", "<i8"), ("version", "<i8"), ("sha256", "u1", (32,)), ("state", "i1"),
-     ("compressed", "?")]
+     ("compressed", "?"), ("token_set", "<i2"), ("tokens", "<i8", (MAX_TOKEN_FIELDS,))]
 )
 #: Row states: not read yet, kept from the previous run, indexed now, left out.
 TO_READ, KEPT, INDEXED, SKIPPED = 0, 1, 2, 3
 #: Rows read or written at a time (about 0.5 MB of records).
-CHUNK_ROWS = 1 << 13
+CHUNK_ROWS = (512 << 10) // RECORD.itemsize
 
 
 class ShardResults:
@@ -130,12 +130,16 @@ def _offsets(writer: ColumnWriter, pieces: Iterable[np.ndarray], n: int) -> None
             total = int(sums[-1])
 
 
-def write_table(f: Any, results: ShardResults, names: np.ndarray, naming: Naming | None) -> tuple[str, int]:
+def write_table(
+    f: Any, results: ShardResults, names: np.ndarray, naming: Naming | None, num_token_fields: int = 0
+) -> tuple[str, int]:
     """Write the table file of the published rows of ``results`` (in row
     order; ``names`` are the listing's) into the open binary file ``f``.
 
     Args:
         naming: The shards' naming (the table stores no paths), or None.
+        num_token_fields: The token fields the table counts (its ``tokens``
+            column: the first ones of each record's ``tokens``), or 0.
 
     Returns:
         The file's hex SHA-256 and its size in bytes.
@@ -160,7 +164,29 @@ def write_table(f: Any, results: ShardResults, names: np.ndarray, naming: Naming
             for _, chosen in _published_pieces(results, names):
                 if len(chosen):
                     writer.add(bytes_array_columns(convert(chosen), len(chosen))[1])
+    if num_token_fields:
+        writer.begin(np.dtype("<i8"), (n, num_token_fields))
+        for records, _ in _published_pieces(results, names):
+            writer.add(np.ascontiguousarray(records["tokens"][:, :num_token_fields]))
     return writer.finish(), writer.size
+
+
+def token_set_of(results: ShardResults, names: np.ndarray) -> tuple[int, str | None]:
+    """The one ``token_set`` every published shard holding samples has (0
+    when there are none), or -1 and the name of the first shard whose set
+    differs from the one before it."""
+    found = -1
+    for records, chosen in _published_pieces(results, names):
+        sets = records["token_set"][records["count"] > 0]
+        if len(sets) == 0:
+            continue
+        if found < 0:
+            found = int(sets[0])
+        differs = np.flatnonzero(sets != found)
+        if len(differs):
+            named = chosen[records["count"] > 0][differs[0]]
+            return -1, bytes(named).decode("utf-8", "surrogateescape")
+    return max(found, 0), None
 
 
 def write_versions(f: Any, results: ShardResults) -> None:

@@ -14,8 +14,12 @@ Steps:
    offset indexes. Shards gone from SOURCE drop out, with their indexes.
 3. The shard table is written a chunk at a time from the results
    (:mod:`~shardkit.index.columns`), and published with the manifest
-   (format 2) through :func:`~shardkit.write.publish.publish_manifest`: the
-   table first, ``manifest.json`` last.
+   (format 2; 3 with token counts, which each shard's reading takes and
+   which are recorded when every shard has the same token fields, see
+   :mod:`shardkit.format.tokens`) through
+   :func:`~shardkit.write.publish.publish_manifest`: the table first,
+   ``manifest.json`` last. A previous index that lists a ``.npy`` field but
+   no token counts (made before they were counted) has its shards read again.
 
 The driver holds no per-shard column in memory for a folder's first index:
 the listing, each shard's result and the table being written live in files
@@ -76,6 +80,7 @@ from shardkit.index.columns import (
     count_compressed,
     index_name_for,
     published,
+    token_set_of,
     write_table,
     write_versions,
 )
@@ -290,7 +295,7 @@ def _index(
             journal = IndexJournal(folder, listing, None)
         results, num_resumed = journal.open()
         with results:
-            num_kept = _keep_unchanged(results, listing, previous)
+            num_kept = _keep_unchanged(results, listing, previous, journal)
             run = _index_changed(results, listing, previous, target, options, progress, journal)
             # the fields of the entries kept from the previous run, and of those the killed run read
             reused = num_kept + run.num_unchanged + num_resumed
@@ -298,9 +303,11 @@ def _index(
             kept |= journal.extensions
             if previous is not None:
                 previous = previous.names_only()  # the previous table's pages go before the new table's come
-            table, versions_file = _write_table(results, listing, target, work)
+            token_fields = _token_fields(results, listing, journal)
+            table, versions_file = _write_table(results, listing, target, work, len(token_fields))
             manifest = Manifest.from_table(
                 table,
+                token_fields=token_fields,
                 extensions=tuple(sorted(run.extensions | kept)),
                 source={"format": INDEX_SOURCE_FORMAT, "path": redact_url(listing.base)},
                 skipped=tuple(
@@ -370,9 +377,12 @@ def _work_parent(source: str | Sequence[str], out: str | None) -> str | None:
     return None
 
 
-def _keep_unchanged(results: ShardResults, listing: ShardListing, previous: PreviousRun | None) -> int:
+def _keep_unchanged(
+    results: ShardResults, listing: ShardListing, previous: PreviousRun | None, journal: IndexJournal
+) -> int:
     """Mark the shards the previous run indexed and that have not changed
-    since (same size, version and index name) as kept; returns how many."""
+    since (same size, version and index name) as kept, with its token
+    counts; returns how many."""
     if previous is None:
         return 0
     kept = 0
@@ -389,6 +399,7 @@ def _keep_unchanged(results: ShardResults, listing: ShardListing, previous: Prev
             records["size"][same] = sizes[same]
             records["version"][same] = versions[same]
             records["sha256"][same] = previous.sha256[rows[same]]
+            _previous_tokens(records, same, rows[same], previous, journal)
             records["state"][same] = KEPT
             results.put(start, records)
             kept += int(same.sum())
@@ -440,7 +451,7 @@ def _index_changed(
     target: str,
     options: IndexOptions,
     progress: Callable[[IndexResult], None] | None,
-    journal: IndexJournal | None = None,
+    journal: IndexJournal,
 ) -> _Run:
     """Read the shards still to read, in parallel; each result goes into its row of ``results``."""
     num_todo = sum(int((records["state"] == TO_READ).sum()) for _, records in results.chunks())
@@ -465,6 +476,7 @@ def _index_changed(
             r = int(previous.match(listing.names[i : i + 1])[0])
             record["count"], record["size"] = previous.counts[r], previous.sizes[r]
             record["sha256"] = previous.sha256[r]
+            _previous_tokens(record, np.ones(1, dtype=bool), np.array([r]), previous, journal)
             record["version"] = result.version if result.version >= 0 else listing.versions[i]
             record["state"] = KEPT
             run.num_unchanged += 1
@@ -474,18 +486,46 @@ def _index_changed(
             record["version"] = result.version if result.version >= 0 else listing.versions[i]
             record["sha256"] = np.frombuffer(result.sha256, dtype=np.uint8)
             record["compressed"], record["state"] = result.compressed, INDEXED
+            record["token_set"] = journal.token_set(result.token_fields)
+            record["tokens"][0, : len(result.token_totals)] = result.token_totals
             run.num_indexed += 1
             run.bytes_read += result.num_bytes
             run.extensions.update(result.extensions)
-            if journal is not None:
-                journal.note_extensions(set(result.extensions))
+            journal.note_extensions(set(result.extensions))
         results.put(i, record)
         if progress is not None:
             progress(dataclasses.replace(result, num_to_read=num_todo))
     return run
 
 
-def _write_table(results: ShardResults, listing: ShardListing, target: str, work: str) -> tuple[ShardTable, str]:
+def _previous_tokens(
+    records: np.ndarray, rows: np.ndarray, previous_rows: np.ndarray, previous: PreviousRun, journal: IndexJournal
+) -> None:
+    """Give ``records[rows]`` the token counts of the previous run's rows ``previous_rows``."""
+    records["token_set"][rows] = journal.token_set(previous.token_fields)
+    if previous.tokens is not None:
+        records["tokens"][rows, : previous.tokens.shape[1]] = previous.tokens[previous_rows]
+
+
+def _token_fields(results: ShardResults, listing: ShardListing, journal: IndexJournal) -> tuple[str, ...]:
+    """The token fields the index records: those of every published shard
+    holding samples, or none when they differ (logged; see
+    :mod:`shardkit.format.tokens`)."""
+    found, differs = token_set_of(results, listing.names)
+    if differs is None:
+        return journal.token_sets[found]
+    logger.warning(
+        "%s has other token fields than the shards before it: the index records no token counts (a field counts "
+        "where it is a 1-D integer .npy array in every sample that has it, in every shard). Make the field the "
+        "same in every sample, then run `shardkit index` again",
+        differs,
+    )
+    return ()
+
+
+def _write_table(
+    results: ShardResults, listing: ShardListing, target: str, work: str, num_token_fields: int = 0
+) -> tuple[ShardTable, str]:
     """Write the table (to its final name in a local ``target``, else into
     ``work``) and the versions sidecar (a temporary file beside the table);
     returns the table, mapped from its file, and the sidecar's path."""
@@ -493,7 +533,9 @@ def _write_table(results: ShardResults, listing: ShardListing, target: str, work
         listing.names[start : start + len(records)][published(records)] for start, records in results.chunks()
     )
     folder = target if is_local(target) else work  # the temporaries are renamed within their folder
-    table_part, (sha256, size) = _write_part(folder, lambda f: write_table(f, results, listing.names, naming))
+    table_part, (sha256, size) = _write_part(
+        folder, lambda f: write_table(f, results, listing.names, naming, num_token_fields)
+    )
     versions_part, _ = _write_part(folder, lambda f: write_versions(f, results))
     path = table_part
     if is_local(target):

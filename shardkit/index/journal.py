@@ -40,7 +40,7 @@ from shardkit.io.manifest import machine_cache_root
 
 #: The journal's folder inside a local index folder.
 JOURNAL_DIR = ".shardkit-index.journal"
-_RESULTS, _NAMES, _FIELDS = "results", "names.sha256", "fields.json"
+_RESULTS, _NAMES, _FIELDS, _TOKEN_SETS = "results", "names.sha256", "fields.json", "token_fields.json"
 
 
 def remote_journal_folder(target: str, options: SourceOptions) -> str:
@@ -67,6 +67,9 @@ class IndexJournal:
         self.target = local_target
         self.listing = listing
         self.extensions: set[str] = set()
+        #: Each set of token fields a shard had, numbered by a record's
+        #: ``token_set`` (0: none).
+        self.token_sets: list[tuple[str, ...]] = [()]
 
     def open(self) -> tuple[ShardResults, int]:
         """The results file, and how many of its records an earlier run over
@@ -79,7 +82,7 @@ class IndexJournal:
         same = earlier == digest.encode() and os.path.isfile(path) and os.path.getsize(path) == size
         if not same:
             # Another listing (or none): a fresh journal, its names' digest written before any record.
-            for name in (_RESULTS, _FIELDS):
+            for name in (_RESULTS, _FIELDS, _TOKEN_SETS):
                 _remove(os.path.join(self.folder, name))
             atomic_write_bytes(os.path.join(self.folder, _NAMES), digest.encode(), sync_dir=False)
         results = ShardResults(path, self.listing.num_shards, keep=same)
@@ -87,6 +90,8 @@ class IndexJournal:
             return results, 0
         fields = _read(os.path.join(self.folder, _FIELDS))
         self.extensions = set(json.loads(fields)) if fields else set()
+        sets = _read(os.path.join(self.folder, _TOKEN_SETS))
+        self.token_sets = [tuple(s) for s in json.loads(sets)] if sets else [()]
         return results, self._check(results)
 
     def _check(self, results: ShardResults) -> int:
@@ -123,6 +128,14 @@ class IndexJournal:
         self.extensions |= extensions
         data = json.dumps(sorted(self.extensions)).encode()
         atomic_write_bytes(os.path.join(self.folder, _FIELDS), data, sync_dir=False)
+
+    def token_set(self, fields: tuple[str, ...]) -> int:
+        """The number of a set of token fields (written when a new one appears)."""
+        if fields not in self.token_sets:
+            self.token_sets.append(fields)
+            data = json.dumps(self.token_sets).encode()
+            atomic_write_bytes(os.path.join(self.folder, _TOKEN_SETS), data, sync_dir=False)
+        return self.token_sets.index(fields)
 
     def remove(self) -> None:
         """Drop the journal (the run published its manifest)."""

@@ -20,6 +20,7 @@ from shardkit.errors import DestinationError, ShardkitError
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
 from shardkit.format.naming import NumberedNames
 from shardkit.format.table import TABLE_NAME, TABLE_SUFFIX
+from shardkit.format.tokens import is_npy_field
 from shardkit.io.base import SourceOptions
 from shardkit.io.manifest import fetch_manifest
 from shardkit.io.urls import is_local, local_path, redact_url
@@ -46,6 +47,9 @@ class PreviousRun:
     versions: np.ndarray
     index_names: np.ndarray | NumberedNames
     extensions: tuple[str, ...]
+    #: The token fields it recorded, and each shard's totals (see :mod:`shardkit.format.tokens`).
+    token_fields: tuple[str, ...] = ()
+    tokens: np.ndarray | None = None
 
     def match(self, names: np.ndarray) -> np.ndarray:
         """Each name's row here, or -1."""
@@ -61,7 +65,7 @@ class PreviousRun:
     def names_only(self) -> PreviousRun:
         """Without the columns mapped from the previous table (which is then unmapped)."""
         empty = np.zeros(0, dtype=np.int64)
-        return PreviousRun(self.names, empty, empty, empty, empty, self.index_names, self.extensions)
+        return PreviousRun(self.names, empty, empty, empty, empty, self.index_names, self.extensions, self.token_fields)
 
 
 def names_of(offsets: np.ndarray, blob: np.ndarray) -> np.ndarray:
@@ -135,11 +139,17 @@ def load_previous(target: str, base: str, out: str | None, options: SourceOption
                 versions = stored
         except (OSError, ValueError):
             pass  # no sidecar: every shard is read again
+    if not manifest.token_fields and any(is_npy_field(e) for e in manifest.extensions):
+        # Indexed before token counts were recorded (or its .npy fields hold no tokens): each shard is read
+        # again to count them.
+        versions = np.full(table.num_shards, -1, dtype=np.int64)
     columns = (names, np.asarray(table.counts), np.asarray(table.num_bytes), np.asarray(table.sha256), versions,
-               index_names)
+               index_names) + ((np.asarray(table.tokens),) if table.tokens is not None else ())
     if isinstance(names, np.ndarray) and len(names) > 1 and not (names[1:] >= names[:-1]).all():
         # a list's order: sorted copies for lookups
         order = np.argsort(names, kind="stable")
         columns = tuple(column[order] for column in columns)
     # else (a folder's order, numbered names) the table's and the sidecar's mapped columns as they are
-    return PreviousRun(*columns, extensions=tuple(manifest.extensions))
+    tokens = columns[6] if len(columns) > 6 else None
+    return PreviousRun(*columns[:6], extensions=tuple(manifest.extensions), token_fields=manifest.token_fields,
+                       tokens=tokens)

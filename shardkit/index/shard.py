@@ -6,7 +6,10 @@ fed to the shared tar parser (:class:`~shardkit.format.tar.SampleParser`),
 which gives each sample's end offset; each sample's CRC-32
 (:func:`~shardkit.format.tar.sample_checksum`) is taken as it passes. The
 offset index is then written exactly as the writer writes it
-(:func:`~shardkit.format.index.encode_index`) into the index folder.
+(:func:`~shardkit.format.index.encode_index`) into the index folder, token
+counts included when the shard has token fields (see
+:mod:`shardkit.format.tokens`: each sample's ``.npy`` headers are read as
+it passes).
 
 A compressed shard (gzip, zstd) is inflated piece by piece to count its
 samples; it gets no offset index (it cannot be entered in the middle) and is
@@ -27,6 +30,7 @@ from shardkit.errors import ShardkitError
 from shardkit.format.index import encode_index
 from shardkit.format.scan import ShardScan, ShardSummary, local_chunks, summarize
 from shardkit.format.tar import sample_checksum
+from shardkit.format.tokens import TokenTally
 from shardkit.index.source import etag_version
 from shardkit.io.base import SourceOptions
 from shardkit.io.registry import open_destination, open_remote
@@ -71,6 +75,8 @@ class IndexResult:
             Last-Modified, when the server gave one; else -1.
         compressed: It is gzip or zstd compressed (no offset index written).
         extensions: Field extensions seen.
+        token_fields: Its token fields (see :mod:`shardkit.format.tokens`).
+        token_totals: Their token counts, in the same order.
         unchanged: Same size as ``known_size``; not read.
         reason: Why it could not be indexed (None when it was).
         num_to_read: How many shards the run reads in all, for a progress
@@ -84,6 +90,8 @@ class IndexResult:
     version: int = -1
     compressed: bool = False
     extensions: tuple[str, ...] = ()
+    token_fields: tuple[str, ...] = ()
+    token_totals: tuple[int, ...] = ()
     unchanged: bool = False
     reason: str | None = None
     num_to_read: int = 0
@@ -161,15 +169,18 @@ def _index_chunks(task: IndexTask, name: str, chunks: Iterator[bytes], facts: di
     ends = [0]
     crcs: list[int] = []
     extensions: set[str] = set()
+    tokens = TokenTally()
     for sample in reading.samples(chunks):
         ends.append(sample.end)
         crcs.append(sample_checksum(sample.key, sample.fields.items()))
         extensions.update(sample.fields)
+        tokens.add(sample.fields.items())
     read = reading.read
     if facts["size"] >= 0 and read != facts["size"]:
         return IndexResult(task.number, reason=f"the shard changed while it was read ({facts['size']} bytes, {read} read)")
+    counts = tokens.counts()
     if reading.decompressor is None:
-        _put_index(task.index_dest, task.index_name, encode_index(ends, crcs))
+        _put_index(task.index_dest, task.index_name, encode_index(ends, crcs, counts))
     return IndexResult(
         task.number,
         num_samples=len(ends) - 1,
@@ -178,6 +189,8 @@ def _index_chunks(task: IndexTask, name: str, chunks: Iterator[bytes], facts: di
         version=facts["version"],
         compressed=reading.decompressor is not None,
         extensions=tuple(sorted(extensions)),
+        token_fields=tokens.fields if reading.decompressor is None else (),
+        token_totals=tuple(counts.sum(axis=0).tolist()) if reading.decompressor is None else (),
     )
 
 
