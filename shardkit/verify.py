@@ -5,6 +5,8 @@ parses as tar to the end-of-archive marker; it holds the recorded number of
 samples; its offset index is well formed and matches the sample boundaries
 found by parsing; and, when the index stores per-sample checksums, every
 sample matches its checksum (so bit rot is named by the sample it hit).
+In a dataset that records token counts (see :mod:`shardkit.format.tokens`),
+the counts the index and the table record must be those of the samples read.
 In a dataset written with ``compress_members`` (its manifest records
 ``member_compression``), every compressed member (``KEY.txt.gz``,
 ``KEY.txt.zst``) must also decompress, to at most ``max_member_bytes``
@@ -47,8 +49,9 @@ from shardkit.format.compression import (
 from shardkit.format.index import OffsetIndex
 from shardkit.format.manifest import Manifest, ShardEntry
 from shardkit.format.tar import REWRITE_ADVICE, RawSample, SampleParser
+from shardkit.format.tokens import TokenTally
 from shardkit.io.base import SourceOptions
-from shardkit.io.index import fetch_offset_index
+from shardkit.io.index import fetch_document_tokens, fetch_offset_index
 from shardkit.io.local import HASH_CHUNK_BYTES
 from shardkit.io.manifest import fetch_manifest
 from shardkit.io.registry import open_source
@@ -255,10 +258,14 @@ def _verify(
     bounds = [0]
     size = 0
     check = manifest.member_compression is not None
+    tokens = TokenTally() if manifest.token_fields else None
 
     def take(samples: list[RawSample]) -> None:
         if index is not None:
             _check_sums(path, index, len(bounds) - 1, samples)
+        if tokens is not None:
+            for sample in samples:
+                tokens.add(sample.fields.items())
         bounds.extend(s.end for s in (_check_members(path, samples, max_member_bytes) if check else samples))
 
     try:
@@ -301,6 +308,8 @@ def _verify(
         raise VerifyError(
             f"{index_path}: offset index does not match the sample boundaries of {entry.path}", path=index_path
         )
+    if tokens is not None and index is not None:
+        _check_tokens(manifest, number, index_path, tokens, options)
     return ShardCheck(
         number,
         entry.num_bytes,
@@ -310,6 +319,29 @@ def _verify(
         else None,
         stream_only=None if index is not None else StreamOnlyShard(path, decompressor.kind if decompressor else "?"),
     )
+
+
+def _check_tokens(manifest: Manifest, number: int, index_path: str, found: TokenTally, options: SourceOptions) -> None:
+    """Compare the token counts the index and table record with those of the samples read."""
+    table = manifest.table
+    assert table.tokens is not None
+    try:
+        stored = fetch_document_tokens(
+            index_path, num_samples=int(table.counts[number]), totals=table.tokens[number], options=options
+        )
+    except (CorruptShardError, ManifestError, OSError) as exc:
+        raise VerifyError(f"{index_path}: token counts unusable: {exc}", path=index_path) from exc
+    counts = found.counts()
+    for j, field in enumerate(manifest.token_fields):
+        column = counts[:, found.fields.index(field)] if field in found.fields else np.zeros(len(counts), np.int64)
+        wrong = np.flatnonzero(column != stored[:, j])
+        if len(wrong):
+            i = int(wrong[0])
+            raise VerifyError(
+                f"{index_path}: token counts of {field!r} do not match the samples of shard {number} (sample {i}: "
+                f"{int(stored[i, j])} recorded, {int(column[i])} found); rewrite the shard or run `shardkit index`",
+                path=index_path,
+            )
 
 
 def verify_dataset(

@@ -130,3 +130,27 @@ def test_bad_workers_value_is_a_usage_error(make_shards, capsys):
         verify_dataset(manifest.location, workers=0)
     assert main(["verify", "--workers", "two", manifest.location]) == 2
     assert "--workers must be a whole number" in capsys.readouterr().err
+
+
+def test_token_counts_that_are_not_the_samples_are_named(tmp_path):
+    from shardkit import write_dataset
+    from shardkit.write.parallel import WriteOptions
+    from tests.write import map_functions as fns
+
+    dest = tmp_path / "corpus"
+    write_dataset(range(30), str(dest), map=fns.token_ids, options=WriteOptions(workers=1, max_samples=10, shuffle=False))
+    assert verify_dataset(str(dest)).num_failed == 0
+    index = dest / "shard-000001.idx"
+    counts = (np.arange(10, 20) % 11)[::-1].reshape(10, 1)  # the right total, in the wrong samples
+    index.write_bytes(_reindexed(index, counts))
+    with pytest.raises(VerifyError, match=r"shard-000001.idx: token counts of 'tokens.npy' do not match the samples "
+                                          r"of shard 1 \(sample 0: 8 recorded, 10 found\)"):  # fmt: skip
+        verify_dataset(str(dest))
+
+
+def _reindexed(index, counts) -> bytes:
+    """The index with its checksums kept and ``counts`` as its token counts."""
+    with open(index, "rb") as f:
+        bounds = np.lib.format.read_array(f)
+        checksums = np.lib.format.read_array(f)
+    return encode_index(bounds, checksums, counts)
