@@ -61,6 +61,7 @@ REPO_ROOT = os.path.dirname(HERE)
 sys.path.insert(0, REPO_ROOT)
 
 from bench.common import git_commit, machine, plot_path, save_record  # noqa: E402
+from bench.common import run_cell as common_run_cell  # noqa: E402
 
 WRITERS = ("shardkit", "hand-rolled", "litdata", "ray")
 FUNCTIONS = ("image", "text")
@@ -288,24 +289,8 @@ def cell_main(spec: dict[str, Any]) -> dict[str, Any]:
 def run_cell(spec: dict[str, Any], *, python: str, timeout_s: float, prefix: list[str] | None = None,
              env: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     """One cell in a fresh interpreter (inside ``prefix``, e.g. ``ip netns exec``); its answer or its error."""
-    command = [*(prefix or []), python, os.path.abspath(__file__), "--cell", json.dumps(spec)]
-    child_env = {**(env or os.environ), "PYTHONPATH": REPO_ROOT}
-    proc = subprocess.Popen(command, cwd=REPO_ROOT, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)  # fmt: skip
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the pool's workers too
-        proc.communicate()
-        return {"error": f"timed out after {timeout_s:.0f} s"}
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    for line in stdout.splitlines():
-        if line.startswith(CELL_ANSWER):
-            return json.loads(line[len(CELL_ANSWER) :])
-    lines = [line for line in stderr.strip().splitlines() if line.strip()]
-    return {"error": lines[-1][:500] if lines else f"exit code {proc.returncode}", "stderr_tail": stderr[-2000:]}
+    return common_run_cell(__file__, spec, answer=CELL_ANSWER, python=python, timeout_s=timeout_s, prefix=prefix,
+                           env=env)  # fmt: skip
 
 
 def ray_temp_dir(workdir: str) -> str:

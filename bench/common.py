@@ -7,9 +7,13 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import subprocess
 from collections.abc import Mapping
 from typing import Any
+
+#: The repository's root (cells run with it on their PYTHONPATH).
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def machine() -> dict[str, Any]:
@@ -58,3 +62,38 @@ def save_record(json_path: str, record: Mapping[str, Any], table: str) -> None:
         json.dump(record, f, indent=1)
     with open(markdown_path(json_path), "w") as f:
         f.write(table)
+
+
+def run_cell(
+    script: str,
+    spec: Mapping[str, Any],
+    *,
+    answer: str,
+    python: str,
+    timeout_s: float,
+    prefix: list[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Run ``script --cell SPEC`` in a fresh interpreter ``python`` (inside
+    ``prefix``, e.g. ``ip netns exec``) and return the JSON it printed after
+    ``answer`` on a line, or ``{"error": ...}`` with the tail of its stderr.
+    The cell runs in a session of its own, killed whole (its workers too)
+    when it runs past ``timeout_s``."""
+    command = [*(prefix or []), python, os.path.abspath(script), "--cell", json.dumps(spec)]
+    child_env = {**(env or os.environ), "PYTHONPATH": REPO_ROOT}
+    proc = subprocess.Popen(command, cwd=REPO_ROOT, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # fmt: skip
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return {"error": f"timed out after {timeout_s:.0f} s"}
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    for line in stdout.splitlines():
+        if line.startswith(answer):
+            return json.loads(line[len(answer) :])
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    return {"error": lines[-1][:500] if lines else f"exit code {proc.returncode}", "stderr_tail": stderr[-2000:]}

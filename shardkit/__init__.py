@@ -43,6 +43,7 @@ _LAZY = {
     "ShardDataset": "shardkit.read.dataset",
     "ShardWindowSampler": "shardkit.read.sampler",
     "Stream": "shardkit.read.schedule",
+    "TokenBlocks": "shardkit.read.blocks",
     "World": "shardkit.world",
     "WriteOptions": "shardkit.write.options",
     "index_dataset": "shardkit.index.indexer",
@@ -55,6 +56,7 @@ _LAZY = {
 _READER_NEEDS = frozenset({"torch", "torchvision", "PIL"})
 
 if TYPE_CHECKING:
+    from shardkit.read.blocks import TokenBlocks
     from shardkit.read.dataset import ShardDataset
     from shardkit.read.decode import Decoder
     from shardkit.read.indexed import IndexedDataset
@@ -119,6 +121,7 @@ __all__ = [
     "SourceOptions",
     "StateError",
     "Stream",
+    "TokenBlocks",
     "TruncatedShardError",
     "UsageError",
     "VerifyError",

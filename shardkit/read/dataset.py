@@ -21,6 +21,7 @@ from torch.utils.data import IterableDataset
 from shardkit.errors import StateError, UsageError
 from shardkit.format.manifest import Manifest
 from shardkit.io.base import SourceOptions
+from shardkit.read.blocks import BlockOutput, TokenBlocks
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.counters import SharedCounters
 from shardkit.read.decode import Decoder, ImageMode
@@ -238,6 +239,13 @@ class ShardDataset(IterableDataset):
             (its share of ``max_concurrent_requests``).
         samples_per_epoch: Samples of each epoch of a mixture; default the
             sum of the streams' sizes (or of their ``samples``).
+        tokens: A :class:`~shardkit.TokenBlocks`: yield 1-D ``torch.int64``
+            blocks of ``block_size`` token ids cut from each epoch's token
+            stream (documents in the epoch's order, ``eos`` after each)
+            instead of samples (see :mod:`shardkit.read.blocks`). Blocks are
+            then what every count says: modes, ``len()``, ``buffer_size``,
+            checkpoints, and a mixture's shares (of tokens), ``samples`` and
+            ``samples_per_epoch``. ``map`` gets each block tensor.
         options: The arguments from ``mode`` to ``interleave`` as one
             :class:`~shardkit.ReaderOptions` (what decides the sample
             sequence, and so which checkpoints fit), instead of one by one.
@@ -275,6 +283,7 @@ class ShardDataset(IterableDataset):
         source_options: SourceOptions | None = None,
         read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES,
         samples_per_epoch: int | None = None,
+        tokens: TokenBlocks | None = None,
         options: ReaderOptions | None = None,
         output: OutputOptions | None = None,
     ):
@@ -319,8 +328,13 @@ class ShardDataset(IterableDataset):
         mixture = resolve_sources(
             source, samples_per_epoch=samples_per_epoch, source_options=source_options, interleave=options.interleave
         )
+        if tokens is not None:
+            if output.decoder is not None or output.select is not None:
+                raise UsageError("tokens= yields blocks of token ids: leave decode= and select= unset")
+            mixture = mixture.with_tokens(tokens, seed=options.seed, shuffle=options.shuffle)
+            output = dataclasses.replace(output, map=BlockOutput(output.map))
         if options.mode == "balanced":
-            _check_counts(mixture.catalogs[0])
+            mixture.check_balanced()
         self._mixture = mixture
         self._slots = SlotReader(
             catalogs=mixture.catalogs,
@@ -624,23 +638,6 @@ class ShardDataset(IterableDataset):
         return (
             f"ShardDataset({self._mixture.describe(self.epoch)}, mode={opts.mode!r}, "
             f"seed={opts.seed}, rank={self._world.rank}/{self._world.world_size})"
-        )
-
-
-def _check_counts(catalog: ShardCatalog) -> None:
-    """Refuse ``"balanced"`` mode without per-shard counts (a mixture's
-    streams always have them)."""
-    if catalog.compressed:
-        raise UsageError(
-            "mode='balanced' needs per-shard sample counts, and compressed shards (.tar.gz, .tgz, "
-            ".tar.zst) are read whole at shard granularity: use mode='exact' / 'infinite', or reshard "
-            "them uncompressed with `shardkit write SRC DEST`"
-        )
-    if catalog.counts is None:
-        raise UsageError(
-            "mode='balanced' needs per-shard sample counts: index the shards in place once with "
-            "`shardkit index SOURCE` and open SOURCE (its manifest), or use mode='exact' / 'infinite' at "
-            "shard granularity"
         )
 
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from shardkit.errors import StateError, UsageError
 from shardkit.io.base import SourceOptions
+from shardkit.read.blocks import BlockCatalog, BlockSchedule, TokenBlocks
 from shardkit.read.catalog import ShardCatalog, resolve_catalog
 from shardkit.read.plan import WholeDataset
 from shardkit.read.resume.state import ReaderState, dataset_fingerprint
@@ -82,7 +83,7 @@ class Mixture:
     catalogs: tuple[ShardCatalog, ...]
     source_options: tuple[SourceOptions, ...]
     fingerprints: tuple[str, ...]
-    schedule: MixSchedule | WholeDataset
+    schedule: MixSchedule | WholeDataset | BlockSchedule
     names: tuple[Any, ...] | None
 
     @classmethod
@@ -150,6 +151,8 @@ class Mixture:
         """What ``repr`` of the dataset says of its data."""
         if not self.streams:
             catalog = self.catalogs[0]
+            if isinstance(catalog, BlockCatalog):
+                return catalog.describe()
             return f"{catalog.num_shards} shards, {catalog.num_samples} samples"
         return f"mixture of {len(self.streams)} streams, {self.samples_per_epoch(epoch)} samples per epoch"
 
@@ -217,6 +220,47 @@ class Mixture:
             override=(epoch, old, tuple(index)),
         )
         return Mixture(self.streams, self.catalogs, self.source_options, self.fingerprints, schedule, self.names)
+
+
+    def check_balanced(self) -> None:
+        """Refuse ``"balanced"`` mode without per-shard counts (a mixture's
+        streams always have them).
+
+        Raises:
+            UsageError: One dataset of compressed shards, or without counts.
+        """
+        catalog = self.catalogs[0]
+        if catalog.compressed:
+            raise UsageError(
+                "mode='balanced' needs per-shard sample counts, and compressed shards (.tar.gz, .tgz, "
+                ".tar.zst) are read whole at shard granularity: use mode='exact' / 'infinite', or reshard "
+                "them uncompressed with `shardkit write SRC DEST`"
+            )
+        if catalog.counts is None:
+            raise UsageError(
+                "mode='balanced' needs per-shard sample counts: index the shards in place once with "
+                "`shardkit index SOURCE` and open SOURCE (its manifest), or use mode='exact' / 'infinite' at "
+                "shard granularity"
+            )
+
+    def with_tokens(self, tokens: TokenBlocks, *, seed: int, shuffle: bool) -> Mixture:
+        """These sources read as token blocks (see :mod:`.blocks`): each
+        catalog's blocks as the samples of a catalog of their own. A mixture's
+        ``weight`` s are then shares of blocks, so of tokens, and its
+        ``samples`` and ``samples_per_epoch`` count blocks.
+
+        Raises:
+            UsageError: A source without token counts for ``tokens.field``.
+        """
+        catalogs = tuple(BlockCatalog(c, tokens, seed=seed, shuffle=shuffle) for c in self.catalogs)
+        if not self.streams:
+            return Mixture((), catalogs, self.source_options, (), BlockSchedule(catalogs[0]), None)
+        assert isinstance(self.schedule, MixSchedule)
+        schedule = MixSchedule(
+            self.streams, tuple(c.num_blocks for c in catalogs), samples_per_epoch=self.schedule.samples_per_epoch
+        )
+        fingerprints = tuple(c.fingerprint for c in catalogs)  # a state of samples does not load into blocks
+        return Mixture(self.streams, catalogs, self.source_options, fingerprints, schedule, self.names)
 
 
 def mixture_fingerprint(record: Mapping[str, Any]) -> str:

@@ -24,6 +24,7 @@ from torch.utils.data import default_collate
 
 from shardkit.errors import MemberTooLargeError, StateError, UsageError
 from shardkit.io.base import SourceOptions
+from shardkit.read.blocks import BlockCatalog, BlockReader, token_world_check
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.decode import describe_fault, undecodable
 from shardkit.read.options import OutputOptions, ReaderOptions
@@ -248,7 +249,7 @@ class SlotReader:
 
     def _readers(
         self, world: World, on_skip: Callable[[Exception], None], shares: tuple[int, ...]
-    ) -> list[PieceReader]:
+    ) -> list[PieceReader | BlockReader]:
         total = max(sum(shares), 1)
         n = len(self.catalogs)
         # The rank's remote requests are shared by its workers and every
@@ -259,9 +260,10 @@ class SlotReader:
             # Half the budget evenly, half by share (a small source still
             # reads ahead), then split among the source's read parts.
             budget = int(self.read_ahead_bytes * (0.5 / n + 0.5 * shares[i] / total)) // self.options.interleave
+            make = BlockReader if isinstance(catalog, BlockCatalog) else PieceReader
             out.append(
-                PieceReader(
-                    catalog,
+                make(
+                    catalog,  # type: ignore[arg-type]
                     on_error=self.on_error,
                     verify_checksums=self.verify_checksums,
                     on_skip=on_skip,
@@ -302,6 +304,7 @@ class SlotReader:
         """
         plans = self.plans(epoch)
         check_infinite(plans, world, epoch=epoch)
+        token_world_check(self.catalogs, world)
         readers = self._readers(world, on_skip, self.schedule.shares(epoch))
         endless = self.options.mode == "infinite"
         levels: list[LevelPlan] | None = None

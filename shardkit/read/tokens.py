@@ -1,30 +1,18 @@
-"""Token blocks: an epoch's token stream split over ranks and workers at
-token precision, as pure arithmetic (issue #40, the split).
+"""An epoch's token stream, placed among shards and documents from token
+counts alone (issue #40; :mod:`.blocks` reads it).
 
-A reader for language-model pretraining yields fixed-length blocks of
-``block_size`` tokens cut from an epoch's *token stream*: the documents of
-the epoch's global sequence (see :mod:`.split`: shards in the epoch's order,
-each shard's samples in stored order), each document's tokens followed by
-``eos`` when one is set.
+The *token stream* of an epoch is the documents of the epoch's global
+sequence (see :mod:`.split`: shards in the epoch's order, each shard's
+samples in stored order), each document's tokens followed by ``eos`` when
+one is set. A reader of blocks asks for a range of stream positions (its
+blocks' tokens: ranks and workers are dealt whole blocks, as samples, see
+:mod:`.blocks`), which may start and end inside documents: such a document
+is split between two runs and no token is read twice.
 
-**The split is by whole blocks.** Global block *b* is tokens
-``[b * block_size, (b + 1) * block_size)`` of the stream, and the stream's
-``num_tokens // block_size`` blocks are dealt over the (rank, worker) slots
-as samples are (:func:`~.split.slot_span`): ``exact`` (and one epoch of
-``infinite``) gives every full block to one slot, per-rank counts differing
-by at most one; ``balanced`` gives every rank ``num_blocks // world_size``
-blocks, so no rank waits on another whatever the documents' lengths. A
-slot's blocks are one contiguous range of the stream's tokens, which may
-start and end inside a document: such a document is split between two
-slots and no token is read twice. An epoch leaves out only the stream's
-last partial block (fewer than ``block_size`` tokens) and, under
-``balanced``, fewer than ``world_size`` whole blocks.
-
-**What the split reads.** Positions in the stream come from token counts,
-not from the data: each shard's total (its documents' tokens, ``eos``
-included) places a slot's range among the shards, and the per-document
-counts of a shard the range starts or ends inside place it among that
-shard's documents (:func:`token_pieces`). Memory is O(number of shards).
+**What placing reads.** Each shard's total (its documents' tokens, ``eos``
+included) places a range among the shards, and the per-document counts of
+a shard the range starts or ends inside place it among that shard's
+documents (:meth:`TokenStream.pieces`). Memory is O(number of shards).
 """
 
 from __future__ import annotations
@@ -35,47 +23,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardkit.errors import UsageError
-from shardkit.read.split import Mode, even_cut, rank_span
-from shardkit.world import World
-
-
-def num_blocks(num_tokens: int, block_size: int) -> int:
-    """Whole blocks of ``block_size`` tokens in a stream of ``num_tokens``."""
-    if block_size < 1:
-        raise UsageError(f"block_size must be >= 1, not {block_size}")
-    return num_tokens // block_size
-
-
-def slot_blocks(num_tokens: int, block_size: int, world: World, *, mode: Mode) -> tuple[int, int]:
-    """Global blocks ``[start, stop)`` that one (rank, worker) slot yields.
-
-    Raises:
-        UsageError: The stream has fewer whole blocks than there are slots
-            to read them (some slot would yield nothing), naming the counts.
-    """
-    blocks = num_blocks(num_tokens, block_size)
-    start, stop = rank_span(blocks, rank=world.rank, world_size=world.world_size, mode=mode)
-    if blocks // world.world_size < world.num_workers:
-        raise UsageError(
-            f"the token stream holds {num_tokens:,} tokens, {blocks:,} whole blocks of {block_size:,}: fewer "
-            f"than one block for each of the {world.num_slots} readers ({world.world_size} ranks x "
-            f"{world.num_workers} DataLoader workers). Use a smaller block_size, fewer workers, or more data."
-        )
-    lo, hi = even_cut(stop - start, world.num_workers, world.worker)
-    return start + lo, start + hi
-
-
-def blocks_per_rank(num_tokens: int, block_size: int, *, rank: int, world_size: int, mode: Mode) -> int:
-    """How many blocks ``rank`` yields in one epoch: what ``len()`` says."""
-    start, stop = rank_span(num_blocks(num_tokens, block_size), rank=rank, world_size=world_size, mode=mode)
-    return stop - start
-
-
-def slot_tokens(num_tokens: int, block_size: int, world: World, *, mode: Mode) -> tuple[int, int]:
-    """Stream positions ``[start, stop)`` of the tokens one slot reads: its
-    blocks' tokens (see :func:`slot_blocks`)."""
-    start, stop = slot_blocks(num_tokens, block_size, world, mode=mode)
-    return start * block_size, stop * block_size
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +51,62 @@ class TokenPiece:
     num_tokens: int
 
 
+class TokenStream:
+    """One epoch's token stream over the shards, for placing ranges of it.
+
+    Args:
+        shard_tokens: Tokens per shard (``eos`` included), in manifest order.
+        shard_documents: Documents (samples) per shard, in manifest order.
+        order: The epoch's shard order (a permutation of shard numbers).
+    """
+
+    def __init__(self, shard_tokens: Sequence[int] | np.ndarray, shard_documents: Sequence[int] | np.ndarray,
+                 order: np.ndarray):
+        self._tokens = np.asarray(shard_tokens, dtype=np.int64)
+        self._documents = np.asarray(shard_documents, dtype=np.int64)
+        self._order = np.asarray(order, dtype=np.int64)
+        self._ends = np.cumsum(self._tokens[self._order])  # where each shard of the order ends in the stream
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self._ends[-1]) if len(self._ends) else 0
+
+    def pieces(self, start: int, stop: int, document_tokens: Callable[[int], np.ndarray]) -> Iterator[TokenPiece]:
+        """Stream positions ``[start, stop)`` as pieces of shards, in stream
+        order; shards without tokens never appear.
+
+        Args:
+            start: First stream position.
+            stop: One past the last; at most the stream's length.
+            document_tokens: A shard's per-document token counts (``eos``
+                included), in stored order; asked only for a shard the
+                range starts or ends inside.
+
+        Raises:
+            UsageError: The range lies outside the stream, or a shard's
+                per-document counts do not sum to its total.
+        """
+        if stop <= start:
+            return
+        ends, order, tokens = self._ends, self._order, self._tokens
+        if not 0 <= start < stop <= self.num_tokens:
+            raise UsageError(f"tokens [{start}, {stop}) lie outside a token stream of {self.num_tokens}")
+        i = int(np.searchsorted(ends, start, side="right"))
+        pos = start
+        while pos < stop:
+            shard = int(order[i])
+            total = int(tokens[shard])
+            if total:
+                shard_first = int(ends[i]) - total
+                lo, hi = pos - shard_first, min(stop, int(ends[i])) - shard_first
+                if lo == 0 and hi == total:
+                    yield TokenPiece(shard, 0, int(self._documents[shard]), 0, hi)  # the whole shard: no counts read
+                else:
+                    yield _inside(shard, total, lo, hi, document_tokens)
+                pos = shard_first + hi
+            i += 1
+
+
 def token_pieces(
     shard_tokens: Sequence[int] | np.ndarray,
     shard_documents: Sequence[int] | np.ndarray,
@@ -112,46 +115,9 @@ def token_pieces(
     stop: int,
     document_tokens: Callable[[int], np.ndarray],
 ) -> Iterator[TokenPiece]:
-    """Map stream positions ``[start, stop)`` to pieces of shards.
-
-    Args:
-        shard_tokens: Tokens per shard (``eos`` included), in manifest order.
-        shard_documents: Documents (samples) per shard, in manifest order.
-        order: The epoch's shard order (a permutation of shard numbers).
-        start: First stream position.
-        stop: One past the last; at most the stream's length.
-        document_tokens: A shard's per-document token counts (``eos``
-            included), in stored order; asked only for a shard the range
-            starts or ends inside.
-
-    Yields:
-        Pieces in stream order; shards without tokens never appear.
-
-    Raises:
-        UsageError: ``stop`` lies past the stream's end, or a shard's
-            per-document counts do not sum to its total.
-    """
-    if stop <= start:
-        return
-    ordered = np.asarray(shard_tokens, dtype=np.int64)[order]
-    ends = np.cumsum(ordered)
-    total = int(ends[-1]) if len(ends) else 0
-    if not 0 <= start < stop <= total:
-        raise UsageError(f"tokens [{start}, {stop}) lie outside a token stream of {total}")
-    i = int(np.searchsorted(ends, start, side="right"))
-    pos = start
-    while pos < stop:
-        while int(ordered[i]) == 0:
-            i += 1
-        shard = int(order[i])
-        shard_first = int(ends[i] - ordered[i])
-        lo, hi = pos - shard_first, min(stop, int(ends[i])) - shard_first
-        if lo == 0 and hi == int(ordered[i]):
-            yield TokenPiece(shard, 0, int(shard_documents[shard]), 0, hi)  # the whole shard: no counts read
-        else:
-            yield _inside(shard, int(ordered[i]), lo, hi, document_tokens)
-        pos = shard_first + hi
-        i += 1
+    """Stream positions ``[start, stop)`` of the stream of ``order`` as
+    pieces of shards (see :meth:`TokenStream.pieces`)."""
+    return TokenStream(shard_tokens, shard_documents, order).pieces(start, stop, document_tokens)
 
 
 def _inside(shard: int, total: int, lo: int, hi: int, document_tokens: Callable[[int], np.ndarray]) -> TokenPiece:
@@ -167,4 +133,4 @@ def _inside(shard: int, total: int, lo: int, hi: int, document_tokens: Callable[
     return TokenPiece(shard, first, last + 1, lo - begins, hi - lo)
 
 
-__all__ = ["TokenPiece", "blocks_per_rank", "num_blocks", "slot_blocks", "slot_tokens", "token_pieces"]
+__all__ = ["TokenPiece", "TokenStream", "token_pieces"]

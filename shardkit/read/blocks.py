@@ -1,0 +1,519 @@
+"""Token blocks as the samples of a reader: what ``ShardDataset(...,
+tokens=TokenBlocks(...))`` reads (issue #40).
+
+An epoch's *token stream* is the dataset's documents in the epoch's order
+(shards in the order ``(seed, epoch)`` gives them, as for samples; each
+shard's documents in stored order), each document's token ids (the 1-D
+integer array in ``field``) followed by ``eos`` when one is set. The stream
+is cut into ``num_tokens // block_size`` blocks.
+
+**Blocks are samples.** The reader sees each epoch's blocks as a dataset of
+their own: :class:`BlockCatalog` presents them as *virtual shards* of
+:data:`CHUNK_BLOCKS` blocks (virtual shard ``epoch * num_chunks + c`` holds
+blocks ``[c * CHUNK_BLOCKS, ...)`` of that epoch), :class:`BlockLayout`
+keeps them in stream order, and :class:`BlockReader` reads them. So
+everything the reader does for samples it does for blocks, unchanged: the
+split over ranks and workers by whole blocks (every rank the same number of
+blocks in ``"balanced"`` mode, whatever the documents' lengths; every
+block once in ``"exact"``), ``len()``, the swap-buffer shuffle (of blocks,
+see below), checkpoints as a count of delivered blocks, resuming in a new
+process or on another topology, ``"infinite"`` mode.
+
+**The split is arithmetic.** Where block *b* lies in the shards follows
+from token counts alone (:class:`~shardkit.read.tokens.TokenStream`): the
+shard table's per-shard totals, and the per-document counts of the at most
+two shards a run of blocks starts or ends inside (the offset index's token
+array; see :meth:`~shardkit.read.catalog.ShardCatalog.document_tokens`).
+No data is read to plan an epoch, and a block is read again by position
+(a restored shuffle buffer) by reading just its documents.
+
+**Shuffle: blocks after packing.** Each slot packs its documents in stream
+order and mixes the blocks through its swap buffer (``buffer_size`` counts
+blocks). A block's documents are neighbours in one shard (as in LitData's
+``TokensLoader``); the epoch's shard order and the buffer mix the rest
+(see ``bench/bench_tokens.py`` for ``shuffle_quality``). Packing after a
+document shuffle would need every document's count to replay a checkpoint.
+
+**Faults.** A document whose recorded count disagrees with its array, or
+whose field is not a 1-D integer array, is a
+:class:`~shardkit.errors.CorruptShardError` naming the sample; under
+``on_error="skip"`` its tokens are left out, and the run of blocks it was in
+comes out short by the blocks it can no longer fill.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from shardkit.errors import CorruptShardError, UsageError
+from shardkit.format.npy import MAX_HEADER_BYTES, parse_npy_header
+from shardkit.format.tar import RawSample
+from shardkit.io.urls import redact_url
+from shardkit.read.catalog import ShardCatalog
+from shardkit.read.pieces import FAULTS, Located, OnError, PieceReader
+from shardkit.read.split import Piece, epoch_order
+from shardkit.read.tokens import TokenPiece, TokenStream
+from shardkit.world import World
+
+#: Blocks in one virtual shard (see the module docstring): bounds what a
+#: restored buffer's replay sizes at once, whatever the epoch's length.
+CHUNK_BLOCKS = 1024
+#: Epoch streams (shard order and its running token totals) a catalog keeps.
+_STREAMS_KEPT = 2
+#: Shards' per-document counts a reader keeps (the boundary shards of its runs).
+_COUNTS_KEPT = 8
+
+
+@dataclass(frozen=True)
+class TokenBlocks:
+    """Read fixed-length blocks of token ids instead of samples (see
+    :mod:`shardkit.read.blocks`).
+
+    Args:
+        field: The field holding each document's token ids: a 1-D integer
+            ``.npy`` array (any integer dtype), e.g. ``"tokens.npy"`` or
+            ``"npy"``. The dataset must record its token counts (``shardkit
+            write`` does for such fields; ``shardkit index`` for published
+            shards).
+        block_size: Tokens per block (e.g. 2049 for 2048-token contexts
+            and their next-token targets).
+        eos: A token id appended after each document, or None.
+
+    Raises:
+        UsageError: A bad field, block size or ``eos``.
+    """
+
+    field: str
+    block_size: int
+    eos: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.field, str) or not self.field or self.field.startswith("."):
+            raise UsageError(f"TokenBlocks field must be a field name such as 'tokens.npy', not {self.field!r}")
+        if isinstance(self.block_size, bool) or not isinstance(self.block_size, int) or self.block_size < 1:
+            raise UsageError(f"TokenBlocks block_size must be an int >= 1, not {self.block_size!r}")
+        if self.eos is not None and (isinstance(self.eos, bool) or not isinstance(self.eos, int) or self.eos < 0):
+            raise UsageError(f"TokenBlocks eos must be a token id (an int >= 0) or None, not {self.eos!r}")
+
+    def record(self) -> str:
+        """What a checkpoint's fingerprint adds for these blocks."""
+        return f"tokens:{self.field}:{self.block_size}:{self.eos}"
+
+
+def _dataset_name(catalog: ShardCatalog) -> str:
+    first = redact_url(catalog.url(0)) if catalog.num_shards else "?"
+    return f"the dataset of {catalog.num_shards:,} shards from {first}"
+
+
+class BlockCatalog:
+    """One dataset's token blocks as a catalog of virtual shards (see the
+    module docstring): what a :class:`~shardkit.read.slot.SlotReader` asks of
+    a catalog, answered from the real one's token counts.
+
+    Args:
+        catalog: The dataset.
+        tokens: What to read.
+        seed: The reader's seed (the epochs' shard orders).
+        shuffle: Permute the shards each epoch.
+
+    Raises:
+        UsageError: The dataset records no token counts for the field, or
+            holds fewer tokens than one block.
+    """
+
+    has_indexes = True
+    compressed = False
+    manifest = None
+
+    def __init__(self, catalog: ShardCatalog, tokens: TokenBlocks, *, seed: int, shuffle: bool):
+        totals = np.asarray(catalog.shard_tokens(tokens.field), dtype=np.int64)
+        documents = np.asarray(catalog.counts, dtype=np.int64)
+        if tokens.eos is not None:
+            totals = totals + documents  # one eos after each document
+        self.catalog = catalog
+        self.tokens = tokens
+        self.seed = seed
+        self.shuffle = shuffle
+        self.shard_tokens = totals
+        self.shard_documents = documents
+        self.num_tokens = int(totals.sum())
+        self.num_blocks = self.num_tokens // tokens.block_size
+        if self.num_blocks == 0:
+            raise UsageError(
+                f"{_dataset_name(catalog)}: {self.num_tokens:,} tokens in field {tokens.field!r}, fewer than one "
+                f"block of {tokens.block_size:,}: use a smaller block_size or more data"
+            )
+        self.num_shards = -(-self.num_blocks // CHUNK_BLOCKS)  # virtual shards of one epoch
+        counts = np.full(self.num_shards, CHUNK_BLOCKS, dtype=np.int64)
+        counts[-1] = self.num_blocks - CHUNK_BLOCKS * (self.num_shards - 1)
+        self.counts = counts
+        self.num_samples = self.num_blocks
+        self._streams: dict[int, TokenStream] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def fingerprint(self) -> str:
+        """The dataset's fingerprint and what these blocks are of it: a
+        checkpoint of samples, or of other blocks, does not load here."""
+        return hashlib.sha256(f"{self.catalog.fingerprint}|{self.tokens.record()}".encode()).hexdigest()
+
+    def describe(self) -> str:
+        return f"{_dataset_name(self.catalog)}, {self.num_blocks:,} blocks of {self.tokens.block_size:,} tokens"
+
+    def url(self, shard: int) -> str:
+        """What messages call virtual shard ``shard``."""
+        epoch, chunk = divmod(shard, self.num_shards)
+        first = chunk * CHUNK_BLOCKS
+        return f"{self.describe()}: epoch {epoch}, blocks {first}-{first + int(self.counts[chunk]) - 1}"
+
+    def place(self, shard: int) -> tuple[int, int, int]:
+        """Virtual shard ``shard`` as ``(epoch, first block, blocks)``."""
+        epoch, chunk = divmod(shard, self.num_shards)
+        return epoch, chunk * CHUNK_BLOCKS, int(self.counts[chunk])
+
+    def stream(self, epoch: int) -> TokenStream:
+        """``epoch``'s token stream (the last few are kept; the read parts
+        of a slot ask from their own threads)."""
+        with self._lock:
+            found = self._streams.get(epoch)
+            if found is None:
+                order = epoch_order(len(self.shard_tokens), seed=self.seed, epoch=epoch, shuffle=self.shuffle)
+                found = TokenStream(self.shard_tokens, self.shard_documents, order)
+                if len(self._streams) >= _STREAMS_KEPT:
+                    self._streams.pop(next(iter(self._streams)))
+                self._streams[epoch] = found
+            return found
+
+    def check_world(self, world: World) -> None:
+        """Refuse a topology with more slots than blocks per rank.
+
+        Raises:
+            UsageError: Some slot would have no block, naming the counts.
+        """
+        if self.num_blocks // world.world_size < world.num_workers:
+            raise UsageError(
+                f"{_dataset_name(self.catalog)} holds {self.num_tokens:,} tokens in field {self.tokens.field!r}, "
+                f"{self.num_blocks:,} whole blocks of {self.tokens.block_size:,}: fewer than one block for each "
+                f"of the {world.num_slots} readers ({world.world_size} ranks x {world.num_workers} DataLoader "
+                "workers). Use a smaller block_size, fewer workers, or more data."
+            )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Small across processes: the per-shard arrays come again from the catalog's table.
+        return _block_catalog, (self.catalog, self.tokens, self.seed, self.shuffle)
+
+
+def _block_catalog(catalog: ShardCatalog, tokens: TokenBlocks, seed: int, shuffle: bool) -> BlockCatalog:
+    return BlockCatalog(catalog, tokens, seed=seed, shuffle=shuffle)
+
+
+@dataclass(frozen=True, eq=False)
+class BlockLayout:
+    """Each epoch's blocks in stream order, as pieces of virtual shards (an
+    :class:`~shardkit.read.plan.EpochLayout`)."""
+
+    num_blocks: int
+    num_chunks: int
+    stable_from: int = 0
+
+    def length(self, epoch: int) -> int:
+        return self.num_blocks
+
+    def pieces(self, epoch: int, start: int, stop: int) -> Iterator[Piece]:
+        pos = start
+        while pos < stop:  # positions past the epoch wrap to its start (padding)
+            at = pos % self.num_blocks
+            chunk, first = divmod(at, CHUNK_BLOCKS)
+            take = min(CHUNK_BLOCKS - first, self.num_blocks - at, stop - pos)
+            yield Piece(epoch * self.num_chunks + chunk, first, first + take)
+            pos += take
+
+
+@dataclass(frozen=True, eq=False)
+class BlockSchedule:
+    """The schedule of one dataset's blocks read alone: every epoch whole
+    (the counterpart of :class:`~shardkit.read.plan.WholeDataset`)."""
+
+    catalog: BlockCatalog
+    stable_from: int = 0
+
+    def shares(self, epoch: int) -> tuple[int, ...]:
+        return (1,)
+
+    def layout(
+        self, index: int, counts: np.ndarray | None, *, seed: int, words: tuple[int, ...], shuffle: bool
+    ) -> BlockLayout:
+        return BlockLayout(self.catalog.num_blocks, self.catalog.num_shards)
+
+
+class BlockOutput:
+    """What a token reader yields for a block: a 1-D ``torch.int64`` tensor,
+    passed through the user's ``map`` when there is one."""
+
+    def __init__(self, map: Callable[[torch.Tensor], Any] | None = None):  # noqa: A002 - the reader's name
+        self.map = map
+
+    def __call__(self, sample: dict[str, Any]) -> Any:
+        block = torch.from_numpy(sample["tokens"].astype(np.int64, copy=False))
+        return block if self.map is None else self.map(block)
+
+
+class _Packer:
+    """Cuts the tokens of a run of blocks into blocks as they come."""
+
+    def __init__(self, block_size: int):
+        self.block_size = block_size
+        self.parts: list[np.ndarray] = []
+        self.held = 0
+
+    def add(self, tokens: np.ndarray) -> Iterator[np.ndarray]:
+        while len(tokens):
+            take = min(len(tokens), self.block_size - self.held)
+            self.parts.append(tokens[:take])
+            self.held += take
+            tokens = tokens[take:]
+            if self.held == self.block_size:
+                # A copy, never a view: a view would hold the whole read-ahead chunk the document came in.
+                block = self.parts[0].copy() if len(self.parts) == 1 else np.concatenate(self.parts)
+                self.parts, self.held = [], 0
+                yield block
+
+
+class BlockReader:
+    """Reads runs of blocks (pieces of virtual shards): the documents under
+    them, through a :class:`~shardkit.read.pieces.PieceReader` of the real
+    shards (read-ahead, fault policy, checksums), packed into blocks.
+
+    Takes what a :class:`~shardkit.read.pieces.PieceReader` takes, with a
+    :class:`BlockCatalog`; offers what the reader and its resume code call.
+    """
+
+    def __init__(self, catalog: BlockCatalog, **reader: Any):
+        self.catalog = catalog
+        self._documents = PieceReader(catalog.catalog, **reader)  # on_error, on_skip, options, read_ahead_bytes...
+        self.on_error: OnError = self._documents.on_error
+        self.on_skip = self._documents.on_skip
+        self._options = self._documents.options
+        self._counts: dict[int, np.ndarray] = {}
+        self._lock = threading.Lock()
+        tokens = catalog.tokens
+        self._field = tokens.field
+        self._block_size = tokens.block_size
+        self._eos = None if tokens.eos is None else np.array([tokens.eos], dtype=np.int64)
+        self._nbytes = tokens.block_size * 8  # a block's size in a byte-capped buffer: as an int64 tensor
+
+    # ------------------------------------------------------------ planning
+
+    def document_tokens(self, shard: int) -> np.ndarray:
+        """Tokens of each document of real shard ``shard``, ``eos`` included."""
+        with self._lock:
+            found = self._counts.get(shard)
+        if found is None:
+            found = self.catalog.catalog.document_tokens(shard, self._field, options=self._options)
+            if self._eos is not None:
+                found = found + 1
+            with self._lock:
+                if len(self._counts) >= _COUNTS_KEPT:
+                    self._counts.pop(next(iter(self._counts)))
+                self._counts[shard] = found
+        return found
+
+    def _run(self, piece: Piece) -> tuple[int, list[TokenPiece]]:
+        """A run of blocks (a piece of a virtual shard): its first block's
+        number in its epoch, and the documents it packs."""
+        epoch, first, _ = self.catalog.place(piece.shard)
+        lo, hi = first + piece.start, first + piece.stop
+        size = self._block_size
+        return lo, list(self.catalog.stream(epoch).pieces(lo * size, hi * size, self.document_tokens))
+
+    # ------------------------------------------------------------ reading
+
+    def load_bounds(self, shard: int) -> np.ndarray:
+        """Virtual shard ``shard``'s blocks as byte spans of equal size (what
+        a restored shuffle buffer's replay sizes them by)."""
+        _, _, blocks = self.catalog.place(shard)
+        return np.arange(blocks + 1, dtype=np.int64) * self._nbytes
+
+    def read_runs(self, shard: int, runs: list[tuple[int, int]], *, bounds: np.ndarray) -> Iterator[Located]:
+        """Blocks ``[lo, hi)`` of each run of virtual shard ``shard`` (a
+        restored buffer's blocks, read again by position)."""
+        for lo, hi in runs:
+            yield from self.read(iter([Piece(shard, lo, hi)]))
+
+    def read(self, pieces: Iterator[Piece]) -> Iterator[Located]:
+        """The blocks of ``pieces`` (runs of virtual shards) in order, each
+        as ``(virtual shard, block in it, sample)`` whose field ``tokens``
+        holds the block's token ids. Reading starts at once (see
+        :meth:`~shardkit.read.pieces.PieceReader.read`)."""
+        runs: deque[tuple[Piece, int, list[TokenPiece]]] = deque()
+
+        def documents() -> Iterator[Piece]:  # runs in the read-ahead thread: hands each plan to the packer
+            for piece in pieces:
+                first, planned = self._run(piece)
+                runs.append((piece, first, planned))
+                for part in planned:
+                    yield Piece(part.shard, part.start, part.stop)
+
+        return self._blocks(self._documents.read(documents()), runs)
+
+    def _blocks(self, located: Iterator[Located], runs: deque[tuple[Piece, int, list[TokenPiece]]]) -> Iterator[Located]:
+        # A run's plan is in ``runs`` once a document of it (or the end) came.
+        incoming = iter(located)
+        pending = next(incoming, None)
+        while runs:
+            piece, first, planned = runs.popleft()
+            packer = _Packer(self._block_size)
+            number = piece.start
+            for part in planned:
+                url = self.catalog.catalog.url(part.shard)
+                whole = part.skip == 0 and part.num_tokens == int(self.catalog.shard_tokens[part.shard])
+                counts = None if whole else self.document_tokens(part.shard)
+                seen = taken = 0
+                complete = True
+                for position in range(part.start, part.stop):
+                    if pending is None or pending[0] != part.shard or pending[1] != position:
+                        complete = False  # skipped under on_error="skip": its tokens are missing
+                        continue
+                    raw = pending[2]
+                    pending = next(incoming, None)
+                    try:
+                        tokens = self._tokens(raw, url, None if counts is None else int(counts[position]))
+                    except FAULTS as exc:
+                        if self.on_error == "raise":
+                            raise
+                        self.on_skip(exc)
+                        complete = False
+                        continue
+                    seen += len(tokens)
+                    if position == part.start:
+                        tokens = tokens[part.skip :]
+                    tokens = tokens[: part.num_tokens - taken]
+                    taken += len(tokens)
+                    for block in packer.add(tokens):
+                        yield piece.shard, number, RawSample(
+                            f"block-{first + number - piece.start}", {"tokens": block},
+                            number * self._nbytes, (number + 1) * self._nbytes,
+                        )
+                        number += 1
+                if whole and complete and seen != part.num_tokens:
+                    self._fault(self._miscounted(url, part, seen))
+
+    def _fault(self, exc: CorruptShardError) -> None:
+        if self.on_error == "raise":
+            raise exc
+        self.on_skip(exc)
+
+    def _miscounted(self, url: str, part: TokenPiece, seen: int) -> CorruptShardError:
+        return CorruptShardError(
+            f"{url}: its documents hold {seen:,} tokens in field {self._field!r}"
+            f"{' (eos included)' if self._eos is not None else ''}, but the dataset's token counts say "
+            f"{part.num_tokens:,}: the shard changed after it was counted. Run `shardkit verify` on the "
+            "dataset, and `shardkit index` (or rewrite it) to count its tokens again.",
+            path=url,
+        )
+
+    def _tokens(self, raw: RawSample, url: str, expected: int | None) -> np.ndarray:
+        """A document's token ids (``eos`` appended), checked: a 1-D integer
+        array, of ``expected`` tokens when its count was read."""
+        data = raw.fields.get(self._field)
+        member = f"{raw.key}.{self._field}"
+        if data is None:
+            raise CorruptShardError(
+                f"{url}: sample {raw.key!r} has no field {self._field!r} (it has {', '.join(raw.fields) or 'none'}), "
+                "but every sample of a token dataset needs its token ids there",
+                path=url, member=member, offset=raw.start,
+            )
+        array = _token_array(data)
+        if array is None:
+            raise CorruptShardError(
+                f"{url}: sample {raw.key!r}: field {self._field!r} holds {_describe_npy(data)}, not a 1-D integer "
+                "array of token ids. Store each document's token ids as one 1-D integer array (e.g. "
+                "write_dataset(texts, dest, map=tokenize) returning {'tokens.npy': ids}).",
+                path=url, member=member, offset=raw.start,
+            )
+        if self._eos is not None:
+            array = np.concatenate((array.astype(np.int64, copy=False), self._eos))
+        if expected is not None and len(array) != expected:
+            raise CorruptShardError(
+                f"{url}: sample {raw.key!r} holds {len(array):,} tokens in field {self._field!r}"
+                f"{' (eos included)' if self._eos is not None else ''}, but its offset index counts "
+                f"{expected:,}: the shard changed after it was counted. Run `shardkit verify` on the dataset, "
+                "and `shardkit index` (or rewrite it) to count its tokens again.",
+                path=url, member=member, offset=raw.start,
+            )
+        return array
+
+
+#: Token-array headers already read: header bytes -> (dtype, count), or None
+#: for a header of anything else. Documents of one length share a header,
+#: so a corpus has a few thousand; the table is emptied when it fills.
+_HEADERS: dict[bytes, tuple[np.dtype, int] | None] = {}
+_HEADERS_KEPT = 8192
+
+
+def _token_array(data: bytes) -> np.ndarray | None:
+    """The 1-D integer array ``.npy`` bytes hold (a view of them), or None
+    when they hold anything else or are not as long as their header says.
+    The header is read by :func:`~shardkit.format.npy.parse_npy_header`, not
+    evaluated (``np.load`` is slow for a document's few bytes), once per
+    distinct header."""
+    version = data[6:7]
+    if version == b"\x01":
+        end = 10 + int.from_bytes(data[8:10], "little")
+    elif version in (b"\x02", b"\x03"):
+        end = 12 + int.from_bytes(data[8:12], "little")
+    else:
+        return None
+    head = data[:end]
+    found = _HEADERS.get(head, False)
+    if found is False:
+        found = _read_token_header(head)
+        if len(_HEADERS) >= _HEADERS_KEPT:
+            _HEADERS.clear()
+        _HEADERS[head] = found
+    if found is None:
+        return None
+    dtype, count = found
+    if end + count * dtype.itemsize != len(data):
+        return None
+    return np.frombuffer(data, dtype=dtype, count=count, offset=end)
+
+
+def _read_token_header(head: bytes) -> tuple[np.dtype, int] | None:
+    try:
+        header = parse_npy_header(head[:MAX_HEADER_BYTES])
+    except ValueError:
+        return None
+    dtype = header.dtype()
+    if dtype is None or dtype.kind not in "iu" or len(header.shape) != 1 or header.offset != len(head):
+        return None
+    return dtype, header.count
+
+
+def _describe_npy(data: bytes) -> str:
+    """What ``.npy`` bytes that are no token array hold, for a message."""
+    try:
+        header = parse_npy_header(data[:MAX_HEADER_BYTES])
+    except ValueError as exc:
+        return f"no readable .npy array ({exc})"
+    dtype = header.dtype()
+    return f"a {dtype if dtype is not None else header.descr.decode('ascii', 'replace')} array of shape {header.shape}"
+
+
+def token_world_check(catalogs: tuple[Any, ...], world: World) -> None:
+    """Refuse ``world`` when a block catalog among ``catalogs`` has fewer
+    blocks per rank than it has workers (see :meth:`BlockCatalog.check_world`)."""
+    for catalog in catalogs:
+        if isinstance(catalog, BlockCatalog):
+            catalog.check_world(world)
+
+
+__all__ = ["CHUNK_BLOCKS", "BlockCatalog", "BlockLayout", "BlockOutput", "BlockReader", "BlockSchedule", "TokenBlocks"]

@@ -1,0 +1,230 @@
+"""Token blocks (issue #40) in one process: what an epoch's blocks hold, how
+ranks share them, eos, resume through the loader, mixtures of token shares,
+and the errors. Under a real torchrun: tests/read/test_torchrun_tokens.py."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+import shardkit
+from shardkit import ShardDataset, Stream, TokenBlocks, make_loader
+from shardkit.errors import CorruptShardError, UsageError
+from tests.read.token_data import STRIDE, runs, write_documents
+
+BLOCK = 64
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> tuple[str, dict[str, np.ndarray]]:
+    """150 documents of 1 to ~6,000 tokens, in shards of 23: the dataset and
+    each document's token ids by key."""
+    dest = str(tmp_path_factory.mktemp("tokens") / "ds")
+    documents = write_documents(dest, 150)
+    return dest, {f"doc{i:06d}": ids for i, ids in enumerate(documents)}
+
+
+def stored_stream(dest: str, documents: dict[str, np.ndarray], eos: int | None = None) -> np.ndarray:
+    """The token stream of an unshuffled epoch: documents in stored order."""
+    keys = [s["__key__"] for s in ShardDataset(dest, shuffle=False, mode="exact")]
+    tail = [] if eos is None else [np.array([eos])]
+    return np.concatenate([part for key in keys for part in [documents[key], *tail]])
+
+
+def blocks_of(ds: ShardDataset) -> list[np.ndarray]:
+    out = []
+    for block in ds:
+        assert isinstance(block, torch.Tensor) and block.dtype == torch.int64 and block.shape == (BLOCK,)
+        out.append(block.numpy())
+    return out
+
+
+def test_an_exact_epoch_over_three_ranks_holds_every_full_block_once_and_no_token_twice(corpus):
+    dest, documents = corpus
+    total = sum(len(ids) for ids in documents.values())
+    blocks = []
+    for rank in range(3):
+        ds = ShardDataset(dest, tokens=TokenBlocks("tokens.npy", BLOCK), mode="exact", seed=5, rank=rank, world_size=3)
+        got = blocks_of(ds)
+        assert len(got) == len(ds)
+        blocks += got
+    assert len(blocks) == total // BLOCK  # only the stream's last partial block is left out
+    tokens = np.concatenate(blocks)
+    assert len(np.unique(tokens)) == len(tokens)  # no token twice
+    every = np.concatenate(list(documents.values()))
+    assert len(np.setdiff1d(every, tokens)) == total % BLOCK
+    for block in blocks:  # a block never reorders a document's tokens
+        for run in runs(block):
+            assert len(np.unique(run // STRIDE)) <= 2  # a run is one document, or one's end and the next one's start
+        positions = collections.defaultdict(list)
+        for token in block:
+            positions[int(token) // STRIDE].append(int(token) % STRIDE)
+        assert all(ks == list(range(ks[0], ks[0] + len(ks))) for ks in positions.values())
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_balanced_gives_every_rank_the_same_number_of_blocks_whatever_the_documents(corpus, world_size):
+    dest, documents = corpus
+    total = sum(len(ids) for ids in documents.values())
+    counts = []
+    for rank in range(world_size):
+        ds = ShardDataset(dest, tokens=TokenBlocks("tokens.npy", BLOCK), seed=1, rank=rank, world_size=world_size)
+        counts.append((len(ds), len(blocks_of(ds))))
+    assert len(set(counts)) == 1, counts  # len() says it, and every rank yields it
+    assert counts[0][0] == (total // BLOCK) // world_size  # fewer than world_size blocks lost
+
+
+def test_eos_follows_every_document_and_an_unshuffled_epoch_is_the_stored_stream(corpus):
+    dest, documents = corpus
+    ds = ShardDataset(dest, tokens=TokenBlocks("tokens.npy", BLOCK, eos=7), shuffle=False, mode="exact")
+    stream = stored_stream(dest, documents, eos=7)
+    got = np.concatenate(blocks_of(ds))
+    assert len(got) == len(stream) // BLOCK * BLOCK
+    assert np.array_equal(got, stream[: len(got)])  # a document of ~90 blocks comes whole, in order
+    assert (got == 7).sum() == (stream[: len(got)] == 7).sum() >= 100
+
+
+def test_the_loader_batches_blocks_and_len_counts_them(corpus):
+    dest, _ = corpus
+    ds = ShardDataset(dest, tokens=TokenBlocks("tokens.npy", BLOCK), seed=2, batch_size=4, partial_batches=False)
+    loader = make_loader(ds, batch_size=None, num_workers=2)
+    batches = list(loader)
+    assert all(b.shape == (4, BLOCK) and b.dtype == torch.int64 for b in batches)
+    assert len(batches) == len(loader)
+    rows = torch.cat(batches).numpy()
+    assert len(np.unique(rows)) == rows.size
+
+
+def test_a_checkpoint_through_the_loader_resumes_the_same_epoch_in_a_new_loader(corpus):
+    dest, _ = corpus
+
+    def loader() -> torch.utils.data.DataLoader:
+        ds = ShardDataset(dest, tokens=TokenBlocks("tokens.npy", BLOCK), mode="exact", seed=3, epoch=1, buffer_size=40)
+        return make_loader(ds, batch_size=4, num_workers=2)
+
+    whole = torch.cat(list(loader())).numpy()
+    first = loader()
+    taken = [b for b in itertools.islice(first, 6)]
+    state = first.state_dict()
+    del first
+    second = loader()
+    second.load_state_dict(state)
+    rest = list(second)
+    resumed = torch.cat(taken + rest).numpy()
+    # The blocks the buffer held at the checkpoint are read again by position; none lost, none twice.
+    assert sorted(map(tuple, resumed.tolist())) == sorted(map(tuple, whole.tolist()))
+
+
+def test_a_mixture_shares_tokens_by_weight(tmp_path):
+    short, long = str(tmp_path / "short"), str(tmp_path / "long")
+    write_documents(short, 200, long_every=10**9)  # 1-400 tokens each
+    write_documents(long, 40, base=10**9, long_every=2)  # every other one 2,000-6,000
+    streams = [Stream(short, weight=3.0, name="short"), Stream(long, weight=1.0, name="long")]
+    ds = ShardDataset(streams, tokens=TokenBlocks("tokens.npy", BLOCK), samples_per_epoch=80, mode="exact", seed=0)
+    blocks = blocks_of(ds)
+    assert len(blocks) == len(ds) == 80
+    from_long = np.concatenate(blocks) >= 10**9
+    assert from_long.sum() == 20 * BLOCK  # 3:1 of the tokens, whatever the documents' lengths
+
+
+def test_a_field_that_is_not_a_1d_integer_array_is_an_error_naming_the_sample(tmp_path):
+    dest = str(tmp_path / "ds")
+    write_documents(dest, 30, per_shard=10)
+    shard = os.path.join(dest, "shard-000001.tar")
+    data = bytearray(open(shard, "rb").read())
+    at = data.index(b"'descr': '<i")  # the first document of the shard stored as int32 or int64
+    data[at + 11 : at + 12] = b"f"  # the same bytes, read as floats
+    open(shard, "wb").write(bytes(data))
+    ds = ShardDataset(dest, tokens=TokenBlocks("tokens.npy", 8), shuffle=False, mode="exact")
+    with pytest.raises(CorruptShardError, match=r"shard-000001\.tar: sample 'doc\d+': field 'tokens\.npy' holds a "
+                       r"float\d+ array of shape \(\d+,\), not a 1-D integer array of token ids") as info:
+        list(ds)
+    assert info.value.member.endswith(".tokens.npy")
+
+
+def test_too_few_blocks_for_the_readers_is_a_clear_error(tmp_path):
+    dest = str(tmp_path / "ds")
+    documents = write_documents(dest, 3, long_every=10**9)
+    total = sum(len(d) for d in documents)
+    with pytest.raises(UsageError, match="fewer than one block of"):
+        ShardDataset(dest, tokens=TokenBlocks("tokens.npy", total + 1))
+    ds = ShardDataset(dest, tokens=TokenBlocks("tokens.npy", total // 2), rank=0, world_size=3)
+    with pytest.raises(UsageError, match=r"2 whole blocks of \d+: fewer than one block for each of the 3 readers"):
+        list(ds)
+
+
+def test_a_field_without_token_counts_is_refused_naming_the_fields_that_have_them(corpus):
+    dest, _ = corpus
+    with pytest.raises(UsageError, match="tokens.npy"):
+        ShardDataset(dest, tokens=TokenBlocks("ids.npy", BLOCK))
+
+
+def test_map_gets_each_block_and_decode_is_refused(corpus):
+    dest, _ = corpus
+    ds = ShardDataset(dest, tokens=TokenBlocks("tokens.npy", BLOCK), map=lambda b: (b[:-1], b[1:]), mode="exact")
+    inputs, targets = next(iter(ds))
+    assert inputs.shape == targets.shape == (BLOCK - 1,) and torch.equal(inputs[1:], targets[:-1])
+    with pytest.raises(UsageError, match="leave decode= and select= unset"):
+        ShardDataset(dest, tokens=TokenBlocks("tokens.npy", BLOCK), decode="tensor")
+
+
+def test_the_dataset_pickles_small_without_its_per_shard_arrays(corpus):
+    dest, _ = corpus
+    ds = ShardDataset(dest, tokens=TokenBlocks("tokens.npy", BLOCK))
+    again = pickle.loads(pickle.dumps(ds))
+    assert len(pickle.dumps(ds)) < 4_000
+    assert len(again) == len(ds) and np.array_equal(next(iter(again)).numpy(), next(iter(ds)).numpy())
+
+
+@pytest.mark.parametrize("bad", [dict(block_size=0), dict(block_size=2.5), dict(eos=-1), dict(field=""), dict(eos=True)])
+def test_bad_token_options_are_refused(bad):
+    with pytest.raises(UsageError, match="TokenBlocks"):
+        TokenBlocks(**{"field": "tokens.npy", "block_size": 8, **bad})
+
+
+def test_token_blocks_is_public():
+    assert shardkit.TokenBlocks is TokenBlocks
+
+
+def test_torchdata_stateful_dataloader_resumes_blocks_in_order(corpus):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    dest, _ = corpus
+
+    def new() -> StatefulDataLoader:
+        ds = ShardDataset(dest, tokens=TokenBlocks("tokens.npy", BLOCK), mode="exact", seed=4, buffer_size=25)
+        return StatefulDataLoader(ds, batch_size=4, num_workers=2)
+
+    full = [b.tolist() for b in new()]
+    loader = new()
+    it = iter(loader)
+    head = [next(it).tolist() for _ in range(7)]
+    state = loader.state_dict()
+    del it, loader
+    again = new()
+    again.load_state_dict(state)
+    assert head + [b.tolist() for b in again] == full  # the very batches, in order
+
+
+def test_spawned_workers_read_the_same_blocks(corpus):
+    dest, _ = corpus
+    ds = ShardDataset(dest, tokens=TokenBlocks("tokens.npy", BLOCK), mode="exact", seed=6)
+    loader = make_loader(ds, batch_size=None, num_workers=2, multiprocessing_context="spawn")
+    assert sorted(b.tolist() for b in loader) == sorted(b.tolist() for b in ds)
+
+
+def test_infinite_mode_runs_on_into_the_next_epochs_blocks(corpus):
+    dest, documents = corpus
+    total = sum(len(ids) for ids in documents.values())
+    epoch = total // BLOCK
+    ds = ShardDataset(dest, tokens=TokenBlocks("tokens.npy", BLOCK), mode="infinite", seed=8, rank=1, world_size=2)
+    blocks = np.array([b.numpy() for b in itertools.islice(ds, epoch + 10)])  # more than this rank's half of two epochs
+    assert blocks.shape == (epoch + 10, BLOCK)
+    counts = collections.Counter(blocks.ravel().tolist())
+    assert max(counts.values()) <= 3  # a token at most once an epoch (two epochs and the start of a third)
