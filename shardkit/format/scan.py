@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from shardkit.format.compression import MAGIC_BYTES, ChunkDecompressor, detect_compression
 from shardkit.format.location import open_regular
 from shardkit.format.tar import RawSample, SampleParser
+from shardkit.format.tokens import TokenTally
 
 #: Bytes read at a time from a local shard. Reads this small let the
 #: kernel's read-ahead fetch the next ones while a chunk is hashed and
@@ -86,6 +87,8 @@ class ShardSummary:
         first_key: The first sample's key (None when empty).
         last_key: The last sample's key.
         largest_sample: The most tar bytes one sample takes.
+        token_fields: Its token fields (see :mod:`shardkit.format.tokens`).
+        token_totals: Their token counts, in the same order.
     """
 
     num_samples: int
@@ -96,6 +99,8 @@ class ShardSummary:
     first_key: str | None
     last_key: str | None
     largest_sample: int
+    token_fields: tuple[str, ...] = ()
+    token_totals: tuple[int, ...] = ()
 
 
 def summarize(name: str, chunks: Iterable[bytes]) -> ShardSummary:
@@ -109,12 +114,14 @@ def summarize(name: str, chunks: Iterable[bytes]) -> ShardSummary:
     scan = ShardScan(name)
     fields: Counter[str] = Counter()
     count, largest, first, last = 0, 0, None, None
+    tokens = TokenTally()
     for sample in scan.samples(chunks):
         count += 1
         first = sample.key if first is None else first
         last = sample.key
         largest = max(largest, sample.end - sample.start)
         fields.update(sample.fields.keys())
+        tokens.add(sample.fields.items())
     return ShardSummary(
         num_samples=count,
         num_bytes=scan.read,
@@ -124,4 +131,6 @@ def summarize(name: str, chunks: Iterable[bytes]) -> ShardSummary:
         first_key=first,
         last_key=last,
         largest_sample=largest,
+        token_fields=tokens.fields,
+        token_totals=tuple(tokens.counts().sum(axis=0).tolist()),
     )

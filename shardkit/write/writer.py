@@ -227,7 +227,10 @@ def _finished_shards(dest: str, extensions: set[str]) -> list[WrittenShard]:
                 path=path,
             )
         extensions.update(field_name(ext) for ext in summary.fields)
-        written.append(WrittenShard(path, index_path, summary.num_samples, summary.num_bytes, summary.sha256))
+        written.append(WrittenShard(
+            path, index_path, summary.num_samples, summary.num_bytes, summary.sha256, summary.token_fields,
+            summary.token_totals,
+        ))  # fmt: skip
     later = sorted(n for n in names if n.endswith(".tar") and is_shardkit_name(n) and n > shard_name(len(written)))
     if later:
         raise DestinationError(

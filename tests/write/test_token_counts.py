@@ -193,3 +193,17 @@ def test_a_resumed_write_keeps_the_counts_of_the_shards_it_reuses(tmp_path):
     assert again.num_reused == 5 and again.num_written == 0
     assert again.manifest.token_fields == ("tokens.npy",)
     assert again.manifest.table.tokens.tolist() == first.manifest.table.tokens.tolist()
+
+
+def test_a_resumed_shard_writer_counts_the_shards_it_finds(tmp_path):
+    dest = tmp_path / "out"
+    samples = [{"__key__": f"{i:03d}", "tokens.npy": np.arange(i, dtype=np.int16)} for i in range(10)]
+    writer = ShardWriter(str(dest), max_samples=4)
+    for sample in samples[:9]:
+        writer.write(sample)
+    writer.abort()  # two shards finished, the third dropped
+    with ShardWriter(str(dest), max_samples=4, resume=True) as writer:
+        assert writer.resumed_samples == 8
+        for sample in samples[8:]:
+            writer.write(sample)
+    _check_counts(dest, "tokens.npy", {f"{i:03d}": i for i in range(10)})
