@@ -176,6 +176,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"samples:    {m.num_samples}")
     print(f"bytes:      {m.num_bytes} ({human_bytes(m.num_bytes)})")
     print(f"extensions: {', '.join(shown(e) for e in m.extensions)}")
+    if m.token_fields and m.table.tokens is not None:
+        totals = m.table.tokens.sum(axis=0).tolist()
+        print(f"tokens:     {', '.join(f'{shown(f)} {int(n):,}' for f, n in zip(m.token_fields, totals))}")
     if m.class_names is not None:
         names = [shown(name) for name in m.class_names[:8]]
         listed = ", ".join(names) + (", ..." if len(m.class_names) > 8 else "")

@@ -350,7 +350,7 @@ class Manifest:
     def to_format1_json(self) -> str:
         """The manifest as format 1 wrote it (every shard in the JSON): for
         tests and tools that make datasets of earlier shardkits."""
-        data = {k: v for k, v in self.to_dict().items() if k not in ("table", "naming", "fingerprint")}
+        data = {k: v for k, v in self.to_dict().items() if k not in ("table", "naming", "fingerprint", "token_fields")}
         data["format_version"] = 1
         data["shards"] = [asdict(s) for s in self.shards]
         return json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n"

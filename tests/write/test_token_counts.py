@@ -207,3 +207,11 @@ def test_a_resumed_shard_writer_counts_the_shards_it_finds(tmp_path):
         for sample in samples[8:]:
             writer.write(sample)
     _check_counts(dest, "tokens.npy", {f"{i:03d}": i for i in range(10)})
+
+
+def test_info_says_how_many_tokens_a_dataset_holds(tmp_path, capsys):
+    dest = tmp_path / "out"
+    write_dataset(range(60), str(dest), map=fns.token_ids, options=WriteOptions(workers=1, max_samples=13))
+    assert main(["info", str(dest)]) == 0
+    out = capsys.readouterr().out
+    assert "format:     3\n" in out and f"tokens:     tokens.npy {sum(i % 11 for i in range(60)):,}\n" in out
