@@ -68,6 +68,8 @@ from shardkit.world import World
 CHUNK_BLOCKS = 1024
 #: Epoch streams (shard order and its running token totals) a catalog keeps.
 _STREAMS_KEPT = 2
+#: Virtual shards' names a catalog keeps.
+_URLS_KEPT = 4096
 #: Shards' per-document counts a reader keeps (the boundary shards of its runs).
 _COUNTS_KEPT = 8
 
@@ -157,6 +159,7 @@ class BlockCatalog:
         self.counts = counts
         self.num_samples = self.num_blocks
         self._streams: dict[int, TokenStream] = {}
+        self._urls: dict[int, str] = {}
         self._lock = threading.Lock()
 
     @property
@@ -169,10 +172,16 @@ class BlockCatalog:
         return f"{_dataset_name(self.catalog)}, {self.num_blocks:,} blocks of {self.tokens.block_size:,} tokens"
 
     def url(self, shard: int) -> str:
-        """What messages call virtual shard ``shard``."""
-        epoch, chunk = divmod(shard, self.num_shards)
-        first = chunk * CHUNK_BLOCKS
-        return f"{self.describe()}: epoch {epoch}, blocks {first}-{first + int(self.counts[chunk]) - 1}"
+        """What messages call virtual shard ``shard`` (asked for every block: kept)."""
+        found = self._urls.get(shard)
+        if found is None:
+            epoch, chunk = divmod(shard, self.num_shards)
+            first = chunk * CHUNK_BLOCKS
+            found = f"{self.describe()}: epoch {epoch}, blocks {first}-{first + int(self.counts[chunk]) - 1}"
+            if len(self._urls) >= _URLS_KEPT:
+                self._urls.clear()
+            self._urls[shard] = found
+        return found
 
     def place(self, shard: int) -> tuple[int, int, int]:
         """Virtual shard ``shard`` as ``(epoch, first block, blocks)``."""
@@ -274,17 +283,21 @@ class _Packer:
         self.parts: list[np.ndarray] = []
         self.held = 0
 
-    def add(self, tokens: np.ndarray) -> Iterator[np.ndarray]:
-        while len(tokens):
-            take = min(len(tokens), self.block_size - self.held)
-            self.parts.append(tokens[:take])
-            self.held += take
-            tokens = tokens[take:]
-            if self.held == self.block_size:
-                # A copy, never a view: a view would hold the whole read-ahead chunk the document came in.
-                block = self.parts[0].copy() if len(self.parts) == 1 else np.concatenate(self.parts)
-                self.parts, self.held = [], 0
-                yield block
+    def add(self, tokens: np.ndarray) -> list[np.ndarray]:
+        """Take a document's tokens; return the blocks they completed (rows
+        of one copy: a view of the document would hold the whole read-ahead
+        chunk it came in)."""
+        size = self.block_size
+        self.parts.append(tokens)
+        self.held += len(tokens)
+        if self.held < size:
+            return []
+        joined = self.parts[0] if len(self.parts) == 1 else np.concatenate(self.parts)
+        whole = len(joined) // size * size
+        blocks = list(joined[:whole].reshape(-1, size).copy())
+        rest = joined[whole:]
+        self.parts, self.held = ([rest] if len(rest) else []), len(rest)
+        return blocks
 
 
 class BlockReader:
@@ -424,8 +437,8 @@ class BlockReader:
         """A document's token ids (``eos`` appended), checked: a 1-D integer
         array, of ``expected`` tokens when its count was read."""
         data = raw.fields.get(self._field)
-        member = f"{raw.key}.{self._field}"
         if data is None:
+            member = f"{raw.key}.{self._field}"
             raise CorruptShardError(
                 f"{url}: sample {raw.key!r} has no field {self._field!r} (it has {', '.join(raw.fields) or 'none'}), "
                 "but every sample of a token dataset needs its token ids there",
@@ -433,6 +446,7 @@ class BlockReader:
             )
         array = _token_array(data)
         if array is None:
+            member = f"{raw.key}.{self._field}"
             raise CorruptShardError(
                 f"{url}: sample {raw.key!r}: field {self._field!r} holds {_describe_npy(data)}, not a 1-D integer "
                 "array of token ids. Store each document's token ids as one 1-D integer array (e.g. "
@@ -442,6 +456,7 @@ class BlockReader:
         if self._eos is not None:
             array = np.concatenate((array.astype(np.int64, copy=False), self._eos))
         if expected is not None and len(array) != expected:
+            member = f"{raw.key}.{self._field}"
             raise CorruptShardError(
                 f"{url}: sample {raw.key!r} holds {len(array):,} tokens in field {self._field!r}"
                 f"{' (eos included)' if self._eos is not None else ''}, but its offset index counts "
