@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 # Pins this machine's torch for the commands below; pyproject.toml has ranges.
 CONSTRAINTS := tools/constraints.txt
 
-.PHONY: demo test venv bench-writer bench-ray bench-mix bench-checksums bench-scale bench-ingest bench-map clean
+.PHONY: demo test venv bench-writer bench-ray bench-mix bench-checksums bench-scale bench-ingest bench-map bench-tokens clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -104,6 +104,13 @@ $(MAP_VENV)/.installed: pyproject.toml $(CONSTRAINTS) | $(STAMP)
 
 bench-map: $(STAMP) $(MAP_VENV)/.installed
 	$(PY) bench/bench_map_writer.py --litdata-python $(MAP_VENV)/bin/python $(BENCH_MAP_ARGS)
+
+# Token blocks (issue #40): shardkit's TokenBlocks against LitData's
+# TokensLoader (from .venv-map, as bench-map) and packing in the loop, over a
+# corpus of 5x10^7 tokens at block sizes 2,048 and 8,192 with 1 and 2
+# workers; memory against corpus size; shuffle; bench/results/tokens.* (~15 min).
+bench-tokens: $(STAMP) $(MAP_VENV)/.installed
+	$(PY) bench/bench_tokens.py --litdata-python $(MAP_VENV)/bin/python $(BENCH_TOKENS_ARGS)
 
 clean:
 	rm -rf demo bench/work .pytest_cache
