@@ -27,6 +27,11 @@ array; see :meth:`~shardkit.read.catalog.ShardCatalog.document_tokens`).
 No data is read to plan an epoch, and a block is read again by position
 (a restored shuffle buffer) by reading just its documents.
 
+**Mixtures.** A stream of a mixture is read as the sample reader reads a
+stream: its blocks are a walk, pass after pass over its virtual shards (runs
+of :data:`CHUNK_BLOCKS` blocks of its epoch-0 token stream), each pass in a
+new order; the shares, in blocks, are shares of tokens.
+
 **Shuffle: blocks after packing.** Each slot packs its documents in stream
 order and mixes the blocks through its swap buffer (``buffer_size`` counts
 blocks). A block's documents are neighbours in one shard (as in LitData's
@@ -524,11 +529,11 @@ def _describe_npy(data: bytes) -> str:
 
 
 def token_world_check(catalogs: tuple[Any, ...], world: World) -> None:
-    """Refuse ``world`` when a block catalog among ``catalogs`` has fewer
-    blocks per rank than it has workers (see :meth:`BlockCatalog.check_world`)."""
-    for catalog in catalogs:
-        if isinstance(catalog, BlockCatalog):
-            catalog.check_world(world)
+    """Refuse ``world`` when one dataset's blocks are fewer per rank than it
+    has workers (see :meth:`BlockCatalog.check_world`). A mixture's stream
+    may have fewer: its share of a slot is then none, as for samples."""
+    if len(catalogs) == 1 and isinstance(catalogs[0], BlockCatalog):
+        catalogs[0].check_world(world)
 
 
 __all__ = ["CHUNK_BLOCKS", "BlockCatalog", "BlockLayout", "BlockOutput", "BlockReader", "BlockSchedule", "TokenBlocks"]

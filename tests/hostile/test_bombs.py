@@ -152,7 +152,8 @@ def image_bombs(tmp_path_factory):
 # ------------------------------------------------------- whole shards
 
 
-@pytest.mark.parametrize(("entry", "kind"), [("stream", "gzip"), ("stream", "zstd"), ("loader", "zstd")])
+# Each kind once, each entry once (a run inflates 2 GiB: ~11 s).
+@pytest.mark.parametrize(("entry", "kind"), [("stream", "gzip"), ("loader", "zstd")])
 def test_compressed_shard_far_larger_than_memory_streams_every_sample(big, kind, entry, baseline_mb):
     got = run_entry(entry, big[kind], mem_mb=CAP_MB, timeout_s=120)
     assert got.outcome == "ok", got.message or got.child_output[-2000:]

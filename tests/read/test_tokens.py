@@ -212,13 +212,6 @@ def test_torchdata_stateful_dataloader_resumes_blocks_in_order(corpus):
     assert head + [b.tolist() for b in again] == full  # the very batches, in order
 
 
-def test_spawned_workers_read_the_same_blocks(corpus):
-    dest, _ = corpus
-    ds = ShardDataset(dest, tokens=TokenBlocks("tokens.npy", BLOCK), mode="exact", seed=6)
-    loader = make_loader(ds, batch_size=None, num_workers=2, multiprocessing_context="spawn")
-    assert sorted(b.tolist() for b in loader) == sorted(b.tolist() for b in ds)
-
-
 def test_infinite_mode_runs_on_into_the_next_epochs_blocks(corpus):
     dest, documents = corpus
     total = sum(len(ids) for ids in documents.values())
@@ -228,3 +221,18 @@ def test_infinite_mode_runs_on_into_the_next_epochs_blocks(corpus):
     assert blocks.shape == (epoch + 10, BLOCK)
     counts = collections.Counter(blocks.ravel().tolist())
     assert max(counts.values()) <= 3  # a token at most once an epoch (two epochs and the start of a third)
+
+
+def test_a_mixture_stream_with_fewer_blocks_than_ranks_is_read(tmp_path):
+    big, tiny = str(tmp_path / "big"), str(tmp_path / "tiny")
+    write_documents(big, 60, long_every=10**9)
+    write_documents(tiny, 2, base=10**9, long_every=10**9)
+    streams = [Stream(big, weight=9.0), Stream(tiny, weight=1.0)]
+    got = []
+    for rank in range(8):
+        ds = ShardDataset(streams, tokens=TokenBlocks("tokens.npy", 8), samples_per_epoch=40, mode="exact", seed=0,
+                          rank=rank, world_size=8)
+        blocks = [b.numpy() for b in ds]
+        assert len(blocks) == len(ds)
+        got += blocks
+    assert len(got) == 40 and sum(bool((b >= 10**9).all()) for b in got) == 4  # the tiny stream's 4 blocks, on 4 ranks
