@@ -5,6 +5,7 @@ and the errors. Under a real torchrun: tests/read/test_torchrun_tokens.py."""
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import os
 import pickle
@@ -236,3 +237,34 @@ def test_a_mixture_stream_with_fewer_blocks_than_ranks_is_read(tmp_path):
         assert len(blocks) == len(ds)
         got += blocks
     assert len(got) == 40 and sum(bool((b >= 10**9).all()) for b in got) == 4  # the tiny stream's 4 blocks, on 4 ranks
+
+
+EMPTY_EVERY_OTHER = (0, 5, 0, 0, 7, 0, 3, 0)
+
+
+@pytest.fixture(scope="module")
+def with_empty(tmp_path_factory) -> str:
+    """40 documents, half of them empty, in shards of 6."""
+    from tests.read.token_data import sized_document
+
+    dest = str(tmp_path_factory.mktemp("empty") / "ds")
+    shardkit.write_dataset(range(40), dest, map=functools.partial(sized_document, lengths=EMPTY_EVERY_OTHER),
+                           options=shardkit.WriteOptions(max_samples=6, workers=1))
+    return dest
+
+
+@pytest.mark.parametrize("eos", [None, 3])  # no real token is 3: document 0 is empty
+def test_empty_documents_take_no_place_but_their_eos(with_empty, eos):
+    tokens = 40 // len(EMPTY_EVERY_OTHER) * sum(EMPTY_EVERY_OTHER) + (40 if eos is not None else 0)
+    blocks = []
+    for rank in range(2):
+        ds = ShardDataset(with_empty, tokens=TokenBlocks("tokens.npy", 4, eos=eos), mode="exact", seed=2, rank=rank,
+                          world_size=2, buffer_size=5)
+        got = [b.numpy() for b in ds]
+        assert all(b.shape == (4,) for b in got)
+        blocks += got
+    assert len(blocks) == tokens // 4
+    got = np.concatenate(blocks)
+    ids = got if eos is None else got[got != eos]
+    assert len(np.unique(ids)) == len(ids)  # no token twice
+    assert len(got) - len(ids) >= tokens // 4 * 4 - 40 // len(EMPTY_EVERY_OTHER) * sum(EMPTY_EVERY_OTHER)

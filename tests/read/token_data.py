@@ -47,3 +47,9 @@ def runs(block: np.ndarray) -> list[np.ndarray]:
     next one's start when they are neighbours)."""
     cuts = np.flatnonzero(np.diff(block) != 1) + 1
     return np.split(block, cuts)
+
+
+def sized_document(i: int, *, lengths: tuple[int, ...]) -> dict[str, Any]:
+    """Document ``i`` of ``lengths[i % len(lengths)]`` tokens (0 allowed)."""
+    ids = i * STRIDE + np.arange(lengths[i % len(lengths)])
+    return {"__key__": f"doc{i:06d}", "tokens.npy": ids.astype(np.int64)}
