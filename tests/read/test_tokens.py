@@ -122,6 +122,24 @@ def test_a_checkpoint_through_the_loader_resumes_the_same_epoch_in_a_new_loader(
     assert sorted(map(tuple, resumed.tolist())) == sorted(map(tuple, whole.tolist()))
 
 
+def test_a_checkpoint_resumes_on_another_worker_count_every_block_once(corpus):
+    dest, _ = corpus
+
+    def loader(workers: int) -> torch.utils.data.DataLoader:
+        ds = ShardDataset(dest, tokens=TokenBlocks("tokens.npy", BLOCK), mode="exact", seed=9, buffer_size=20)
+        return make_loader(ds, batch_size=4, num_workers=workers)
+
+    whole = torch.cat(list(loader(2))).numpy()
+    first = loader(2)
+    taken = list(itertools.islice(first, 5))
+    state = first.state_dict()
+    del first
+    second = loader(3)  # three workers share what the two had left
+    second.load_state_dict(state)
+    resumed = torch.cat(taken + list(second)).numpy()
+    assert sorted(map(tuple, resumed.tolist())) == sorted(map(tuple, whole.tolist()))
+
+
 def test_a_mixture_shares_tokens_by_weight(tmp_path):
     short, long = str(tmp_path / "short"), str(tmp_path / "long")
     write_documents(short, 200, long_every=10**9)  # 1-400 tokens each
