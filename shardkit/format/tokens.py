@@ -35,7 +35,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from shardkit.format.index import MAX_TOKEN_FIELDS
-from shardkit.format.npy import NPY_MAGIC, parse_npy_header
+from shardkit.format.npy import MAX_HEADER_BYTES, NPY_MAGIC, parse_npy_header
 
 logger = logging.getLogger(__name__)
 
@@ -51,18 +51,57 @@ def token_count(data: bytes | memoryview) -> int | None:
     """The length of the 1-D integer array ``data`` holds as ``.npy`` bytes,
     or None when it holds something else (another shape or dtype, bytes
     that are not ``.npy``, fewer or more bytes than its header says)."""
+    array = token_array(data)
+    return None if array is None else len(array)
+
+
+#: Token-array headers already read: header bytes -> (dtype, count), or None
+#: for a header of anything else. Documents of one length share a header,
+#: so a corpus has a few thousand; the table is emptied when it fills.
+_HEADERS: dict[bytes, tuple[np.dtype, int] | None] = {}
+_HEADERS_KEPT = 8192
+
+
+def token_array(data: bytes | memoryview) -> np.ndarray | None:
+    """The 1-D integer array ``.npy`` bytes hold (a view of them), or None
+    when they hold anything else or are not as long as their header says
+    (what the writer counts and the reader packs). The header is read by
+    :func:`~shardkit.format.npy.parse_npy_header` (``np.load`` evaluates it,
+    and is slow for a document's few bytes), once per distinct header."""
     if bytes(data[:6]) != NPY_MAGIC:
         return None
+    version = bytes(data[6:7])
+    if version == b"\x01":
+        end = 10 + int.from_bytes(data[8:10], "little")
+    elif version in (b"\x02", b"\x03"):
+        end = 12 + int.from_bytes(data[8:12], "little")
+    else:
+        return None
+    head = bytes(data[:end])
+    found = _HEADERS.get(head, False)
+    if found is False:
+        found = _token_header(head)
+        if len(_HEADERS) >= _HEADERS_KEPT:
+            _HEADERS.clear()
+        _HEADERS[head] = found
+    if found is None:
+        return None
+    dtype, count = found
+    if end + count * dtype.itemsize != len(data):
+        return None
+    return np.frombuffer(data, dtype=dtype, count=count, offset=end)
+
+
+def _token_header(head: bytes) -> tuple[np.dtype, int] | None:
+    """``(dtype, count)`` of a header that says a 1-D integer array, else None."""
     try:
-        header = parse_npy_header(bytes(data[:4096]))
+        header = parse_npy_header(head[:MAX_HEADER_BYTES])
     except ValueError:
         return None
     dtype = header.dtype()
-    if dtype is None or dtype.kind not in "iu" or len(header.shape) != 1:
+    if dtype is None or dtype.kind not in "iu" or len(header.shape) != 1 or header.offset != len(head):
         return None
-    if header.offset + header.count * dtype.itemsize != len(data):
-        return None
-    return header.count
+    return dtype, header.count
 
 
 class TokenTally:

@@ -61,6 +61,7 @@ import torch
 from shardkit.errors import CorruptShardError, UsageError
 from shardkit.format.npy import MAX_HEADER_BYTES, parse_npy_header
 from shardkit.format.tar import RawSample
+from shardkit.format.tokens import token_array
 from shardkit.io.urls import redact_url
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.pieces import FAULTS, Located, OnError, PieceReader
@@ -449,7 +450,7 @@ class BlockReader:
                 "but every sample of a token dataset needs its token ids there",
                 path=url, member=member, offset=raw.start,
             )
-        array = _token_array(data)
+        array = token_array(data)
         if array is None:
             member = f"{raw.key}.{self._field}"
             raise CorruptShardError(
@@ -470,52 +471,6 @@ class BlockReader:
                 path=url, member=member, offset=raw.start,
             )
         return array
-
-
-#: Token-array headers already read: header bytes -> (dtype, count), or None
-#: for a header of anything else. Documents of one length share a header,
-#: so a corpus has a few thousand; the table is emptied when it fills.
-_HEADERS: dict[bytes, tuple[np.dtype, int] | None] = {}
-_HEADERS_KEPT = 8192
-
-
-def _token_array(data: bytes) -> np.ndarray | None:
-    """The 1-D integer array ``.npy`` bytes hold (a view of them), or None
-    when they hold anything else or are not as long as their header says.
-    The header is read by :func:`~shardkit.format.npy.parse_npy_header`, not
-    evaluated (``np.load`` is slow for a document's few bytes), once per
-    distinct header."""
-    version = data[6:7]
-    if version == b"\x01":
-        end = 10 + int.from_bytes(data[8:10], "little")
-    elif version in (b"\x02", b"\x03"):
-        end = 12 + int.from_bytes(data[8:12], "little")
-    else:
-        return None
-    head = data[:end]
-    found = _HEADERS.get(head, False)
-    if found is False:
-        found = _read_token_header(head)
-        if len(_HEADERS) >= _HEADERS_KEPT:
-            _HEADERS.clear()
-        _HEADERS[head] = found
-    if found is None:
-        return None
-    dtype, count = found
-    if end + count * dtype.itemsize != len(data):
-        return None
-    return np.frombuffer(data, dtype=dtype, count=count, offset=end)
-
-
-def _read_token_header(head: bytes) -> tuple[np.dtype, int] | None:
-    try:
-        header = parse_npy_header(head[:MAX_HEADER_BYTES])
-    except ValueError:
-        return None
-    dtype = header.dtype()
-    if dtype is None or dtype.kind not in "iu" or len(header.shape) != 1 or header.offset != len(head):
-        return None
-    return dtype, header.count
 
 
 def _describe_npy(data: bytes) -> str:
