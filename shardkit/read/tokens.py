@@ -107,19 +107,6 @@ class TokenStream:
             i += 1
 
 
-def token_pieces(
-    shard_tokens: Sequence[int] | np.ndarray,
-    shard_documents: Sequence[int] | np.ndarray,
-    order: np.ndarray,
-    start: int,
-    stop: int,
-    document_tokens: Callable[[int], np.ndarray],
-) -> Iterator[TokenPiece]:
-    """Stream positions ``[start, stop)`` of the stream of ``order`` as
-    pieces of shards (see :meth:`TokenStream.pieces`)."""
-    return TokenStream(shard_tokens, shard_documents, order).pieces(start, stop, document_tokens)
-
-
 def _inside(shard: int, total: int, lo: int, hi: int, document_tokens: Callable[[int], np.ndarray]) -> TokenPiece:
     """The piece of tokens ``[lo, hi)`` of a shard's stream, placed among its documents."""
     counts = np.asarray(document_tokens(shard), dtype=np.int64)
@@ -133,4 +120,4 @@ def _inside(shard: int, total: int, lo: int, hi: int, document_tokens: Callable[
     return TokenPiece(shard, first, last + 1, lo - begins, hi - lo)
 
 
-__all__ = ["TokenPiece", "TokenStream", "token_pieces"]
+__all__ = ["TokenPiece", "TokenStream"]

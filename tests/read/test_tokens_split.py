@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from shardkit.errors import UsageError
 from shardkit.read.split import epoch_order, samples_per_rank, slot_span
-from shardkit.read.tokens import token_pieces
+from shardkit.read.tokens import TokenStream
 from shardkit.world import World
 
 #: Shards of documents, each document a run of token counts (0 for an empty one).
@@ -62,7 +62,7 @@ def test_every_slot_reads_its_blocks_tokens_and_no_token_twice(corpus, block_siz
             world = World(rank, world_size, worker, workers)
             first, last = slot_span(blocks, world, mode=mode)
             start, stop = first * block_size, last * block_size
-            pieces = token_pieces(shard_tokens, shard_documents, order, start, stop, lambda s: np.array(corpus[s]))
+            pieces = TokenStream(shard_tokens, shard_documents, order).pieces(start, stop, lambda s: np.array(corpus[s]))
             got = [t for piece in pieces for t in _read(piece, ids)]
             assert got == stream[start:stop].tolist()  # the slot's tokens, in stream order
             seen += got
@@ -86,7 +86,7 @@ def test_only_the_shards_a_slot_starts_or_ends_inside_have_their_documents_count
         asked.append(shard)
         return np.array(corpus[shard])
 
-    pieces = list(token_pieces([10, 10, 10, 10], [2, 2, 3, 1], order, 7, 33, counts))
+    pieces = list(TokenStream([10, 10, 10, 10], [2, 2, 3, 1], order).pieces(7, 33, counts))
     assert [(p.shard, p.start, p.stop, p.skip, p.num_tokens) for p in pieces] == [
         (0, 1, 2, 2, 3),  # tokens 7-9: the second document, from its third token
         (1, 0, 2, 0, 10),  # whole
@@ -98,4 +98,4 @@ def test_only_the_shards_a_slot_starts_or_ends_inside_have_their_documents_count
 
 def test_counts_that_disagree_with_the_total_are_refused():
     with pytest.raises(UsageError, match="shard 0: its documents' token counts sum to 9, not to the 10"):
-        list(token_pieces([10], [2], np.arange(1), 3, 7, lambda s: np.array([4, 5])))
+        list(TokenStream([10], [2], np.arange(1)).pieces(3, 7, lambda s: np.array([4, 5])))
