@@ -200,11 +200,9 @@ class LocalShard(HeldShard):
         if not start < end:  # checked whole when opened: the file changed since
             raise corrupt_index(self.index_path, "it changed after it was checked", at=position)
         size = end - start
-        data = os.pread(self._fd, size, start)
-        if len(data) != size:  # the file ends sooner, or a range past ~2 GiB comes in parts
-            data = pread_up_to(self._fd, start, size)
-            if len(data) != size:
-                raise short_read(self.url, start, size, start + len(data))
+        data = pread_up_to(self._fd, start, size)
+        if len(data) != size:  # pread_exactly's check, the path named only for the error
+            raise short_read(self.url, start, size, start + len(data))
         return start, data, None if self._checksums_at is None else self._checksum(position)
 
     def _checksum(self, position: int) -> int:
