@@ -71,12 +71,7 @@ def fetch_offset_index(
     if is_local(url):
         index = load_offset_index(local_path(url), max_bytes=max_bytes)
     else:
-        try:
-            data = open_source(url, options=options).read_all(max_bytes=max_bytes)
-        except CorruptShardError:  # with no expected size, only a too-long object is
-            assert max_bytes is not None
-            raise too_long(path, max_bytes) from None
-        index = decode_offset_index(data, path=path)
+        index = decode_offset_index(_fetch_remote(url, path, max_bytes=max_bytes, options=options), path=path)
     check_bounds(index.bounds, path=path, num_samples=num_samples, shard_bytes=shard_bytes)
     return index
 
@@ -94,10 +89,7 @@ def open_local_index(path: str, *, num_samples: int, shard_bytes: int | None = N
         CorruptShardError: As :func:`fetch_offset_index`.
         ManifestError: The path is not a regular file.
     """
-    try:
-        fd, size = open_regular_fd(path, what="offset index")
-    except FileNotFoundError:
-        raise corrupt_index(path, "the file is missing") from None
+    fd, size = _open_local(path)
     try:
         bounds, layout = read_index_file(fd, size, path=path, max_bytes=max_index_bytes(num_samples))
         check_bounds(bounds, path=path, num_samples=num_samples, shard_bytes=shard_bytes)
@@ -139,24 +131,37 @@ def fetch_document_tokens(
     path = redact_url(url)
     max_bytes = max_index_bytes(num_samples, len(totals))
     if is_local(url):
-        try:
-            fd, size = open_regular_fd(local_path(url), what="offset index")
-        except FileNotFoundError:
-            raise corrupt_index(path, "the file is missing") from None
+        fd, size = _open_local(local_path(url), name=path)
         try:
             return read_document_tokens(
                 lambda at, n: os.pread(fd, n, at), size, path=path, num_samples=num_samples, totals=totals
             )
         finally:
             os.close(fd)
-    try:
-        data = open_source(url, options=options).read_all(max_bytes=max_bytes)
-    except CorruptShardError:
-        raise too_long(path, max_bytes) from None
+    data = _fetch_remote(url, path, max_bytes=max_bytes, options=options)
     view = memoryview(data)
     return read_document_tokens(
         lambda at, n: bytes(view[at : at + n]), len(data), path=path, num_samples=num_samples, totals=totals
     )
+
+
+def _open_local(path: str, *, name: str | None = None) -> tuple[int, int]:
+    """A local index file open for reading, and its size; a missing one is a
+    :class:`CorruptShardError` naming it (``name``, default ``path``)."""
+    try:
+        return open_regular_fd(path, what="offset index")
+    except FileNotFoundError:
+        raise corrupt_index(path if name is None else name, "the file is missing") from None
+
+
+def _fetch_remote(url: str, path: str, *, max_bytes: int | None, options: SourceOptions | None) -> bytes:
+    """A remote index's bytes in one request, refused past ``max_bytes``
+    (named ``path``, the URL without credentials)."""
+    try:
+        return open_source(url, options=options).read_all(max_bytes=max_bytes)
+    except CorruptShardError:  # with no expected size, only a too-long object is
+        assert max_bytes is not None
+        raise too_long(path, max_bytes) from None
 
 
 __all__ = ["fetch_document_tokens", "fetch_offset_index", "open_local_index"]
