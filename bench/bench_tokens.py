@@ -76,14 +76,17 @@ TARGETS = {"per_worker_vs_litdata": 1.0, "tokens_per_s_2_workers": 2e7}
 # ------------------------------------------------------------------ the corpus
 
 
+def _draw_length(rng: np.random.Generator) -> int:
+    return max(1, int(rng.lognormal(6.2, 0.9)))
+
+
 def doc_length(i: int) -> int:
-    return max(1, int(np.random.default_rng(i).lognormal(6.2, 0.9)))
+    return _draw_length(np.random.default_rng(i))
 
 
 def token_ids(i: int) -> np.ndarray:
     rng = np.random.default_rng(i)
-    n = max(1, int(rng.lognormal(6.2, 0.9)))
-    return rng.integers(0, VOCAB, n, dtype=np.uint16)
+    return rng.integers(0, VOCAB, _draw_length(rng), dtype=np.uint16)
 
 
 def shardkit_document(i: int) -> dict[str, Any]:
