@@ -24,10 +24,11 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 from shardkit.errors import CorruptShardError
+from shardkit.format.plain import plain_samples
+from shardkit.format.sample import RawSample, field_name, repeated_field, split_key
 from shardkit.format.ustar import (
     BLOCK_SIZE,
     END_OF_ARCHIVE,
@@ -118,78 +119,10 @@ def _warn_skipped(path: str, name: str, offset: int) -> None:
     )
 
 
-def field_name(stored_ext: str) -> str:
-    """The field a member's stored extension becomes: lower-cased, as
-    webdataset and Hugging Face read it (``KEY.JPG`` -> ``jpg``)."""
-    return stored_ext.lower()
-
-
-def repeated_field(exts: Iterable[str]) -> tuple[str, str] | None:
-    """Two of a sample's member extensions that read as one field (``TXT``
-    and ``txt``: readers lower-case them, and a reader meeting both refuses
-    the sample), or None. Writers check a sample with it before storing it."""
-    seen: dict[str, str] = {}
-    for ext in exts:
-        name = field_name(ext)
-        if name in seen:
-            return seen[name], ext
-        seen[name] = ext
-    return None
-
-
-def split_key(name: str) -> tuple[str, str] | None:
-    """Split a member name into ``(key, extension)`` by webdataset's rule.
-
-    The key is the path up to the first dot of the basename; the extension is
-    everything after that dot, as it is (readers lower-case it). Returns None
-    when the basename has no dot, or starts with one (a hidden file such as
-    ``.DS_Store``), or has nothing after it.
-
-    webdataset's ``base_plus_ext`` agrees except on a hidden file inside a
-    folder: its pattern lets the key run across the slash, so it reads
-    ``dir/.DS_Store`` as field ``ds_store`` of a sample keyed ``dir/``;
-    shardkit skips that entry like a top-level ``.DS_Store``.
-
-    >>> split_key("train/n0144/img_1.seg.png")
-    ('train/n0144/img_1', 'seg.png')
-    """
-    slash = name.rfind("/")
-    dot = name.find(".", slash + 1)
-    if dot <= slash + 1 or dot == len(name) - 1:
-        return None
-    return name[:dot], name[dot + 1 :]
-
-
 # ---------------------------------------------------------------- decoding
 
 
-@dataclass(frozen=True, slots=True)
-class RawSample:
-    """One sample as parsed from tar bytes.
-
-    Attributes:
-        key: The sample key.
-        fields: Extension (lower-cased) -> member bytes, in member order.
-        start: Offset of the sample's first header byte in the shard.
-        end: Offset just past the sample's last member (padding included).
-        stored_extensions: The extensions as the member names spell them,
-            in member order, when one differs from its lower-cased field
-            name; None when all are lower-case already.
-    """
-
-    key: str
-    fields: dict[str, bytes]
-    start: int
-    end: int
-    stored_extensions: tuple[str, ...] | None = None
-
-    def checksum(self) -> int:
-        """The sample's :func:`sample_checksum`, over its members as stored
-        (so an index written over ``KEY.JPG`` matches the field ``jpg``)."""
-        names = self.fields if self.stored_extensions is None else self.stored_extensions
-        return sample_checksum(self.key, zip(names, self.fields.values()))
-
-
+#: Largest member size the parser accepts: anything larger is
 #: corruption or a hostile header, whatever the shard's length.
 MAX_MEMBER_BYTES = 1 << 40
 #: Largest extended header (pax ``x``/``g``, GNU ``L``/``K``) the parser holds
@@ -331,6 +264,7 @@ class SampleParser:
         self._fields: dict[str, bytes] = {}
         self._stored_extensions: list[str] | None = None  # as spelled, once one is not lower-case
         self._span_start = base_offset  # where the sample in progress (or the next) begins
+        self._last_key: str | None = None  # of the last sample returned
         self._sample_end = base_offset
         self._bounds = bounds
         self._checksums = checksums
@@ -423,6 +357,14 @@ class SampleParser:
         sample = RawSample(
             self._key, self._fields, self._span_start, self._sample_end, None if stored is None else tuple(stored)
         )
+        self._key = None
+        self._fields = {}
+        self._stored_extensions = None
+        return [self._release(sample)]
+
+    def _release(self, sample: RawSample) -> RawSample:
+        """``sample``, next in the stream, once checked against its span and
+        checksum."""
         k = self.num_samples
         if self._bounds is not None:
             if k >= len(self._bounds) - 1:
@@ -448,12 +390,10 @@ class SampleParser:
                         member=None,
                         offset=sample.start,
                     )
-        self._key = None
-        self._fields = {}
-        self._stored_extensions = None
         self._span_start = sample.end
+        self._last_key = sample.key
         self.num_samples = k + 1
-        return [sample]
+        return sample
 
     def _span_end(self, starting: bool) -> int | None:
         """Where the sample in progress (or, ``starting``, the next one) must end."""
@@ -464,8 +404,36 @@ class SampleParser:
             return int(self._bounds[-1])
         return int(self._bounds[k + 1])
 
-    def _parse(self) -> list[RawSample]:
+    def _plain_run(self) -> list[RawSample]:
+        """The whole samples at the parse position, when the offset index
+        spans them and they are plain, read in one pass
+        (:func:`~shardkit.format.plain.plain_samples`; the rest of the parse
+        reads what it leaves). A sample in progress goes first, once known
+        whole: it fills its span."""
+        bounds = self._bounds
+        if bounds is None or self._member_start is not None or self._stray is not None:
+            return []
+        if self._pending_name is not None or self._pending_size is not None:
+            return []
         out: list[RawSample] = []
+        while True:
+            held = self._key is not None
+            k = self.num_samples + held
+            if k >= len(bounds) - 1 or (held and self._sample_end != int(bounds[k])):
+                return out
+            if self._buf_offset + self._pos != int(bounds[k]):
+                return out  # entries of no sample lead into the next span
+            found = plain_samples(self._buf, self._pos, self._buf_offset, bounds[k:],
+                                  previous=self._key if held else self._last_key)  # fmt: skip
+            if not found:
+                return out
+            out.extend(self._flush())
+            out.extend(self._release(sample) for sample in found)
+            self._sample_end = found[-1].end
+            self._pos = self._sample_end - self._buf_offset
+
+    def _parse(self) -> list[RawSample]:
+        out = self._plain_run()
         buf = self._buf
         pos = self._pos
         end = len(buf)
@@ -579,6 +547,13 @@ class SampleParser:
             ext = field_name(stored_ext)
             self._stray = None
             if key != self._key:
+                if self._key is None and key == self._last_key:
+                    # A sample the one pass returned whole, continued.
+                    raise self._error(
+                        f"continues sample {key!r}, which the offset index says ended at byte {self._span_start}",
+                        member=name,
+                        offset=member_start,
+                    )
                 out.extend(self._flush())
                 self._key = key
             elif ext in self._fields:
