@@ -277,7 +277,7 @@ class BlockOutput:
         self.map = map
 
     def __call__(self, sample: dict[str, Any]) -> Any:
-        block = torch.from_numpy(sample["tokens"].astype(np.int64, copy=False))  # int64 from _Packer: no copy
+        block = torch.from_numpy(sample["tokens"].astype(np.int64, copy=False))
         return block if self.map is None else self.map(block)
 
 
@@ -290,9 +290,9 @@ class _Packer:
         self.held = 0
 
     def add(self, tokens: np.ndarray) -> list[np.ndarray]:
-        """Take a document's tokens; return the blocks they completed: rows
-        of one ``int64`` copy, each token copied once (a view of the
-        document would hold its bytes as long as the block lives)."""
+        """Take a document's tokens; return the blocks they completed (rows
+        of one copy: a view of the document would hold the whole read-ahead
+        chunk it came in)."""
         size = self.block_size
         self.parts.append(tokens)
         self.held += len(tokens)
@@ -300,7 +300,7 @@ class _Packer:
             return []
         joined = self.parts[0] if len(self.parts) == 1 else np.concatenate(self.parts)
         whole = len(joined) // size * size
-        blocks = list(joined[:whole].reshape(-1, size).astype(np.int64))
+        blocks = list(joined[:whole].reshape(-1, size).copy())
         rest = joined[whole:]
         self.parts, self.held = ([rest] if len(rest) else []), len(rest)
         return blocks
