@@ -27,7 +27,7 @@ import threading
 from collections.abc import Sequence
 
 from shardkit.errors import CorruptShardError
-from shardkit.format.plain import plain_samples
+from shardkit.format.plain import SampleRun, plain_run, plain_samples
 from shardkit.format.sample import RawSample, field_name, repeated_field, split_key
 from shardkit.format.ustar import (
     BLOCK_SIZE,
@@ -234,6 +234,10 @@ class SampleParser:
         stream_end: Shard offset where the fed bytes end, when known: a header
             whose member would run past it is an error at once, instead of
             after gathering the rest of the stream.
+        run_field: With ``bounds`` and no ``checksums``: return consecutive
+            plain samples that are one member of this field each as one
+            :class:`~shardkit.format.plain.SampleRun` instead of a
+            :class:`RawSample` each (a reader of that one field).
     """
 
     def __init__(
@@ -245,6 +249,7 @@ class SampleParser:
         bounds: Sequence[int] | None = None,
         checksums: Sequence[int] | None = None,
         stream_end: int | None = None,
+        run_field: str | None = None,
     ):
         if checksums is not None and (bounds is None or len(checksums) != len(bounds) - 1):
             raise ValueError("checksums need bounds, one per sample")
@@ -269,6 +274,7 @@ class SampleParser:
         self._bounds = bounds
         self._checksums = checksums
         self._limit = int(bounds[-1]) if bounds is not None else stream_end  # no member data past it
+        self._run_field = run_field if checksums is None else None
         self.num_samples = 0  # samples returned so far
         self.num_skipped_entries = 0  # entries part of no sample, stepped over
         self.first_skipped: str | None = None  # the name of the first of them
@@ -289,8 +295,9 @@ class SampleParser:
             offset=offset,
         )
 
-    def feed(self, chunk: bytes) -> list[RawSample]:
-        """Add bytes; return the samples completed by them (possibly none)."""
+    def feed(self, chunk: bytes) -> list[RawSample | SampleRun]:
+        """Add bytes; return the samples completed by them (possibly none;
+        runs of samples too, with ``run_field``)."""
         if self.ended or not chunk:
             return []
         self._parts.append(chunk)
@@ -404,7 +411,7 @@ class SampleParser:
             return int(self._bounds[-1])
         return int(self._bounds[k + 1])
 
-    def _plain_run(self) -> list[RawSample]:
+    def _plain_run(self) -> list[RawSample | SampleRun]:
         """The whole samples at the parse position, when the offset index
         spans them and they are plain, read in one pass
         (:func:`~shardkit.format.plain.plain_samples`; the rest of the parse
@@ -415,7 +422,7 @@ class SampleParser:
             return []
         if self._pending_name is not None or self._pending_size is not None:
             return []
-        out: list[RawSample] = []
+        out: list[RawSample | SampleRun] = []
         while True:
             held = self._key is not None
             k = self.num_samples + held
@@ -423,8 +430,15 @@ class SampleParser:
                 return out
             if self._buf_offset + self._pos != int(bounds[k]):
                 return out  # entries of no sample lead into the next span
-            found = plain_samples(self._buf, self._pos, self._buf_offset, bounds[k:],
-                                  previous=self._key if held else self._last_key)  # fmt: skip
+            previous = self._key if held else self._last_key
+            run = None
+            if self._run_field is not None:
+                run = plain_run(self._buf, self._pos, self._buf_offset, bounds[k:], self._run_field, previous=previous)
+            if run is not None:
+                out.extend(self._flush())
+                out.append(self._release_run(run))
+                continue
+            found = plain_samples(self._buf, self._pos, self._buf_offset, bounds[k:], previous=previous)
             if not found:
                 return out
             out.extend(self._flush())
@@ -432,7 +446,18 @@ class SampleParser:
             self._sample_end = found[-1].end
             self._pos = self._sample_end - self._buf_offset
 
-    def _parse(self) -> list[RawSample]:
+    def _release_run(self, run: SampleRun) -> SampleRun:
+        """``run``, next in the stream: its samples fill their spans, which
+        are the offset index's next ones (it was cut from them)."""
+        k = self.num_samples
+        assert self._bounds is not None and run.end == int(self._bounds[k + len(run)])
+        self.num_samples = k + len(run)
+        self._span_start = self._sample_end = run.end
+        self._last_key = run.key(len(run) - 1)
+        self._pos = run.end - self._buf_offset
+        return run
+
+    def _parse(self) -> list[RawSample | SampleRun]:
         out = self._plain_run()
         buf = self._buf
         pos = self._pos

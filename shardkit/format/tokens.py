@@ -36,6 +36,8 @@ import numpy as np
 
 from shardkit.format.index import MAX_TOKEN_FIELDS
 from shardkit.format.npy import MAX_HEADER_BYTES, NPY_MAGIC, parse_npy_header
+from shardkit.format.plain import SampleRun
+from shardkit.format.ustar import BLOCK_SIZE
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +92,62 @@ def token_array(data: bytes | memoryview) -> np.ndarray | None:
     if end + count * dtype.itemsize != len(data):
         return None
     return np.frombuffer(data, dtype=dtype, count=count, offset=end)
+
+
+_MAGIC = np.frombuffer(NPY_MAGIC + b"\x01\x00", dtype=np.uint8)  # version 1.0
+_DIGIT0, _DIGIT9 = ord("0"), ord("9")
+_TAIL = np.frombuffer(b",), }", dtype=np.uint8)
+_MAX_DIGITS = 18  # a count int64 holds, whatever the digits
+
+
+def run_token_arrays(run: SampleRun) -> tuple[np.ndarray, np.ndarray] | None:
+    """The token ids of every sample of ``run``, one after another, and
+    each sample's count; None unless every sample's field is a 1-D array of
+    the first one's integer dtype whose header begins as NumPy writes it
+    (``{'descr': '<u2', 'fortran_order': False, 'shape': (740,), }``: what
+    follows the dict, padding, is read by neither) and whose data is as
+    long as it says.
+
+    What it accepts, :func:`token_array` reads as the same array (a test
+    holds the two together); anything else (another form of header, another
+    dtype, damage) is left to it, sample by sample, which names what is
+    wrong."""
+    sizes = run.sizes
+    if not len(sizes) or (sizes < 10).any():
+        return None
+    starts = run.spans[:-1] + BLOCK_SIZE  # each field's first byte, a block boundary
+    head = np.frombuffer(run.buf, dtype=np.uint8, count=len(run.buf) // BLOCK_SIZE * BLOCK_SIZE)
+    head = head.reshape(-1, BLOCK_SIZE)[starts // BLOCK_SIZE]  # each field's first block
+    end = 10 + head[:, 8].astype(np.int64) + 256 * head[:, 9].astype(np.int64)  # where the header ends
+    first = int(end[0])
+    if first > BLOCK_SIZE:
+        return None
+    found = _token_header(bytes(head[0, :first]))
+    if found is None:
+        return None
+    dtype = found[0]
+    prefix = np.frombuffer(f"{{'descr': '{dtype.str}', 'fortran_order': False, 'shape': (".encode(), dtype=np.uint8)
+    at = 10 + len(prefix)  # the first digit
+    if at + _MAX_DIGITS + len(_TAIL) + 1 > BLOCK_SIZE:
+        return None
+    ok = (head[:, :8] == _MAGIC).all(axis=1) & (end <= BLOCK_SIZE) & (end <= sizes) & (end % dtype.itemsize == 0)
+    ok &= (head[:, 10:at] == prefix).all(axis=1)
+    window = head[:, at : at + _MAX_DIGITS + 1]
+    digit = (window >= _DIGIT0) & (window <= _DIGIT9)
+    digits = np.argmin(digit, axis=1)  # the first that is none
+    ok &= (digits >= 1) & ~digit.all(axis=1)
+    count = np.zeros(len(sizes), dtype=np.int64)
+    for i in range(_MAX_DIGITS):
+        count = np.where(i < digits, count * 10 + (window[:, i].astype(np.int64) - _DIGIT0), count)
+    tail = at + digits
+    ok &= (np.take_along_axis(head, tail[:, None] + np.arange(len(_TAIL)), axis=1) == _TAIL).all(axis=1)
+    ok &= sizes == end + count * dtype.itemsize
+    if not ok.all():
+        return None
+    view = np.frombuffer(run.buf, dtype=dtype, count=len(run.buf) // dtype.itemsize)
+    first_ids = ((starts + end) // dtype.itemsize).tolist()
+    ids = np.concatenate([view[a : a + n] for a, n in zip(first_ids, count.tolist())])
+    return ids, count
 
 
 def _token_header(head: bytes) -> tuple[np.dtype, int] | None:

@@ -39,6 +39,13 @@ blocks). A block's documents are neighbours in one shard (as in LitData's
 (see ``bench/bench_tokens.py`` for ``shuffle_quality``). Packing after a
 document shuffle would need every document's count to replay a checkpoint.
 
+**Runs.** The documents come from the shards' reader as runs where they
+are plain (:class:`~shardkit.format.plain.SampleRun`: one member each, as
+``shardkit write`` stores them) and their ids are taken as arrays
+(:func:`~shardkit.format.tokens.run_token_arrays`); a run that is not all
+1-D arrays of one dtype as NumPy writes them is read document by document,
+as any other document is.
+
 **Faults.** A document whose recorded count disagrees with its array, or
 whose field is not a 1-D integer array, is a
 :class:`~shardkit.errors.CorruptShardError` naming the sample; under
@@ -57,11 +64,13 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+from torch.utils.data import get_worker_info
 
 from shardkit.errors import CorruptShardError, UsageError
 from shardkit.format.npy import MAX_HEADER_BYTES, parse_npy_header
+from shardkit.format.plain import SampleRun
 from shardkit.format.tar import RawSample
-from shardkit.format.tokens import token_array
+from shardkit.format.tokens import run_token_arrays, token_array
 from shardkit.io.urls import redact_url
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.pieces import FAULTS, Located, OnError, PieceReader
@@ -271,7 +280,13 @@ class BlockSchedule:
 
 class BlockOutput:
     """What a token reader yields for a block: a 1-D ``torch.int64`` tensor,
-    passed through the user's ``map`` when there is one."""
+    passed through the user's ``map`` when there is one.
+
+    :meth:`batched` is what it yields instead when blocks are batched by
+    torch's collation and nothing else sees a block alone: the block as
+    stored, which :func:`stack_blocks` then copies into the batch once,
+    converting it as it goes.
+    """
 
     def __init__(self, map: Callable[[torch.Tensor], Any] | None = None):  # noqa: A002 - the reader's name
         self.map = map
@@ -279,6 +294,27 @@ class BlockOutput:
     def __call__(self, sample: dict[str, Any]) -> Any:
         block = torch.from_numpy(sample["tokens"].astype(np.int64, copy=False))
         return block if self.map is None else self.map(block)
+
+    @staticmethod
+    def batched(sample: dict[str, Any]) -> np.ndarray:
+        return sample["tokens"]
+
+
+def stack_blocks(blocks: list[np.ndarray]) -> torch.Tensor:
+    """Blocks of token ids (1-D arrays of one length, as stored) as one
+    ``(len(blocks), block_size)`` ``torch.int64`` batch: what torch's
+    ``default_collate`` makes of the blocks as tensors, in one copy instead
+    of two. In a DataLoader worker the batch is made in shared memory, as
+    ``default_collate`` makes it there, so it crosses to the main process
+    as it is."""
+    shape = (len(blocks), len(blocks[0]))
+    if get_worker_info() is None:
+        out = torch.empty(shape, dtype=torch.int64)
+    else:
+        empty = torch.empty(0, dtype=torch.int64)
+        out = empty.new(empty.untyped_storage()._new_shared(shape[0] * shape[1] * 8)).view(shape)
+    np.stack(blocks, out=out.numpy(), casting="unsafe")  # as astype(np.int64) converts
+    return out
 
 
 class _Packer:
@@ -290,20 +326,25 @@ class _Packer:
         self.held = 0
 
     def add(self, tokens: np.ndarray) -> list[np.ndarray]:
-        """Take a document's tokens; return the blocks they completed (rows
-        of one copy: a view of the document would hold the whole read-ahead
-        chunk it came in)."""
+        """Take the next tokens (a document's, or a run of documents'); return
+        the blocks they completed, each a copy of its own in the stored
+        dtype (a view would hold its document's bytes, or a whole run's,
+        as long as the block waits in the swap buffer)."""
         size = self.block_size
-        self.parts.append(tokens)
-        self.held += len(tokens)
-        if self.held < size:
+        if self.held + len(tokens) < size:
+            self.parts.append(tokens)
+            self.held += len(tokens)
             return []
-        joined = self.parts[0] if len(self.parts) == 1 else np.concatenate(self.parts)
-        whole = len(joined) // size * size
-        blocks = list(joined[:whole].reshape(-1, size).copy())
-        rest = joined[whole:]
-        self.parts, self.held = ([rest] if len(rest) else []), len(rest)
-        return blocks
+        done: list[np.ndarray] = []
+        if self.held:
+            need = size - self.held
+            done.append(np.concatenate([*self.parts, tokens[:need]]))
+            tokens = tokens[need:]
+        whole = len(tokens) // size * size
+        done.extend(row.copy() for row in tokens[:whole].reshape(-1, size))
+        rest = tokens[whole:]
+        self.parts, self.held = ([rest.copy()] if len(rest) else []), len(rest)
+        return done
 
 
 class BlockReader:
@@ -317,10 +358,11 @@ class BlockReader:
 
     def __init__(self, catalog: BlockCatalog, **reader: Any):
         self.catalog = catalog
-        self._documents = PieceReader(catalog.catalog, **reader)  # on_error, on_skip, options, read_ahead_bytes...
-        self.on_error: OnError = self._documents.on_error
-        self.on_skip = self._documents.on_skip
-        self._options = self._documents.options
+        # on_error, on_skip, options, read_ahead_bytes...; runs of documents where they are plain
+        self._reader = PieceReader(catalog.catalog, run_field=catalog.tokens.field, **reader)
+        self.on_error: OnError = self._reader.on_error
+        self.on_skip = self._reader.on_skip
+        self._options = self._reader.options
         self._counts: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
         tokens = catalog.tokens
@@ -381,12 +423,11 @@ class BlockReader:
                 for part in planned:
                     yield Piece(part.shard, part.start, part.stop)
 
-        return self._blocks(self._documents.read(documents()), runs)
+        return self._blocks(self._reader.read(documents()), runs)
 
     def _blocks(self, located: Iterator[Located], runs: deque[tuple[Piece, int, list[TokenPiece]]]) -> Iterator[Located]:
         # A run's plan is in ``runs`` once a document of it (or the end) came.
-        incoming = iter(located)
-        pending = next(incoming, None)
+        incoming = _Lookahead(iter(located))
         while runs:
             piece, first, planned = runs.popleft()
             packer = _Packer(self._block_size)
@@ -394,36 +435,83 @@ class BlockReader:
             for part in planned:
                 url = self.catalog.catalog.url(part.shard)
                 whole = part.skip == 0 and part.num_tokens == int(self.catalog.shard_tokens[part.shard])
+                tally = _Tally()
                 counts = None if whole else self.document_tokens(part.shard)
-                seen = taken = 0
-                complete = True
-                for position in range(part.start, part.stop):
-                    if pending is None or pending[0] != part.shard or pending[1] != position:
-                        complete = False  # skipped under on_error="skip": its tokens are missing
-                        continue
-                    raw = pending[2]
-                    pending = next(incoming, None)
-                    try:
-                        tokens = self._tokens(raw, url, None if counts is None else int(counts[position]))
-                    except FAULTS as exc:
-                        if self.on_error == "raise":
-                            raise
-                        self.on_skip(exc)
-                        complete = False
-                        continue
-                    seen += len(tokens)
+                for position, tokens in self._documents(part, incoming, url, counts, tally):
                     if position == part.start:
                         tokens = tokens[part.skip :]
-                    tokens = tokens[: part.num_tokens - taken]
-                    taken += len(tokens)
+                    tokens = tokens[: part.num_tokens - tally.taken]
+                    tally.taken += len(tokens)
                     for block in packer.add(tokens):
                         yield piece.shard, number, RawSample(
                             f"block-{first + number - piece.start}", {"tokens": block},
                             number * self._nbytes, (number + 1) * self._nbytes,
                         )
                         number += 1
-                if whole and complete and seen != part.num_tokens:
-                    self._fault(self._miscounted(url, part, seen))
+                if whole and tally.complete and tally.seen != part.num_tokens:
+                    self._fault(self._miscounted(url, part, tally.seen))
+
+    def _documents(
+        self, part: TokenPiece, incoming: _Lookahead, url: str, counts: np.ndarray | None, tally: _Tally
+    ) -> Iterator[tuple[int, np.ndarray]]:
+        """The token ids (``eos`` included) of ``part``'s documents as they
+        come, each as ``(position of its first document, ids)``: a document's
+        alone, or a run's one after another (a
+        :class:`~shardkit.format.plain.SampleRun` whose documents are all
+        as NumPy writes them, and as long as ``counts`` says). Documents
+        that did not come (skipped faults) and faults skipped here leave
+        ``tally.complete`` false."""
+        position = part.start
+        while position < part.stop:
+            item = incoming.item
+            if item is None or item[0] != part.shard or item[1] != position:
+                tally.complete = False  # skipped under on_error="skip": its tokens are missing
+                position += 1
+                continue
+            incoming.take()
+            raw = item[2]
+            if isinstance(raw, SampleRun):
+                found = self._run_tokens(raw, None if counts is None else counts[position : position + len(raw)])
+                if found is not None:
+                    tally.seen += len(found)
+                    yield position, found
+                    position += len(raw)
+                    continue
+                samples: list[RawSample] = [raw.sample(i) for i in range(len(raw))]  # read one by one: faults named
+            else:
+                samples = [raw]
+            for sample in samples:
+                try:
+                    tokens = self._tokens(sample, url, None if counts is None else int(counts[position]))
+                except FAULTS as exc:
+                    if self.on_error == "raise":
+                        raise
+                    self.on_skip(exc)
+                    tally.complete = False
+                else:
+                    tally.seen += len(tokens)
+                    yield position, tokens
+                position += 1
+
+    def _run_tokens(self, run: SampleRun, expected: np.ndarray | None) -> np.ndarray | None:
+        """The token ids of a run's documents (``eos`` after each), or None
+        unless all are read as arrays and agree with ``expected``."""
+        found = run_token_arrays(run)
+        if found is None:
+            return None
+        ids, counts = found
+        if self._eos is not None:
+            counts = counts + 1
+            out = np.empty(len(ids) + len(counts), dtype=np.int64)
+            ends = np.cumsum(counts) - 1
+            out[ends] = self._eos[0]
+            tokens = np.ones(len(out), dtype=bool)
+            tokens[ends] = False
+            out[tokens] = ids
+            ids = out
+        if expected is not None and not np.array_equal(counts, expected):
+            return None
+        return ids
 
     def _fault(self, exc: CorruptShardError) -> None:
         if self.on_error == "raise":
@@ -473,6 +561,28 @@ class BlockReader:
         return array
 
 
+class _Lookahead:
+    """An iterator with its next item in view (``item``; None at the end)."""
+
+    def __init__(self, items: Iterator[Any]):
+        self._items = items
+        self.item = next(items, None)
+
+    def take(self) -> Any:
+        item, self.item = self.item, next(self._items, None)
+        return item
+
+
+@dataclass
+class _Tally:
+    """What a part's documents held (``seen``, eos included), what of them
+    it packed (``taken``), and whether every document came."""
+
+    seen: int = 0
+    taken: int = 0
+    complete: bool = True
+
+
 def _describe_npy(data: bytes) -> str:
     """What ``.npy`` bytes that are no token array hold, for a message."""
     try:
@@ -491,4 +601,7 @@ def token_world_check(catalogs: tuple[Any, ...], world: World) -> None:
         catalogs[0].check_world(world)
 
 
-__all__ = ["CHUNK_BLOCKS", "BlockCatalog", "BlockLayout", "BlockOutput", "BlockReader", "BlockSchedule", "TokenBlocks"]
+__all__ = [
+    "CHUNK_BLOCKS", "BlockCatalog", "BlockLayout", "BlockOutput", "BlockReader", "BlockSchedule", "TokenBlocks",
+    "stack_blocks",
+]  # fmt: skip

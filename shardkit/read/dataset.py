@@ -21,7 +21,7 @@ from torch.utils.data import IterableDataset
 from shardkit.errors import StateError, UsageError
 from shardkit.format.manifest import Manifest
 from shardkit.io.base import SourceOptions
-from shardkit.read.blocks import BlockOutput, TokenBlocks
+from shardkit.read.blocks import BlockOutput, TokenBlocks, stack_blocks
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.counters import SharedCounters
 from shardkit.read.decode import Decoder, ImageMode
@@ -332,7 +332,10 @@ class ShardDataset(IterableDataset):
             if output.decoder is not None or output.select is not None:
                 raise UsageError("tokens= yields blocks of token ids: leave decode= and select= unset")
             mixture = mixture.with_tokens(tokens, seed=options.seed, shuffle=options.shuffle)
-            output = dataclasses.replace(output, map=BlockOutput(output.map))
+            if output.map is None and output.collate is None and output.batch_size is not None:
+                output = dataclasses.replace(output, map=BlockOutput.batched, collate=stack_blocks)
+            else:
+                output = dataclasses.replace(output, map=BlockOutput(output.map))
         if options.mode == "balanced":
             mixture.check_balanced()
         self._mixture = mixture

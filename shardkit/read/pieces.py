@@ -61,6 +61,7 @@ import numpy as np
 from shardkit.errors import CorruptShardError, ManifestError, TruncatedShardError
 from shardkit.format.compression import MAGIC_BYTES, Compression, ChunkDecompressor, detect_compression
 from shardkit.format.index import OffsetIndex
+from shardkit.format.plain import SampleRun
 from shardkit.format.tar import END_OF_ARCHIVE, RawSample, SampleParser
 from shardkit.io.base import ByteSource, SourceOptions, close_iterator
 from shardkit.io.device import reserved_room_bytes, take_turns
@@ -80,7 +81,9 @@ ON_ERROR: tuple[str, ...] = ("raise", "skip")
 #: A sample with where it came from: ``(shard number, sample number within
 #: the shard, sample)``. Positions travel with samples so that a reader state
 #: (what a slot consumed, what its shuffle buffer holds) can be named by
-#: position and restored through the offset index.
+#: position and restored through the offset index. A reader of one field
+#: (``run_field``) also gets runs of samples: ``(shard, first sample's
+#: number, SampleRun)``.
 Located = tuple[int, int, RawSample]
 
 #: Faults the skip policy may skip; anything else is a bug and propagates.
@@ -149,6 +152,10 @@ class PieceReader:
         verify_checksums: Check each sample against the checksum its offset index
             stores (indexes written before checksums existed are read
             unchecked).
+        run_field: Give consecutive plain samples of one member of this
+            field each as one :class:`~shardkit.format.plain.SampleRun`
+            (see :class:`~shardkit.format.tar.SampleParser`), for a reader
+            of that field alone.
     """
 
     def __init__(
@@ -160,8 +167,10 @@ class PieceReader:
         options: SourceOptions,
         read_ahead_bytes: int,
         verify_checksums: bool = False,
+        run_field: str | None = None,
     ):
         self.catalog = catalog
+        self.run_field = run_field
         self.on_error = on_error
         self.on_skip = on_skip
         self.options = options
@@ -245,6 +254,7 @@ class PieceReader:
             base_offset=job.byte_start,
             bounds=job.bounds[lo : hi + 1],
             checksums=None if job.checksums is None else job.checksums[lo:hi],
+            run_field=self.run_field,
         )
 
     def _fetch(self, job: _Job, ahead: ReadAhead[_Job]) -> Iterator[bytes]:
@@ -432,8 +442,8 @@ class PieceReader:
                     if isinstance(item, bytes):
                         received += len(item)
                         for raw in parser.feed(item):
-                            yield shard, first + got, raw
-                            got += 1
+                            yield shard, first + got, raw  # type: ignore[misc]
+                            got += _samples_in(raw)
                     elif item is None:
                         for raw in self._finish(job, parser, received, got):
                             yield shard, first + got, raw
@@ -506,14 +516,16 @@ class PieceReader:
             got = 0
             try:
                 for raw in self._read_range(job, lo, hi, whole=whole, salvage=after_fault):
-                    yield job.piece.shard, lo + got, raw
-                    got += 1
+                    yield job.piece.shard, lo + got, raw  # type: ignore[misc]
+                    got += _samples_in(raw)
             except FAULTS as exc:
                 self._fault(exc)
                 rest = salvage_ranges(job.bounds, exc, lo + got, hi, whole)
                 pending.extendleft(reversed([(a, b, w, True) for a, b, w in rest]))
 
-    def _read_range(self, job: _Job, lo: int, hi: int, *, whole: bool, salvage: bool) -> Iterator[RawSample]:
+    def _read_range(
+        self, job: _Job, lo: int, hi: int, *, whole: bool, salvage: bool
+    ) -> Iterator[RawSample | SampleRun]:
         """Samples ``[lo, hi)`` of the job's shard, read without read-ahead;
         ``whole``: the range ends the shard and takes its end marker."""
         assert job.bounds is not None
@@ -528,8 +540,13 @@ class PieceReader:
             received += len(chunk)
             for raw in parser.feed(chunk):
                 yield raw
-                got += 1
+                got += _samples_in(raw)
         yield from self._finish(sub, parser, received, got)
+
+
+def _samples_in(item: RawSample | SampleRun) -> int:
+    """How many samples a parser's item is."""
+    return len(item) if isinstance(item, SampleRun) else 1
 
 
 def _remote_range(

@@ -11,7 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from shardkit.errors import CorruptShardError
-from shardkit.format.plain import MAX_SAMPLES, plain_samples
+from shardkit.format.plain import MAX_SAMPLES, SampleRun, plain_run, plain_samples
 from shardkit.format.tar import END_OF_ARCHIVE, SampleParser, encode_sample, sample_checksum
 
 
@@ -33,16 +33,24 @@ def as_tuples(samples):
     return [(s.key, s.fields, s.start, s.end, s.stored_extensions) for s in samples]
 
 
-def outcome(parser_type, data, bounds, cuts=(), checksums=None):
+def expanded(items):
+    """A parser's items with each run as its samples."""
+    out = []
+    for item in items:
+        out += [item.sample(i) for i in range(len(item))] if isinstance(item, SampleRun) else [item]
+    return out
+
+
+def outcome(parser_type, data, bounds, cuts=(), checksums=None, run_field=None):
     """What a parser returns for ``data`` fed in pieces cut at ``cuts``:
-    the samples, and the fault's sample (the one its offset falls in) and
-    type, or None."""
-    parser = parser_type(path="s.tar", bounds=bounds, checksums=checksums)
+    the samples (a run's one by one), and the fault's sample (the one its
+    offset falls in) and type, or None."""
+    parser = parser_type(path="s.tar", bounds=bounds, checksums=checksums, run_field=run_field)
     got = []
     edges = [0, *sorted(c % (len(data) + 1) for c in cuts), len(data)]
     try:
         for lo, hi in zip(edges, edges[1:]):
-            got += parser.feed(data[lo:hi])
+            got += expanded(parser.feed(data[lo:hi]))
         got += parser.finish()
     except CorruptShardError as exc:
         return as_tuples(got), (int(np.searchsorted(bounds, exc.offset, side="right")) - 1, type(exc))
@@ -138,13 +146,15 @@ def _consistent(fast, full):
     edits=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=3),
     cuts=st.lists(st.integers(0, 10**6), max_size=3),
     stretch=st.integers(-600, 600),
+    run_field=st.sampled_from([None, "txt", "cls"]),
 )
-@example(edits=[(156, ord("5"))], cuts=[], stretch=0)  # a directory entry
-@example(edits=[(124, ord("9"))], cuts=[], stretch=0)  # a size that is not octal
-@example(edits=[(154, ord(" "))], cuts=[], stretch=0)  # a checksum field of another form
-@example(edits=[(0, ord("."))], cuts=[], stretch=0)  # a hidden file: no member
-@example(edits=[], cuts=[700], stretch=-512)  # the last sample's span ends inside its member
-def test_damage_gets_the_same_answer_with_and_without_the_one_pass(edits, cuts, stretch):
+@example(edits=[(156, ord("5"))], cuts=[], stretch=0, run_field=None)  # a directory entry
+@example(edits=[(124, ord("9"))], cuts=[], stretch=0, run_field=None)  # a size that is not octal
+@example(edits=[(154, ord(" "))], cuts=[], stretch=0, run_field=None)  # a checksum field of another form
+@example(edits=[(0, ord("."))], cuts=[], stretch=0, run_field=None)  # a hidden file: no member
+@example(edits=[], cuts=[700], stretch=-512, run_field=None)  # the last sample's span ends inside its member
+@example(edits=[], cuts=[], stretch=0, run_field="txt")
+def test_damage_gets_the_same_answer_with_and_without_the_one_pass(edits, cuts, stretch, run_field):
     data, bounds = shard(MIXED[:1] + MIXED[3:] + MIXED[:2])
     data = bytearray(data)
     for at, value in edits:
@@ -152,7 +162,8 @@ def test_damage_gets_the_same_answer_with_and_without_the_one_pass(edits, cuts, 
     bounds = bounds.copy()
     bounds[-1] = max(bounds[-1] + stretch // 512 * 512, bounds[-2] + 512)
     data = bytes(data)
-    _consistent(outcome(SampleParser, data, bounds, cuts), outcome(FullParser, data, bounds, cuts))
+    fast = outcome(SampleParser, data, bounds, cuts, run_field=run_field)
+    _consistent(fast, outcome(FullParser, data, bounds, cuts))
 
 
 def _rewritten(data: bytes, header: int, at: int, value: bytes, checksum: bytes = b"%06o\x00 ") -> bytes:
@@ -187,7 +198,9 @@ def test_a_valid_header_of_another_form_gets_the_full_parsers_answer(at, value, 
     data, bounds = shard(MIXED[:1] + MIXED[4:] + MIXED[:2])  # a1, e5, a1, b2
     data = _rewritten(data, int(bounds[1]), at, value, checksum)
     for cuts in ([], [int(bounds[2])]):
-        _consistent(outcome(SampleParser, data, bounds, cuts), outcome(FullParser, data, bounds, cuts))
+        full = outcome(FullParser, data, bounds, cuts)
+        for run_field in (None, "txt"):
+            _consistent(outcome(SampleParser, data, bounds, cuts, run_field=run_field), full)
 
 
 @pytest.mark.parametrize(
@@ -201,3 +214,48 @@ def test_a_span_of_members_that_make_no_one_sample_is_refused(members):
     assert plain_samples(data, 0, 0, bounds) == []
     fast = outcome(SampleParser, data, bounds)
     assert fast == outcome(FullParser, data, bounds) and fast[1] == (0, CorruptShardError)
+
+
+# ------------------------------------------------------------------ runs of one field
+
+DOCUMENTS = [(f"doc/{i:04d}", [("tokens.npy", bytes(range(i % 256)) * (i % 7))]) for i in range(40)]
+
+
+def test_one_member_samples_of_one_field_come_as_one_run_of_the_same_samples():
+    data, bounds = shard(DOCUMENTS)
+    run = plain_run(data, 0, 0, bounds, "tokens.npy")
+    assert len(run) == 40 and (run.start, run.end) == (0, int(bounds[-1]))
+    full = FullParser(path="s.tar", bounds=bounds)
+    assert as_tuples(expanded([run])) == as_tuples(full.feed(data) + full.finish())
+    assert [run.key(i) for i in (0, 39)] == ["doc/0000", "doc/0039"]
+
+
+@pytest.mark.parametrize(
+    "other, taken",
+    [
+        (("x", [("tokens.npy", b"1"), ("txt", b"2")]), 3),  # two members
+        (("x", [("txt", b"2")]), 3),  # another field
+        (("x", [("TOKENS.NPY", b"2")]), 3),  # the field, upper-case as stored
+        (("doc/0002", [("tokens.npy", b"2")]), 3),  # the key before it: the full parser refuses it
+        (("a.b", [("npy", b"2")]), 3),  # a key with a dot: field "b.npy"
+        (("doc/", [("tokens.npy", b"2")]), 3),  # "doc/.tokens.npy": a hidden file, no member
+    ],
+    ids=["two-members", "other-field", "upper-case", "same-key", "dotted-key", "hidden"],
+)
+def test_a_run_stops_before_a_sample_of_another_shape(other, taken):
+    samples = DOCUMENTS[:3] + [other] + DOCUMENTS[3:5]
+    data, bounds = shard(samples)
+    field = "npy" if other[0] == "a.b" else "tokens.npy"
+    if field == "npy":
+        samples = [(f"k{i}", [("npy", b"1")]) for i in range(3)] + [other]
+        data, bounds = shard(samples)
+    assert len(plain_run(data, 0, 0, bounds, field)) == taken
+    for cuts in ([], [int(bounds[4])]):
+        _consistent(outcome(SampleParser, data, bounds, cuts, run_field=field), outcome(FullParser, data, bounds, cuts))
+
+
+def test_a_run_is_never_made_under_stored_checksums():
+    data, bounds = shard(DOCUMENTS[:5])
+    sums = [sample_checksum(key, fields) for key, fields in DOCUMENTS[:5]]
+    items = SampleParser(path="s.tar", bounds=bounds, checksums=sums, run_field="tokens.npy").feed(data)
+    assert not any(isinstance(item, SampleRun) for item in items)

@@ -23,12 +23,19 @@ BLOCK = 64
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> tuple[str, dict[str, np.ndarray]]:
+def corpus(tmp_path_factory, request) -> tuple[str, dict[str, np.ndarray]]:
     """150 documents of 1 to ~6,000 tokens, in shards of 23: the dataset and
-    each document's token ids by key."""
+    each document's token ids by key. Their dtypes change from document to
+    document (read one by one), or with ``"one dtype"`` (indirect) do not
+    (read in runs of a shard's documents)."""
     dest = str(tmp_path_factory.mktemp("tokens") / "ds")
-    documents = write_documents(dest, 150)
+    one = getattr(request, "param", "dtypes in turn") == "one dtype"
+    documents = write_documents(dest, 150, **({"dtypes": (np.uint32,)} if one else {}))
     return dest, {f"doc{i:06d}": ids for i, ids in enumerate(documents)}
+
+
+#: The tests that read a corpus both ways.
+BOTH_WAYS = pytest.mark.parametrize("corpus", ["dtypes in turn", "one dtype"], indirect=True)
 
 
 def stored_stream(dest: str, documents: dict[str, np.ndarray], eos: int | None = None) -> np.ndarray:
@@ -46,6 +53,7 @@ def blocks_of(ds: ShardDataset) -> list[np.ndarray]:
     return out
 
 
+@BOTH_WAYS
 def test_an_exact_epoch_over_three_ranks_holds_every_full_block_once_and_no_token_twice(corpus):
     dest, documents = corpus
     total = sum(len(ids) for ids in documents.values())
@@ -81,6 +89,7 @@ def test_balanced_gives_every_rank_the_same_number_of_blocks_whatever_the_docume
     assert counts[0][0] == (total // BLOCK) // world_size  # fewer than world_size blocks lost
 
 
+@BOTH_WAYS
 def test_eos_follows_every_document_and_an_unshuffled_epoch_is_the_stored_stream(corpus):
     dest, documents = corpus
     ds = ShardDataset(dest, tokens=TokenBlocks("tokens.npy", BLOCK, eos=7), shuffle=False, mode="exact")
@@ -91,6 +100,7 @@ def test_eos_follows_every_document_and_an_unshuffled_epoch_is_the_stored_stream
     assert (got == 7).sum() == (stream[: len(got)] == 7).sum() >= 100
 
 
+@BOTH_WAYS
 def test_the_loader_batches_blocks_and_len_counts_them(corpus):
     dest, _ = corpus
     ds = ShardDataset(dest, tokens=TokenBlocks("tokens.npy", BLOCK), seed=2, batch_size=4, partial_batches=False)
@@ -102,6 +112,7 @@ def test_the_loader_batches_blocks_and_len_counts_them(corpus):
     assert len(np.unique(rows)) == rows.size
 
 
+@BOTH_WAYS
 def test_a_checkpoint_through_the_loader_resumes_the_same_epoch_in_a_new_loader(corpus):
     dest, _ = corpus
 

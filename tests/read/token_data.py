@@ -26,10 +26,14 @@ def length(i: int, *, long_every: int = 17) -> int:
     return int(rng.integers(1, 40)) if rng.random() < 0.75 else int(rng.integers(100, 400))
 
 
-def document(i: int, *, base: int = 0, field: str = "tokens.npy", long_every: int = 17) -> dict[str, Any]:
-    """What the map writer stores for item ``i``: its key and token ids."""
+def document(
+    i: int, *, base: int = 0, field: str = "tokens.npy", long_every: int = 17, dtypes: tuple[Any, ...] = DTYPES
+) -> dict[str, Any]:
+    """What the map writer stores for item ``i``: its key and token ids (of
+    the ``dtypes`` in turn: documents of one dtype are read as runs of many,
+    of another in turn one by one)."""
     ids = base + i * STRIDE + np.arange(length(i, long_every=long_every))
-    return {"__key__": f"doc{i:06d}", field: ids.astype(DTYPES[i % len(DTYPES)])}
+    return {"__key__": f"doc{i:06d}", field: ids.astype(dtypes[i % len(dtypes)])}
 
 
 def write_documents(dest: str, count: int, *, per_shard: int = 23, **kwargs: Any) -> list[np.ndarray]:
