@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 # Pins this machine's torch for the commands below; pyproject.toml has ranges.
 CONSTRAINTS := tools/constraints.txt
 
-.PHONY: demo test venv bench-writer bench-ray bench-mix bench-checksums bench-scale bench-ingest bench-map bench-tokens clean
+.PHONY: demo test venv bench-writer bench-ray bench-mix bench-checksums bench-scale bench-ingest bench-map bench-tokens bench-parse clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -111,6 +111,11 @@ bench-map: $(STAMP) $(MAP_VENV)/.installed
 # workers; memory against corpus size; shuffle; bench/results/tokens.* (~15 min).
 bench-tokens: $(STAMP) $(MAP_VENV)/.installed
 	$(PY) bench/bench_tokens.py --litdata-python $(MAP_VENV)/bin/python $(BENCH_TOKENS_ARGS)
+
+# The indexed parser's one pass against the full parser alone, over small
+# samples (captions, token documents): bench/results/parse.{json,md,png} (~2 min).
+bench-parse: $(STAMP)
+	$(PY) bench/bench_parse.py
 
 clean:
 	rm -rf demo bench/work .pytest_cache
