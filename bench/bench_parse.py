@@ -16,7 +16,7 @@ writes). Two measurements, each alternating the two parsers, best of
   samples (blocks' documents) a second.
 
 The full parser is the same class with its one pass turned off
-(``SampleParser._plain_run`` returning nothing), so the two differ in
+(``SampleParser._one_pass`` returning nothing), so the two differ in
 nothing else.
 
 Writes ``bench/results/parse.json`` / ``.md`` / ``.png``::
@@ -62,13 +62,13 @@ def document(i: int) -> dict[str, Any]:
 @contextlib.contextmanager
 def parser(kind: str) -> Iterator[None]:
     """``kind`` ``"full"``: the full parser alone, for the block."""
-    one_pass = tar.SampleParser._plain_run
+    one_pass = tar.SampleParser._one_pass
     if kind == "full":
-        tar.SampleParser._plain_run = lambda self: []  # type: ignore[method-assign]
+        tar.SampleParser._one_pass = lambda self: []  # type: ignore[method-assign]
     try:
         yield
     finally:
-        tar.SampleParser._plain_run = one_pass  # type: ignore[method-assign]
+        tar.SampleParser._one_pass = one_pass  # type: ignore[method-assign]
 
 
 def best(fn: Callable[[], Any], kind: str, repeats: int) -> float:

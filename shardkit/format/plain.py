@@ -84,7 +84,7 @@ def _whole_spans(buf: bytes, pos: int, base: int, bounds: Sequence[int] | np.nda
     return spans
 
 
-def _blocks(buf: bytes) -> np.ndarray:
+def tar_blocks(buf: bytes) -> np.ndarray:
     """``buf``'s whole tar blocks, one a row (a view)."""
     return np.frombuffer(buf, dtype=np.uint8, count=len(buf) // BLOCK_SIZE * BLOCK_SIZE).reshape(-1, BLOCK_SIZE)
 
@@ -113,7 +113,7 @@ def plain_samples(
     if spans is None:
         return []
     count = len(spans) - 1
-    blocks = _blocks(buf)
+    blocks = tar_blocks(buf)
     stops = spans[1:]
     cursor = spans[:-1].copy()
     good = count  # samples before the first one found not plain
@@ -247,7 +247,7 @@ def plain_run(
     suffix = ("." + field).encode("utf-8", "surrogateescape")
     if spans is None or field != field.lower() or "/" in field or len(suffix) > 99:
         return None
-    rows = _blocks(buf)[spans[:-1] // BLOCK_SIZE]
+    rows = tar_blocks(buf)[spans[:-1] // BLOCK_SIZE]
     ok, size = _plain_headers(rows)
     after = spans[:-1] + BLOCK_SIZE + size
     ok &= after + (-after % BLOCK_SIZE) == spans[1:]  # one member, filling its span
@@ -285,4 +285,4 @@ def _named(names: np.ndarray, suffix: bytes, previous: str | None) -> np.ndarray
     return ok
 
 
-__all__ = ["MAX_MEMBERS", "MAX_SAMPLES", "SampleRun", "plain_run", "plain_samples"]
+__all__ = ["MAX_MEMBERS", "MAX_SAMPLES", "SampleRun", "plain_run", "plain_samples", "tar_blocks"]

@@ -411,7 +411,7 @@ class SampleParser:
             return int(self._bounds[-1])
         return int(self._bounds[k + 1])
 
-    def _plain_run(self) -> list[RawSample | SampleRun]:
+    def _one_pass(self) -> list[RawSample | SampleRun]:
         """The whole samples at the parse position, when the offset index
         spans them and they are plain, read in one pass
         (:func:`~shardkit.format.plain.plain_samples`; the rest of the parse
@@ -458,7 +458,7 @@ class SampleParser:
         return run
 
     def _parse(self) -> list[RawSample | SampleRun]:
-        out = self._plain_run()
+        out = self._one_pass()
         buf = self._buf
         pos = self._pos
         end = len(buf)

@@ -36,7 +36,7 @@ import numpy as np
 
 from shardkit.format.index import MAX_TOKEN_FIELDS
 from shardkit.format.npy import MAX_HEADER_BYTES, NPY_MAGIC, parse_npy_header
-from shardkit.format.plain import SampleRun
+from shardkit.format.plain import SampleRun, tar_blocks
 from shardkit.format.ustar import BLOCK_SIZE
 
 logger = logging.getLogger(__name__)
@@ -116,8 +116,7 @@ def run_token_arrays(run: SampleRun) -> tuple[np.ndarray, np.ndarray] | None:
     if not len(sizes) or (sizes < 10).any():
         return None
     starts = run.spans[:-1] + BLOCK_SIZE  # each field's first byte, a block boundary
-    head = np.frombuffer(run.buf, dtype=np.uint8, count=len(run.buf) // BLOCK_SIZE * BLOCK_SIZE)
-    head = head.reshape(-1, BLOCK_SIZE)[starts // BLOCK_SIZE]  # each field's first block
+    head = tar_blocks(run.buf)[starts // BLOCK_SIZE]  # each field's first block
     end = 10 + head[:, 8].astype(np.int64) + 256 * head[:, 9].astype(np.int64)  # where the header ends
     first = int(end[0])
     if first > BLOCK_SIZE:

@@ -18,7 +18,7 @@ from shardkit.format.tar import END_OF_ARCHIVE, SampleParser, encode_sample, sam
 class FullParser(SampleParser):
     """The parser without its one pass: every member read by the full parse."""
 
-    def _plain_run(self):
+    def _one_pass(self):
         return []
 
 
