@@ -16,9 +16,20 @@ and batches of 8 blocks, at block sizes 2,048 and 8,192, one epoch:
   batch_size=8)`` through ``make_loader``;
 - ``litdata``: ``StreamingDataset(dest, item_loader=TokensLoader(B),
   shuffle=True)`` through ``StreamingDataLoader(batch_size=8)``;
+- ``shardkit-int32``: the same with ``TokenBlocks(..., dtype=torch.int32)``
+  (the ids as LitData hands them over: half the bytes of int64);
+- ``litdata-long``: LitData's loader with each batch made int64 by
+  ``.long()`` in the loop, as LitGPT's ``pretrain.py`` does (there after the
+  copy to the GPU, where it is nearly free; here on the CPU);
 - ``naive``: ``ShardDataset`` yielding each document's ids (decoded in the
   workers), packed into blocks in the training loop, as users do today (a
-  tenth of the epoch: its rate is what counts).
+  tenth of the epoch: its rate is what counts);
+- ``handoff``: a DataLoader whose workers read nothing and only make each
+  int64 batch (in shared memory, as ``default_collate`` does) and hand it
+  over: the ceiling any reader through torch's DataLoader meets here.
+
+Like is set against like: shardkit's int64 blocks against ``litdata-long``,
+its int32 blocks against ``litdata``.
 
 Reported: tokens per second (tokens delivered / seconds from ``iter()`` to the
 last batch), and each worker's private memory (USS) halfway. Memory against
@@ -49,6 +60,7 @@ import time
 from typing import Any
 
 import numpy as np
+import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -169,21 +181,49 @@ def _doc_ids(sample: dict[str, Any]) -> np.ndarray:
     return np.load(io.BytesIO(sample["tokens.npy"]), allow_pickle=False)
 
 
+class _Handoff(torch.utils.data.IterableDataset):
+    """An iterable dataset of ``count`` int64 batches made from one block
+    and no reading (the ``handoff`` tool): what is left is the DataLoader's
+    part."""
+
+    def __init__(self, count: int, block_size: int):
+        super().__init__()
+        self.count, self.block_size = count, block_size
+
+    def __iter__(self) -> Any:
+        from torch.utils.data import get_worker_info
+
+        from shardkit.read.blocks import stack_blocks
+
+        info = get_worker_info()
+        share = range(info.id, self.count, info.num_workers) if info else range(self.count)
+        row = token_ids(0)[:1].repeat(self.block_size)
+        for _ in share:
+            yield stack_blocks([row] * BATCH)
+
+
 def open_loader(spec: dict[str, Any]) -> Any:
     tool, block, workers = spec["tool"], spec["block_size"], spec["workers"]
-    if tool == "litdata":
+    if tool in ("litdata", "litdata-long"):
         import litdata
         from litdata.streaming.item_loader import TokensLoader
 
         ds = litdata.StreamingDataset(spec["dest"], item_loader=TokensLoader(block_size=block), shuffle=True, seed=0)
-        return litdata.StreamingDataLoader(ds, batch_size=BATCH, num_workers=workers)
+        loader = litdata.StreamingDataLoader(ds, batch_size=BATCH, num_workers=workers)
+        return loader if tool == "litdata" else (batch.long() for batch in loader)
+    import torch
+
     import shardkit
 
-    if tool == "shardkit":
+    if tool in ("shardkit", "shardkit-int32"):
         ahead = spec.get("read_ahead_bytes", 32 << 20)  # shardkit's default
-        ds = shardkit.ShardDataset(spec["dest"], tokens=shardkit.TokenBlocks("tokens.npy", block), seed=0,
-                                   batch_size=BATCH, read_ahead_bytes=ahead)  # fmt: skip
+        dtype = torch.int32 if tool == "shardkit-int32" else torch.int64
+        blocks = shardkit.TokenBlocks("tokens.npy", block, dtype=dtype)
+        ds = shardkit.ShardDataset(spec["dest"], tokens=blocks, seed=0, batch_size=BATCH, read_ahead_bytes=ahead)
         return shardkit.make_loader(ds, batch_size=None, num_workers=workers)
+    if tool == "handoff":
+        return torch.utils.data.DataLoader(_Handoff(spec["expected_batches"], block), batch_size=None,
+                                           num_workers=workers)  # fmt: skip
     ds = shardkit.ShardDataset(spec["dest"], seed=0, map=_doc_ids)
     return _packed(shardkit.make_loader(ds, batch_size=None, num_workers=workers), block)
 
@@ -365,11 +405,11 @@ def measure(args: argparse.Namespace, preset: dict[str, Any]) -> dict[str, Any]:
     record: dict[str, Any] = {"commit": git_commit(), "machine": machine(), "preset": preset, "cells": [],
                               "memory": [], "shuffle": {}, "skipped": {}}  # fmt: skip
     shardkit_corpus = ensure_corpus(args, "shardkit", preset["tokens"])
-    tools = ["shardkit", "naive"]
+    tools = ["shardkit", "shardkit-int32", "naive", "handoff"]
     litdata_corpus = None
     if os.path.exists(args.litdata_python):
         litdata_corpus = ensure_corpus(args, "litdata", preset["tokens"])
-        tools.insert(1, "litdata")
+        tools[2:2] = ["litdata-long", "litdata"]
     else:
         record["skipped"]["litdata"] = f"{args.litdata_python} not found (`make bench-map` makes .venv-map)"
     record["corpus"] = {"shardkit": shardkit_corpus, "litdata": litdata_corpus}
@@ -378,13 +418,13 @@ def measure(args: argparse.Namespace, preset: dict[str, Any]) -> dict[str, Any]:
             runs: dict[str, list[dict[str, Any]]] = {tool: [] for tool in tools}
             for _ in range(preset["repeats"]):
                 for tool in tools:
-                    corpus = litdata_corpus if tool == "litdata" else shardkit_corpus
+                    corpus = litdata_corpus if tool.startswith("litdata") else shardkit_corpus
                     batches = corpus["tokens"] // block // BATCH
                     spec = {"cell": "read", "tool": tool, "dest": corpus["dest"], "block_size": block,
                             "workers": workers, "expected_batches": batches}  # fmt: skip
                     if tool == "naive":  # ~20x slower: a tenth of the epoch gives its rate
                         spec["max_batches"] = max(batches // 10, 1)
-                    python = args.litdata_python if tool == "litdata" else sys.executable
+                    python = args.litdata_python if tool.startswith("litdata") else sys.executable
                     runs[tool].append(run_cell(__file__, spec, answer=CELL_ANSWER, python=python,
                                                timeout_s=args.timeout_s))  # fmt: skip
             for tool, done in runs.items():
@@ -434,14 +474,16 @@ def targets(record: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for block in record["preset"]["block_sizes"]:
         for workers in record["preset"]["workers"]:
-            ours, peer = _find(record, "shardkit", block, workers), _find(record, "litdata", block, workers)
-            if ours and peer:
-                ratio = ours["tokens_per_s"] / peer["tokens_per_s"]
-                out.append({"target": f"shardkit / LitData tokens/s, block {block}, {workers} workers",
-                            "value": ratio, "limit": TARGETS["per_worker_vs_litdata"], "met": ratio >= 1.0})  # fmt: skip
-        ours = _find(record, "shardkit", block, 2)
+            for mine, theirs, what in (("shardkit", "litdata-long", "int64"), ("shardkit-int32", "litdata", "int32")):
+                ours, peer = _find(record, mine, block, workers), _find(record, theirs, block, workers)
+                if ours and peer:
+                    ratio = ours["tokens_per_s"] / peer["tokens_per_s"]
+                    out.append({"target": f"shardkit / LitData tokens/s, {what} out, block {block}, {workers} workers",
+                                "value": ratio, "limit": TARGETS["per_worker_vs_litdata"], "met": ratio >= 1.0})  # fmt: skip
+        ours, ceiling = _find(record, "shardkit", block, 2), _find(record, "handoff", block, 2)
         if ours:
-            out.append({"target": f"shardkit tokens/s, block {block}, 2 workers", "value": ours["tokens_per_s"],
+            where = f" (the DataLoader's hand-off alone: {ceiling['tokens_per_s'] / 1e6:.1f} M)" if ceiling else ""
+            out.append({"target": f"shardkit tokens/s, block {block}, 2 workers{where}", "value": ours["tokens_per_s"],
                         "limit": TARGETS["tokens_per_s_2_workers"], "unit": "tokens/s",
                         "met": ours["tokens_per_s"] >= TARGETS["tokens_per_s_2_workers"]})  # fmt: skip
     opened = record.get("open", {})
@@ -507,7 +549,8 @@ def plot(record: dict[str, Any], path: str) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 4))
     groups = [(b, w) for b in record["preset"]["block_sizes"] for w in record["preset"]["workers"]]
-    tools = sorted({c["tool"] for c in record["cells"]}, key=["shardkit", "litdata", "naive"].index)
+    order = ["shardkit", "shardkit-int32", "litdata-long", "litdata", "naive", "handoff"]
+    tools = sorted({c["tool"] for c in record["cells"]}, key=order.index)
     width = 0.8 / max(len(tools), 1)
     for k, tool in enumerate(tools):
         values = [(_find(record, tool, b, w) or {}).get("tokens_per_s", 0) / 1e6 for b, w in groups]

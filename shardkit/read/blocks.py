@@ -78,6 +78,8 @@ from shardkit.read.split import Piece, epoch_order
 from shardkit.read.tokens import TokenPiece, TokenStream
 from shardkit.world import World
 
+#: What a block can be yielded as (``TokenBlocks.dtype``), and as which NumPy type.
+_OUTPUT_DTYPES = {torch.int64: np.dtype(np.int64), torch.int32: np.dtype(np.int32)}
 #: Blocks in one virtual shard (see the module docstring): bounds what a
 #: restored buffer's replay sizes at once, whatever the epoch's length.
 CHUNK_BLOCKS = 1024
@@ -103,14 +105,20 @@ class TokenBlocks:
         block_size: Tokens per block (e.g. 2049 for 2048-token contexts
             and their next-token targets).
         eos: A token id appended after each document, or None.
+        dtype: What a block is yielded as: ``torch.int64`` (what embedding
+            and loss layers index with), or ``torch.int32``, half the bytes
+            to hand from a DataLoader worker and to copy to the device,
+            where ``.long()`` is nearly free. Ids stored in a wider type
+            are checked to fit int32 as each block leaves the reader.
 
     Raises:
-        UsageError: A bad field, block size or ``eos``.
+        UsageError: A bad field, block size, ``eos`` or ``dtype``.
     """
 
     field: str
     block_size: int
     eos: int | None = None
+    dtype: torch.dtype = torch.int64
 
     def __post_init__(self) -> None:
         if not isinstance(self.field, str) or not self.field or self.field.startswith("."):
@@ -119,6 +127,10 @@ class TokenBlocks:
             raise UsageError(f"TokenBlocks block_size must be an int >= 1, not {self.block_size!r}")
         if self.eos is not None and (isinstance(self.eos, bool) or not isinstance(self.eos, int) or self.eos < 0):
             raise UsageError(f"TokenBlocks eos must be a token id (an int >= 0) or None, not {self.eos!r}")
+        if self.dtype not in _OUTPUT_DTYPES:
+            raise UsageError(f"TokenBlocks dtype must be torch.int64 or torch.int32, not {self.dtype!r}")
+        if self.eos is not None and self.eos > np.iinfo(_OUTPUT_DTYPES[self.dtype]).max:
+            raise UsageError(f"TokenBlocks eos {self.eos:,} does not fit {self.dtype}: use dtype=torch.int64")
 
     def record(self) -> str:
         """What a checkpoint's fingerprint adds for these blocks."""
@@ -279,8 +291,9 @@ class BlockSchedule:
 
 
 class BlockOutput:
-    """What a token reader yields for a block: a 1-D ``torch.int64`` tensor,
-    passed through the user's ``map`` when there is one.
+    """What a token reader yields for a block: a 1-D tensor of
+    ``TokenBlocks.dtype``, passed through the user's ``map`` when there is
+    one.
 
     :meth:`batched` is what it yields instead when blocks are batched by
     torch's collation and nothing else sees a block alone: the block as
@@ -288,11 +301,14 @@ class BlockOutput:
     converting it as it goes.
     """
 
-    def __init__(self, map: Callable[[torch.Tensor], Any] | None = None):  # noqa: A002 - the reader's name
+    def __init__(self, map: Callable[[torch.Tensor], Any] | None = None, dtype: torch.dtype = torch.int64):  # noqa: A002
         self.map = map
+        self.dtype = dtype
 
     def __call__(self, sample: dict[str, Any]) -> Any:
-        block = torch.from_numpy(sample["tokens"].astype(np.int64, copy=False))
+        target = _OUTPUT_DTYPES[self.dtype]
+        _check_fits(sample["tokens"], target)
+        block = torch.from_numpy(sample["tokens"].astype(target, copy=False))
         return block if self.map is None else self.map(block)
 
     @staticmethod
@@ -300,20 +316,38 @@ class BlockOutput:
         return sample["tokens"]
 
 
-def stack_blocks(blocks: list[np.ndarray]) -> torch.Tensor:
+def _check_fits(block: np.ndarray, target: np.dtype) -> None:
+    """Refuse a block holding an id that ``target`` cannot (int32 output of
+    ids stored wider)."""
+    if np.can_cast(block.dtype, target, "safe") or not len(block):
+        return
+    info = np.iinfo(target)
+    lo, hi = int(block.min()), int(block.max())
+    if lo < info.min or hi > info.max:
+        bad = hi if hi > info.max else lo
+        raise UsageError(
+            f"a block holds token id {bad:,}, which {target} cannot hold (ids are stored as {block.dtype}): "
+            "read these tokens with TokenBlocks(..., dtype=torch.int64), the default"
+        )
+
+
+def stack_blocks(blocks: list[np.ndarray], dtype: torch.dtype = torch.int64) -> torch.Tensor:
     """Blocks of token ids (1-D arrays of one length, as stored) as one
-    ``(len(blocks), block_size)`` ``torch.int64`` batch: what torch's
+    ``(len(blocks), block_size)`` batch of ``dtype``: what torch's
     ``default_collate`` makes of the blocks as tensors, in one copy instead
     of two. In a DataLoader worker the batch is made in shared memory, as
     ``default_collate`` makes it there, so it crosses to the main process
     as it is."""
+    target = _OUTPUT_DTYPES[dtype]
+    for block in blocks:
+        _check_fits(block, target)
     shape = (len(blocks), len(blocks[0]))
     if get_worker_info() is None:
-        out = torch.empty(shape, dtype=torch.int64)
+        out = torch.empty(shape, dtype=dtype)
     else:
-        empty = torch.empty(0, dtype=torch.int64)
-        out = empty.new(empty.untyped_storage()._new_shared(shape[0] * shape[1] * 8)).view(shape)
-    np.stack(blocks, out=out.numpy(), casting="unsafe")  # as astype(np.int64) converts
+        empty = torch.empty(0, dtype=dtype)
+        out = empty.new(empty.untyped_storage()._new_shared(shape[0] * shape[1] * target.itemsize)).view(shape)
+    np.stack(blocks, out=out.numpy(), casting="unsafe")  # as astype converts: checked above where it narrows
     return out
 
 

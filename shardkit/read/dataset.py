@@ -10,6 +10,7 @@ what is per process: the epoch, the skip counter, and checkpoint bookkeeping.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import logging
 import os
@@ -240,6 +241,7 @@ class ShardDataset(IterableDataset):
         samples_per_epoch: Samples of each epoch of a mixture; default the
             sum of the streams' sizes (or of their ``samples``).
         tokens: A :class:`~shardkit.TokenBlocks`: yield 1-D ``torch.int64``
+            (or ``TokenBlocks.dtype``)
             blocks of ``block_size`` token ids cut from each epoch's token
             stream (documents in the epoch's order, ``eos`` after each)
             instead of samples (see :mod:`shardkit.read.blocks`). Blocks are
@@ -333,9 +335,10 @@ class ShardDataset(IterableDataset):
                 raise UsageError("tokens= yields blocks of token ids: leave decode= and select= unset")
             mixture = mixture.with_tokens(tokens, seed=options.seed, shuffle=options.shuffle)
             if output.map is None and output.collate is None and output.batch_size is not None:
-                output = dataclasses.replace(output, map=BlockOutput.batched, collate=stack_blocks)
+                stack = functools.partial(stack_blocks, dtype=tokens.dtype)
+                output = dataclasses.replace(output, map=BlockOutput.batched, collate=stack)
             else:
-                output = dataclasses.replace(output, map=BlockOutput(output.map))
+                output = dataclasses.replace(output, map=BlockOutput(output.map, tokens.dtype))
         if options.mode == "balanced":
             mixture.check_balanced()
         self._mixture = mixture

@@ -212,7 +212,35 @@ def test_the_dataset_pickles_small_without_its_per_shard_arrays(corpus):
     assert len(again) == len(ds) and np.array_equal(next(iter(again)).numpy(), next(iter(ds)).numpy())
 
 
-@pytest.mark.parametrize("bad", [dict(block_size=0), dict(block_size=2.5), dict(eos=-1), dict(field=""), dict(eos=True)])
+@BOTH_WAYS
+@pytest.mark.parametrize("batch_size", [None, 4])
+def test_int32_blocks_hold_the_ids_the_int64_blocks_hold(corpus, batch_size):
+    dest, _ = corpus
+
+    def read(dtype: torch.dtype) -> list[torch.Tensor]:
+        ds = ShardDataset(dest, tokens=TokenBlocks("tokens.npy", BLOCK, eos=9, dtype=dtype), seed=3, batch_size=batch_size)
+        return list(make_loader(ds, batch_size=None, num_workers=2, in_order=True))
+
+    wide, narrow = read(torch.int64), read(torch.int32)
+    assert len(wide) == len(narrow) > 10
+    assert all(b.dtype == torch.int32 for b in narrow)
+    assert all(torch.equal(a, b.long()) for a, b in zip(wide, narrow))
+
+
+@pytest.mark.parametrize("batch_size", [None, 2])
+def test_an_id_int32_cannot_hold_is_refused_naming_the_id_and_the_way_out(tmp_path, batch_size):
+    dest = str(tmp_path / "ds")
+    big = {"__key__": "doc000001", "tokens.npy": np.arange(2**31 - 4, 2**31 + 60, dtype=np.uint32)}
+    shardkit.write_dataset([{"__key__": "doc000000", "tokens.npy": np.arange(64, dtype=np.uint32)}, big], dest)
+    ds = ShardDataset(dest, tokens=TokenBlocks("tokens.npy", 16, dtype=torch.int32), shuffle=False, batch_size=batch_size)
+    with pytest.raises(UsageError, match=r"token id 2,147,483,659, which int32.*dtype=torch.int64"):
+        list(ds)
+    wide = ShardDataset(dest, tokens=TokenBlocks("tokens.npy", 16), shuffle=False)
+    assert int(torch.cat(list(wide)).max()) == 2**31 + 59
+
+
+@pytest.mark.parametrize("bad", [dict(block_size=0), dict(block_size=2.5), dict(eos=-1), dict(field=""), dict(eos=True),
+                                 dict(dtype=torch.int16), dict(dtype="int64"), dict(dtype=torch.int32, eos=2**31)])  # fmt: skip
 def test_bad_token_options_are_refused(bad):
     with pytest.raises(UsageError, match="TokenBlocks"):
         TokenBlocks(**{"field": "tokens.npy", "block_size": 8, **bad})
