@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 # Pins this machine's torch for the commands below; pyproject.toml has ranges.
 CONSTRAINTS := tools/constraints.txt
 
-.PHONY: demo test venv bench-writer bench-ray bench-mix bench-checksums bench-scale bench-ingest bench-map bench-tokens bench-parse clean
+.PHONY: demo test venv bench-writer bench-ray bench-mix bench-checksums bench-scale bench-ingest bench-map bench-tokens bench-parse bench-remove clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -116,6 +116,12 @@ bench-tokens: $(STAMP) $(MAP_VENV)/.installed
 # samples (captions, token documents): bench/results/parse.{json,md,png} (~2 min).
 bench-parse: $(STAMP)
 	$(PY) bench/bench_parse.py
+
+# Removing samples without rewriting shards (issue #41): finding keys, the
+# table revision at 5x10^9 samples (synthetic metadata), opening, and the
+# reader's throughput with and without removals: bench/results/remove.* (~10 min).
+bench-remove: $(STAMP)
+	$(PY) bench/bench_remove.py
 
 clean:
 	rm -rf demo bench/work .pytest_cache

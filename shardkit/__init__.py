@@ -48,6 +48,7 @@ _LAZY = {
     "WriteOptions": "shardkit.write.options",
     "index_dataset": "shardkit.index.indexer",
     "make_loader": "shardkit.read.loader",
+    "remove_samples": "shardkit.write.remove",
     "shuffle_quality": "shardkit.read.shuffle",
     "write_dataset": "shardkit.write.parallel",
 }
@@ -69,6 +70,7 @@ if TYPE_CHECKING:
     from shardkit.index.indexer import IndexOptions, index_dataset
     from shardkit.write.options import WriteOptions
     from shardkit.write.parallel import write_dataset
+    from shardkit.write.remove import remove_samples
 
 
 def __getattr__(name: str) -> Any:
@@ -132,6 +134,7 @@ __all__ = [
     "index_dataset",
     "load_manifest",
     "make_loader",
+    "remove_samples",
     "shuffle_quality",
     "write_dataset",
 ]

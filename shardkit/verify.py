@@ -47,6 +47,7 @@ from shardkit.format.compression import (
     member_compression,
 )
 from shardkit.format.index import OffsetIndex
+from shardkit.format.removed import Removed
 from shardkit.format.manifest import Manifest, ShardEntry
 from shardkit.format.tar import REWRITE_ADVICE, RawSample, SampleParser
 from shardkit.format.tokens import TokenTally
@@ -71,7 +72,10 @@ class VerifyReport:
         manifest: The dataset's manifest.
         num_shards_checked: Shards checked (all of them, unless ``fail_fast``
             stopped at a bad one).
-        num_samples_checked: Samples checked, in the shards that passed.
+        num_samples_checked: Samples checked, in the shards that passed
+            (those removed by ``shardkit remove`` not counted).
+        num_removed: Samples removed from the shards that passed: still in
+            their tar files and indexes (checked with the rest), never read.
         num_entries_skipped: Tar entries that belong to no sample
             (directories, links, files without a ``KEY.EXT`` name), summed
             over the shards; the readers skip them.
@@ -87,6 +91,7 @@ class VerifyReport:
     manifest: Manifest
     num_shards_checked: int
     num_samples_checked: int
+    num_removed: int = 0
     num_entries_skipped: int = 0
     warnings: tuple[str, ...] = ()
     num_stream_only: int = 0
@@ -110,7 +115,8 @@ class ShardCheck:
     Attributes:
         number: The shard's position in the manifest.
         num_bytes: Its size in the manifest (for progress).
-        num_samples: Samples it holds (0 when it failed).
+        num_samples: Samples it holds, less those removed (0 when it failed).
+        num_removed: Samples removed from it (``shardkit remove``).
         error: Why it failed; None when it passed.
         skipped: Its entries that belong to no sample, if any.
         stream_only: Set when it is compressed (checked without an offset index).
@@ -119,6 +125,7 @@ class ShardCheck:
     number: int
     num_bytes: int
     num_samples: int = 0
+    num_removed: int = 0
     error: VerifyError | None = None
     skipped: SkippedEntries | None = None
     stream_only: StreamOnlyShard | None = None
@@ -184,11 +191,9 @@ def _check_members(path: str, samples: list[RawSample], max_member_bytes: int | 
     return samples
 
 
-def _load_index(path: str, index_path: str, entry: ShardEntry, options: SourceOptions | None) -> OffsetIndex:
+def _load_index(path: str, index_path: str, entry: ShardEntry, stored: int, options: SourceOptions | None) -> OffsetIndex:
     try:
-        index = fetch_offset_index(
-            index_path, num_samples=entry.num_samples, shard_bytes=entry.num_bytes, options=options
-        )
+        index = fetch_offset_index(index_path, num_samples=stored, shard_bytes=entry.num_bytes, options=options)
     except (ManifestError, CorruptShardError, OSError) as exc:
         raise VerifyError(f"{path}: offset index unusable: {exc}", path=path) from exc
     return index
@@ -259,6 +264,9 @@ def _verify(
     size = 0
     check = manifest.member_compression is not None
     tokens = TokenTally() if manifest.token_fields else None
+    removed = manifest.table.removed
+    gone = Removed(removed).in_shard(number) if removed is not None else np.zeros(0, dtype=np.int64)
+    stored = entry.num_samples + len(gone)  # the table counts the kept samples; the shard holds all
 
     def take(samples: list[RawSample]) -> None:
         if index is not None:
@@ -274,7 +282,7 @@ def _verify(
         first = next(chunks, b"")
         kind = detect_compression(first[:MAGIC_BYTES]) if len(first) >= MAGIC_BYTES else None
         if kind is None:
-            index = _load_index(path, index_path, entry, options)
+            index = _load_index(path, index_path, entry, stored, options)
         else:
             decompressor = ChunkDecompressor(kind, path=path)
             parser = SampleParser(path=path, offset_name="uncompressed byte")
@@ -299,8 +307,9 @@ def _verify(
     if digest.hexdigest() != entry.sha256:
         raise VerifyError(f"{path}: SHA-256 mismatch (content changed or corrupted); rewrite this shard", path=path)
     count = len(bounds) - 1
-    if count != entry.num_samples:
-        raise VerifyError(f"{path}: holds {count} samples, manifest says {entry.num_samples}", path=path)
+    if count != stored:
+        said = f"{entry.num_samples}" if not len(gone) else f"{stored} ({entry.num_samples} kept, {len(gone)} removed)"
+        raise VerifyError(f"{path}: holds {count} samples, manifest says {said}", path=path)
     if index is not None and (
         len(index.bounds) != len(bounds)
         or not np.array_equal(np.asarray(index.bounds), np.asarray(bounds, dtype=index.bounds.dtype))
@@ -309,11 +318,12 @@ def _verify(
             f"{index_path}: offset index does not match the sample boundaries of {entry.path}", path=index_path
         )
     if tokens is not None and index is not None:
-        _check_tokens(manifest, number, index_path, tokens, options)
+        _check_tokens(manifest, number, index_path, tokens, options, gone)
     return ShardCheck(
         number,
         entry.num_bytes,
-        num_samples=count,
+        num_samples=count - len(gone),
+        num_removed=len(gone),
         skipped=SkippedEntries(path, parser.num_skipped_entries, parser.first_skipped)
         if parser.num_skipped_entries
         else None,
@@ -321,17 +331,22 @@ def _verify(
     )
 
 
-def _check_tokens(manifest: Manifest, number: int, index_path: str, found: TokenTally, options: SourceOptions) -> None:
-    """Compare the token counts the index and table record with those of the samples read."""
+def _check_tokens(
+    manifest: Manifest, number: int, index_path: str, found: TokenTally, options: SourceOptions, gone: np.ndarray
+) -> None:
+    """Compare the token counts the index and table record with those of the
+    samples read (of the kept ones, where some were removed: the table's
+    totals count those)."""
     table = manifest.table
     assert table.tokens is not None
     try:
         stored = fetch_document_tokens(
-            index_path, num_samples=int(table.counts[number]), totals=table.tokens[number], options=options
+            index_path, num_samples=int(table.counts[number]) + len(gone), totals=table.tokens[number],
+            options=options, removed=gone,
         )
     except (CorruptShardError, ManifestError, OSError) as exc:
         raise VerifyError(f"{index_path}: token counts unusable: {exc}", path=index_path) from exc
-    counts = found.counts()
+    counts = np.delete(found.counts(), gone, axis=0)
     for j, field in enumerate(manifest.token_fields):
         column = counts[:, found.fields.index(field)] if field in found.fields else np.zeros(len(counts), np.int64)
         wrong = np.flatnonzero(column != stored[:, j])
@@ -445,7 +460,7 @@ class _Tally:
     failures and warnings (heaps), so memory does not grow with the shards."""
 
     def __init__(self) -> None:
-        self.num_checked = self.num_samples = self.num_entries_skipped = self.num_stream_only = 0
+        self.num_checked = self.num_samples = self.num_entries_skipped = self.num_stream_only = self.num_removed = 0
         self.num_failed = self.num_warnings = 0
         self._failures: list[tuple[int, VerifyError]] = []
         self._warnings: list[tuple[int, int, str]] = []
@@ -457,6 +472,7 @@ class _Tally:
             _keep(self._failures, (-check.number, check.error))
             return
         self.num_samples += check.num_samples
+        self.num_removed += check.num_removed
         for rank, warning in enumerate((check.skipped, check.stream_only)):
             if warning is None:
                 continue
@@ -471,6 +487,7 @@ class _Tally:
             manifest=manifest,
             num_shards_checked=self.num_checked,
             num_samples_checked=self.num_samples,
+            num_removed=self.num_removed,
             num_entries_skipped=self.num_entries_skipped,
             warnings=tuple(text for _, _, text in sorted(self._warnings, reverse=True)),
             num_stream_only=self.num_stream_only,

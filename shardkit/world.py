@@ -47,13 +47,33 @@ class World:
         """This slot's number, rank-major: ``rank * num_workers + worker``."""
         return self.rank * self.num_workers + self.worker
 
+    def replicated(self, replication: int) -> World:
+        """The group this rank belongs to when every ``replication``
+        consecutive ranks form one group that reads as one rank (the ranks
+        of a tensor- or sequence-parallel group): rank ``rank //
+        replication`` of ``world_size // replication``.
+
+        Raises:
+            UsageError: ``replication`` is not an int >= 1, or does not
+                divide ``world_size``.
+        """
+        if isinstance(replication, bool) or not isinstance(replication, int) or replication < 1:
+            raise UsageError(f"replication must be an int >= 1 (ranks per group that see the same data), not {replication!r}")
+        if self.world_size % replication:
+            raise UsageError(
+                f"replication={replication} does not divide world_size {self.world_size}: the ranks form groups of "
+                f"{replication} consecutive ranks that read the same samples, so world_size must be a multiple of "
+                "it (pass the size of your tensor- or sequence-parallel group)"
+            )
+        return replace(self, rank=self.rank // replication, world_size=self.world_size // replication)
+
     def with_worker(self, worker: int, num_workers: int) -> World:
         """The same rank seen from DataLoader worker ``worker`` of ``num_workers``."""
         return replace(self, worker=worker, num_workers=num_workers)
 
 
-def detect_rank(*, rank: int | None = None, world_size: int | None = None) -> World:
-    """Find this process's rank and world size.
+def detect_rank(*, rank: int | None = None, world_size: int | None = None, replication: int = 1) -> World:
+    """Find this process's rank and world size, as the reader splits by them.
 
     Explicit arguments win; then an initialized ``torch.distributed`` process
     group; then the ``RANK`` / ``WORLD_SIZE`` environment that ``torchrun``
@@ -62,13 +82,16 @@ def detect_rank(*, rank: int | None = None, world_size: int | None = None) -> Wo
     Args:
         rank: Rank to use, or None to detect it.
         world_size: World size to use, or None to detect it.
+        replication: Consecutive ranks that read as one (see
+            :meth:`World.replicated`): the result is then their group's
+            number among the groups.
 
     Returns:
         A World with worker 0 of 1 (see :func:`detect_worker`).
 
     Raises:
-        UsageError: Only one of ``rank`` / ``world_size`` was given, or they
-            are inconsistent.
+        UsageError: Only one of ``rank`` / ``world_size`` was given, they
+            are inconsistent, or ``replication`` does not divide the world.
     """
     if (rank is None) != (world_size is None):
         raise UsageError("pass both rank= and world_size=, or neither to detect them")
@@ -83,7 +106,8 @@ def detect_rank(*, rank: int | None = None, world_size: int | None = None) -> Wo
         elif "WORLD_SIZE" in os.environ:
             rank = int(os.environ.get("RANK", "0"))
             world_size = int(os.environ["WORLD_SIZE"])
-    return World(rank=rank, world_size=world_size)
+    world = World(rank=rank, world_size=world_size)
+    return world.replicated(replication)
 
 
 def detect_worker(world: World) -> World:

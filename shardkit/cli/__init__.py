@@ -1,7 +1,8 @@
-"""The ``shardkit`` command line: ``write``, ``index``, ``info``, ``verify`` and ``upgrade``.
+"""The ``shardkit`` command line: ``write``, ``index``, ``info``, ``verify``, ``upgrade`` and ``remove``.
 
 Each subcommand is a thin function over the library. Exit codes: 0 success,
-1 a check failed (``verify`` found a bad shard), 2 a usage error, any
+1 a check failed (``verify`` found a bad shard; ``remove`` was given keys
+no sample has), 2 a usage error, any
 :class:`~shardkit.errors.ShardkitError` or an I/O error (one line on stderr
 naming the file and what to do; the traceback too with ``-v``).
 
@@ -24,7 +25,7 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from shardkit.cli.common import EXIT_USAGE, add_verbose, shown
-from shardkit.cli.datasets import add_index, add_info, add_upgrade, add_verify
+from shardkit.cli.datasets import add_index, add_info, add_remove, add_upgrade, add_verify
 from shardkit.cli.write import add_write
 from shardkit.errors import ShardkitError, UsageError, redact_text
 
@@ -89,7 +90,7 @@ def configure_logging(*, verbose: bool, debug_wire: bool) -> None:
 
 
 _COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
-    add_write, add_index, add_info, add_verify, add_upgrade
+    add_write, add_index, add_info, add_verify, add_upgrade, add_remove
 )
 
 

@@ -173,7 +173,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"shards:     {m.num_shards} (samples per shard: min {int(min(counts))}, max {int(max(counts))})")
     print(f"format:     {m.loaded_version}" + ("" if m.loaded_version >= FORMAT_VERSION else
           f" (run `shardkit upgrade {shown(args.dataset)}` to bring it to {FORMAT_VERSION})"))
-    print(f"samples:    {m.num_samples}")
+    removed = f" ({m.num_removed} removed with `shardkit remove`, still in the shards)" if m.num_removed else ""
+    print(f"samples:    {m.num_samples}{removed}")
     print(f"bytes:      {m.num_bytes} ({human_bytes(m.num_bytes)})")
     print(f"extensions: {', '.join(shown(e) for e in m.extensions)}")
     if m.token_fields and m.table.tokens is not None:
@@ -224,6 +225,69 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
     else:
         removed = f"; removed {len(report.removed)} stray table(s) of an interrupted run" if report.removed else ""
         print(f"{where} is already in format {FORMAT_VERSION}; nothing to do{removed}")
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------- remove
+
+
+def add_remove(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "remove", help="remove samples by key without rewriting the shards", description=cmd_remove.__doc__
+    )
+    p.add_argument("dataset", help="local dataset directory (or a local index of published shards: `index --out`)")
+    p.add_argument("--keys", required=True, metavar="FILE",
+                   help="the samples' keys: one per line, or a column of a .parquet or .csv file")  # fmt: skip
+    p.add_argument("--column", help="the keys' column of a .parquet or .csv file (default 'key')")
+    p.add_argument("--workers", help="processes reading shards to find the keys (default: all cores)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    add_source_options(p)
+    add_verbose(p)
+    p.set_defaults(func=cmd_remove)
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    """Remove the samples of the given keys: the shards and their indexes stay
+    byte for byte as they are; a new revision of the shard table and
+    manifest.json (replaced in one rename) leaves the samples out of every
+    reader. Keys no sample has are listed, and the exit code is then 1;
+    removing the same keys again changes nothing."""
+    from tqdm import tqdm
+
+    from shardkit.format.manifest import load_manifest
+    from shardkit.write.remove import read_keys, remove_samples
+
+    keys = read_keys(args.keys, column=args.column)
+    workers = parse_workers(args.workers) or os.cpu_count() or 1
+    if "://" in args.dataset:
+        raise UsageError(f"{shown(args.dataset)}: remove works on a local dataset folder (see `shardkit remove -h`)")
+    total = load_manifest(args.dataset).num_bytes
+    bar = None if args.quiet else tqdm(total=total, unit="B", unit_scale=True, desc="remove", file=sys.stderr)
+    try:
+        report = remove_samples(
+            args.dataset, keys, options=source_options(args), workers=workers,
+            progress=None if bar is None else bar.update,
+        )  # fmt: skip
+    finally:
+        if bar is not None:
+            bar.close()
+    where = shown(report.location)
+    if report.changed:
+        print(
+            f"removed {report.num_removed:,} samples from {where}; {report.num_removed_total:,} removed in all, "
+            f"{report.num_samples:,} left; shards untouched"
+        )
+    else:
+        print(f"removed nothing from {where}: {report.num_samples:,} samples, {report.num_removed_total:,} removed")
+    if report.num_already_removed:
+        print(f"{report.num_already_removed:,} of the keys' samples were removed before")
+    if report.num_missing:
+        for key in report.missing:
+            print(f"not found: {shown(key)}", file=sys.stderr)
+        more = report.num_missing - len(report.missing)
+        tail = f" ({more:,} more not listed)" if more else ""
+        print(f"{report.num_missing:,} of {report.num_keys:,} keys are not in the dataset{tail}", file=sys.stderr)
+        return EXIT_CHECK_FAILED
     return EXIT_OK
 
 
@@ -309,6 +373,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         note += f" ({report.num_stream_only} compressed shards stream-only: no offset index to check)"
     if left := manifest.num_skipped:
         note += f" ({left} input{'s' if left > 1 else ''} left out when it was made: `shardkit info` lists them)"
+    if report.num_removed:
+        note += f" ({report.num_removed} removed samples checked too, left out by every reader)"
     samples = report.num_samples_checked
     print(f"OK: {manifest.num_shards} shards, {samples} samples, {human_bytes(manifest.num_bytes)} verified{note}")
     return EXIT_OK

@@ -262,7 +262,14 @@ def _checksums_place(head: bytes, size: int, end: int, count: int, path: str) ->
 
 
 def read_document_tokens(
-    read: Callable[[int, int], bytes], size: int, *, path: str, num_samples: int, totals: np.ndarray
+    read: Callable[[int, int], bytes],
+    size: int,
+    *,
+    path: str,
+    num_samples: int,
+    totals: np.ndarray,
+    removed: np.ndarray | None = None,
+    check_totals: bool = True,
 ) -> np.ndarray:
     """The per-sample token counts an index file stores after its checksums,
     checked as data from anywhere: a ``(num_samples, k)`` array of uint32
@@ -275,9 +282,14 @@ def read_document_tokens(
         path: The file, for messages.
         num_samples: The shard's sample count (the table's).
         totals: The shard's token count per field (the table's), in column order.
+        removed: Positions of samples removed from the shard (see
+            :mod:`shardkit.format.removed`): their rows are left out, and
+            ``totals`` count the rows kept.
+        check_totals: Whether the rows must add up to ``totals`` (False:
+            only their number of columns is taken from it).
 
     Returns:
-        An int64 array of shape ``(num_samples, k)``, a private copy.
+        An int64 array of shape ``(num_samples - len(removed), k)``, a private copy.
 
     Raises:
         CorruptShardError: The file holds no counts, or counts of another
@@ -313,8 +325,10 @@ def read_document_tokens(
     counts = np.frombuffer(data, dtype=dtype).reshape(num_samples, k).astype(np.int64)
     if (counts < 0).any():
         raise corrupt_index(path, "a negative token count", at=int(np.argmax((counts < 0).any(axis=1))))
+    if removed is not None and len(removed):
+        counts = np.delete(counts, removed, axis=0)
     sums = counts.sum(axis=0)
-    wrong = np.flatnonzero(sums != np.asarray(totals, dtype=np.int64))
+    wrong = np.flatnonzero(sums != np.asarray(totals, dtype=np.int64)) if check_totals else ()
     if len(wrong):
         j = int(wrong[0])
         raise corrupt_index(

@@ -37,6 +37,12 @@ from before token counts refuses it by its version, asking to be upgraded,
 rather than calling its table damaged. Without token fields there is no key
 and the manifest stays format 2, byte for byte as before.
 
+A dataset some of whose samples were removed (``shardkit remove``, see
+:mod:`shardkit.format.removed`) has ``"removed": {"num_samples": R,
+"earlier_fingerprints": [...]}`` and is ``"format_version": 4``
+(:data:`REMOVED_VERSION`): its table's counts are those of the samples kept,
+and its last column lists the removed ones.
+
 A dataset written with ``compress_members`` also has ``"member_compression":
 "gzip"`` (or ``"zstd"``): its text-like members are stored compressed, as
 ``KEY.txt.gz`` (see :mod:`shardkit.format.compression`).
@@ -97,8 +103,15 @@ FORMAT_VERSION = 2
 #: The version of a manifest that records token counts (format 2 plus
 #: ``token_fields`` and the table's ``tokens`` column).
 TOKENS_VERSION = 3
+#: The version of a manifest whose table lists removed samples (``shardkit
+#: remove``, see :mod:`shardkit.format.removed`): format 2 or 3 plus
+#: ``removed`` and the table's ``removed`` column. A shardkit from before it
+#: refuses it by its version, rather than read the removed samples back.
+REMOVED_VERSION = 4
 #: Versions this shardkit reads (1: the shard list in the JSON).
-SUPPORTED_VERSIONS = (1, 2, 3)
+SUPPORTED_VERSIONS = (1, 2, 3, 4)
+#: Most earlier fingerprints a manifest lists (one per removal made).
+MAX_EARLIER_FINGERPRINTS = 10_000
 MANIFEST_NAME = "manifest.json"
 
 #: Largest manifest accepted, in bytes (1 GiB: millions of shards in format 1).
@@ -175,6 +188,9 @@ class Manifest:
         token_fields: The fields whose token counts the table's ``tokens``
             column and the indexes' third array hold, in column order
             (empty: none recorded; see :mod:`shardkit.format.tokens`).
+        earlier_fingerprints: The fingerprints the dataset had before each
+            removal of samples from it, oldest first (see
+            :mod:`shardkit.format.removed`).
     """
 
     shards: Sequence[ShardEntry]
@@ -192,6 +208,14 @@ class Manifest:
     shards_base: str | None = None
     skipped_counts: Mapping[str, int] | None = None
     token_fields: tuple[str, ...] = ()
+    earlier_fingerprints: tuple[str, ...] = ()
+
+    @property
+    def num_removed(self) -> int:
+        """Samples removed from the shards (``shardkit remove``): not counted
+        in :attr:`num_samples`, never read."""
+        removed = self.table.removed
+        return 0 if removed is None else len(removed)
 
     @property
     def num_skipped(self) -> int:
@@ -319,7 +343,7 @@ class Manifest:
         name, data = self.table_file()
         out: dict[str, Any] = {
             "format": FORMAT_NAME,
-            "format_version": TOKENS_VERSION if self.token_fields else FORMAT_VERSION,
+            "format_version": self.format_version,
             "num_samples": self.num_samples,
             "num_bytes": self.num_bytes,
             "num_shards": self.num_shards,
@@ -342,7 +366,16 @@ class Manifest:
             out["skipped_counts"] = dict(sorted(self.skipped_counts.items()))
         if self.token_fields:
             out["token_fields"] = list(self.token_fields)
+        if self.table.removed is not None:
+            out["removed"] = {"num_samples": self.num_removed, "earlier_fingerprints": list(self.earlier_fingerprints)}
         return out
+
+    @property
+    def format_version(self) -> int:
+        """The format this manifest is written as: the oldest that holds it."""
+        if self.table.removed is not None:
+            return REMOVED_VERSION
+        return TOKENS_VERSION if self.token_fields else FORMAT_VERSION
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True, ensure_ascii=False) + "\n"
@@ -350,6 +383,8 @@ class Manifest:
     def to_format1_json(self) -> str:
         """The manifest as format 1 wrote it (every shard in the JSON): for
         tests and tools that make datasets of earlier shardkits."""
+        if self.table.removed is not None:
+            raise ValueError("format 1 cannot say which samples were removed")
         data = {k: v for k, v in self.to_dict().items() if k not in ("table", "naming", "fingerprint", "token_fields")}
         data["format_version"] = 1
         data["shards"] = [asdict(s) for s in self.shards]
@@ -430,6 +465,7 @@ class Manifest:
                 loaded_version=version,
                 shards_base=shards_base,
                 token_fields=tuple(data.get("token_fields", ())),
+                earlier_fingerprints=tuple(data.get("removed", {}).get("earlier_fingerprints", ())),
             )
         except (KeyError, TypeError) as exc:
             raise ManifestError(
@@ -448,6 +484,14 @@ class Manifest:
         else:
             check_totals(table, num_shards=data["num_shards"], num_samples=data["num_samples"],
                          num_bytes=data["num_bytes"], where=where)
+            stated = data["removed"]["num_samples"] if version == REMOVED_VERSION else None
+            if stated != (None if table.removed is None else len(table.removed)):
+                listed = "no removed samples" if table.removed is None else f"{len(table.removed):,} removed samples"
+                raise ManifestError(
+                    f"{where}: the manifest says {stated if stated is not None else 'no'} samples were removed, its "
+                    f"shard table lists {listed}; {TABLE_ADVICE}",
+                    path=location,
+                )
         return manifest
 
     @classmethod

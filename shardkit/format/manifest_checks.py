@@ -127,6 +127,17 @@ def check_fields(data: Mapping[str, Any], where: str, location: str | None, vers
         raise bad("'token_fields'", f"a list of 1 to {MAX_TOKEN_FIELDS} distinct field names, in format 3", fields)
     if version == 3 and fields is None:
         raise bad("'token_fields'", "present in format 3", fields)
+    removed = data.get("removed")
+    if (version == 4) != (removed is not None):
+        raise bad("'removed'", "present in format 4 and only there", removed)
+    if removed is not None:
+        earlier = removed.get("earlier_fingerprints") if isinstance(removed, dict) else None
+        if (
+            set(removed) != {"num_samples", "earlier_fingerprints"} or not is_count(removed["num_samples"])
+            or not isinstance(earlier, list) or len(earlier) > 10_000
+            or not all(isinstance(f, str) and re.fullmatch(r"[0-9a-f]{64}", f) for f in earlier)
+        ):
+            raise bad("'removed'", "{'num_samples': N, 'earlier_fingerprints': [up to 10,000 of 64 hex digits]}", removed)
     compression = data.get("member_compression")
     if compression is not None and not isinstance(compression, str):
         raise bad("'member_compression'", "a string or null", compression)

@@ -26,7 +26,13 @@ column             dtype        shape
 ``index_bytes``    uint8        UTF-8 index paths, concatenated
 ``tokens``         int64        (n, k): tokens per shard of each of the
                                 manifest's ``token_fields`` (only with them)
+``removed``        uint64       r: samples removed by ``shardkit remove``,
+                                ``shard << 32 | position`` (only with some)
 =================  ===========  =============================================
+
+``removed`` (manifest format 4, see :mod:`shardkit.format.removed`) comes
+after ``tokens``, told from it by its dtype; with it, ``counts`` count the
+samples kept.
 
 The ``tokens`` column (manifest format 3, see :mod:`shardkit.format.tokens`)
 comes last, and only when the dataset records token counts: a table without
@@ -65,6 +71,7 @@ import numpy as np
 from shardkit.errors import ManifestError
 from shardkit.format.naming import WRITER_NAMING, Naming, columns_naming
 from shardkit.format.path_column import strings_to_columns
+from shardkit.format.removed import REMOVED_DTYPE, column_problem
 
 TABLE_PREFIX = "shards-"
 TABLE_SUFFIX = ".table"
@@ -89,7 +96,10 @@ _DTYPES = {
     "index_offsets": np.dtype("<i8"),
     "index_bytes": np.dtype("u1"),
     "tokens": np.dtype("<i8"),
+    "removed": np.dtype("<u8"),
 }
+#: Optional columns after the others, in order, each told by its dtype.
+_OPTIONAL = ("tokens", "removed")
 _HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -132,6 +142,8 @@ class ShardTable:
         sha256: SHA-256 digests, an (n, 32) uint8 array.
         tokens: Token counts per shard, an (n, k) int64 array whose column
             ``j`` is the manifest's ``token_fields[j]``; None without them.
+        removed: The samples removed from the shards (see
+            :mod:`shardkit.format.removed`), or None when none were.
         naming: How shard names follow from positions, or None when the
             table stores path strings.
         file: The file the table was opened from, or None.
@@ -144,6 +156,7 @@ class ShardTable:
         self.num_bytes = columns["num_bytes"]
         self.sha256 = columns["sha256"]
         self.tokens: np.ndarray | None = columns.get("tokens")
+        self.removed: np.ndarray | None = columns.get("removed")
         self.naming = naming
         self.file = file
         self._columns = columns
@@ -232,13 +245,15 @@ class ShardTable:
         digest = hashlib.sha256()
         for i in range(self.num_shards):
             digest.update(f"{self.path(i)}\0{self.sha256_hex(i)}\0{int(self.counts[i])}\n".encode())
+        if self.removed is not None:  # which samples are gone, not only how many
+            digest.update(b"removed\0" + np.ascontiguousarray(self.removed, dtype="<u8").tobytes())
         return digest.hexdigest()
 
     def encode(self) -> bytes | mmap.mmap:
         """The table file's bytes (the same for the same columns; a mapped
         table's file as it is, a read-only buffer)."""
         if self._encoded is None:
-            names = _column_names(self.naming) + (("tokens",) if self.tokens is not None else ())
+            names = _column_names(self.naming) + tuple(name for name in _OPTIONAL if name in self._columns)
             self._encoded = encode_columns([self._columns[name] for name in names])
         return self._encoded
 
@@ -247,6 +262,33 @@ class ShardTable:
         if self._sha256 is None:
             self._sha256 = hashlib.sha256(self.encode()).hexdigest()
         return self._sha256
+
+    def revised(self, counts: np.ndarray, *, tokens: np.ndarray | None, removed: np.ndarray) -> ShardTable:
+        """A new table in memory with these ``counts`` (and ``starts``),
+        ``tokens`` and ``removed`` columns, and this one's others: what
+        ``shardkit remove`` publishes (see :mod:`shardkit.format.removed`).
+
+        Raises:
+            ValueError: Columns that do not fit this table or each other.
+        """
+        n = self.num_shards
+        counts = np.array(counts, dtype=np.int64)
+        if counts.shape != (n,) or (counts < 0).any():
+            raise ValueError(f"{counts.shape} counts for {n} shards, or a negative one")
+        if (tokens is None) != (self.tokens is None) or (tokens is not None and tokens.shape != self.tokens.shape):  # type: ignore[union-attr]
+            raise ValueError("token counts of another shape than the table's")
+        columns = {name: np.array(array) for name, array in self._columns.items() if name not in ("removed",)}
+        columns["counts"] = counts
+        columns["starts"] = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+        if tokens is not None:
+            columns["tokens"] = np.array(tokens, dtype=np.int64)
+        columns["removed"] = np.array(removed, dtype=REMOVED_DTYPE)
+        problem = column_problem(columns["removed"], counts)
+        if problem:
+            raise ValueError(problem)
+        for array in columns.values():
+            array.flags.writeable = False
+        return ShardTable(columns, self.naming)
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self.reopen is not None:
@@ -305,6 +347,7 @@ def build_table(
     index_paths: Sequence[str] | None = None,
     naming: Naming | None = WRITER_NAMING,
     tokens: np.ndarray | None = None,
+    removed: np.ndarray | None = None,
 ) -> ShardTable:
     """A table in memory from per-shard columns.
 
@@ -322,11 +365,13 @@ def build_table(
             is None: None always stores paths.
         tokens: Token counts per shard, ``(n, k)`` with k >= 1 (the
             manifest names the k fields), or None: no ``tokens`` column.
+        removed: The ``removed`` column (:func:`~shardkit.format.removed.pack`;
+            ``counts`` then count the samples kept), or None: no such column.
 
     Raises:
         ValueError: Columns of different lengths, negative counts, sizes
-            or token counts, a SHA-256 that is not 32 bytes, or no paths and
-            no naming.
+            or token counts, a SHA-256 that is not 32 bytes, a bad
+            ``removed`` column, or no paths and no naming.
     """
     counts = np.asarray(counts, dtype=np.int64).reshape(-1)
     n = len(counts)
@@ -344,6 +389,11 @@ def build_table(
         columns["tokens"] = tokens = np.array(tokens, dtype=np.int64)
         if tokens.ndim != 2 or len(tokens) != n or tokens.shape[1] < 1 or (tokens < 0).any():
             raise ValueError(f"token counts of shape {tokens.shape} for {n} shards, or a negative one")
+    if removed is not None:
+        columns["removed"] = removed = np.array(removed, dtype=REMOVED_DTYPE)
+        problem = column_problem(removed, counts)
+        if problem:
+            raise ValueError(problem)
     if paths is not None or index_paths is not None:
         if paths is None or index_paths is None:
             raise ValueError("give both paths and index_paths, or neither")
@@ -456,14 +506,23 @@ def _read_header(buf: Any, pos: int, size: int) -> tuple[np.dtype, tuple[int, ..
 
 
 def _parse(buf: Any, size: int, names: Sequence[str]) -> dict[str, np.ndarray]:
-    """The columns ``names`` from the start of ``buf`` and, when an array
-    follows them, the optional ``tokens`` column."""
+    """The columns ``names`` from the start of ``buf``, then those of
+    :data:`_OPTIONAL` that follow them (each told by its dtype)."""
     columns = {}
     pos = 0
     names = list(names)
-    while names:
-        name = names.pop(0)
+    optional = list(_OPTIONAL)
+    while names or (optional and pos < size and bytes(buf[pos : pos + 6]) == b"\x93NUMPY"):
         dtype, shape, data = _read_header(buf, pos, size)
+        if names:
+            name = names.pop(0)
+        else:  # the next optional column of this dtype, skipping those absent
+            first = optional[0]
+            while optional and _DTYPES[optional[0]] != dtype:
+                optional.pop(0)
+            if not optional:
+                raise _Bad(f"column {first} has dtype {dtype}, not {_DTYPES[first]}")
+            name = optional.pop(0)
         if dtype != _DTYPES[name]:
             raise _Bad(f"column {name} has dtype {dtype}, not {_DTYPES[name]}")
         count = int(np.prod(shape, dtype=np.int64)) if shape else 1
@@ -472,8 +531,6 @@ def _parse(buf: Any, size: int, names: Sequence[str]) -> dict[str, np.ndarray]:
             raise _Bad(f"column {name} needs bytes up to {end}, the file has {size} (truncated)")
         columns[name] = np.frombuffer(buf, dtype=dtype, count=count, offset=data).reshape(shape)
         pos = _align(end)
-        if not names and name != "tokens" and pos < size and bytes(buf[pos : pos + 6]) == b"\x93NUMPY":
-            names.append("tokens")
     if pos != size:
         raise _Bad(f"{size - pos} bytes after the last column (the file is not what the manifest names)")
     return columns
@@ -496,6 +553,11 @@ def _check_columns(columns: dict[str, np.ndarray], naming: Naming | None) -> Non
         raise _Bad("starts do not rise from 0 by the per-shard counts")
     if n and (columns["num_bytes"] < 0).any():
         raise _Bad("a negative shard size")
+    removed = columns.get("removed")
+    if removed is not None:
+        problem = column_problem(removed, counts)
+        if problem:
+            raise _Bad(problem)
     if naming is None:
         for off, blob in (("path_offsets", "path_bytes"), ("index_offsets", "index_bytes")):
             offsets, data = columns[off], columns[blob]

@@ -121,6 +121,13 @@ def load_previous(target: str, base: str, out: str | None, options: SourceOption
             "pass an empty --out folder (or that dataset's own SOURCE)",
             path=where,
         )
+    if manifest.num_removed:
+        raise DestinationError(
+            f"{where}: {manifest.num_removed:,} samples were removed from this index (`shardkit remove`), and "
+            "indexing the shards again would count them back in. Index into a new --out folder, then remove "
+            "the same keys there (`shardkit remove NEW --keys FILE`)",
+            path=where,
+        )
     table = manifest.table
     names: np.ndarray | NumberedNames
     index_names: np.ndarray | NumberedNames

@@ -100,7 +100,13 @@ def open_local_index(path: str, *, num_samples: int, shard_bytes: int | None = N
 
 
 def fetch_document_tokens(
-    url: str, *, num_samples: int, totals: np.ndarray, options: SourceOptions | None = None
+    url: str,
+    *,
+    num_samples: int,
+    totals: np.ndarray,
+    options: SourceOptions | None = None,
+    removed: np.ndarray | None = None,
+    check_totals: bool = True,
 ) -> np.ndarray:
     """A shard's per-sample token counts, from the third array of its offset
     index, checked before anything trusts them
@@ -117,9 +123,14 @@ def fetch_document_tokens(
         num_samples: The shard's sample count (the table's).
         totals: The shard's token total per recorded field (the table's), in column order.
         options: How to read a remote index.
+        removed: Stored positions of samples removed from the shard (see
+            :mod:`shardkit.format.removed`): their counts are left out, and
+            ``totals`` are those of the samples kept.
+        check_totals: Whether the counts must add up to ``totals`` (see
+            :func:`~shardkit.format.index.read_document_tokens`).
 
     Returns:
-        An int64 array of shape ``(num_samples, len(totals))``.
+        An int64 array of shape ``(num_samples - len(removed), len(totals))``.
 
     Raises:
         CorruptShardError: The index is missing (locally), too long, or its
@@ -134,14 +145,16 @@ def fetch_document_tokens(
         fd, size = _open_local(local_path(url), name=path)
         try:
             return read_document_tokens(
-                lambda at, n: os.pread(fd, n, at), size, path=path, num_samples=num_samples, totals=totals
+                lambda at, n: os.pread(fd, n, at), size, path=path, num_samples=num_samples, totals=totals,
+                removed=removed, check_totals=check_totals,
             )
         finally:
             os.close(fd)
     data = _fetch_remote(url, path, max_bytes=max_bytes, options=options)
     view = memoryview(data)
     return read_document_tokens(
-        lambda at, n: bytes(view[at : at + n]), len(data), path=path, num_samples=num_samples, totals=totals
+        lambda at, n: bytes(view[at : at + n]), len(data), path=path, num_samples=num_samples, totals=totals,
+        removed=removed, check_totals=check_totals,
     )
 
 

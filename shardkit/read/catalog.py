@@ -34,6 +34,7 @@ from shardkit.format.compression import SHARD_SUFFIXES, compression_from_name, f
 from shardkit.format.index import index_path_for, load_index
 from shardkit.format.manifest import Manifest, load_manifest
 from shardkit.format.path_column import any_entry_ends_with, irregular_entries
+from shardkit.format.removed import Removed
 from shardkit.format.table import ShardTable
 from shardkit.io.base import SourceOptions
 from shardkit.io.index import fetch_document_tokens
@@ -150,6 +151,28 @@ class ShardCatalog:
             starts.flags.writeable = False
             self._starts = starts
         return self._starts
+
+    @property
+    def removed(self) -> Removed | None:
+        """The samples removed from the shards (``shardkit remove``), or None
+        when none were: :attr:`counts` count the samples kept, and each
+        shard's kept samples are read by their stored positions (see
+        :mod:`shardkit.format.removed`)."""
+        table = self._table
+        return None if table is None or table.removed is None else Removed(table.removed)
+
+    def stored_count(self, shard: int) -> int:
+        """Samples shard ``shard``'s tar file and offset index hold: the kept
+        ones and any removed from it.
+
+        Raises:
+            UsageError: The counts are unknown.
+        """
+        counts = self.counts
+        if counts is None:
+            raise UsageError("sample counts are unknown: read a dataset with a manifest")
+        removed = self.removed
+        return int(counts[shard]) + (0 if removed is None else len(removed.in_shard(shard)))
 
     @property
     def has_indexes(self) -> bool:
@@ -276,11 +299,13 @@ class ShardCatalog:
         tokens = self._tokens()
         if not 0 <= shard < len(tokens):
             raise IndexError(f"shard {shard} out of range (the dataset has {len(tokens)} shards)")
-        num_samples = int(self._table.counts[shard])  # type: ignore[union-attr]
+        removed = self.removed
+        gone = None if removed is None else removed.in_shard(shard)
+        num_samples = int(self._table.counts[shard]) + (0 if gone is None else len(gone))  # type: ignore[union-attr]
         if num_samples == 0:
             return np.zeros(0, dtype=np.int64)
         counts = fetch_document_tokens(
-            self.index_url(shard), num_samples=num_samples, totals=tokens[shard], options=options
+            self.index_url(shard), num_samples=num_samples, totals=tokens[shard], options=options, removed=gone
         )
         return counts[:, column]
 

@@ -189,6 +189,12 @@ class ShardDataset(IterableDataset):
             ``init_process_group``. Under ``accelerator.prepare`` a
             detected rank gives way: see :meth:`set_epoch`.
         world_size: Number of ranks, detected like ``rank``.
+        replication: Ranks per group that see identical data (a tensor- or
+            sequence-parallel group): each ``replication`` consecutive ranks
+            yield the same sequence, and the ``world_size / replication``
+            groups split each epoch as ranks do (every count, ``len()`` and
+            checkpoint is then per group; :attr:`world` is the group's).
+            Must divide ``world_size``.
         epoch: Starting epoch (see :meth:`set_epoch`).
         decode: None for raw bytes; ``"pil"`` / ``"tensor"`` for the standard
             decoders with images as PIL images or uint8 tensors; or a
@@ -273,6 +279,7 @@ class ShardDataset(IterableDataset):
         interleave: int = 1,
         rank: int | None = None,
         world_size: int | None = None,
+        replication: int = 1,
         epoch: int = 0,
         decode: ImageMode | Decoder | None = None,
         select: Callable[[Sample], Any] | None = None,
@@ -325,7 +332,7 @@ class ShardDataset(IterableDataset):
         source_options = source_options or SourceOptions()
         self._options = options
         self._source_options = source_options
-        self._world = detect_rank(rank=rank, world_size=world_size)
+        self._world = detect_rank(rank=rank, world_size=world_size, replication=replication)
         self._split = SplitWatch(rank_given=rank is not None, endless=options.mode == "infinite", batched=output.batch_size is not None)
         mixture = resolve_sources(
             source, samples_per_epoch=samples_per_epoch, source_options=source_options, interleave=options.interleave
@@ -405,7 +412,8 @@ class ShardDataset(IterableDataset):
 
     @property
     def world(self) -> World:
-        """This process's rank and world size (as worker 0 of 1)."""
+        """This process's rank and world size (as worker 0 of 1); with
+        ``replication``, its group's number among the groups."""
         return self._world
 
     @property
@@ -564,7 +572,8 @@ class ShardDataset(IterableDataset):
 
     def _parse_state(self, state: Mapping[str, Any]) -> ReaderState:
         parsed = ReaderState.from_dict(state)
-        check_compatible(parsed, fingerprint=self._mixture.state_fingerprint(parsed), options=self._options)
+        check_compatible(parsed, fingerprint=self._mixture.state_fingerprint(parsed), options=self._options,
+                         earlier=self._mixture.earlier_fingerprints())  # fmt: skip
         return parsed
 
     def _rank_state(

@@ -58,6 +58,7 @@ from torch.utils.data import Dataset
 from shardkit.errors import CorruptShardError, MemberTooLargeError, ShardkitError, UsageError
 from shardkit.format.compression import MAGIC_BYTES, compression_from_name, detect_compression, file_compression
 from shardkit.format.index import OffsetIndex
+from shardkit.format.removed import stored_positions
 from shardkit.format.manifest import Manifest
 from shardkit.format.span import parse_span
 from shardkit.format.tar import RawSample
@@ -131,7 +132,8 @@ class IndexedDataset(Dataset):
     """Samples by number: ``ds[i]`` is the *i*-th sample in manifest order.
 
     Index *i* counts samples shard by shard in manifest order, then by
-    position within the shard. Each ``ds[i]`` reads exactly that sample's
+    position within the shard; samples removed with ``shardkit remove`` are
+    not counted (the numbers close up over them). Each ``ds[i]`` reads exactly that sample's
     bytes with one ranged read (see the module docstring), parses them and
     returns the same dict :class:`~shardkit.ShardDataset` yields, ``"__key__"``
     and one entry per field, plus ``"__index__"`` (the int *i*), decoded with
@@ -231,6 +233,7 @@ class IndexedDataset(Dataset):
         # Derived from the catalog in each process, never pickled.
         self._counts = self._catalog.counts
         self._starts = self._catalog.starts
+        self._removed = self._catalog.removed  # samples `shardkit remove` took out: numbered without them
         self._local_paths = _LocalPaths(self._catalog)  # one for every held shard
 
     # ------------------------------------------------------------ properties
@@ -398,7 +401,9 @@ class IndexedDataset(Dataset):
         return collate_samples([sample for sample in batch if sample is not None])
 
     def _read(self, shard: int, position: int) -> RawSample:
-        """Sample ``position`` of shard ``shard``."""
+        """Sample ``position`` of shard ``shard`` (counting its kept samples)."""
+        if self._removed is not None:
+            position = int(stored_positions(self._removed.in_shard(shard), position))
         try:
             held = self._hold(shard)
             try:
@@ -487,7 +492,7 @@ class IndexedDataset(Dataset):
             raise _refuse_compressed(url, kind)
         index_url = self._catalog.index_url(shard)
         num_bytes, sha256 = self._shard_facts(shard)
-        num_samples = int(self._counts[shard])
+        num_samples = self._catalog.stored_count(shard)
         # Each index is checked here, once per process while its shard stays held, never per read.
         if is_local(url) and is_local(index_url):
             return LocalShard(

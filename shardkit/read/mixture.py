@@ -40,7 +40,7 @@ from shardkit.io.base import SourceOptions
 from shardkit.read.blocks import BlockCatalog, BlockSchedule, TokenBlocks
 from shardkit.read.catalog import ShardCatalog, resolve_catalog
 from shardkit.read.plan import WholeDataset
-from shardkit.read.resume.state import ReaderState, dataset_fingerprint
+from shardkit.read.resume.state import ReaderState, dataset_fingerprint, saved_before_removal
 from shardkit.read.schedule import MixSchedule, Stream, stream_tag, weight_from_record
 
 log = logging.getLogger(__name__)
@@ -147,6 +147,16 @@ class Mixture:
             )
         return state.fingerprint if self.streams else self.fingerprint(None)
 
+    def earlier_fingerprints(self, stream: int | None = None) -> tuple[str, ...]:
+        """What one dataset (or a mixture's ``stream``) was before samples
+        were removed from it (``shardkit remove``): a state of its then
+        fingerprint is refused as one saved before a removal."""
+        if self.streams and stream is None:
+            return ()
+        catalog = self.catalogs[0 if stream is None else stream]
+        manifest = getattr(getattr(catalog, "catalog", catalog), "manifest", None)  # a token catalog wraps one
+        return () if manifest is None else manifest.earlier_fingerprints
+
     def describe(self, epoch: int) -> str:
         """What ``repr`` of the dataset says of its data."""
         if not self.streams:
@@ -182,6 +192,9 @@ class Mixture:
             found = by_fingerprint.get(entry["fingerprint"])
             label = repr(entry["name"]) if entry["name"] is not None else f"number {n}"
             if found is None:
+                for i, stream in enumerate(self.streams):
+                    if entry["fingerprint"] in self.earlier_fingerprints(i):
+                        raise saved_before_removal(epoch, f"stream {stream.label}")
                 raise StateError(
                     f"reader state was saved with a mixture whose stream {label} (dataset fingerprint "
                     f"{str(entry['fingerprint'])[:16]}...) is not among this dataset's streams: add it back "

@@ -46,6 +46,7 @@ uncompressed one.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import threading
@@ -62,6 +63,7 @@ from shardkit.errors import CorruptShardError, ManifestError, TruncatedShardErro
 from shardkit.format.compression import MAGIC_BYTES, Compression, ChunkDecompressor, detect_compression
 from shardkit.format.index import OffsetIndex
 from shardkit.format.plain import SampleRun
+from shardkit.format.removed import stored_positions
 from shardkit.format.tar import END_OF_ARCHIVE, RawSample, SampleParser
 from shardkit.io.base import ByteSource, SourceOptions, close_iterator
 from shardkit.io.device import reserved_room_bytes, take_turns
@@ -176,6 +178,9 @@ class PieceReader:
         self.options = options
         self.read_ahead_bytes = read_ahead_bytes
         self.verify_checksums = verify_checksums
+        #: Samples removed from the shards, or None (see :meth:`read`).
+        self._removed = catalog.removed
+        self._gone: tuple[int, np.ndarray, frozenset[int], list[int]] = (-1, np.zeros(0, dtype=np.int64), frozenset(), [])
 
     # ------------------------------------------------------- reader thread
 
@@ -184,7 +189,7 @@ class PieceReader:
         manifest = self.catalog.manifest
         return fetch_offset_index(
             self.catalog.index_url(shard),
-            num_samples=None if self.catalog.counts is None else int(self.catalog.counts[shard]),
+            num_samples=None if self.catalog.counts is None else self.catalog.stored_count(shard),
             shard_bytes=None if manifest is None else manifest.shards[shard].num_bytes,
             options=self.options,
         )
@@ -254,7 +259,8 @@ class PieceReader:
             base_offset=job.byte_start,
             bounds=job.bounds[lo : hi + 1],
             checksums=None if job.checksums is None else job.checksums[lo:hi],
-            run_field=self.run_field,
+            # A run's samples are counted, not looked at one by one: none where some were removed.
+            run_field=self.run_field if not len(self._removed_from(job.piece.shard)[0]) else None,
         )
 
     def _fetch(self, job: _Job, ahead: ReadAhead[_Job]) -> Iterator[bytes]:
@@ -292,7 +298,7 @@ class PieceReader:
             and self.catalog.manifest is not None
             and counts is not None
             and job.piece.start == 0
-            and job.piece.stop == int(counts[job.piece.shard])
+            and job.piece.stop == self.catalog.stored_count(job.piece.shard)
         )
 
     def _cut_to_index(self, job: _Job, index: Future[OffsetIndex], chunks: Iterator[bytes]) -> Iterator[bytes]:
@@ -377,11 +383,19 @@ class PieceReader:
 
     def load_bounds(self, shard: int) -> np.ndarray:
         """A shard's offset index: sample ``i`` is bytes ``[b[i], b[i + 1])``.
+        Where samples were removed from the shard, ``i`` counts the kept
+        ones, and the bounds are their sizes laid end to end (what
+        :meth:`read_runs` is given back; it reads by the index itself).
 
         Raises:
             CorruptShardError: The index disagrees with the manifest's count.
         """
-        return self._load_index(shard).bounds
+        bounds = self._load_index(shard).bounds
+        gone, _ = self._removed_from(shard)
+        if not len(gone):
+            return bounds
+        sizes = np.delete(np.diff(bounds.astype(np.int64)), gone)
+        return np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
 
     def read_runs(self, shard: int, runs: list[tuple[int, int]], *, bounds: np.ndarray) -> Iterator[Located]:
         """Samples ``[lo, hi)`` of each run of one shard, each run one direct
@@ -389,7 +403,21 @@ class PieceReader:
 
         For reading back a few scattered samples, e.g. the contents of a
         restored shuffle buffer. The fault policy applies as in :meth:`read`.
+        ``bounds`` are :meth:`load_bounds`' (where samples were removed from
+        the shard, the runs are read by its index instead).
         """
+        gone, _ = self._removed_from(shard)
+        if len(gone):
+            stored: list[tuple[int, int]] = []
+            for lo, hi in runs:
+                at = np.asarray(stored_positions(gone, np.arange(lo, hi, dtype=np.int64)))
+                cuts = np.flatnonzero(np.diff(at) != 1) + 1
+                stored += [(int(part[0]), int(part[-1]) + 1) for part in np.split(at, cuts) if len(part)]
+            runs, bounds = stored, self._load_index(shard).bounds
+            return self._kept(self._read_runs(shard, runs, bounds=bounds))
+        return self._read_runs(shard, runs, bounds=bounds)
+
+    def _read_runs(self, shard: int, runs: list[tuple[int, int]], *, bounds: np.ndarray) -> Iterator[Located]:
         job = _Job(Piece(shard, 0, len(bounds) - 1), self.catalog.url(shard))
         if self.verify_checksums and self.catalog.has_indexes:
             self._use_index(job, self._load_index(shard))
@@ -411,7 +439,14 @@ class PieceReader:
         ``next()``: a DataLoader worker calls ``iter(dataset)`` as soon as it
         exists, so its reads overlap the start of the other workers.
         Dropping the iterator, even unstarted, stops the reads.
+
+        Where samples were removed from a shard (``shardkit remove``), a
+        piece's positions count its kept samples: the piece is read from
+        its first kept sample's stored position to its last one's, and the
+        removed samples in between are parsed and dropped.
         """
+        if self._removed is not None:
+            pieces = (self._stored_piece(piece) for piece in pieces)
         jobs = (_Job(piece, self.catalog.url(piece.shard)) for piece in pieces)
         budget, start = self._read_ahead_budget()
         ahead: ReadAhead[_Job] = ReadAhead(
@@ -420,7 +455,46 @@ class PieceReader:
         samples = self._parse(ahead)
         weakref.finalize(samples, ahead.close).atexit = False
         ahead.start()
-        return samples
+        return samples if self._removed is None else self._kept(samples)
+
+    # ------------------------------------------------------ removed samples
+
+    def _removed_from(self, shard: int) -> tuple[np.ndarray, frozenset[int]]:
+        """Stored positions removed from ``shard`` (rising), also as a set;
+        empty without removals."""
+        held = self._removed_held(shard)
+        return held[1], held[2]
+
+    def _removed_held(self, shard: int) -> tuple[int, np.ndarray, frozenset[int], list[int]]:
+        """The last shard asked for: it, its removed positions as an array,
+        a set and a list (one tuple, swapped whole: threads share it)."""
+        held = self._gone
+        if self._removed is not None and held[0] != shard:
+            gone = self._removed.in_shard(shard)
+            listed = gone.tolist()
+            held = self._gone = (shard, gone, frozenset(listed), listed)
+        return held
+
+    def _stored_piece(self, piece: Piece) -> Piece:
+        """``piece`` (kept positions) as the stored range holding its samples."""
+        gone, _ = self._removed_from(piece.shard)
+        if not len(gone) or piece.stop <= piece.start:
+            return piece
+        first = int(stored_positions(gone, piece.start))
+        return Piece(piece.shard, first, int(stored_positions(gone, piece.stop - 1)) + 1)
+
+    def _kept(self, samples: Iterator[Located]) -> Iterator[Located]:
+        """``samples`` (at stored positions) less the removed ones, each at
+        its kept position. A run (of a shard none were removed from) passes."""
+        try:
+            for shard, position, raw in samples:
+                _, _, removed, listed = self._removed_held(shard)
+                if not listed:
+                    yield shard, position, raw
+                elif position not in removed:
+                    yield shard, position - bisect.bisect_left(listed, position), raw  # as kept_positions
+        finally:
+            close_iterator(samples)
 
     def _parse(self, ahead: ReadAhead[_Job]) -> Iterator[Located]:
         with ahead as chunks:

@@ -208,6 +208,9 @@ class ShardWindowSampler(Sampler[int]):
         rank: This process's rank; detected like :class:`~shardkit.ShardDataset`'s
             (``torch.distributed``, then ``RANK``, else 0).
         world_size: Number of ranks, detected like ``rank``.
+        replication: Consecutive ranks that draw the same indices (a tensor-
+            or sequence-parallel group); the ``world_size / replication``
+            groups split the epoch as ranks do. Must divide ``world_size``.
         drop_last: Drop the tail so all ranks get ``floor(n / world_size)``
             indices, instead of padding them to ``ceil`` by repetition.
         epoch: Starting epoch (see :meth:`set_epoch`).
@@ -224,6 +227,7 @@ class ShardWindowSampler(Sampler[int]):
         seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
+        replication: int = 1,
         drop_last: bool = False,
         epoch: int = 0,
     ):
@@ -233,7 +237,7 @@ class ShardWindowSampler(Sampler[int]):
             raise UsageError(f"window_shards must be >= 1, not {window_shards}")
         if seed < 0 or epoch < 0:
             raise UsageError(f"seed and epoch must be >= 0 (got seed={seed}, epoch={epoch})")
-        world = detect_rank(rank=rank, world_size=world_size)
+        world = detect_rank(rank=rank, world_size=world_size, replication=replication)
         if not 0 <= world.rank < world.world_size:
             raise UsageError(f"rank must be in [0, world_size), got rank={world.rank} world_size={world.world_size}")
         self.window_shards = window_shards

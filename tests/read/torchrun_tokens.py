@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 
 import torch
 import torch.distributed as dist
 
 from shardkit import ShardDataset, Stream, TokenBlocks, make_loader
-from shardkit.read.resume import gather_states
-from tests.read.torchrun_util import rank_arguments, run_rank
+from tests.read.torchrun_util import load_saved_state, rank_arguments, run_rank, save_gathered_state
 
 
 def loader(args: argparse.Namespace, mode: str, epoch: int) -> torch.utils.data.DataLoader:
@@ -57,13 +55,9 @@ def read_phase(args: argparse.Namespace, rank: int) -> dict[str, list]:
             dist.all_reduce(step)
             out["mixture"].append(batch.tolist())
         out["saved"] = [b.tolist() for b in itertools.islice(later, args.steps)]
-        state = gather_states(later.state_dict())
-        if rank == 0:
-            with open(state_path, "w") as f:
-                json.dump(state, f)
+        save_gathered_state(later, state_path, rank)
         return out
-    with open(state_path) as f:
-        later.load_state_dict(json.load(f))
+    load_saved_state(later, state_path)
     return {"exact": [b.tolist() for b in later]}
 
 

@@ -90,3 +90,20 @@ def run_rank(work: Callable[[int, int], dict[str, Any]], *, out: str, tag: str =
         json.dump(result, f)
     # Not on the way out of an error: the process ends, and torchrun stops the other ranks.
     dist.destroy_process_group()
+
+
+def save_gathered_state(loader: Any, path: str, rank: int) -> None:
+    """Script side: gather every rank's loader state (a collective: every
+    rank calls it) and have rank 0 write the merged state to ``path``."""
+    from shardkit.read.resume import gather_states
+
+    state = gather_states(loader.state_dict())
+    if rank == 0:
+        with open(path, "w") as f:
+            json.dump(state, f)
+
+
+def load_saved_state(loader: Any, path: str) -> None:
+    """Script side: load the state :func:`save_gathered_state` wrote into ``loader``."""
+    with open(path) as f:
+        loader.load_state_dict(json.load(f))

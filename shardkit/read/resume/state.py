@@ -32,7 +32,7 @@ initial fill and grows to its size.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -297,12 +297,36 @@ def dataset_fingerprint(catalog: ShardCatalog) -> str:
     return catalog.fingerprint
 
 
-def check_compatible(state: ReaderState, *, fingerprint: str, options: ReaderOptions) -> None:
+def saved_before_removal(epoch: int, what: str = "this dataset") -> StateError:
+    """The refusal of a state saved before samples were removed from
+    ``what`` (``shardkit remove``): it counts positions among samples that
+    are gone, and the reader numbers samples without them, so it resumes
+    nothing exactly; the epoch is started afresh instead."""
+    return StateError(
+        f"reader state was saved before samples were removed from {what} (`shardkit remove`): its positions "
+        "count samples that are now gone, so it cannot resume here. Start its epoch afresh instead: "
+        f"dataset.set_epoch({epoch}) without load_state_dict (the removed samples are left out; what that "
+        "epoch had already delivered is read again), or set_epoch of the next epoch"
+    )
+
+
+def check_compatible(
+    state: ReaderState, *, fingerprint: str, options: ReaderOptions, earlier: Sequence[str] = ()
+) -> None:
     """Refuse a state from another dataset, shuffle algorithm or reader options.
+
+    Args:
+        state: The state.
+        fingerprint: The fingerprint it must carry.
+        options: The reader's options.
+        earlier: The dataset's fingerprints before samples were removed
+            from it (:func:`saved_before_removal`).
 
     Raises:
         StateError: Naming the mismatch and what to do.
     """
+    if state.fingerprint in earlier:
+        raise saved_before_removal(state.epoch)
     if state.fingerprint != fingerprint:
         raise StateError(
             f"reader state is from another dataset: its manifest fingerprint is {state.fingerprint[:16]}..., "
