@@ -22,12 +22,14 @@ import pyarrow as pa
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
+from shardkit.errors import UsageError
 from shardkit.format.manifest import Manifest
 from shardkit.format.tar import SampleParser
 from shardkit.io.base import SourceOptions
 from shardkit.io.index import fetch_offset_index
 from shardkit.io.manifest import fetch_manifest
 from shardkit.io.registry import open_source
+from shardkit.io.urls import redact_url
 
 KEY_COLUMN = "__key__"
 _CHUNK_BYTES = 8 << 20
@@ -175,6 +177,12 @@ class ShardkitDatasource(Datasource):
         super().__init__()
         self._min_range_bytes = min_range_bytes
         self._manifest = fetch_manifest(source, options=source_options)
+        if self._manifest.num_removed:
+            raise UsageError(
+                f"{redact_url(source)}: {self._manifest.num_removed:,} samples were removed from this dataset "
+                "(`shardkit remove`), and the Ray reader does not leave removed samples out yet: read it with "
+                "shardkit.ShardDataset"
+            )
         self._options = source_options
         self._target_block_bytes = target_block_bytes
         self._extensions = tuple(self._manifest.extensions)

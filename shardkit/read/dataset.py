@@ -40,6 +40,9 @@ from shardkit.world import World, detect_rank, detect_worker
 
 log = logging.getLogger(__name__)
 
+#: What a mixture's state records of per-stream batches: their size.
+PER_STREAM_KEY = "per_stream_batch_size"
+
 _Group = TypeVar("_Group", ReaderOptions, OutputOptions)
 
 __all__ = ["DEFAULT_BUFFER_SIZE", "ShardDataset"]
@@ -184,6 +187,16 @@ class ShardDataset(IterableDataset):
             when shards are internally homogeneous (see the reader benchmark),
             at the cost of this many read parts per worker (more seeking on
             disks); the read-ahead budget is shared between them.
+        batching: How a mixture's streams share the batches the workers make
+            (``batch_size``). ``"stratified"`` (default): every batch holds
+            each stream in proportion. ``"per_stream"``: every batch is of
+            one stream, and at each step every rank's batch is of the same
+            stream (for streams of different shapes: aspect-ratio buckets,
+            resolutions, modalities); each stream gives every (rank, worker)
+            slot the same number of whole batches each epoch, the fewest its
+            share holds, in the stratified order of batches, and the few
+            samples of a slot's share past them are left out of the epoch.
+            Needs ``make_loader``'s in-order delivery (its default then).
         rank: This process's rank; default from ``torch.distributed`` when
             initialized, else ``RANK``, else 0. Create the dataset after
             ``init_process_group``. Under ``accelerator.prepare`` a
@@ -277,6 +290,7 @@ class ShardDataset(IterableDataset):
         buffer_bytes: int | None = None,
         pad: bool = False,
         interleave: int = 1,
+        batching: str = "stratified",
         rank: int | None = None,
         world_size: int | None = None,
         replication: int = 1,
@@ -308,6 +322,7 @@ class ShardDataset(IterableDataset):
             buffer_bytes=buffer_bytes,
             pad=pad,
             interleave=interleave,
+            batching=batching,
         )
         if on_error not in ON_ERROR:
             raise UsageError(f"on_error must be one of {ON_ERROR}, not {on_error!r}")
@@ -346,6 +361,11 @@ class ShardDataset(IterableDataset):
                 output = dataclasses.replace(output, map=BlockOutput.batched, collate=stack)
             else:
                 output = dataclasses.replace(output, map=BlockOutput(output.map, tokens.dtype))
+        if options.batching == "per_stream" and output.batch_size is None:
+            raise UsageError(
+                "batching='per_stream' makes each batch of one stream, in the DataLoader workers: give the "
+                "dataset batch_size= (and leave make_loader's batch_size None)"
+            )
         if options.mode == "balanced":
             mixture.check_balanced()
         self._mixture = mixture
@@ -568,6 +588,8 @@ class ShardDataset(IterableDataset):
         mixture's configuration (the one that epoch is read under)."""
         recorded = self._recorded
         record = recorded[1] if recorded is not None and recorded[0] == epoch else self._mixture.record()
+        if record is not None and self._slots.per_stream is not None:  # its batches are another sequence
+            record = {**record, PER_STREAM_KEY: self._slots.per_stream}
         return self._mixture.fingerprint(record), record
 
     def _parse_state(self, state: Mapping[str, Any]) -> ReaderState:
@@ -638,8 +660,18 @@ class ShardDataset(IterableDataset):
             UsageError: The dataset has no sample counts and offset indexes.
         """
         parsed = self._parse_state(state)
-        active = self._mixture.with_recorded(parsed.mixture, parsed.epoch)
-        self._recorded = None if active is self._mixture else (parsed.epoch, dict(parsed.mixture or {}))
+        recorded = None if parsed.mixture is None else dict(parsed.mixture)
+        saved = None if recorded is None else recorded.pop(PER_STREAM_KEY, None)
+        if recorded is not None and saved != self._slots.per_stream:
+            def what(batch: object) -> str:
+                return f"per-stream batches of {batch}" if batch is not None else "stratified batches"
+
+            raise StateError(
+                f"reader state was saved reading {what(saved)}, this dataset reads {what(self._slots.per_stream)}: "
+                "the batches are another sequence. Resume with the batching and batch_size it was saved with"
+            )
+        active = self._mixture.with_recorded(recorded, parsed.epoch)
+        self._recorded = None if active is self._mixture else (parsed.epoch, dict(recorded or {}))
         self._slots = dataclasses.replace(self._slots, schedule=active.schedule)
         if parsed.levels and parsed.levels[-1].world_size != self._world.world_size:
             # Only a complete state can move to another world size; say so now, not in a worker.

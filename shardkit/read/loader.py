@@ -347,7 +347,7 @@ def make_loader(
     persistent_workers: bool = True,
     pin_memory: bool = False,
     prefetch_factor: int = 2,
-    in_order: bool = False,
+    in_order: bool | None = None,
     drop_last: bool = False,
     timeout_s: float = 0,
     multiprocessing_context: Any = None,
@@ -376,7 +376,9 @@ def make_loader(
         pin_memory: Copy batches into pinned memory (for CUDA training).
         prefetch_factor: Items each worker prepares ahead.
         in_order: Deliver in worker round-robin order (deterministic) rather
-            than as soon as ready.
+            than as soon as ready. None: False, unless the dataset's batches
+            are per stream (``batching="per_stream"``), whose steps agree
+            across ranks only in order.
         drop_last: Drop each worker's last partial DataLoader batch.
         timeout_s: Seconds to wait for a batch before raising (0: forever).
         multiprocessing_context: Passed to the DataLoader (e.g. ``"spawn"``).
@@ -406,6 +408,14 @@ def make_loader(
     workers = default_num_workers() if num_workers is None else num_workers
     if workers < 0:
         raise UsageError(f"num_workers must be >= 0, not {workers}")
+    per_stream = dataset.options.batching == "per_stream"
+    if in_order is None:
+        in_order = per_stream
+    elif per_stream and not in_order:
+        raise UsageError(
+            "batching='per_stream' needs in-order delivery: at step s every rank takes worker s % num_workers's "
+            "batch, which is of the same stream on every rank. Leave in_order at its default (True here)"
+        )
     kwargs: dict[str, Any] = {}
     if workers > 0:
         kwargs.update(

@@ -32,6 +32,8 @@ from shardkit.errors import UsageError
 from shardkit.read.decode import Decoder, ImageMode, make_decoder
 from shardkit.read.split import MODES, Mode
 
+#: How a mixture's streams share batches (``ReaderOptions.batching``).
+BATCHING = ("stratified", "per_stream")
 #: Default number of samples held by the shuffle buffer.
 DEFAULT_BUFFER_SIZE = 1000
 
@@ -66,6 +68,11 @@ class ReaderOptions:
             holds, counting samples at their stored size; None for no cap.
         pad: In ``"balanced"`` mode, pad by repetition instead of dropping.
         interleave: Read parts each worker mixes (>= 1).
+        batching: How a mixture's streams share the batches made in the
+            workers (``batch_size``): ``"stratified"`` (default) mixes every
+            batch in proportion; ``"per_stream"`` makes every batch of one
+            stream, and every rank's batch at a step of the same stream
+            (see :mod:`shardkit.read.schedule`).
 
     Raises:
         UsageError: A value out of range, or ``pad`` outside ``"balanced"``.
@@ -78,6 +85,7 @@ class ReaderOptions:
     buffer_bytes: int | None = None
     pad: bool = False
     interleave: int = 1
+    batching: str = "stratified"
 
     def __post_init__(self) -> None:
         buffer_hint = (
@@ -100,6 +108,8 @@ class ReaderOptions:
             raise UsageError(f"interleave must be >= 1, not {self.interleave}")
         if self.pad and self.mode != "balanced":
             raise UsageError("pad=True applies to mode='balanced' only")
+        if self.batching not in BATCHING:
+            raise UsageError(f"batching must be one of {BATCHING}, not {self.batching!r}")
 
     @property
     def shuffles_samples(self) -> bool:

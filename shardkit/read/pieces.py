@@ -486,9 +486,14 @@ class PieceReader:
     def _kept(self, samples: Iterator[Located]) -> Iterator[Located]:
         """``samples`` (at stored positions) less the removed ones, each at
         its kept position. A run (of a shard none were removed from) passes."""
+        held = -1
+        removed: frozenset[int] = frozenset()
+        listed: list[int] = []
         try:
             for shard, position, raw in samples:
-                _, _, removed, listed = self._removed_held(shard)
+                if shard != held:  # a shard's samples come together: look its removals up once
+                    _, _, removed, listed = self._removed_held(shard)
+                    held = shard
                 if not listed:
                     yield shard, position, raw
                 elif position not in removed:

@@ -32,7 +32,7 @@ from shardkit.read.plan import EpochLayout, ReadPlan, check_infinite
 from shardkit.read.resume.elastic import LevelPlan, part_spans
 from shardkit.read.resume.restore import SlotRestorer, level_plans
 from shardkit.read.resume.state import Level
-from shardkit.read.schedule import schedule_labels, split_count
+from shardkit.read.schedule import schedule_labels, schedule_prefix, split_count
 from shardkit.read.shuffle import ShuffleBuffer, round_robin
 from shardkit.read.split import skip_samples
 from shardkit.read.pieces import Located, OnError, PieceReader
@@ -239,13 +239,33 @@ class SlotReader:
             )
         return out
 
+    @property
+    def per_stream(self) -> int | None:
+        """The batch size when every batch comes from one source
+        (``batching="per_stream"`` over several), else None."""
+        if self.options.batching != "per_stream" or len(self.catalogs) < 2:
+            return None
+        return self.output.batch_size
+
     def samples_per_rank(self, world: World, *, epoch: int) -> int | None:
         """Samples ``world``'s rank reads in ``epoch``; None if unknown or endless."""
+        if self.per_stream is not None:
+            return _sum_known(self.samples_per_slot(world.with_worker(w, world.num_workers), epoch=epoch)
+                              for w in range(world.num_workers))  # fmt: skip
         return _sum_known(p.samples_per_rank(world, epoch=epoch) for p in self.plans(epoch))
 
     def samples_per_slot(self, world: World, *, epoch: int) -> int | None:
         """Samples ``world``'s (rank, worker) slot reads in ``epoch``; None if unknown or endless."""
+        batch = self.per_stream
+        if batch is not None and self.options.mode != "infinite":
+            levels = self._start_levels(epoch)
+            _, batches = next(per_stream_epochs(levels, world, self.options, batch))
+            return sum(batches) * batch
         return _sum_known(p.samples_per_slot(world, epoch=epoch) for p in self.plans(epoch))
+
+    def _start_levels(self, epoch: int) -> list[LevelPlan]:
+        endless = self.options.mode == "infinite"
+        return [LevelPlan.start(p.layout, epoch=epoch, endless=endless) for p in self.plans(epoch)]  # type: ignore[arg-type]
 
     def _readers(
         self, world: World, on_skip: Callable[[Exception], None], shares: tuple[int, ...]
@@ -326,8 +346,11 @@ class SlotReader:
         else:
             if levels is None:
                 levels = [LevelPlan.start(p.layout, epoch=epoch, endless=endless) for p in plans]  # type: ignore[arg-type]
-            labels = _labels(slot_epoch_counts(levels, world, self.options), count)
-            merged = _merged(labels, raws)
+            batch = self.per_stream
+            if batch is not None:
+                merged = _per_stream_merged(per_stream_epochs(levels, world, self.options, batch), batch, count, raws)
+            else:
+                merged = _merged(_labels(slot_epoch_counts(levels, world, self.options), count), raws)
         samples = _as_dicts(zip(itertools.count(count + 1), merged), self.catalogs, self.names)
         return finish_items(
             samples, on_error=self.on_error, on_skip=on_skip, output=self.output, on_filtered=on_filtered
@@ -339,6 +362,9 @@ class SlotReader:
         source gave them all (its replay checks the count)."""
         if len(plans) == 1:
             return [count]
+        batch = self.per_stream
+        if batch is not None:
+            return per_stream_split(per_stream_epochs(plans, world, self.options, batch), batch, count)
         return split_count(slot_epoch_counts(plans, world, self.options), count)
 
 
@@ -359,6 +385,73 @@ def slot_epoch_counts(plans: list[LevelPlan], world: World, options: ReaderOptio
         if not alive:
             return
         yield counts
+
+
+def per_stream_epochs(
+    plans: list[LevelPlan], world: World, options: ReaderOptions, batch: int
+) -> Iterator[tuple[list[int], list[int]]]:
+    """Per epoch of the level, with ``batching="per_stream"``: how many
+    samples each source gives ``world``'s slot, and how many whole batches
+    of each source every slot of the topology makes (the fewest any slot's
+    share of that source holds), so that batch *j* of every slot is of the
+    same source."""
+    everyone = [World(rank=r, world_size=world.world_size, worker=w, num_workers=world.num_workers)
+                for r in range(world.world_size) for w in range(world.num_workers)]  # fmt: skip
+    own = slot_epoch_counts(plans, world, options)
+    slots = [slot_epoch_counts(plans, slot, options) for slot in everyone]
+    for mine, *each in zip(own, *slots):
+        yield mine, [min(counts[i] for counts in each) // batch for i in range(len(mine))]
+
+
+def _per_stream_merged(
+    epochs: Iterator[tuple[list[int], list[int]]], batch: int, skip: int, sources: list[Iterator[Located]]
+) -> Iterator[tuple[Located, int]]:
+    """The sources' samples in batches of one source each: per epoch, the
+    stratified order of the batches (:func:`schedule_labels` over whole
+    batches), each batch ``batch`` samples of its source; a source's samples
+    past its whole batches are read and dropped at the epoch's end. Starts
+    after the slot's first ``skip`` delivered samples (a restored position;
+    the sources start where they were then, see :func:`per_stream_split`)."""
+    for own, batches in epochs:
+        total = sum(batches) * batch
+        if skip >= total:
+            skip -= total
+            continue
+        first, within = divmod(skip, batch)
+        for j, label in enumerate(schedule_labels(batches, start=first)):
+            for _ in range(batch - within if j == 0 else batch):
+                item = next(sources[label], None)
+                if item is not None:  # None: the source ended early (faults skipped)
+                    yield item, label
+        for source, count, whole in zip(sources, own, batches):
+            for _ in range(count - whole * batch):  # not a whole batch: left out of the epoch
+                next(source, None)
+        skip = 0
+
+
+def per_stream_split(epochs: Iterator[tuple[list[int], list[int]]], batch: int, count: int) -> list[int] | None:
+    """Per source, how many of its samples a slot had consumed when it had
+    delivered ``count`` in per-stream batches (an epoch delivered whole
+    consumed each source's share, the samples left out included); None if
+    the slot delivers fewer than ``count``."""
+    out: list[int] | None = None
+    left = count
+    for own, batches in epochs:
+        if out is None:
+            out = [0] * len(own)
+        total = sum(batches) * batch
+        if left >= total:
+            take = list(own)
+        else:
+            whole, rest = divmod(left, batch)
+            take = [b * batch for b in schedule_prefix(batches, whole)]
+            if rest:
+                take[next(schedule_labels(batches, start=whole))] += rest
+        out = [a + b for a, b in zip(out, take)]
+        left -= min(left, total)
+        if left == 0:
+            return out
+    return out if left == 0 and out is not None else None
 
 
 def _labels(epochs: Iterator[list[int]], skip: int) -> Iterator[int]:

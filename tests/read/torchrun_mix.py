@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 
 from shardkit import ShardDataset, Stream, make_loader
-from shardkit.read.resume import gather_states
-from tests.read.torchrun_util import rank_arguments, run_rank
+from tests.read.torchrun_util import load_saved_state, run_phases, save_gathered_state
 
 
 def dataset(args: argparse.Namespace, mode: str, epoch: int) -> ShardDataset:
@@ -45,23 +43,11 @@ def read_phase(args: argparse.Namespace, rank: int) -> dict[str, list]:
         for mode in ("balanced", "exact"):
             out[mode] = batches(make_loader(dataset(args, mode, 0), batch_size=8, num_workers=2))
         out["saved"] = batches(itertools.islice(loader, args.steps))
-        state = gather_states(loader.state_dict())
-        if rank == 0:
-            with open(state_path, "w") as f:
-                json.dump(state, f)
+        save_gathered_state(loader, state_path, rank)
         return out
-    with open(state_path) as f:
-        loader.load_state_dict(json.load(f))
+    load_saved_state(loader, state_path)
     return {"exact": batches(loader)}
 
 
-def main() -> None:
-    parser = rank_arguments()
-    parser.add_argument("--phase", choices=("full", "resume"), required=True)
-    parser.add_argument("--steps", type=int, default=5)
-    args = parser.parse_args()
-    run_rank(lambda rank, _: read_phase(args, rank), out=args.out, tag=f"{args.phase}-")
-
-
 if __name__ == "__main__":
-    main()
+    run_phases(read_phase)

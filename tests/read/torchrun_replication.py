@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from shardkit import ShardDataset, make_loader
-from tests.read.torchrun_util import load_saved_state, rank_arguments, run_rank, save_gathered_state
+from tests.read.torchrun_util import load_saved_state, run_phases, save_gathered_state
 
 
 def keys_of(samples: list[dict]) -> list[str]:
@@ -53,14 +53,5 @@ def read_phase(args: argparse.Namespace, rank: int) -> dict[str, list]:
     return out
 
 
-def main() -> None:
-    parser = rank_arguments()
-    parser.add_argument("--phase", choices=("full", "resume"), required=True)
-    parser.add_argument("--replication", type=int, required=True)
-    parser.add_argument("--steps", type=int, default=3)
-    args = parser.parse_args()
-    run_rank(lambda rank, _: read_phase(args, rank), out=args.out, tag=f"{args.phase}-")
-
-
 if __name__ == "__main__":
-    main()
+    run_phases(read_phase, steps=3, more=lambda parser: parser.add_argument("--replication", type=int, required=True))

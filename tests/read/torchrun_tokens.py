@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from shardkit import ShardDataset, Stream, TokenBlocks, make_loader
-from tests.read.torchrun_util import load_saved_state, rank_arguments, run_rank, save_gathered_state
+from tests.read.torchrun_util import load_saved_state, run_phases, save_gathered_state
 
 
 def loader(args: argparse.Namespace, mode: str, epoch: int) -> torch.utils.data.DataLoader:
@@ -61,14 +61,5 @@ def read_phase(args: argparse.Namespace, rank: int) -> dict[str, list]:
     return {"exact": [b.tolist() for b in later]}
 
 
-def main() -> None:
-    parser = rank_arguments()
-    parser.add_argument("--phase", choices=("full", "resume"), required=True)
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--mix", help="a folder holding the datasets short/ and long/ to mix")
-    args = parser.parse_args()
-    run_rank(lambda rank, _: read_phase(args, rank), out=args.out, tag=f"{args.phase}-")
-
-
 if __name__ == "__main__":
-    main()
+    run_phases(read_phase, more=lambda parser: parser.add_argument("--mix", help="a folder holding short/ and long/"))

@@ -107,3 +107,22 @@ def load_saved_state(loader: Any, path: str) -> None:
     """Script side: load the state :func:`save_gathered_state` wrote into ``loader``."""
     with open(path) as f:
         loader.load_state_dict(json.load(f))
+
+
+def run_phases(
+    read_phase: Callable[[argparse.Namespace, int], dict[str, Any]],
+    *,
+    steps: int = 5,
+    more: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> None:
+    """Script side: the ``main()`` of a two-phase script (``--phase full``
+    saves a state, ``--phase resume`` loads it): parse :func:`rank_arguments`,
+    ``--phase`` and ``--steps`` (and what ``more`` adds), then
+    :func:`run_rank` ``read_phase(args, rank)``, its result tagged by phase."""
+    parser = rank_arguments()
+    parser.add_argument("--phase", choices=("full", "resume"), required=True)
+    parser.add_argument("--steps", type=int, default=steps)
+    if more is not None:
+        more(parser)
+    args = parser.parse_args()
+    run_rank(lambda rank, _: read_phase(args, rank), out=args.out, tag=f"{args.phase}-")

@@ -304,3 +304,12 @@ def test_bad_keys_files_are_clear_errors(tmp_path):
     with pytest.raises(UsageError, match="--column needs a .parquet or .csv file"):
         read_keys(str(text), column="key")
     assert shardkit.remove_samples is remove_samples
+
+
+def test_resharding_the_tar_files_is_refused_and_writing_from_the_reader_leaves_them_out(removed, tmp_path):
+    from shardkit.errors import SourceError
+
+    with pytest.raises(SourceError, match=r"6 samples were removed.*would bring them back"):
+        shardkit.write_dataset(removed, str(tmp_path / "again"))
+    shardkit.write_dataset(IndexedDataset(removed), str(tmp_path / "clean"))
+    assert sorted(_keys(ShardDataset(str(tmp_path / "clean"), mode="exact"))) == KEPT

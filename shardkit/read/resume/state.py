@@ -210,6 +210,9 @@ class ReaderState:
 
 
 def _parse_options(options: Any) -> ReaderOptions:
+    # A state saved before ``batching`` existed read stratified batches.
+    if isinstance(options, Mapping) and set(options) == set(OPTION_KEYS) - {"batching"}:
+        options = {**options, "batching": "stratified"}
     if not isinstance(options, Mapping) or set(options) != set(OPTION_KEYS):
         raise StateError(
             f"reader state: 'options' must be a mapping with keys {sorted(OPTION_KEYS)}, got {options!r}"

@@ -142,8 +142,28 @@ def tar_paths(source: str) -> list[str]:
     if is_pattern(source):
         return pattern_inputs(source)
     if os.path.isdir(source):
+        _refuse_removed(source)
         return sorted(os.path.join(source, n) for n in os.listdir(source) if n.endswith(TAR_SUFFIXES))
     return [source]
+
+
+def _refuse_removed(folder: str) -> None:
+    """Refuse a dataset folder some of whose samples were removed (``shardkit
+    remove``): its tar files still hold them, and resharding the files would
+    bring them back."""
+    import json
+
+    try:
+        with open(os.path.join(folder, "manifest.json"), "rb") as f:
+            removed = json.loads(f.read(1 << 20)).get("removed")
+    except (OSError, ValueError, AttributeError):
+        return  # no manifest here, or one the reader itself would refuse
+    if isinstance(removed, dict) and removed.get("num_samples"):
+        raise SourceError(
+            f"{folder}: {removed['num_samples']} samples were removed from this dataset (`shardkit remove`) and are "
+            "still in its tar files: resharding the files would bring them back. Write from the dataset itself "
+            "instead: shardkit.write_dataset(shardkit.IndexedDataset(FOLDER), DEST)"
+        )
 
 
 def _add_tar_sample(collector: ScanCollector, raw: RawSample, path: str, *, compressed: bool) -> None:
