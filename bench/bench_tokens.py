@@ -303,7 +303,7 @@ def open_cell(spec: dict[str, Any]) -> dict[str, Any]:
     seconds and the growth of the process's private memory (issue #22's bar)."""
     from bench.harness.memory import smaps
     from shardkit.format.manifest import MANIFEST_NAME, Manifest
-    from shardkit.format.table import write_shard_table
+    from shardkit.format.table_writer import write_shard_table
 
     import shardkit
 

@@ -37,11 +37,8 @@ from before token counts refuses it by its version, asking to be upgraded,
 rather than calling its table damaged. Without token fields there is no key
 and the manifest stays format 2, byte for byte as before.
 
-A dataset some of whose samples were removed (``shardkit remove``, see
-:mod:`shardkit.format.removed`) has ``"removed": {"num_samples": R,
-"earlier_fingerprints": [...]}`` and is ``"format_version": 4``
-(:data:`REMOVED_VERSION`): its table's counts are those of the samples kept,
-and its last column lists the removed ones.
+A dataset samples were removed from (``"format_version": 4``, ``"removed":
+{...}``) is described in :mod:`shardkit.format.removed`.
 
 A dataset written with ``compress_members`` also has ``"member_compression":
 "gzip"`` (or ``"zstd"``): its text-like members are stored compressed, as

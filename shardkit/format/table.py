@@ -264,13 +264,9 @@ class ShardTable:
         return self._sha256
 
     def revised(self, counts: np.ndarray, *, tokens: np.ndarray | None, removed: np.ndarray) -> ShardTable:
-        """A new table in memory with these ``counts`` (and ``starts``),
-        ``tokens`` and ``removed`` columns, and this one's others: what
-        ``shardkit remove`` publishes (see :mod:`shardkit.format.removed`).
-
-        Raises:
-            ValueError: Columns that do not fit this table or each other.
-        """
+        """This table with new ``counts`` (and ``starts``), ``tokens`` and
+        ``removed`` columns, in memory: what ``shardkit remove`` publishes
+        (:mod:`shardkit.format.removed`). ValueError: columns that do not fit."""
         n = self.num_shards
         counts = np.array(counts, dtype=np.int64)
         if counts.shape != (n,) or (counts < 0).any():
@@ -422,41 +418,6 @@ def table_from_entries(entries: Iterable[ShardEntry], *, tokens: np.ndarray | No
         index_paths=[e.index for e in entries],
         tokens=tokens,
     )
-
-
-def write_shard_table(
-    directory: str,
-    counts: Sequence[int] | np.ndarray,
-    num_bytes: Sequence[int] | np.ndarray,
-    sha256: np.ndarray | Sequence[str],
-    *,
-    paths: Sequence[str] | None = None,
-    index_paths: Sequence[str] | None = None,
-    naming: Naming | None = WRITER_NAMING,
-    tokens: np.ndarray | None = None,
-) -> ShardTable:
-    """Write a table file into the local folder ``directory`` and open it.
-
-    The columns are as for :func:`build_table`. The file is written under a
-    temporary name, fsynced and renamed to ``shards-<sha>.table``; nothing
-    else is written (pair it with a manifest:
-    ``Manifest.from_table(table, ...)`` and
-    :func:`shardkit.write.publish.publish_manifest`, or ``to_json()``).
-
-    Returns:
-        The table, memory-mapped from its file.
-    """
-    table = build_table(counts, num_bytes, sha256, paths=paths, index_paths=index_paths, naming=naming, tokens=tokens)
-    data = table.encode()
-    digest = table.file_sha256()
-    final = os.path.join(directory, table_name(digest))
-    tmp = final + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
-    return open_table(final, naming=table.naming, expected_size=len(data), expected_sha256=digest)
 
 
 # ---------------------------------------------------------------- reading

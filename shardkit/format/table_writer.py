@@ -1,4 +1,5 @@
-"""Writing a shard table file a column piece at a time (for tables too large to build in memory).
+"""Writing shard table files: whole (:func:`write_shard_table`), or a
+column piece at a time (for tables too large to build in memory).
 
 :func:`~shardkit.format.table.encode_columns` lays out a table file from
 whole arrays; :class:`ColumnWriter` writes the same bytes from pieces of
@@ -10,11 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from shardkit.format.table import ALIGN
+from shardkit.format.naming import WRITER_NAMING, Naming
+from shardkit.format.table import ALIGN, ShardTable, build_table, open_table, table_name
 
 
 class ColumnWriter:
@@ -65,3 +69,38 @@ class ColumnWriter:
         """Pad the last column; returns the file's hex SHA-256."""
         self._pad()
         return self._digest.hexdigest()
+
+
+def write_shard_table(
+    directory: str,
+    counts: Sequence[int] | np.ndarray,
+    num_bytes: Sequence[int] | np.ndarray,
+    sha256: np.ndarray | Sequence[str],
+    *,
+    paths: Sequence[str] | None = None,
+    index_paths: Sequence[str] | None = None,
+    naming: Naming | None = WRITER_NAMING,
+    tokens: np.ndarray | None = None,
+) -> ShardTable:
+    """Write a table file into the local folder ``directory`` and open it.
+
+    The columns are as for :func:`build_table`. The file is written under a
+    temporary name, fsynced and renamed to ``shards-<sha>.table``; nothing
+    else is written (pair it with a manifest:
+    ``Manifest.from_table(table, ...)`` and
+    :func:`shardkit.write.publish.publish_manifest`, or ``to_json()``).
+
+    Returns:
+        The table, memory-mapped from its file.
+    """
+    table = build_table(counts, num_bytes, sha256, paths=paths, index_paths=index_paths, naming=naming, tokens=tokens)
+    data = table.encode()
+    digest = table.file_sha256()
+    final = os.path.join(directory, table_name(digest))
+    tmp = final + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+    return open_table(final, naming=table.naming, expected_size=len(data), expected_sha256=digest)

@@ -15,7 +15,7 @@ import inspect
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from torch.utils.data import IterableDataset
 
@@ -27,8 +27,8 @@ from shardkit.read.catalog import ShardCatalog
 from shardkit.read.counters import SharedCounters
 from shardkit.read.decode import Decoder, ImageMode
 from shardkit.read.frameworks import SplitWatch
-from shardkit.read.mixture import Mixture, resolve_sources
-from shardkit.read.options import DEFAULT_BUFFER_SIZE, OutputOptions, ReaderOptions, check_count, check_flag
+from shardkit.read.mixture import Mixture, resolve_sources, with_batch_record, without_batch_record
+from shardkit.read.options import DEFAULT_BUFFER_SIZE, OutputOptions, ReaderOptions, check_count, check_flag, grouped
 from shardkit.read.pieces import ON_ERROR, OnError
 from shardkit.read.plan import ReadPlan
 from shardkit.read.prefetch import DEFAULT_READ_AHEAD_BYTES, closed_at_exit
@@ -40,29 +40,7 @@ from shardkit.world import World, detect_rank, detect_worker
 
 log = logging.getLogger(__name__)
 
-#: What a mixture's state records of per-stream batches: their size.
-PER_STREAM_KEY = "per_stream_batch_size"
-
-_Group = TypeVar("_Group", ReaderOptions, OutputOptions)
-
 __all__ = ["DEFAULT_BUFFER_SIZE", "ShardDataset"]
-
-
-def _grouped(cls: type[_Group], group: _Group | None, name: str, **fields: Any) -> _Group:
-    """``group`` if given (the fields' keyword arguments then left at their
-    defaults), else ``cls`` made from those keyword arguments."""
-    if group is None:
-        return cls(**fields)
-    if not isinstance(group, cls):
-        raise UsageError(f"{name}= takes a shardkit.{cls.__name__}, not {type(group).__name__}")
-    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
-    both = [key for key, value in fields.items() if value is not defaults[key] and value != defaults[key]]
-    if both:
-        raise UsageError(
-            f"{', '.join(both)} given both as keyword arguments and inside {name}=: "
-            f"set {'them' if len(both) > 1 else 'it'} in one place"
-        )
-    return group
 
 
 class _Progress:
@@ -187,27 +165,18 @@ class ShardDataset(IterableDataset):
             when shards are internally homogeneous (see the reader benchmark),
             at the cost of this many read parts per worker (more seeking on
             disks); the read-ahead budget is shared between them.
-        batching: How a mixture's streams share the batches the workers make
-            (``batch_size``). ``"stratified"`` (default): every batch holds
-            each stream in proportion. ``"per_stream"``: every batch is of
-            one stream, and at each step every rank's batch is of the same
-            stream (for streams of different shapes: aspect-ratio buckets,
-            resolutions, modalities); each stream gives every (rank, worker)
-            slot the same number of whole batches each epoch, the fewest its
-            share holds, in the stratified order of batches, and the few
-            samples of a slot's share past them are left out of the epoch.
-            Needs ``make_loader``'s in-order delivery (its default then).
+        batching: How a mixture's streams share the workers' batches:
+            ``"stratified"`` (default), each in proportion in every batch;
+            ``"per_stream"``, every batch of one stream, the same on every
+            rank at each step (:func:`~shardkit.read.slot.per_stream_epochs`).
         rank: This process's rank; default from ``torch.distributed`` when
             initialized, else ``RANK``, else 0. Create the dataset after
             ``init_process_group``. Under ``accelerator.prepare`` a
             detected rank gives way: see :meth:`set_epoch`.
         world_size: Number of ranks, detected like ``rank``.
-        replication: Ranks per group that see identical data (a tensor- or
-            sequence-parallel group): each ``replication`` consecutive ranks
-            yield the same sequence, and the ``world_size / replication``
-            groups split each epoch as ranks do (every count, ``len()`` and
-            checkpoint is then per group; :attr:`world` is the group's).
-            Must divide ``world_size``.
+        replication: Consecutive ranks that read as one (a tensor-parallel
+            group, see :meth:`~shardkit.World.replicated`); counts,
+            checkpoints and :attr:`world` are then per group.
         epoch: Starting epoch (see :meth:`set_epoch`).
         decode: None for raw bytes; ``"pil"`` / ``"tensor"`` for the standard
             decoders with images as PIL images or uint8 tensors; or a
@@ -260,14 +229,13 @@ class ShardDataset(IterableDataset):
         samples_per_epoch: Samples of each epoch of a mixture; default the
             sum of the streams' sizes (or of their ``samples``).
         tokens: A :class:`~shardkit.TokenBlocks`: yield 1-D ``torch.int64``
-            (or ``TokenBlocks.dtype``)
-            blocks of ``block_size`` token ids cut from each epoch's token
+            (or its ``dtype``) blocks of ``block_size`` token ids cut from each epoch's token
             stream (documents in the epoch's order, ``eos`` after each)
             instead of samples (see :mod:`shardkit.read.blocks`). Blocks are
             then what every count says: modes, ``len()``, ``buffer_size``,
             checkpoints, and a mixture's shares (of tokens), ``samples`` and
             ``samples_per_epoch``. ``map`` gets each block tensor.
-        options: The arguments from ``mode`` to ``interleave`` as one
+        options: The arguments from ``mode`` to ``batching`` as one
             :class:`~shardkit.ReaderOptions` (what decides the sample
             sequence, and so which checkpoints fit), instead of one by one.
         output: The arguments from ``decode`` to ``partial_batches`` as one
@@ -311,7 +279,7 @@ class ShardDataset(IterableDataset):
         output: OutputOptions | None = None,
     ):
         super().__init__()
-        options = _grouped(
+        options = grouped(
             ReaderOptions,
             options,
             "options",
@@ -333,7 +301,7 @@ class ShardDataset(IterableDataset):
             raise UsageError(f"epoch must be >= 0, not {epoch}")
         if read_ahead_bytes <= 0:
             raise UsageError(f"read_ahead_bytes must be > 0, not {read_ahead_bytes}")
-        output = _grouped(
+        output = grouped(
             OutputOptions,
             output,
             "output",
@@ -362,10 +330,8 @@ class ShardDataset(IterableDataset):
             else:
                 output = dataclasses.replace(output, map=BlockOutput(output.map, tokens.dtype))
         if options.batching == "per_stream" and output.batch_size is None:
-            raise UsageError(
-                "batching='per_stream' makes each batch of one stream, in the DataLoader workers: give the "
-                "dataset batch_size= (and leave make_loader's batch_size None)"
-            )
+            raise UsageError("batching='per_stream' makes each batch of one stream in the DataLoader workers: "
+                             "give the dataset batch_size= (and leave make_loader's batch_size None)")  # fmt: skip
         if options.mode == "balanced":
             mixture.check_balanced()
         self._mixture = mixture
@@ -588,8 +554,7 @@ class ShardDataset(IterableDataset):
         mixture's configuration (the one that epoch is read under)."""
         recorded = self._recorded
         record = recorded[1] if recorded is not None and recorded[0] == epoch else self._mixture.record()
-        if record is not None and self._slots.per_stream is not None:  # its batches are another sequence
-            record = {**record, PER_STREAM_KEY: self._slots.per_stream}
+        record = with_batch_record(record, self._slots.per_stream)
         return self._mixture.fingerprint(record), record
 
     def _parse_state(self, state: Mapping[str, Any]) -> ReaderState:
@@ -660,16 +625,7 @@ class ShardDataset(IterableDataset):
             UsageError: The dataset has no sample counts and offset indexes.
         """
         parsed = self._parse_state(state)
-        recorded = None if parsed.mixture is None else dict(parsed.mixture)
-        saved = None if recorded is None else recorded.pop(PER_STREAM_KEY, None)
-        if recorded is not None and saved != self._slots.per_stream:
-            def what(batch: object) -> str:
-                return f"per-stream batches of {batch}" if batch is not None else "stratified batches"
-
-            raise StateError(
-                f"reader state was saved reading {what(saved)}, this dataset reads {what(self._slots.per_stream)}: "
-                "the batches are another sequence. Resume with the batching and batch_size it was saved with"
-            )
+        recorded = without_batch_record(parsed.mixture, self._slots.per_stream)
         active = self._mixture.with_recorded(recorded, parsed.epoch)
         self._recorded = None if active is self._mixture else (parsed.epoch, dict(recorded or {}))
         self._slots = dataclasses.replace(self._slots, schedule=active.schedule)

@@ -367,3 +367,36 @@ def resolve_sources(
     if interleave != 1:
         raise UsageError("interleave applies to one dataset: a mixture already reads each stream side by side")
     return resolve_mixture(source, samples_per_epoch=samples_per_epoch, source_options=source_options)
+
+
+#: What a mixture's state records of per-stream batches: their size.
+PER_STREAM_KEY = "per_stream_batch_size"
+
+
+def with_batch_record(record: dict[str, Any] | None, per_stream: int | None) -> dict[str, Any] | None:
+    """A mixture's record as a state holds it: with the batch size of
+    per-stream batches, which make another sequence of samples."""
+    return record if record is None or per_stream is None else {**record, PER_STREAM_KEY: per_stream}
+
+
+def without_batch_record(record: Mapping[str, Any] | None, per_stream: int | None) -> dict[str, Any] | None:
+    """A state's mixture record less the batch size it was read in, which
+    must be this reader's (``per_stream``: its per-stream batch size, or None).
+
+    Raises:
+        StateError: The state was read in other batches.
+    """
+    if record is None:
+        return None
+    out = dict(record)
+    saved = out.pop(PER_STREAM_KEY, None)
+    if saved != per_stream:
+
+        def what(batch: object) -> str:
+            return f"per-stream batches of {batch}" if batch is not None else "stratified batches"
+
+        raise StateError(
+            f"reader state was saved reading {what(saved)}, this dataset reads {what(per_stream)}: the batches are "
+            "another sequence. Resume with the batching and batch_size it was saved with"
+        )
+    return out

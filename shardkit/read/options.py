@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable
+import dataclasses
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from shardkit.errors import UsageError
 from shardkit.read.decode import Decoder, ImageMode, make_decoder
@@ -161,3 +162,23 @@ class OutputOptions:
         if self.batch_size is not None and (isinstance(self.batch_size, bool) or self.batch_size < 1):
             raise UsageError(f"batch_size must be >= 1 or None, not {self.batch_size}")
         object.__setattr__(self, "decoder", make_decoder(self.decode))
+
+
+_Group = TypeVar("_Group", ReaderOptions, OutputOptions)
+
+
+def grouped(cls: type[_Group], group: _Group | None, name: str, **fields: Any) -> _Group:
+    """``group`` if given (the fields' keyword arguments then left at their
+    defaults), else ``cls`` made from those keyword arguments."""
+    if group is None:
+        return cls(**fields)
+    if not isinstance(group, cls):
+        raise UsageError(f"{name}= takes a shardkit.{cls.__name__}, not {type(group).__name__}")
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    both = [key for key, value in fields.items() if value is not defaults[key] and value != defaults[key]]
+    if both:
+        raise UsageError(
+            f"{', '.join(both)} given both as keyword arguments and inside {name}=: "
+            f"set {'them' if len(both) > 1 else 'it'} in one place"
+        )
+    return group

@@ -40,7 +40,7 @@ def test_reader_options_are_frozen_and_keyword_only():
         ReaderOptions("exact")  # type: ignore[misc]
     assert options.to_dict() == {
         "mode": "exact", "seed": 3, "shuffle": True, "buffer_size": 1000,
-        "buffer_bytes": None, "pad": False, "interleave": 1,
+        "buffer_bytes": None, "pad": False, "interleave": 1, "batching": "stratified",
     }  # fmt: skip
 
 

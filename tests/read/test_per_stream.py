@@ -96,3 +96,15 @@ def test_per_stream_batches_need_batch_size_and_in_order_delivery(shapes):
     ds = ShardDataset(streams, batching="per_stream", batch_size=4)
     with pytest.raises(UsageError, match="needs in-order delivery"):
         make_loader(ds, num_workers=2, in_order=False)
+
+
+def test_a_state_saved_before_batching_existed_resumes_as_stratified(shapes):
+    streams = [Stream(os.path.join(shapes, "small"), name="small"), Stream(os.path.join(shapes, "large"), name="large")]
+    ds = ShardDataset(streams, mode="exact", seed=2, buffer_size=8)
+    it = iter(ds)
+    before = [next(it)["__key__"] for _ in range(30)]
+    state = ds.state_dict()
+    del state["options"]["batching"]  # as a shardkit before per-stream batches saved it
+    again = ShardDataset(streams, mode="exact", seed=2, buffer_size=8)
+    again.load_state_dict(state)
+    assert len(before) + len(list(again)) == 300

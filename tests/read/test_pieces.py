@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from shardkit.read.pieces import _AlignedSource
+from shardkit.read.ranges import AlignedSource
 
 
 class _Recorded:
@@ -32,7 +32,7 @@ def test_requests_end_on_sample_boundaries_and_the_last_takes_the_end_marker():
     data = bytes(range(256)) * 8
     # Samples [100, 150), [150, 400), [400, 420), [420, 500); then a trailer to 600.
     inner = _Recorded(data)
-    source = _AlignedSource(inner, np.array([150, 400, 420, 500]))
+    source = AlignedSource(inner, np.array([150, 400, 420, 500]))
     chunks = list(source.iter_range(100, 600, chunk_bytes=100))
     assert b"".join(chunks) == data[100:600]
     # A sample larger than a chunk is one request of its own; small ones
@@ -44,7 +44,7 @@ def test_requests_end_on_sample_boundaries_and_the_last_takes_the_end_marker():
 def test_a_range_that_ends_inside_the_shard_stops_on_its_last_sample():
     data = bytes(1000)
     inner = _Recorded(data)
-    source = _AlignedSource(inner, np.array([200, 300, 400]))
+    source = AlignedSource(inner, np.array([200, 300, 400]))
     assert b"".join(source.iter_range(100, 400, chunk_bytes=150)) == data[100:400]
     assert inner.requests == [(100, 200), (200, 300), (300, 400)]
     assert source.url == "recorded" and source.read_all() == data

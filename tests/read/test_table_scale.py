@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from shardkit.errors import ManifestError
 from shardkit.format.manifest import MANIFEST_NAME, Manifest, load_manifest
-from shardkit.format.table import write_shard_table
+from shardkit.format.table_writer import write_shard_table
 from shardkit.io.base import SourceOptions
 from shardkit.read.catalog import resolve_catalog
 
