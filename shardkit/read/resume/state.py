@@ -153,7 +153,7 @@ class ReaderState:
             KEY_VERSION: STATE_VERSION,
             KEY_FINGERPRINT: self.fingerprint,
             KEY_SHUFFLE_ALGORITHM: self.shuffle_algorithm,
-            KEY_OPTIONS: self.options.to_dict(),
+            KEY_OPTIONS: saved_options(self.options),
             KEY_EPOCH: self.epoch,
             KEY_LEVELS: [level.to_dict() for level in self.levels],
             KEY_MIXTURE: None if self.mixture is None else dict(self.mixture),
@@ -298,6 +298,16 @@ def dataset_fingerprint(catalog: ShardCatalog) -> str:
     """
     require_index(catalog)
     return catalog.fingerprint
+
+
+def saved_options(options: ReaderOptions) -> dict[str, Any]:
+    """The options as a state holds them: ``batching`` only when it is not
+    the default, so that a stratified reader's state is what a shardkit from
+    before per-stream batches saved, and reads (see :func:`_parse_options`)."""
+    out = options.to_dict()
+    if out["batching"] == "stratified":
+        del out["batching"]
+    return out
 
 
 def saved_before_removal(epoch: int, what: str = "this dataset") -> StateError:
