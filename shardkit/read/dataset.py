@@ -316,7 +316,8 @@ class ShardDataset(IterableDataset):
         self._options = options
         self._source_options = source_options
         self._world = detect_rank(rank=rank, world_size=world_size, replication=replication)
-        self._split = SplitWatch(rank_given=rank is not None, endless=options.mode == "infinite", batched=output.batch_size is not None)
+        self._split = SplitWatch(rank_given=rank is not None, endless=options.mode == "infinite",
+                                 batched=output.batch_size is not None, replication=replication)  # fmt: skip
         mixture = resolve_sources(
             source, samples_per_epoch=samples_per_epoch, source_options=source_options, interleave=options.interleave
         )

@@ -246,10 +246,12 @@ class SplitWatch:
         endless: Its epochs never end (``mode="infinite"``): no last batch.
         batched: It batches in its workers (accelerate's batches are of
             those batches: not counted).
+        replication: Ranks that read as one group (``replication=``).
     """
 
-    def __init__(self, *, rank_given: bool, endless: bool, batched: bool):
+    def __init__(self, *, rank_given: bool, endless: bool, batched: bool, replication: int = 1):
         self.rank_given = rank_given
+        self.replication = replication
         self.endless = endless
         self.batched = batched
         self.noted = False
@@ -268,11 +270,18 @@ class SplitWatch:
 
         Raises:
             UsageError: accelerate splits the stream of a dataset given a
-                rank among more than one (:func:`split_again_message`).
+                rank among more than one (:func:`split_again_message`), or
+                one whose ranks read in groups (``replication``).
         """
         split = accelerate_split(frame.f_back if frame is not None else None)
         if split is None:
             return world
+        if self.replication > 1:
+            raise UsageError(
+                f"accelerate's {split.wrapper} splits this DataLoader across processes, and this ShardDataset was "
+                f"built with replication={self.replication}: the ranks of a group would get different batches. "
+                "Iterate shardkit.make_loader(dataset) without accelerator.prepare()"
+            )
         if world.world_size > 1:
             if self.rank_given:
                 raise UsageError(split_again_message(split.wrapper, world.rank, world.world_size))

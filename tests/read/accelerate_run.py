@@ -90,11 +90,11 @@ def with_accelerate(data: str, config: dict[str, bool]) -> dict[str, Any]:
     return {"epochs": [sum(batches, []) for batches in seen], "len": length, "batches": [len(batches) for batches in seen]}
 
 
-def given_a_rank(data: str, config: dict[str, bool], rank: int, world_size: int) -> str:
-    """A dataset told to read one rank's share, under accelerate: refused,
-    the message returned."""
+def given_a_rank(data: str, config: dict[str, bool], rank: int | None, world_size: int | None, **more: Any) -> str:
+    """A dataset told to read one rank's share (or, with ``replication``,
+    its group's), under accelerate: refused, the message returned."""
     accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(**config))
-    dataset = shardkit.ShardDataset(data, seed=0, rank=rank, world_size=world_size, map=to_features)
+    dataset = shardkit.ShardDataset(data, seed=0, rank=rank, world_size=world_size, map=to_features, **more)
     loader = accelerator.prepare(DataLoader(dataset, batch_size=10))
     try:
         next(iter(loader))
@@ -123,6 +123,7 @@ def work(data: str, short: str, rank: int, world_size: int) -> dict[str, Any]:
     # Each DataLoader worker reads 105 samples: batches accelerate cannot fill or divide evenly.
     result["short"] = {name: with_accelerate(short, CONFIGS[name]) for name in ("no_dispatch", "dispatch_split")}
     result["refused"] = {name: given_a_rank(data, CONFIGS[name], rank, world_size) for name in ("default", "no_dispatch")}
+    result["refused"]["replicated"] = given_a_rank(data, CONFIGS["default"], None, None, replication=world_size)
     result["logged"] = lines.messages
     return result
 

@@ -144,6 +144,15 @@ def test_accelerate_refuses_a_dataset_given_one_ranks_share(accelerate_runs, con
         )
 
 
+def test_accelerate_refuses_a_dataset_read_in_tensor_parallel_groups(accelerate_runs):
+    for result in accelerate_runs:
+        assert result["refused"]["replicated"] == (
+            "accelerate's DataLoaderDispatcher splits this DataLoader across processes, and this ShardDataset was "
+            "built with replication=2: the ranks of a group would get different batches. Iterate "
+            "shardkit.make_loader(dataset) without accelerator.prepare()"
+        )
+
+
 def test_hugging_face_trainer_reads_every_sample_once_per_epoch(data, tmp_path):
     pytest.importorskip("transformers")
     results = _run("trainer_run.py", data, str(tmp_path))
