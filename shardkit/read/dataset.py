@@ -166,9 +166,9 @@ class ShardDataset(IterableDataset):
             at the cost of this many read parts per worker (more seeking on
             disks); the read-ahead budget is shared between them.
         batching: How a mixture's streams share the workers' batches:
-            ``"stratified"`` (default), each in proportion in every batch;
-            ``"per_stream"``, every batch of one stream, the same on every
-            rank at each step (:func:`~shardkit.read.slot.per_stream_epochs`).
+            ``"stratified"`` (default), each in every batch; ``"per_stream"``
+            (``"device_per_stream"``): every batch of one stream, the same
+            (its own) on every rank at a step (:mod:`shardkit.read.slot`).
         rank: This process's rank; default from ``torch.distributed`` when
             initialized, else ``RANK``, else 0. Create the dataset after
             ``init_process_group``. Under ``accelerator.prepare`` a
@@ -316,8 +316,7 @@ class ShardDataset(IterableDataset):
         self._options = options
         self._source_options = source_options
         self._world = detect_rank(rank=rank, world_size=world_size, replication=replication)
-        self._split = SplitWatch(rank_given=rank is not None, endless=options.mode == "infinite",
-                                 batched=output.batch_size is not None, replication=replication)  # fmt: skip
+        self._split = SplitWatch(rank_given=rank is not None, endless=options.mode == "infinite", batched=output.batch_size is not None, replication=replication)  # fmt: skip
         mixture = resolve_sources(
             source, samples_per_epoch=samples_per_epoch, source_options=source_options, interleave=options.interleave
         )

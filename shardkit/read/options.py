@@ -34,7 +34,7 @@ from shardkit.read.decode import Decoder, ImageMode, make_decoder
 from shardkit.read.split import MODES, Mode
 
 #: How a mixture's streams share batches (``ReaderOptions.batching``).
-BATCHING = ("stratified", "per_stream")
+BATCHING = ("stratified", "per_stream", "device_per_stream")
 #: Default number of samples held by the shuffle buffer.
 DEFAULT_BUFFER_SIZE = 1000
 
@@ -72,8 +72,10 @@ class ReaderOptions:
         batching: How a mixture's streams share the batches made in the
             workers (``batch_size``): ``"stratified"`` (default) mixes every
             batch in proportion; ``"per_stream"`` makes every batch of one
-            stream, and every rank's batch at a step of the same stream
-            (see :mod:`shardkit.read.schedule`).
+            stream, and every rank's batch at a step of the same stream;
+            ``"device_per_stream"``, every batch of one stream, each rank
+            in its own order of the same batches (see
+            :func:`~shardkit.read.slot.per_stream_epochs`).
 
     Raises:
         UsageError: A value out of range, or ``pad`` outside ``"balanced"``.

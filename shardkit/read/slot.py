@@ -242,10 +242,17 @@ class SlotReader:
     @property
     def per_stream(self) -> int | None:
         """The batch size when every batch comes from one source
-        (``batching="per_stream"`` over several), else None."""
-        if self.options.batching != "per_stream" or len(self.catalogs) < 2:
+        (``batching="per_stream"`` or ``"device_per_stream"`` over several
+        sources), else None."""
+        if self.options.batching == "stratified" or len(self.catalogs) < 2:
             return None
         return self.output.batch_size
+
+    def _spread(self, world: World) -> tuple[int, int] | None:
+        """Where ``world``'s rank starts its order of batches, as ``(rank,
+        world_size)``, with ``batching="device_per_stream"`` (None: every
+        rank in the same order)."""
+        return (world.rank, world.world_size) if self.options.batching == "device_per_stream" else None
 
     def samples_per_rank(self, world: World, *, epoch: int) -> int | None:
         """Samples ``world``'s rank reads in ``epoch``; None if unknown or endless."""
@@ -348,7 +355,8 @@ class SlotReader:
                 levels = [LevelPlan.start(p.layout, epoch=epoch, endless=endless) for p in plans]  # type: ignore[arg-type]
             batch = self.per_stream
             if batch is not None:
-                merged = _per_stream_merged(per_stream_epochs(levels, world, self.options, batch), batch, count, raws)
+                epochs = per_stream_epochs(levels, world, self.options, batch)
+                merged = _per_stream_merged(epochs, batch, count, raws, spread=self._spread(world))
             else:
                 merged = _merged(_labels(slot_epoch_counts(levels, world, self.options), count), raws)
         samples = _as_dicts(zip(itertools.count(count + 1), merged), self.catalogs, self.names)
@@ -364,7 +372,8 @@ class SlotReader:
             return [count]
         batch = self.per_stream
         if batch is not None:
-            return per_stream_split(per_stream_epochs(plans, world, self.options, batch), batch, count)
+            epochs = per_stream_epochs(plans, world, self.options, batch)
+            return per_stream_split(epochs, batch, count, spread=self._spread(world))
         return split_count(slot_epoch_counts(plans, world, self.options), count)
 
 
@@ -403,22 +412,54 @@ def per_stream_epochs(
         yield mine, [min(counts[i] for counts in each) // batch for i in range(len(mine))]
 
 
+def _rotation(batches: list[int], spread: tuple[int, int] | None) -> int:
+    """Where a rank's order of an epoch's batches starts in their stratified
+    order: 0, or with ``device_per_stream`` its share of the way round."""
+    return 0 if spread is None else spread[0] * sum(batches) // spread[1]
+
+
+def _batch_labels(batches: list[int], start: int, offset: int) -> Iterator[int]:
+    """The source of each batch of the stratified order of ``batches``,
+    rotated to begin at ``offset``, from (rotated) position ``start`` on."""
+    total = sum(batches)
+    at = (offset + start) % total if total else 0
+    head = min(total - start, total - at)
+    yield from itertools.islice(schedule_labels(batches, start=at), head)
+    yield from itertools.islice(schedule_labels(batches), total - start - head)
+
+
+def _batch_prefix(batches: list[int], count: int, offset: int) -> list[int]:
+    """How many batches of each source the first ``count`` of that rotated order hold."""
+    total = sum(batches)
+    end = offset + count
+    before = schedule_prefix(batches, offset)
+    if end <= total:
+        return [b - a for a, b in zip(before, schedule_prefix(batches, end))]
+    return [whole - a + b for whole, a, b in zip(batches, before, schedule_prefix(batches, end - total))]
+
+
 def _per_stream_merged(
-    epochs: Iterator[tuple[list[int], list[int]]], batch: int, skip: int, sources: list[Iterator[Located]]
+    epochs: Iterator[tuple[list[int], list[int]]],
+    batch: int,
+    skip: int,
+    sources: list[Iterator[Located]],
+    *,
+    spread: tuple[int, int] | None = None,
 ) -> Iterator[tuple[Located, int]]:
     """The sources' samples in batches of one source each: per epoch, the
     stratified order of the batches (:func:`schedule_labels` over whole
-    batches), each batch ``batch`` samples of its source; a source's samples
-    past its whole batches are read and dropped at the epoch's end. Starts
-    after the slot's first ``skip`` delivered samples (a restored position;
-    the sources start where they were then, see :func:`per_stream_split`)."""
+    batches; with ``spread``, rotated by the rank's share of the way round),
+    each batch ``batch`` samples of its source; a source's samples past its
+    whole batches are read and dropped at the epoch's end. Starts after the
+    slot's first ``skip`` delivered samples (a restored position; the
+    sources start where they were then, see :func:`per_stream_split`)."""
     for own, batches in epochs:
         total = sum(batches) * batch
         if skip >= total:
             skip -= total
             continue
         first, within = divmod(skip, batch)
-        for j, label in enumerate(schedule_labels(batches, start=first)):
+        for j, label in enumerate(_batch_labels(batches, first, _rotation(batches, spread))):
             for _ in range(batch - within if j == 0 else batch):
                 item = next(sources[label], None)
                 if item is not None:  # None: the source ended early (faults skipped)
@@ -429,7 +470,9 @@ def _per_stream_merged(
         skip = 0
 
 
-def per_stream_split(epochs: Iterator[tuple[list[int], list[int]]], batch: int, count: int) -> list[int] | None:
+def per_stream_split(
+    epochs: Iterator[tuple[list[int], list[int]]], batch: int, count: int, *, spread: tuple[int, int] | None = None
+) -> list[int] | None:
     """Per source, how many of its samples a slot had consumed when it had
     delivered ``count`` in per-stream batches (an epoch delivered whole
     consumed each source's share, the samples left out included); None if
@@ -444,9 +487,10 @@ def per_stream_split(epochs: Iterator[tuple[list[int], list[int]]], batch: int, 
             take = list(own)
         else:
             whole, rest = divmod(left, batch)
-            take = [b * batch for b in schedule_prefix(batches, whole)]
+            offset = _rotation(batches, spread)
+            take = [b * batch for b in _batch_prefix(batches, whole, offset)]
             if rest:
-                take[next(schedule_labels(batches, start=whole))] += rest
+                take[next(_batch_labels(batches, whole, offset))] += rest
         out = [a + b for a, b in zip(out, take)]
         left -= min(left, total)
         if left == 0:

@@ -92,7 +92,7 @@ def test_per_stream_batches_need_batch_size_and_in_order_delivery(shapes):
     with pytest.raises(UsageError, match="batching='per_stream'.*batch_size="):
         ShardDataset(streams, batching="per_stream")
     with pytest.raises(UsageError, match="batching must be one of"):
-        ShardDataset(streams, batching="device_per_stream", batch_size=4)
+        ShardDataset(streams, batching="per_device", batch_size=4)
     ds = ShardDataset(streams, batching="per_stream", batch_size=4)
     with pytest.raises(UsageError, match="needs in-order delivery"):
         make_loader(ds, num_workers=2, in_order=False)
@@ -108,3 +108,45 @@ def test_a_stratified_state_is_what_shardkit_saved_before_batching_existed_and_r
     again = ShardDataset(streams, mode="exact", seed=2, buffer_size=8)
     again.load_state_dict(state)
     assert len(before) + len(list(again)) == 300
+
+
+def test_device_per_stream_gives_each_rank_its_own_order_of_the_same_batches(shapes):
+    def ranks(batching: str) -> list[list[list[list[str]]]]:
+        out = []
+        for rank in range(2):
+            streams = [Stream(os.path.join(shapes, "small"), weight=1.0, name="small"),
+                       Stream(os.path.join(shapes, "large"), weight=2.0, name="large")]  # fmt: skip
+            keys = lambda samples: [[s["__stream__"], s["__key__"]] for s in samples]  # noqa: E731
+            ds = ShardDataset(streams, samples_per_epoch=240, seed=4, batch_size=4, collate=keys, batching=batching,
+                              rank=rank, world_size=2)  # fmt: skip
+            loader = make_loader(ds, num_workers=2, in_order=True, persistent_workers=False)
+            out.append(list(loader))
+        return out
+
+    device, same = ranks("device_per_stream"), ranks("per_stream")
+    for rank in range(2):
+        assert collections.Counter(map(_stream, device[rank])) == collections.Counter(map(_stream, same[rank]))
+        assert sorted(k for b in device[rank] for k in map(tuple, b)) == sorted(k for b in same[rank] for k in map(tuple, b))
+    assert len(device[0]) == len(device[1])  # equal steps on every rank
+    assert all(_stream(a) == _stream(b) for a, b in zip(*same))
+    assert any(_stream(a) != _stream(b) for a, b in zip(*device))  # each rank its own stream at some steps
+
+
+def test_device_per_stream_resumes_the_same_batches(shapes):
+    def loader():  # noqa: ANN202
+        streams = [Stream(os.path.join(shapes, "small"), weight=1.0, name="small"),
+                   Stream(os.path.join(shapes, "large"), weight=2.0, name="large")]  # fmt: skip
+        keys = lambda samples: [[s["__stream__"], s["__key__"]] for s in samples]  # noqa: E731
+        ds = ShardDataset(streams, samples_per_epoch=240, seed=6, batch_size=4, collate=keys,
+                          batching="device_per_stream", rank=1, world_size=3)  # fmt: skip
+        return make_loader(ds, num_workers=2, in_order=True, persistent_workers=False)
+
+    whole = list(loader())
+    first = loader()
+    it = iter(first)
+    before = [next(it) for _ in range(5)]
+    state = first.state_dict()
+    del it
+    again = loader()
+    again.load_state_dict(state)
+    assert before + list(again) == whole
