@@ -5,7 +5,6 @@ mixtures, token blocks, resume) leaves the removed samples out."""
 
 from __future__ import annotations
 
-import collections
 import csv
 import hashlib
 import json
