@@ -264,8 +264,7 @@ def _verify(
     size = 0
     check = manifest.member_compression is not None
     tokens = TokenTally() if manifest.token_fields else None
-    removed = manifest.table.removed
-    gone = Removed(removed).in_shard(number) if removed is not None else np.zeros(0, dtype=np.int64)
+    gone = Removed(manifest.table.removed).in_shard(number)
     stored = entry.num_samples + len(gone)  # the table counts the kept samples; the shard holds all
 
     def take(samples: list[RawSample]) -> None:

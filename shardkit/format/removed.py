@@ -89,11 +89,12 @@ class Removed:
     """A table's ``removed`` column, looked up by shard.
 
     Args:
-        packed: The column (a read-only view of the table).
+        packed: The column (a read-only view of the table), or None for a
+            table without one (nothing removed).
     """
 
-    def __init__(self, packed: np.ndarray):
-        self.packed = packed
+    def __init__(self, packed: np.ndarray | None):
+        self.packed = np.zeros(0, dtype=REMOVED_DTYPE) if packed is None else packed
 
     def __len__(self) -> int:
         return len(self.packed)
@@ -104,10 +105,10 @@ class Removed:
         lo, hi = np.searchsorted(self.packed, [base, base + np.uint64(1 << POSITION_BITS)])
         return (self.packed[lo:hi] & np.uint64(MAX_POSITION)).astype(np.int64)
 
-    def per_shard(self, num_shards: int) -> np.ndarray:
-        """Samples removed from each shard (int64, ``num_shards`` of them)."""
-        shards, _ = unpack(self.packed)
-        return np.bincount(shards, minlength=num_shards).astype(np.int64)
+    def stored_count(self, counts: np.ndarray, shard: int) -> int:
+        """Samples shard ``shard``'s tar file and index hold, its kept
+        ``counts[shard]`` and those removed from it."""
+        return int(counts[shard]) + len(self.in_shard(shard))
 
 
 def stored_positions(removed: np.ndarray, kept: np.ndarray | int) -> np.ndarray | int:

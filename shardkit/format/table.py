@@ -273,7 +273,7 @@ class ShardTable:
             raise ValueError(f"{counts.shape} counts for {n} shards, or a negative one")
         if (tokens is None) != (self.tokens is None) or (tokens is not None and tokens.shape != self.tokens.shape):  # type: ignore[union-attr]
             raise ValueError("token counts of another shape than the table's")
-        columns = {name: np.array(array) for name, array in self._columns.items() if name not in ("removed",)}
+        columns = {name: array for name, array in self._columns.items() if name != "removed"}  # read-only: shared
         columns["counts"] = counts
         columns["starts"] = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
         if tokens is not None:

@@ -171,8 +171,7 @@ class ShardCatalog:
         counts = self.counts
         if counts is None:
             raise UsageError("sample counts are unknown: read a dataset with a manifest")
-        removed = self.removed
-        return int(counts[shard]) + (0 if removed is None else len(removed.in_shard(shard)))
+        return Removed(None if self._table is None else self._table.removed).stored_count(counts, shard)
 
     @property
     def has_indexes(self) -> bool:

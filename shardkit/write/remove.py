@@ -163,8 +163,7 @@ def remove_samples(
     found: list[tuple[int, int, str]] = []
     for hits in _find(manifest, wanted, options, workers, progress):
         found.extend(hits)
-    already = manifest.table.removed
-    old = already if already is not None else np.zeros(0, dtype=np.uint64)
+    old = Removed(manifest.table.removed).packed
     hit_keys = {key for _, _, key in found}
     missing = sorted(wanted - hit_keys)
     packed = pack([s for s, _, _ in found], [p for _, p, _ in found]) if found else np.zeros(0, dtype=np.uint64)
@@ -195,10 +194,10 @@ def _revise(manifest: Manifest, old: np.ndarray, new: np.ndarray, options: Sourc
         earlier = Removed(old)
         for shard in np.unique(shards).tolist():
             gone = earlier.in_shard(shard)
-            stored = int(table.counts[shard]) + len(gone)
             rows = fetch_document_tokens(
-                manifest.index_url(shard, allowed_prefixes=options.allowed_prefixes), num_samples=stored,
-                totals=table.tokens[shard], options=options, check_totals=False,
+                manifest.index_url(shard, allowed_prefixes=options.allowed_prefixes),
+                num_samples=earlier.stored_count(table.counts, shard), totals=table.tokens[shard], options=options,
+                check_totals=False,
             )
             kept = np.delete(rows, gone, axis=0).sum(axis=0)
             if not np.array_equal(kept, table.tokens[shard]):
@@ -224,7 +223,8 @@ def _find(
     manifest: Manifest, keys: set[str], options: SourceOptions, workers: int, progress: Callable[[int], None] | None
 ) -> Iterator[list[tuple[int, int, str]]]:
     """Per shard, ``(shard, stored position, key)`` of its samples whose key is in ``keys``."""
-    numbers = [n for n in range(manifest.num_shards) if _stored_count(manifest, n)]
+    removed = Removed(manifest.table.removed)
+    numbers = [n for n in range(manifest.num_shards) if removed.stored_count(manifest.table.counts, n)]
     if not keys or not numbers:
         return
     if workers == 1 or len(numbers) < 2:
@@ -243,12 +243,6 @@ def _find(
             progress(int(manifest.table.num_bytes[number]))
 
 
-def _stored_count(manifest: Manifest, number: int) -> int:
-    removed = manifest.table.removed
-    gone = 0 if removed is None else len(Removed(removed).in_shard(number))
-    return int(manifest.table.counts[number]) + gone
-
-
 def find_in_shard(manifest: Manifest, number: int, keys: set[str], options: SourceOptions) -> list[tuple[int, int, str]]:
     """``(number, stored position, key)`` of shard ``number``'s samples whose
     key is in ``keys``, read once through its offset index.
@@ -260,7 +254,7 @@ def find_in_shard(manifest: Manifest, number: int, keys: set[str], options: Sour
     allowed = options.allowed_prefixes
     url = manifest.shard_url(number, allowed_prefixes=allowed)
     entry = manifest.table.entry(number)
-    stored = _stored_count(manifest, number)
+    stored = Removed(manifest.table.removed).stored_count(manifest.table.counts, number)
     if stored > MAX_POSITION:
         raise UsageError(f"{redact_url(url)}: {stored:,} samples in one shard, more than samples can be removed from")
     index = fetch_offset_index(

@@ -235,26 +235,32 @@ def test_a_remote_dataset_is_refused_naming_the_local_index_way():
 # ------------------------------------------------------------------ hostile tables
 
 
+def _edit_manifest(dest: str, change) -> None:  # noqa: ANN001 - a function of the parsed JSON
+    """Rewrite ``dest``'s manifest.json with ``change`` applied to its JSON."""
+    path = os.path.join(dest, "manifest.json")
+    with open(path) as f:
+        doc = json.load(f)
+    change(doc)
+    with open(path, "w") as f:
+        json.dump(doc, f)
+
+
 def _table_with(dest: str, packed: np.ndarray) -> None:
     """Rewrite ``dest``'s table with this ``removed`` column, checks bypassed."""
-    from shardkit.format.table import ShardTable, encode_columns, table_name
+    from shardkit.format.table import encode_columns, table_name
 
-    manifest = load_manifest(dest)
-    table = manifest.table
-    columns = dict(table._columns)
+    columns = dict(load_manifest(dest).table._columns)
     columns["removed"] = packed.astype("<u8")
-    names = ["starts", "counts", "num_bytes", "sha256", "removed"]
-    data = encode_columns([columns[n] for n in names])
-    name = table_name(hashlib.sha256(data).hexdigest())
-    with open(os.path.join(dest, name), "wb") as f:
+    data = encode_columns([columns[n] for n in ("starts", "counts", "num_bytes", "sha256", "removed")])
+    digest = hashlib.sha256(data).hexdigest()
+    with open(os.path.join(dest, table_name(digest)), "wb") as f:
         f.write(data)
-    with open(os.path.join(dest, "manifest.json")) as f:
-        doc = json.load(f)
-    doc["table"] = {"path": name, "num_bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    doc["removed"]["num_samples"] = len(packed)
-    with open(os.path.join(dest, "manifest.json"), "w") as f:
-        json.dump(doc, f)
-    del ShardTable
+
+    def point_at_it(doc: dict) -> None:
+        doc["table"] = {"path": table_name(digest), "num_bytes": len(data), "sha256": digest}
+        doc["removed"]["num_samples"] = len(packed)
+
+    _edit_manifest(dest, point_at_it)
 
 
 @pytest.mark.parametrize(
@@ -272,23 +278,13 @@ def test_a_damaged_removed_column_is_refused_naming_the_table(removed, packed, p
 
 
 def test_a_manifest_whose_removed_count_disagrees_with_its_table_is_refused(removed):
-    path = os.path.join(removed, "manifest.json")
-    with open(path) as f:
-        doc = json.load(f)
-    doc["removed"]["num_samples"] = 2
-    with open(path, "w") as f:
-        json.dump(doc, f)
+    _edit_manifest(removed, lambda doc: doc["removed"].update(num_samples=2))
     with pytest.raises(ManifestError, match=r"says 2 samples were removed, its shard table lists 6 removed samples"):
         load_manifest(removed)
 
 
 def test_an_older_format_manifest_with_a_removed_block_is_refused(removed):
-    path = os.path.join(removed, "manifest.json")
-    with open(path) as f:
-        doc = json.load(f)
-    doc["format_version"] = 2
-    with open(path, "w") as f:
-        json.dump(doc, f)
+    _edit_manifest(removed, lambda doc: doc.update(format_version=2))
     with pytest.raises(ManifestError, match=r"'removed' must be present in format 4 and only there"):
         load_manifest(removed)
 
