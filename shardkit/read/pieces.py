@@ -261,7 +261,7 @@ class PieceReader:
             bounds=job.bounds[lo : hi + 1],
             checksums=None if job.checksums is None else job.checksums[lo:hi],
             # A run's samples are counted, not looked at one by one: none where some were removed.
-            run_field=self.run_field if not len(self._removed_from(job.piece.shard)[0]) else None,
+            run_field=self.run_field if not len(self._removed_from(job.piece.shard)) else None,
         )
 
     def _fetch(self, job: _Job, ahead: ReadAhead[_Job]) -> Iterator[bytes]:
@@ -392,7 +392,7 @@ class PieceReader:
             CorruptShardError: The index disagrees with the manifest's count.
         """
         bounds = self._load_index(shard).bounds
-        gone, _ = self._removed_from(shard)
+        gone = self._removed_from(shard)
         if not len(gone):
             return bounds
         sizes = np.delete(np.diff(bounds.astype(np.int64)), gone)
@@ -407,7 +407,7 @@ class PieceReader:
         ``bounds`` are :meth:`load_bounds`' (where samples were removed from
         the shard, the runs are read by its index instead).
         """
-        gone, _ = self._removed_from(shard)
+        gone = self._removed_from(shard)
         if len(gone):
             stored: list[tuple[int, int]] = []
             for lo, hi in runs:
@@ -460,11 +460,9 @@ class PieceReader:
 
     # ------------------------------------------------------ removed samples
 
-    def _removed_from(self, shard: int) -> tuple[np.ndarray, frozenset[int]]:
-        """Stored positions removed from ``shard`` (rising), also as a set;
-        empty without removals."""
-        held = self._removed_held(shard)
-        return held[1], held[2]
+    def _removed_from(self, shard: int) -> np.ndarray:
+        """Stored positions removed from ``shard``, rising; empty without removals."""
+        return self._removed_held(shard)[1]
 
     def _removed_held(self, shard: int) -> tuple[int, np.ndarray, frozenset[int], list[int]]:
         """The last shard asked for: it, its removed positions as an array,
@@ -478,7 +476,7 @@ class PieceReader:
 
     def _stored_piece(self, piece: Piece) -> Piece:
         """``piece`` (kept positions) as the stored range holding its samples."""
-        gone, _ = self._removed_from(piece.shard)
+        gone = self._removed_from(piece.shard)
         if not len(gone) or piece.stop <= piece.start:
             return piece
         first = int(stored_positions(gone, piece.start))
