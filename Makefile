@@ -21,7 +21,7 @@ $(DEMO_STAMP): pyproject.toml $(CONSTRAINTS) | $(PY)
 	touch $(DEMO_STAMP)
 
 $(STAMP): pyproject.toml $(CONSTRAINTS) | $(PY)
-	$(PY) -m pip install --quiet -e '.[torch,test,bench,ray,tables]' -c $(CONSTRAINTS)
+	$(PY) -m pip install --quiet -e '.[torch,test,bench,ray,tables,media]' -c $(CONSTRAINTS)
 	touch $(STAMP) $(DEMO_STAMP)
 
 venv: $(STAMP)

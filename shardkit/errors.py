@@ -14,8 +14,10 @@ still catch them::
     ├── ManifestError (ValueError)       manifest missing, malformed, mismatched
     ├── CorruptShardError (ValueError)   tar bytes are not what they must be
     │   ├── TruncatedShardError          a shard's data ends before its manifest or index says
-    │   └── MemberTooLargeError          a member inflates past a limit (decompressed bytes)
-    │       └── ImageTooLargeError       an image's header claims more pixels than the limit
+    │   ├── MemberTooLargeError          a member inflates past a limit (decompressed bytes)
+    │   │   ├── ImageTooLargeError       an image's (or video frame's) header claims more pixels than the limit
+    │   │   └── MediaTooLargeError       a video or audio member needs more frames or samples than the limit
+    │   └── MediaError                   a video or audio member does not decode as its header says
     ├── VerifyError (ValueError)         ``shardkit verify`` found a bad shard
     ├── MissingShardError (FileNotFoundError)  a shard the manifest lists is gone
     ├── StateError (ValueError)          a reader checkpoint cannot be restored
@@ -280,16 +282,21 @@ class MemberTooLargeError(CorruptShardError):
         path: str | None = None,
         member: str | None = None,
         amount: int | None = None,
+        unit: str | None = None,
     ) -> MemberTooLargeError:
         """The error for ``what`` (``"image header gives 20000 x 20000 =
-        400,000,000 pixels"``), with where, the limit and what to do."""
-        where = ": ".join(p for p in (path, f"member {member!r}" if member else None) if p)
+        400,000,000 pixels"``), with where, the limit (counted in ``unit``,
+        default the class's) and what to do."""
+        where = _where(path, member)
         message = (
-            f"{where + ': ' if where else ''}{what}, over the limit of {limit:,} {cls.unit} ({option}={limit}). "
+            f"{where}{what}, over the limit of {limit:,} {unit or cls.unit} ({option}={limit}). "
             f"If such members are expected, raise {option}; otherwise rewrite this shard, or read past the "
             "sample with on_error='skip'."
         )
-        return cls(message, path=path, member=member, limit=limit, option=option, amount=amount, what=what)
+        error = cls(message, path=path, member=member, limit=limit, option=option, amount=amount, what=what)
+        if unit is not None:
+            error.unit = unit
+        return error
 
     def located(self, *, path: str | None, member: str | None) -> MemberTooLargeError:
         """The same error naming ``path`` and ``member`` (where it is first known)."""
@@ -302,6 +309,7 @@ class MemberTooLargeError(CorruptShardError):
             path=path or self.path,
             member=member or self.member,
             amount=self.amount,
+            unit=self.unit,
         )
 
 
@@ -311,6 +319,53 @@ class ImageTooLargeError(MemberTooLargeError):
     the header, before anything is decoded; ``amount`` is the pixel count."""
 
     unit = "pixels"
+
+
+class MediaTooLargeError(MemberTooLargeError):
+    """A video or audio member would need more than a limit allows: more
+    frames decoded for one clip than ``max_decoded_frames`` (a stream of
+    tiny frames, a keyframe interval of minutes, timestamps that lie), or
+    more audio samples than ``max_audio_samples``. Raised before the excess
+    is decoded or allocated; ``unit`` says what ``amount`` counts."""
+
+    unit = "frames"
+
+
+class MediaError(CorruptShardError):
+    """A video or audio member that does not decode as its own header
+    says: not a container FFmpeg or libsndfile reads, no stream of the kind
+    asked for, frames that end long before the duration it claims, a
+    decoder error. A data fault like corruption: ``on_error="skip"`` skips
+    the sample.
+
+    Attributes:
+        what: The fault, without where or what to do.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, member: str | None = None, what: str | None = None):
+        super().__init__(message, path=path, member=member)
+        self.what = what
+
+    @classmethod
+    def of(cls, what: str, *, path: str | None = None, member: str | None = None) -> MediaError:
+        """The error for ``what`` (``"no video stream"``), with where and what to do."""
+        message = (
+            f"{_where(path, member)}{what}. The member is damaged or not what its name says: rewrite it, "
+            "or read past the sample with on_error='skip'."
+        )
+        return cls(message, path=path, member=member, what=what)
+
+    def located(self, *, path: str | None, member: str | None) -> MediaError:
+        """The same error naming ``path`` and ``member`` (where it is first known)."""
+        if self.what is None:
+            return self
+        return type(self).of(self.what, path=path or self.path, member=member or self.member)
+
+
+def _where(path: str | None, member: str | None) -> str:
+    """``"PATH: member 'KEY.EXT': "``, the parts that are known."""
+    where = ": ".join(p for p in (path, f"member {member!r}" if member else None) if p)
+    return where + ": " if where else ""
 
 
 class VerifyError(ShardkitError, ValueError):

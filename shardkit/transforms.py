@@ -23,6 +23,11 @@ output size with torch's antialiased bilinear filter (what torchvision's
   ``map=`` on :class:`~shardkit.ShardDataset` or
   :class:`~shardkit.IndexedDataset` (read the field as bytes:
   ``decode=shardkit.Decoder(image=None)`` still decodes labels and text).
+- :class:`DecodeVideoClip` / :class:`DecodeVideoClips` and
+  :class:`DecodeAudioClip`: the same idea for video and audio members (a
+  clip decoded from the keyframe before it; see
+  :mod:`shardkit.read.decoders.video` and :mod:`shardkit.read.decoders.audio`),
+  drawing their random starts from :func:`sample_generator`.
 - :class:`ToTuple`, :class:`Rename` and :class:`Compose`: webdataset's
   ``.to_tuple``, ``.rename`` and a chain of ``.map`` steps as one ``map=``
   function, e.g. ``map=ToTuple("jpg;png", "cls")`` (``;`` separates names of
@@ -73,8 +78,11 @@ import numpy as np
 import torch
 from PIL import Image
 
-from shardkit.errors import MemberTooLargeError, UsageError
+from shardkit.errors import MediaError, MemberTooLargeError, UsageError
+from shardkit.read.decoders.audio import DecodeAudioClip
 from shardkit.read.decoders.images import DEFAULT_MAX_IMAGE_PIXELS, check_pixels, open_image
+from shardkit.read.decoders.video import DecodeVideoClip, DecodeVideoClips
+from shardkit.read.sample_rng import sample_generator
 
 try:  # the fast JPEG path; the `torch` extra installs it
     import simplejpeg
@@ -82,14 +90,18 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     simplejpeg = None
 
 __all__ = [
+    "DecodeAudioClip",
     "DecodeRandomResizedCrop",
     "DecodeResizeCenterCrop",
+    "DecodeVideoClip",
+    "DecodeVideoClips",
     "Compose",
     "MapField",
     "Rename",
     "ToTuple",
     "image_size",
     "random_resized_crop_box",
+    "sample_generator",
 ]
 
 Output = Literal["tensor", "pil"]
@@ -472,7 +484,7 @@ class MapField:
             if name in sample:
                 try:
                     sample[name] = self.transform(sample[name])
-                except MemberTooLargeError as exc:
+                except (MemberTooLargeError, MediaError) as exc:
                     raise exc.located(path=exc.path, member=f"{sample.get('__key__')}.{name}") from None
                 return sample
         raise KeyError(

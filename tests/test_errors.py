@@ -36,6 +36,12 @@ EXAMPLES = {
         {"path": "s.tar", "member": "k1.png", "offset": None, "limit": 100, "option": "max_image_pixels",
          "amount": 400, "what": "400 pixels"},
     ),
+    errors.MediaTooLargeError: (
+        ("s.tar: member 'k1.mp4': a clip needs more than 60 frames decoded",),
+        {"path": "s.tar", "member": "k1.mp4", "offset": None, "limit": 60, "option": "max_decoded_frames",
+         "amount": 61, "what": "a clip needs more than 60 frames decoded"},
+    ),
+    errors.MediaError: (("s.tar: member 'k1.mp4': no video stream",), {"path": "s.tar", "member": "k1.mp4", "what": "no video stream"}),
     errors.VerifyError: (("s.tar: sha256 mismatch",), {"path": "s.tar"}),
     errors.MissingShardError: (("s.tar: shard missing",), {"path": "s.tar"}),
     errors.StateError: (("state from another dataset",), {}),

@@ -15,6 +15,10 @@ cls cls2 class count index inx id       int
 label
 json jsn                                parsed JSON
 npy                                     numpy array (no pickled objects)
+wav flac mp3 ogg opus                   ``{"array": channels x samples
+                                        float32 tensor, "sampling_rate":
+                                        int}`` with ``audio="tensor"``
+                                        (:mod:`.decoders.audio`)
 npz                                     dict of name -> numpy array
 mp msg msgpack                          msgpack document (``msgpack``)
 cbor                                    CBOR document (``cbor2``)
@@ -29,12 +33,19 @@ gz zst                                  decompressed bytes
 anything else                           bytes, unchanged
 ======================================  =======================================
 
+Video members (``mp4``, ``webm``, ...) stay bytes: a clip is chosen and
+decoded in ``map`` (:class:`~shardkit.transforms.DecodeVideoClip`), which
+decodes only what the clip needs. ``decode="tensor"`` decodes audio too;
+``Decoder(audio="tensor")`` does with any image mode.
+
 Limits: a compressed member (and an ``npz`` archive, whose arrays are
 deflated) is inflated up to ``max_member_bytes`` (default
 :data:`DEFAULT_MAX_MEMBER_BYTES`, 256 MiB) and
 an image's header is checked against ``max_image_pixels`` (default Pillow's
 ``Image.MAX_IMAGE_PIXELS``, about 89.5 megapixels) before any pixel is
-decoded, by PIL and torchvision alike. Past either limit the field raises
+decoded, by PIL and torchvision alike; an audio member's header is checked
+against ``max_audio_samples`` (:data:`~shardkit.read.decoders.audio.DEFAULT_MAX_AUDIO_SAMPLES`)
+before any sample is decoded. Past any limit the field raises
 :class:`~shardkit.errors.MemberTooLargeError` (or its subclass
 :class:`~shardkit.errors.ImageTooLargeError`) naming the shard, the member
 and the limit; the readers skip the sample under ``on_error="skip"``.
@@ -66,6 +77,7 @@ from shardkit.format.compression import (
     member_compression,
 )
 from shardkit.io.urls import redact_url
+from shardkit.read.decoders.audio import AUDIO_EXTENSIONS, DEFAULT_MAX_AUDIO_SAMPLES, decode_audio
 from shardkit.read.decoders.arrays import decode_npy, decode_npz, decode_tenbin
 from shardkit.read.decoders.images import DEFAULT_MAX_IMAGE_PIXELS, IMAGE_EXTENSIONS, decode_pil, decode_tensor
 from shardkit.read.decoders.values import (
@@ -79,6 +91,7 @@ from shardkit.read.decoders.values import (
 )
 
 ImageMode = Literal["pil", "tensor"]
+AudioMode = Literal["tensor"]
 
 FieldDecoder = Callable[[bytes], Any]
 
@@ -146,6 +159,11 @@ class Decoder:
         max_image_pixels: Most pixels an image may have, read from its
             header before decoding; default Pillow's ``MAX_IMAGE_PIXELS``
             (89,478,485); None for no limit of ours.
+        audio: ``"tensor"`` to decode audio members (``wav``, ``flac``,
+            ``mp3``, ``ogg``, ``opus``; needs the ``media`` extra), or None
+            to leave their bytes (for :class:`~shardkit.transforms.DecodeAudioClip`).
+        max_audio_samples: Most samples (all channels) an audio member may
+            decode to, read from its header before decoding; default 2**26.
     """
 
     image: ImageMode | None = "pil"
@@ -153,11 +171,15 @@ class Decoder:
     allow_torch_load: bool = False
     max_member_bytes: int | None = DEFAULT_MAX_MEMBER_BYTES
     max_image_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS
+    audio: AudioMode | None = None
+    max_audio_samples: int | None = DEFAULT_MAX_AUDIO_SAMPLES
 
     def __post_init__(self) -> None:
         if self.image not in ("pil", "tensor", None):
             raise UsageError(f"Decoder image must be 'pil', 'tensor' or None, not {self.image!r}")
-        for name in ("max_member_bytes", "max_image_pixels"):
+        if self.audio not in ("tensor", None):
+            raise UsageError(f"Decoder audio must be 'tensor' or None, not {self.audio!r}")
+        for name in ("max_member_bytes", "max_image_pixels", "max_audio_samples"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise UsageError(f"Decoder {name} must be a positive integer or None, not {value!r}")
@@ -187,6 +209,10 @@ class Decoder:
             if self.image is None:
                 return None
             return functools.partial(decode_pil if self.image == "pil" else decode_tensor, max_pixels=self.max_image_pixels)
+        if ext in AUDIO_EXTENSIONS:
+            if self.audio is None:
+                return None
+            return functools.partial(decode_audio, max_samples=self.max_audio_samples)
         if ext == "npz":  # a zip archive: it inflates, so it takes the member limit
             return functools.partial(decode_npz, max_bytes=self.max_member_bytes)
         found = SAFE_DECODERS.get(ext)
@@ -264,15 +290,18 @@ class Decoder:
 def make_decoder(decode: ImageMode | Decoder | None) -> Decoder | None:
     """Normalize the reader's ``decode=`` option.
 
-    ``"pil"`` / ``"tensor"`` are shorthands for ``Decoder(image=...)``.
+    ``"pil"`` is a shorthand for ``Decoder(image="pil")``, ``"tensor"`` for
+    ``Decoder(image="tensor", audio="tensor")``.
 
     Raises:
         UsageError: ``decode`` is none of these.
     """
     if decode is None or isinstance(decode, Decoder):
         return decode
-    if decode in ("pil", "tensor"):
-        return Decoder(image=decode)
+    if decode == "pil":
+        return Decoder(image="pil")
+    if decode == "tensor":
+        return Decoder(image="tensor", audio="tensor")
     raise UsageError(f"decode must be 'pil', 'tensor', a shardkit Decoder or None, not {decode!r}")
 
 

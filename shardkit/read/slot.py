@@ -22,9 +22,10 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from shardkit.errors import MemberTooLargeError, StateError, UsageError
+from shardkit.errors import MediaError, MemberTooLargeError, StateError, UsageError
 from shardkit.io.base import SourceOptions
 from shardkit.read.blocks import BlockCatalog, BlockReader, token_world_check
+from shardkit.read import sample_rng
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.decode import describe_fault, undecodable
 from shardkit.read.options import OutputOptions, ReaderOptions
@@ -40,6 +41,10 @@ from shardkit.world import World
 
 Sample = dict[str, Any]
 
+#: A sample with the slot's delivered count after it, its shard's URL, and
+#: ``(source, shard, position)``, which names it for its seeded generator.
+Numbered = tuple[int, Sample, str, tuple[int, int, int]]
+
 log = logging.getLogger(__name__)
 
 
@@ -52,15 +57,15 @@ def located_nbytes(located: Located) -> int:
 
 def _as_dicts(
     located: Iterator[tuple[int, tuple[Located, int]]], catalogs: tuple[ShardCatalog, ...], names: tuple[Any, ...] | None
-) -> Iterator[tuple[int, Sample, str]]:
+) -> Iterator[Numbered]:
     """Sample dicts (with ``__stream__`` when the sources are named), each
-    with its shard's URL for errors."""
-    for count, ((shard, _, raw), source) in located:
+    with its shard's URL for errors and where it is in the sources."""
+    for count, ((shard, position, raw), source) in located:
         sample: Sample = {"__key__": raw.key}
         if names is not None:
             sample["__stream__"] = names[source]
         sample.update(raw.fields)
-        yield count, sample, catalogs[source].url(shard)
+        yield count, sample, catalogs[source].url(shard), (source, shard, position)
 
 
 def _shape(value: Any) -> tuple[int, ...] | None:
@@ -361,7 +366,12 @@ class SlotReader:
                 merged = _merged(_labels(slot_epoch_counts(levels, world, self.options), count), raws)
         samples = _as_dicts(zip(itertools.count(count + 1), merged), self.catalogs, self.names)
         return finish_items(
-            samples, on_error=self.on_error, on_skip=on_skip, output=self.output, on_filtered=on_filtered
+            samples,
+            on_error=self.on_error,
+            on_skip=on_skip,
+            output=self.output,
+            on_filtered=on_filtered,
+            seeds=(self.options.seed, epoch),
         )
 
     def _split(self, plans: list[LevelPlan], world: World, count: int) -> list[int] | None:
@@ -543,23 +553,26 @@ def restored_raws(restorer: SlotRestorer, world: World, level: LevelPlan, *, cou
 
 
 def finish_items(
-    samples: Iterator[tuple[int, Sample, str]],
+    samples: Iterator[Numbered],
     *,
     on_error: OnError,
     on_skip: Callable[[Exception], None],
     output: OutputOptions,
     on_filtered: Callable[[], None] | None = None,
+    seeds: tuple[int, int] = (0, 0),
 ) -> Iterator[tuple[int, Any]]:
     """The last stages of a slot's items: decode, select, map, batch. Items
     keep the slot's delivered count (a batch, its last sample's), which
     counts the samples ``select`` dropped before them as consumed (each
     reported to ``on_filtered``). ``samples`` come with their shard's URL, for
-    errors."""
+    errors, and where they are; with ``seeds``, ``(seed, epoch)``, that names
+    each sample for :func:`~shardkit.read.sample_rng.sample_generator` while
+    ``map`` runs."""
     out: Iterator[tuple[int, Any]]
     if output.decoder is None and output.map is None and output.select is None:
-        out = ((n, s) for n, s, _ in samples)
+        out = ((n, s) for n, s, _, _ in samples)
     else:
-        out = _decoded(samples, output, on_error, on_skip, on_filtered)
+        out = _decoded(samples, output, on_error, on_skip, on_filtered, seeds)
     if output.batch_size is not None:
         collate = default_collate if output.collate is None else output.collate
         out = _batches(out, output.batch_size, collate, output.partial_batches)
@@ -577,20 +590,23 @@ def _sum_known(counts: Iterable[int | None]) -> int | None:
 
 
 def _decoded(
-    samples: Iterator[tuple[int, Sample, str]],
+    samples: Iterator[Numbered],
     output: OutputOptions,
     on_error: OnError,
     on_skip: Callable[[Exception], None],
     on_filtered: Callable[[], None] | None,
+    seeds: tuple[int, int],
 ) -> Iterator[tuple[int, Any]]:
     """Decode, select and map each sample. A field that does not decode
-    (:func:`~shardkit.read.decode.undecodable`) and a member over a limit
+    (:func:`~shardkit.read.decode.undecodable`), a member over a limit
     (:class:`~shardkit.errors.MemberTooLargeError`, from the decoder or a
-    transform in ``map``) are data faults: raised, or under
-    ``on_error="skip"`` logged, counted and the sample dropped (it still
-    counts as consumed, so a checkpoint resumes past it)."""
+    transform in ``map``) and media that do not decode
+    (:class:`~shardkit.errors.MediaError`, from a transform) are data
+    faults: raised, or under ``on_error="skip"`` logged, counted and the
+    sample dropped (it still counts as consumed, so a checkpoint resumes
+    past it)."""
     decoder, select, fn = output.decoder, output.select, output.map
-    for n, sample, url in samples:
+    for n, sample, url, where in samples:
         if decoder is not None:
             try:
                 sample = decoder(sample, path=url)
@@ -605,8 +621,16 @@ def _decoded(
                 if on_filtered is not None:
                     on_filtered()
                 continue
-            yield n, (sample if fn is None else fn(sample))
-        except MemberTooLargeError as exc:
+            if fn is None:
+                yield n, sample
+                continue
+            token = sample_rng.current.set((*seeds, *where))
+            try:
+                item = fn(sample)
+            finally:
+                sample_rng.current.reset(token)
+            yield n, item
+        except (MemberTooLargeError, MediaError) as exc:
             error = exc if exc.path is not None else exc.located(path=url, member=exc.member)
             if on_error == "raise":
                 raise error from None
