@@ -48,9 +48,9 @@ def _cap_memory(extra_mb: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-#: ``--options {"fused": NAME}``: read images as bytes and decode them with
-#: a fused transform of :mod:`shardkit.transforms` on the ``png`` field.
-FUSED = ("random_resized_crop", "resize_center_crop")
+#: ``--options {"fused": NAME}``: read images (or media) as bytes and decode
+#: them with a transform of :mod:`shardkit.transforms` on one field.
+FUSED = ("random_resized_crop", "resize_center_crop", "video_clip", "audio_clip")
 
 
 def _fused(options: dict) -> dict:
@@ -60,9 +60,13 @@ def _fused(options: dict) -> dict:
     import shardkit
     from shardkit import transforms
 
-    assert name in FUSED, name
-    transform = transforms.DecodeRandomResizedCrop(32) if name == FUSED[0] else transforms.DecodeResizeCenterCrop(32)
-    return {**options, "decode": shardkit.Decoder(image=None), "map": transforms.MapField("png", transform)}
+    field, transform = {
+        "random_resized_crop": ("png", lambda: transforms.DecodeRandomResizedCrop(32)),
+        "resize_center_crop": ("png", lambda: transforms.DecodeResizeCenterCrop(32)),
+        "video_clip": ("mp4", lambda: transforms.DecodeVideoClip(4, fps=2, size=32)),
+        "audio_clip": ("flac", lambda: transforms.DecodeAudioClip(0.5)),
+    }[name]
+    return {**options, "decode": shardkit.Decoder(image=None), "map": transforms.MapField(field, transform())}
 
 
 def run(entry: str, target: str, *, on_error: str, options: dict) -> dict:

@@ -67,11 +67,23 @@ class _Video:
     at given times."""
 
     def __init__(self, data: bytes, *, max_frame_pixels: int | None, threads: int) -> None:
-        av = require("av")
-        self._errors = av.FFmpegError
+        self._av = require("av")
+        self._errors = self._av.FFmpegError
+        self._data = data
         self.max_frame_pixels = max_frame_pixels
+        self.threads = threads
+        self._open()
+        stream = self.stream
+        self.time_base = stream.time_base or Fraction(1, 1_000_000)
+        self.first = float(stream.start_time * self.time_base) if stream.start_time is not None else 0.0
+        rate = stream.average_rate or stream.guessed_rate
+        self.frame_interval = 1 / float(rate) if rate else None
+        self.claimed: float | None = None
+
+    def _open(self) -> None:
+        """Open the member (again), its first video stream checked and set up."""
         try:
-            self.container = av.open(io.BytesIO(data), mode="r", metadata_errors="ignore")
+            self.container = self._av.open(io.BytesIO(self._data), mode="r", metadata_errors="ignore")
         except (self._errors, UnicodeDecodeError) as exc:
             raise MediaError.of(f"not a video FFmpeg reads ({exc})") from None
         try:
@@ -79,19 +91,26 @@ class _Video:
                 raise MediaError.of("no video stream")
             self.stream = stream = self.container.streams.video[0]
             codec = stream.codec_context
+            if codec is None:
+                raise MediaError.of("its video stream is in no codec FFmpeg decodes")
             if codec.width and codec.height:
                 self.check_pixels(codec.width, codec.height, "video header gives")
-            if max_frame_pixels is not None:
-                codec.options = {"max_pixels": str(max_frame_pixels)}
-            stream.thread_count = threads
-            self.time_base = stream.time_base or Fraction(1, 1_000_000)
-            self.first = float(stream.start_time * self.time_base) if stream.start_time is not None else 0.0
-            rate = stream.average_rate or stream.guessed_rate
-            self.frame_interval = 1 / float(rate) if rate else None
-            self.claimed: float | None = None
+            if self.max_frame_pixels is not None:
+                codec.options = {"max_pixels": str(self.max_frame_pixels)}
+            stream.thread_count = self.threads
         except BaseException:
             self.container.close()
             raise
+
+    def _rewind(self, seconds: float) -> None:
+        """Go to the keyframe at or before ``seconds`` (absolute); a member
+        that cannot seek (a raw stream) is opened again, to decode from its
+        start."""
+        try:
+            self.container.seek(int(seconds / self.time_base), stream=self.stream, backward=True)
+        except self._errors:
+            self.container.close()
+            self._open()
 
     def close(self) -> None:
         self.container.close()
@@ -130,9 +149,9 @@ class _Video:
                 if packet.pts is not None:
                     last = packet.pts + (packet.duration or 0)
                     end = last if end is None else max(end, last)
-            self.container.seek(0, stream=stream)
         except self._errors as exc:
             raise MediaError.of(f"FFmpeg could not read its packets ({exc})") from None
+        self._rewind(self.first)
         if end is None:
             raise MediaError.of("no video packet has a timestamp")
         return max(float(end * self.time_base) - self.first, 0.0)
@@ -149,10 +168,10 @@ class _Video:
             MediaError: No frame decodes, the frames end before the first
                 time, or FFmpeg fails.
         """
-        stream, codec = self.stream, self.stream.codec_context
         first = times[0] + self.first
         if times[0] > _EPS:
-            self.container.seek(int(first / self.time_base), stream=stream, backward=True)
+            self._rewind(first)
+        stream, codec = self.stream, self.stream.codec_context  # a rewind may have opened it again
         # Frames before the clip that nothing refers to need no decoding;
         # two frame intervals of margin keep the frame on screen at its start.
         skip_until = first - 2 * self.frame_interval if skip_nonref and self.frame_interval else None
@@ -189,15 +208,24 @@ class _Video:
                         return out
                     held, held_rgb = frame, None
         except self._errors as exc:
-            raise MediaError.of(f"FFmpeg could not decode it ({exc})") from None
+            refused = (
+                f"; FFmpeg refuses a frame over max_frame_pixels={self.max_frame_pixels} this way too"
+                if self.max_frame_pixels is not None
+                else ""
+            )
+            raise MediaError.of(f"FFmpeg could not decode it ({exc}{refused})") from None
         if held is None:
-            raise MediaError.of("no frame decodes")
+            raise MediaError.of(f"no frame decodes from the keyframe before {times[0]:.3f} s{self._claim()}")
         ended = float(held.time) - self.first if held.time is not None else None
         if ended is not None and self.frame_interval and ended + self.frame_interval < times[0] - _EPS:
-            claimed = f" (its header claims {self.claimed:.3f} s)" if self.claimed is not None else ""
-            raise MediaError.of(f"its frames end at {ended:.3f} s, before the clip's start at {times[0]:.3f} s{claimed}")
+            raise MediaError.of(
+                f"its frames end at {ended:.3f} s, before the clip's start at {times[0]:.3f} s{self._claim()}"
+            )
         last = held_rgb if held_rgb is not None else _cover_crop(held, out_hw)
         return out + [last] * (len(times) - len(out))  # shorter than the clip: hold the last frame
+
+    def _claim(self) -> str:
+        return f" (its header claims {self.claimed:.3f} s)" if self.claimed is not None else ""
 
     def _time(self, frame: Any, before: Any) -> float:
         """A frame's timestamp in seconds; one frame interval after the one
