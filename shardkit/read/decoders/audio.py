@@ -7,8 +7,10 @@ channels x samples, "sampling_rate": int}``.
 - ``decode="tensor"`` decodes a whole ``wav``, ``flac``, ``mp3``, ``ogg``
   (Vorbis or Opus) or ``opus`` member (:func:`decode_audio`).
 - :class:`DecodeAudioClip` decodes ``seconds`` of it: libsndfile seeks to the
-  clip's first sample (exactly for wav, flac and Ogg; mp3 through its
-  frames) and decodes that span alone, then resamples it if asked. An
+  clip's first sample and decodes that span alone (wav, flac, Ogg Vorbis
+  and Opus, where its seeking is exact), then resamples it if asked. In an
+  mp3, whose seeking in libsndfile lands up to a second off, the samples
+  before the clip are decoded and dropped a block at a time instead. An
   input shorter than the clip is padded with silence at the end.
 
 Limits: the samples decoded at once (``max_audio_samples``, all channels
@@ -65,6 +67,30 @@ def _read(f: Any, frames: int) -> np.ndarray:
         return f.read(frames, dtype="float32", always_2d=True)
     except (RuntimeError, ValueError) as exc:
         raise MediaError.of(f"libsndfile could not decode it ({exc})") from None
+
+
+#: Formats whose seeking libsndfile does not make sample-exact (mp3 lands
+#: up to a second off): a clip there is reached by decoding up to it.
+_INEXACT_SEEK = frozenset({"MP3"})
+
+#: Frames decoded and dropped at a time on the way to a clip.
+_SKIP_BLOCK = 1 << 16
+
+
+def _go_to(f: Any, frame: int) -> None:
+    """Move ``f`` to ``frame``: a seek, or, where seeking is not exact,
+    decoding up to it a block at a time."""
+    try:
+        if f.format not in _INEXACT_SEEK:
+            f.seek(frame)
+            return
+        while frame > 0:
+            got = len(f.read(min(frame, _SKIP_BLOCK), dtype="float32", always_2d=True))
+            if got == 0:
+                return  # ends before: the caller finds no audio there
+            frame -= got
+    except (RuntimeError, ValueError) as exc:
+        raise MediaError.of(f"libsndfile could not seek to sample {frame:,} ({exc})") from None
 
 
 def _as_audio(array: np.ndarray, rate: int) -> dict[str, Any]:
@@ -132,10 +158,7 @@ class DecodeAudioClip:
             _check_samples(length, f.channels, self.max_audio_samples, "a clip of")
             first = min(round(clip_start(self.start, (total - length) / rate) * rate), max(total - 1, 0))
             if first > 0:
-                try:
-                    f.seek(first)
-                except (RuntimeError, ValueError) as exc:
-                    raise MediaError.of(f"libsndfile could not seek to sample {first:,} ({exc})") from None
+                _go_to(f, first)
             clip = _read(f, length)
         if len(clip) == 0 and first > 0:
             raise MediaError.of(f"its header claims {total:,} frames, but it holds no audio at frame {first:,}")
