@@ -49,6 +49,7 @@ _LAZY = {
     "index_dataset": "shardkit.index.indexer",
     "make_loader": "shardkit.read.loader",
     "remove_samples": "shardkit.write.remove",
+    "show": "shardkit.preview.api",
     "shuffle_quality": "shardkit.read.shuffle",
     "write_dataset": "shardkit.write.parallel",
 }
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
     from shardkit.read.options import OutputOptions, ReaderOptions
     from shardkit.read.sampler import ShardWindowSampler
     from shardkit.read.schedule import Stream
+    from shardkit.preview.api import show
     from shardkit.read.shuffle import shuffle_quality
     from shardkit.world import World
     from shardkit.index.indexer import IndexOptions, index_dataset
@@ -135,6 +137,7 @@ __all__ = [
     "load_manifest",
     "make_loader",
     "remove_samples",
+    "show",
     "shuffle_quality",
     "write_dataset",
 ]

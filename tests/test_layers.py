@@ -40,6 +40,7 @@ FLOORS: dict[str, int] = {
     "shardkit.io": 3,  # byte sources and destinations for every scheme
     "shardkit.write": 4,  # the writer
     "shardkit.read": 4,  # the reader
+    "shardkit.preview": 4,  # `shardkit show`: a page of samples read at random (beside read/, whose notebook views use it)
     "shardkit.index": 5,  # `shardkit index`: published shards read in place (uses write/'s publishing)
     "shardkit.verify": 5,  # jobs and integrations over a written dataset
     "shardkit.ray": 5,
