@@ -26,7 +26,7 @@ from typing import Any
 
 from shardkit.errors import ImageTooLargeError
 from shardkit.format.npy import parse_npy_header
-from shardkit.read.decoders.images import IMAGE_EXTENSIONS, open_image
+from shardkit.read.decoders.images import IMAGE_EXTENSIONS, check_pixels, header_size, open_image
 
 #: Longest side of a thumbnail, in pixels.
 THUMBNAIL_PIXELS = 256
@@ -169,6 +169,9 @@ def thumbnail(data: bytes, *, max_pixels: int | None, size: int = THUMBNAIL_PIXE
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # PIL's warnings on odd files: the placeholder says it instead
+        dims = header_size(data)  # a PNG's or JPEG's own header first: the message can give both sides
+        if dims is not None:
+            check_pixels(*dims, max_pixels)
         image = open_image(data, max_pixels)
         width, height = image.size
         image.draft("RGB", (size, size))
@@ -186,7 +189,11 @@ def _image(field: str, data: bytes, context: FieldContext) -> str:
     except ImageTooLargeError as exc:
         return placeholder(f"not drawn: {exc.what or exc}, over the page's limit of {exc.limit:,} pixels")
     except (OSError, ValueError, SyntaxError, EOFError, MemoryError) as exc:  # what PIL raises on bad bytes
-        return placeholder(f"not a readable image: {type(exc).__name__}: {exc}")
+        from PIL import UnidentifiedImageError
+
+        if isinstance(exc, UnidentifiedImageError):
+            return placeholder(f"not drawn: not an image Pillow recognises (first bytes {data[:8].hex(' ')})")
+        return placeholder(f"not drawn: a damaged image ({type(exc).__name__}: {exc})")
     if not context.budget.take(len(thumb.data)):
         return placeholder(f"{thumb.width} x {thumb.height} image not embedded: the page is at its size limit")
     width, height = thumb.size

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from shardkit.preview.draw import DrawnSample
-from shardkit.preview.fields import FieldContext, placeholder, render_field, text
+from shardkit.preview.fields import FieldContext, kind_of, placeholder, render_field, text
 
 #: The page's policy: nothing from the network, no script, no plugin, no form.
 CONTENT_SECURITY_POLICY = (
@@ -54,6 +54,10 @@ STYLE = """
 """
 
 
+#: The order of a card's fields: what one looks at first, first (a stable sort keeps the rest in member order).
+_KIND_ORDER = ("image", "video", "audio", "class", "text", "json", "npy", "bytes")
+
+
 def render_card(sample: DrawnSample, context: FieldContext) -> str:
     """One sample as an ``<article class="card">``: where it is (key,
     shard, byte offset), then each field; a sample that could not be read,
@@ -65,7 +69,8 @@ def render_card(sample: DrawnSample, context: FieldContext) -> str:
             f"{placeholder('not read: ' + sample.error)}</article>"
         )
     head = f'<span class="key">{text(sample.key)}</span><br>{where} @ byte {sample.offset:,}'
-    fields = "".join(render_field(name, data, context) for name, data in sample.fields.items())
+    ordered = sorted(sample.fields.items(), key=lambda item: _KIND_ORDER.index(kind_of(item[0])))
+    fields = "".join(render_field(name, data, context) for name, data in ordered)
     return f'<article class="card"><div class="where">{head}</div>{fields}</article>'
 
 

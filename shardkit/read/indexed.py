@@ -267,7 +267,7 @@ class IndexedDataset(Dataset):
         return f"IndexedDataset({len(self)} samples in {self.num_shards} shards)"
 
     def _repr_html_(self) -> str:  # a notebook shows a few samples and the counts (shardkit.preview)
-        from shardkit.preview.notebook import notebook_html; return notebook_html(self)  # noqa: E702
+        from shardkit.preview.build import notebook_html; return notebook_html(self)  # noqa: E702
 
     # ------------------------------------------------------------ locating
 
