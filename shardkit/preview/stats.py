@@ -238,7 +238,9 @@ def _labels(names: Sequence[str]) -> list[str]:
 def _histogram(figure: Any, title: str, values: np.ndarray, unit: str) -> str:
     fig = _figure(figure)
     ax = fig.subplots()
-    ax.hist(values, bins=min(40, max(1, len(values))))
+    low, high = (float(values.min()), float(values.max())) if len(values) else (0.0, 1.0)
+    spread = (low - (abs(low) * 0.1 or 1.0), high + (abs(high) * 0.1 or 1.0)) if low == high else (low, high)
+    ax.hist(values, bins=min(40, max(1, len(values))), range=spread)  # all shards alike: one bar, not a sliver
     ax.set_xlabel(unit)
     ax.set_ylabel("shards")
     ax.set_title(title)
