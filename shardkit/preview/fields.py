@@ -251,7 +251,7 @@ def _npy(field: str, data: bytes, context: FieldContext) -> str:
     if held < needed:
         return placeholder(f"{described}: the header asks for {needed:,} bytes of data, the member holds {held:,}")
     count = min(NPY_VALUES, header.count)
-    values = ", ".join(str(v) for v in _values(data, dtype, count, header.offset))
+    values = ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in _values(data, dtype, count, header.offset))
     more = ", ..." if header.count > count else ""
     order = " (Fortran order: in stored order)" if header.fortran_order else ""
     return f'<div class="npy">{text(described)}<br>first values{order}: [{text(values + more)}]</div>'

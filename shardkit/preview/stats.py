@@ -239,8 +239,11 @@ def _histogram(figure: Any, title: str, values: np.ndarray, unit: str) -> str:
     fig = _figure(figure)
     ax = fig.subplots()
     low, high = (float(values.min()), float(values.max())) if len(values) else (0.0, 1.0)
-    spread = (low - (abs(low) * 0.1 or 1.0), high + (abs(high) * 0.1 or 1.0)) if low == high else (low, high)
-    ax.hist(values, bins=min(40, max(1, len(values))), range=spread)  # all shards alike: one bar, not a sliver
+    bins, spread = min(40, max(1, len(values))), (low, high)
+    if low == high:  # every shard alike: one bar around the value, not a sliver at an edge
+        half = 0.5 if low.is_integer() else abs(low) * 0.05 or 0.5
+        bins, spread = 1, (low - half, high + half)
+    ax.hist(values, bins=bins, range=spread)
     ax.set_xlabel(unit)
     ax.set_ylabel("shards")
     ax.set_title(title)
