@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from shardkit.io.atomic import atomic_write_bytes
 from shardkit.io.base import SourceOptions
@@ -13,7 +13,19 @@ from shardkit.read.indexed import IndexedDataset
 
 if TYPE_CHECKING:
     from shardkit.format.manifest import Manifest
-    from shardkit.read.dataset import ShardDataset
+    from shardkit.read.catalog import ShardCatalog
+
+
+class _Streamed(Protocol):
+    """What :func:`stream_html` needs of a :class:`~shardkit.ShardDataset`
+    (named so that this module and the dataset's need not import each other)."""
+
+    @property
+    def mixture(self) -> Any: ...
+    @property
+    def catalog(self) -> ShardCatalog: ...
+    @property
+    def source_options(self) -> SourceOptions: ...
 
 
 def show(
@@ -60,11 +72,9 @@ def show(
     """
     if options is None:
         options = ShowOptions(samples=samples, seed=seed, stats_samples=stats_samples)
-    from shardkit import __version__
-
     dataset = IndexedDataset(dest, decode=None, source_options=source_options)
     try:
-        return page_html(dataset, name=_name(dest, dataset), options=options, version=__version__)
+        return page_html(dataset, name=_name(dest, dataset), options=options, version=_version())
     finally:
         dataset.close()
 
@@ -77,7 +87,7 @@ def write_page(path: str | os.PathLike[str], page: str) -> int:
     return len(data)
 
 
-def stream_html(dataset: ShardDataset) -> str:
+def stream_html(dataset: _Streamed) -> str:
     """A notebook cell's view of a :class:`~shardkit.ShardDataset`: the
     samples of its (first) dataset read at random when it has offset
     indexes, else one line of counts."""
@@ -92,6 +102,17 @@ def stream_html(dataset: ShardDataset) -> str:
         return notebook_html(indexed)
     finally:
         indexed.close()
+
+
+def _version() -> str:
+    """shardkit's installed version, for the page's footer (asked of the
+    package metadata: the package's ``__init__`` is a floor above)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("shardkit")
+    except PackageNotFoundError:
+        return "(version unknown)"
 
 
 def _name(dest: str | os.PathLike[str] | Manifest, dataset: IndexedDataset) -> str:
