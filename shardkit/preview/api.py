@@ -36,6 +36,7 @@ def show(
     stats_samples: int = 100,
     options: ShowOptions | None = None,
     source_options: SourceOptions | None = None,
+    next_seed: int | None = None,
 ) -> str:
     """A self-contained HTML page of a dataset: random samples as cards and
     its statistics (see docs/show.md).
@@ -61,6 +62,7 @@ def show(
             (:class:`~shardkit.preview.build.ShowOptions`); when given,
             ``samples``, ``seed`` and ``stats_samples`` are taken from it.
         source_options: Storage options for a remote dataset.
+        next_seed: Link to the page of this seed (a served page's "next samples").
 
     Returns:
         The page, as HTML text.
@@ -74,7 +76,7 @@ def show(
         options = ShowOptions(samples=samples, seed=seed, stats_samples=stats_samples)
     dataset = IndexedDataset(dest, decode=None, source_options=source_options)
     try:
-        return page_html(dataset, name=_name(dest, dataset), options=options, version=_version())
+        return page_html(dataset, name=_name(dest, dataset), options=options, version=_version(), next_seed=next_seed)
     finally:
         dataset.close()
 

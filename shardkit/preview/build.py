@@ -67,8 +67,11 @@ def _check_whole(name: str, value: object, low: int, high: int | None) -> None:
         raise UsageError(f"{name} must be a whole number {bound}, not {value!r}")
 
 
-def page_html(dataset: RandomAccess, *, name: str, options: ShowOptions, version: str) -> str:
-    """The page of ``dataset`` (called ``name`` on it), as one HTML string."""
+def page_html(
+    dataset: RandomAccess, *, name: str, options: ShowOptions, version: str, next_seed: int | None = None
+) -> str:
+    """The page of ``dataset`` (called ``name`` on it), as one HTML string;
+    with ``next_seed``, linking to the page of that seed (``--serve``)."""
     drawn_count = max(options.samples, options.stats_samples)
     numbers = pick_numbers(len(dataset), drawn_count, options.seed)
     shown = set(numbers[: options.samples])
@@ -85,7 +88,7 @@ def page_html(dataset: RandomAccess, *, name: str, options: ShowOptions, version
     )
     return render_page(
         title=f"shardkit show: {name}", summary=summary, cards=cards, statistics=render_statistics(stats),
-        footer=footer,
+        footer=footer, next_seed=next_seed,
     )  # fmt: skip
 
 

@@ -24,6 +24,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from shardkit.config import human_bytes
 from shardkit.errors import ImageTooLargeError
 from shardkit.format.npy import parse_npy_header
 from shardkit.read.decoders.images import IMAGE_EXTENSIONS, check_pixels, header_size, open_image
@@ -64,15 +65,6 @@ def text(value: object) -> str:
     with control and bidi characters written as ``\\xNN``/``\\uNNNN``."""
     shown = _HIDDEN.sub(lambda m: ascii(m.group())[1:-1], str(value))
     return html.escape(shown, quote=True)
-
-
-def human_bytes(n: float) -> str:
-    """``1.5 MB`` (powers of 1000), ``812 B``."""
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    raise AssertionError("unreachable")
 
 
 def data_uri(mime: str, data: bytes) -> str:

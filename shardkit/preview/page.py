@@ -79,9 +79,12 @@ def render_cards(drawn: Sequence[DrawnSample], context: FieldContext) -> str:
     return '<div class="cards">' + "".join(render_card(s, context) for s in drawn) + "</div>"
 
 
-def render_page(*, title: str, summary: str, cards: str, statistics: str, footer: str) -> str:
+def render_page(*, title: str, summary: str, cards: str, statistics: str, footer: str, next_seed: int | None = None) -> str:
     """The whole page. ``title``, ``summary`` and ``footer`` are plain text
-    (escaped here); ``cards`` and ``statistics`` are HTML made by this package."""
+    (escaped here); ``cards`` and ``statistics`` are HTML made by this
+    package. ``next_seed``: a page served by ``--serve`` links to the same
+    page drawn with that seed (a link to the page itself, made of a number)."""
+    more = "" if next_seed is None else f'<p><a href="?seed={int(next_seed)}">next samples (seed {int(next_seed)})</a></p>\n'
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">\n'
@@ -91,7 +94,7 @@ def render_page(*, title: str, summary: str, cards: str, statistics: str, footer
         f"<title>{text(title)}</title>\n<style>{STYLE}body {{ margin: 16px; background: #fafafa; }}</style>\n"
         '</head><body><div class="shardkit-preview">\n'
         f"<h1>{text(title)}</h1><p>{text(summary)}</p>\n"
-        f"<h2>Samples</h2>\n{cards}\n{statistics}\n"
+        f"<h2>Samples</h2>\n{cards}\n{more}{statistics}\n"
         f'<p class="size">{text(footer)}</p>\n'
         "</div></body></html>\n"
     )

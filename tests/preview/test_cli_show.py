@@ -73,3 +73,41 @@ def test_show_runs_as_a_module(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert out.read_text().count('<article class="card"') == 2
+
+
+def test_serve_answers_on_loopback_with_a_link_to_the_next_samples(tmp_path):
+    import re
+    import urllib.error
+    import urllib.request
+
+    dest = image_dataset(str(tmp_path / "ds"), num_samples=8)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardkit", "show", dest, "--serve", "--samples", "2", "--seed", "4"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        line = proc.stdout.readline()
+        found = re.fullmatch(r"serving .* at (http://127\.0\.0\.1:\d+/) \(Ctrl-C stops\)\n", line)
+        assert found, line + proc.stderr.read() if proc.poll() is not None else line
+        base = found.group(1)
+        with urllib.request.urlopen(base, timeout=60) as answer:
+            page = answer.read().decode()
+            assert "default-src 'none'" in answer.headers["Content-Security-Policy"]
+        assert page.count('<article class="card"') == 2 and "(seed 4)" in page
+        assert '<a href="?seed=5">next samples (seed 5)</a>' in page
+        with urllib.request.urlopen(base + "?seed=5", timeout=60) as answer:
+            following = answer.read().decode()
+        assert "(seed 5)" in following and '<a href="?seed=6">' in following
+        for bad in ("other", "?seed=x", "?seed=1&seed=2", "?file=/etc/passwd"):
+            with pytest.raises(urllib.error.HTTPError) as info:
+                urllib.request.urlopen(base + bad, timeout=60)
+            assert info.value.code == 404
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_serve_or_out_one_of_them(tmp_path, capsys):
+    dest = image_dataset(str(tmp_path / "ds"), num_samples=2)
+    code, _, err = run(capsys, "show", dest)
+    assert code == 2 and err == "shardkit: error: give --out FILE.html to write the page, or --serve to serve it (one of them)\n"
