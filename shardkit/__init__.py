@@ -42,6 +42,7 @@ _LAZY = {
     "ReaderOptions": "shardkit.read.options",
     "ShardDataset": "shardkit.read.dataset",
     "ShardWindowSampler": "shardkit.read.sampler",
+    "ShowOptions": "shardkit.preview.build",
     "Stream": "shardkit.read.schedule",
     "TokenBlocks": "shardkit.read.blocks",
     "World": "shardkit.world",
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
     from shardkit.read.sampler import ShardWindowSampler
     from shardkit.read.schedule import Stream
     from shardkit.preview.api import show
+    from shardkit.preview.build import ShowOptions
     from shardkit.read.shuffle import shuffle_quality
     from shardkit.world import World
     from shardkit.index.indexer import IndexOptions, index_dataset
@@ -120,6 +122,7 @@ __all__ = [
     "ShardWindowSampler",
     "ShardWriter",
     "ShardkitError",
+    "ShowOptions",
     "SkippedInput",
     "SourceError",
     "SourceOptions",

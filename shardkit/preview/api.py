@@ -59,7 +59,7 @@ def show(
         stats_samples: Samples drawn for the field statistics (member
             sizes, field presence, class balance); the cards are among them.
         options: All of the page's settings and limits
-            (:class:`~shardkit.preview.build.ShowOptions`); when given,
+            (:class:`~shardkit.ShowOptions`); when given,
             ``samples``, ``seed`` and ``stats_samples`` are taken from it.
         source_options: Storage options for a remote dataset.
         next_seed: Link to the page of this seed (a served page's "next samples").
@@ -118,7 +118,8 @@ def _version() -> str:
 
 
 def _name(dest: str | os.PathLike[str] | Manifest, dataset: IndexedDataset) -> str:
+    """What the page calls the dataset: where its manifest is, credentials taken out."""
     manifest = dataset.manifest
     if manifest is not None and manifest.location is not None:
         return redact_url(manifest.location)
-    return redact_url(os.fspath(dest)) if not hasattr(dest, "table") else "a manifest"  # type: ignore[arg-type]
+    return redact_url(os.fspath(dest)) if isinstance(dest, (str, os.PathLike)) else "a manifest built in memory"

@@ -428,6 +428,8 @@ class IndexedDataset(Dataset):
             finally:
                 self._let_go(held)
             return parse_span(data, start=start, path=lambda: held.url, checksums=None if checksum is None else (checksum,))
+        except MemberTooLargeError:
+            raise  # refused by its size (max_bytes): nothing was read, no need to look at the shard
         except CorruptShardError:
             self._check_compressed(self.shard_url(shard))
             raise
