@@ -21,7 +21,7 @@ $(DEMO_STAMP): pyproject.toml $(CONSTRAINTS) | $(PY)
 	touch $(DEMO_STAMP)
 
 $(STAMP): pyproject.toml $(CONSTRAINTS) | $(PY)
-	$(PY) -m pip install --quiet -e '.[torch,test,bench,ray,tables,media]' -c $(CONSTRAINTS)
+	$(PY) -m pip install --quiet -e '.[torch,test,bench,ray,tables,media,show]' -c $(CONSTRAINTS)
 	touch $(STAMP) $(DEMO_STAMP)
 
 venv: $(STAMP)
@@ -29,11 +29,14 @@ venv: $(STAMP)
 demo: $(DEMO_STAMP)
 	$(PY) tools/demo.py --workdir demo
 
-# As root, the storage profiles' system tools (FUSE) are installed first, so
-# their test runs rather than skips; best effort: without them it is skipped.
+# As root, the storage profiles' system tools (FUSE) and Chromium (for the
+# browser test of `shardkit show` pages) are installed first, so their tests
+# run rather than skip; best effort: without them they are skipped.
 test: $(STAMP)
 	-@[ "$$(id -u)" != 0 ] || bash bench/profiles/install_deps.sh $(PY) >/dev/null \
 		|| echo "make test: the FUSE tools could not be installed; the FUSE profile test will be skipped"
+	-@[ "$$(id -u)" != 0 ] || bash tools/install_chromium.sh >/dev/null \
+		|| echo "make test: Chromium could not be installed; the browser test of shardkit show will be skipped"
 	$(PY) -m pytest -q
 
 bench-writer: $(STAMP)

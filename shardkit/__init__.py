@@ -44,6 +44,7 @@ _LAZY = {
     "ReaderOptions": "shardkit.read.options",
     "ShardDataset": "shardkit.read.dataset",
     "ShardWindowSampler": "shardkit.read.sampler",
+    "ShowOptions": "shardkit.preview.build",
     "Stream": "shardkit.read.schedule",
     "TokenBlocks": "shardkit.read.blocks",
     "World": "shardkit.world",
@@ -51,6 +52,7 @@ _LAZY = {
     "index_dataset": "shardkit.index.indexer",
     "make_loader": "shardkit.read.loader",
     "remove_samples": "shardkit.write.remove",
+    "show": "shardkit.preview.api",
     "shuffle_quality": "shardkit.read.shuffle",
     "write_dataset": "shardkit.write.parallel",
 }
@@ -67,6 +69,8 @@ if TYPE_CHECKING:
     from shardkit.read.options import OutputOptions, ReaderOptions
     from shardkit.read.sampler import ShardWindowSampler
     from shardkit.read.schedule import Stream
+    from shardkit.preview.api import show
+    from shardkit.preview.build import ShowOptions
     from shardkit.read.shuffle import shuffle_quality
     from shardkit.world import World
     from shardkit.index.indexer import IndexOptions, index_dataset
@@ -122,6 +126,7 @@ __all__ = [
     "ShardWindowSampler",
     "ShardWriter",
     "ShardkitError",
+    "ShowOptions",
     "SkippedInput",
     "SourceError",
     "SourceOptions",
@@ -139,6 +144,7 @@ __all__ = [
     "load_manifest",
     "make_loader",
     "remove_samples",
+    "show",
     "shuffle_quality",
     "write_dataset",
 ]

@@ -38,6 +38,15 @@ _SIZE_UNITS = {
 }  # fmt: skip
 
 
+def human_bytes(n: float) -> str:
+    """A byte count for people, in powers of 1000: ``812 B``, ``1.5 MB``."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
 def parse_size(text: str) -> int:
     """Parse a byte size such as ``"512MB"``, ``"1GiB"`` or ``"4096"``.
 

@@ -14,7 +14,7 @@ Rules (the floors are listed in docs/layout.md):
 - ``format/`` and ``io/`` import neither ``read/`` nor ``write/``;
 - ``read/`` and ``write/`` never import each other;
 - ``read/`` and ``index/`` never import each other, and ``write/`` never
-  imports ``index/``;
+  imports ``index/``; ``preview/`` (``shardkit show``) imports neither;
 - no module is longer than ``MAX_MODULE_LINES``.
 
 Each failure lists every offending module and the line of the import.
@@ -40,6 +40,7 @@ FLOORS: dict[str, int] = {
     "shardkit.io": 3,  # byte sources and destinations for every scheme
     "shardkit.write": 4,  # the writer
     "shardkit.read": 4,  # the reader
+    "shardkit.preview": 4,  # `shardkit show`: a page of samples read at random (beside read/, whose notebook views use it)
     "shardkit.index": 5,  # `shardkit index`: published shards read in place (uses write/'s publishing)
     "shardkit.verify": 5,  # jobs and integrations over a written dataset
     "shardkit.ray": 5,
@@ -237,6 +238,11 @@ def test_read_and_write_do_not_import_each_other() -> None:
 def test_index_is_imported_by_neither_read_nor_write() -> None:
     bad = _imports_between([("read", "index"), ("index", "read"), ("write", "index")])
     assert not bad, _report("read/ and index/ importing each other, or write/ importing index/", bad)
+
+
+def test_preview_imports_neither_write_nor_index() -> None:
+    bad = _imports_between([("preview", "write"), ("preview", "index")])
+    assert not bad, _report("preview/ importing write/ or index/", bad)
 
 
 def test_no_module_over_the_line_limit() -> None:

@@ -8,6 +8,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
+from shardkit.config import human_bytes  # noqa: F401 - the commands take it from here
 from shardkit.errors import redact_text
 
 if TYPE_CHECKING:
@@ -39,14 +40,6 @@ def shown(value: object) -> str:
         else:
             out.append(ch)
     return "".join(out)
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1000
-    return f"{n:.1f} TB"
 
 
 _VERBOSE_HELP = "log shardkit's debug details; tracebacks on errors (no wire logs: see --debug-wire)"

@@ -637,11 +637,11 @@ class ShardDataset(IterableDataset):
         self._counters.epoch.value = parsed.epoch
 
     def __repr__(self) -> str:
-        opts = self._options
-        return (
-            f"ShardDataset({self._mixture.describe(self.epoch)}, mode={opts.mode!r}, "
-            f"seed={opts.seed}, rank={self._world.rank}/{self._world.world_size})"
-        )
+        return (f"ShardDataset({self._mixture.describe(self.epoch)}, mode={self._options.mode!r}, "
+                f"seed={self._options.seed}, rank={self._world.rank}/{self._world.world_size})")
+
+    def _repr_html_(self) -> str:  # a notebook shows a few samples and the counts (shardkit.preview)
+        from shardkit.preview.api import stream_html; return stream_html(self)  # noqa: E702
 
 
 def _recorded(items: Iterator[tuple[int, Any]], progress: _Progress) -> Iterator[tuple[int, Any]]:

@@ -132,6 +132,10 @@ class HeldShard:
         """The shard's path or URL."""
         raise NotImplementedError
 
+    def span(self, position: int) -> tuple[int, int]:
+        """Where sample ``position`` starts and ends in the shard (from the offset index; nothing read)."""
+        raise NotImplementedError
+
     def read(self, position: int) -> tuple[int, bytes, int | None]:
         """Sample ``position``: where it starts in the shard, its bytes, and
         its stored checksum (None when the index has none)."""
@@ -194,11 +198,15 @@ class LocalShard(HeldShard):
         """The shard's offset index file."""
         return self._paths(self._shard)[1]
 
-    def read(self, position: int) -> tuple[int, bytes, int | None]:
+    def span(self, position: int) -> tuple[int, int]:
         raw = os.pread(self._index_fd, _TWO_BOUNDS.size, self._bounds_at + 8 * position)
         start, end = _TWO_BOUNDS.unpack(raw) if len(raw) == _TWO_BOUNDS.size else (0, 0)
         if not start < end:  # checked whole when opened: the file changed since
             raise corrupt_index(self.index_path, "it changed after it was checked", at=position)
+        return start, end
+
+    def read(self, position: int) -> tuple[int, bytes, int | None]:
+        start, end = self.span(position)
         size = end - start
         data = pread_up_to(self._fd, start, size)
         if len(data) != size:  # pread_exactly's check, the path named only for the error
@@ -242,8 +250,12 @@ class RemoteShard(HeldShard):
         checksums = self.index.checksums
         return self.index.bounds.nbytes + (0 if checksums is None else checksums.nbytes)
 
-    def read(self, position: int) -> tuple[int, bytes, int | None]:
+    def span(self, position: int) -> tuple[int, int]:
         start, end = self.index.bounds[position : position + 2].tolist()
+        return start, end
+
+    def read(self, position: int) -> tuple[int, bytes, int | None]:
+        start, end = self.span(position)
         checksums = self.index.checksums
         return start, self.source.read_at(start, end - start), None if checksums is None else int(checksums[position])
 

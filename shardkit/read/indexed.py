@@ -266,6 +266,9 @@ class IndexedDataset(Dataset):
     def __repr__(self) -> str:
         return f"IndexedDataset({len(self)} samples in {self.num_shards} shards)"
 
+    def _repr_html_(self) -> str:  # a notebook shows a few samples and the counts (shardkit.preview)
+        from shardkit.preview.build import notebook_html; return notebook_html(self)  # noqa: E702
+
     # ------------------------------------------------------------ locating
 
     def locate(self, index: int) -> tuple[int, int]:
@@ -400,17 +403,33 @@ class IndexedDataset(Dataset):
         images)."""
         return collate_samples([sample for sample in batch if sample is not None])
 
-    def _read(self, shard: int, position: int) -> RawSample:
+    def raw_sample(self, index: int, *, max_bytes: int | None = None) -> RawSample:
+        """Sample ``index`` as stored, neither decoded nor mapped: its key,
+        member bytes and byte range in shard :meth:`locate` gives. Faults
+        raise, whatever ``on_error`` says.
+
+        Raises:
+            MemberTooLargeError: The offset index gives the sample more than
+                ``max_bytes`` bytes (checked before any of them is read).
+        """
+        _, shard, position = self._locate(index)
+        return self._read(shard, position, max_bytes=max_bytes)
+
+    def _read(self, shard: int, position: int, *, max_bytes: int | None = None) -> RawSample:
         """Sample ``position`` of shard ``shard`` (counting its kept samples)."""
         if self._removed is not None:
             position = int(stored_positions(self._removed.in_shard(shard), position))
         try:
             held = self._hold(shard)
             try:
+                if max_bytes is not None:
+                    _check_size(held, position, max_bytes)
                 start, data, checksum = held.read(position)
             finally:
                 self._let_go(held)
             return parse_span(data, start=start, path=lambda: held.url, checksums=None if checksum is None else (checksum,))
+        except MemberTooLargeError:
+            raise  # refused by its size (max_bytes): nothing was read, no need to look at the shard
         except CorruptShardError:
             self._check_compressed(self.shard_url(shard))
             raise
@@ -592,6 +611,16 @@ class _LocalPaths:
 
     def __call__(self, shard: int) -> tuple[str, str]:
         return local_path(self.catalog.url(shard)), local_path(self.catalog.index_url(shard))
+
+
+def _check_size(held: HeldShard, position: int, max_bytes: int) -> None:
+    """Refuse sample ``position`` of ``held`` when its index gives it more than ``max_bytes``."""
+    start, end = held.span(position)
+    if end - start > max_bytes:
+        raise MemberTooLargeError.over_limit(
+            f"the offset index gives the sample at byte {start} {end - start:,} bytes",
+            limit=max_bytes, option="max_sample_bytes", path=held.url, amount=end - start,
+        )  # fmt: skip
 
 
 def _no_offsets(catalog: ShardCatalog) -> UsageError:
