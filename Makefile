@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 # Pins this machine's torch for the commands below; pyproject.toml has ranges.
 CONSTRAINTS := tools/constraints.txt
 
-.PHONY: demo test venv bench-writer bench-ray bench-mix bench-checksums bench-scale bench-ingest bench-map bench-tokens bench-parse bench-remove clean
+.PHONY: demo test venv bench-writer bench-ray bench-mix bench-checksums bench-scale bench-ingest bench-map bench-tokens bench-parse bench-remove bench-video clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -125,6 +125,16 @@ bench-parse: $(STAMP)
 # reader's throughput with and without removals: bench/results/remove.* (~10 min).
 bench-remove: $(STAMP)
 	$(PY) bench/bench_remove.py
+
+# Video and audio clips (#43): clips per second and memory of one worker,
+# shardkit's clip decoders against a full decode and decord (installed here
+# where it has a wheel; its cells say so where not), audio clips against
+# soundfile.read; bench/results/video.{json,md,png} (~12 min, the first run
+# making its 720p videos).
+bench-video: $(STAMP)
+	-@$(PY) -c 'import decord' 2>/dev/null || $(PY) -m pip install --quiet 'decord>=0.6' \
+		|| echo "bench-video: decord does not install here; its cells are left out"
+	$(PY) bench/bench_video.py $(BENCH_VIDEO_ARGS)
 
 clean:
 	rm -rf demo bench/work .pytest_cache
