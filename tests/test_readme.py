@@ -11,7 +11,9 @@ using ``resuming`` runs twice, without and then with the checkpoint it
 saved), with the working directory a temporary folder that
 holds the demo: ``data/train`` (an ImageFolder of about 60 JPEGs of different
 sizes, made by ``tools/gen_images.py``) and ``shards/train`` and
-``shards/val`` (``shardkit write`` of it). Remote and distributed code is
+``shards/val`` (``shardkit write`` of it), and ``data/videos`` (three
+short videos with captions and audio, made by ``bench/harness/media.py``)
+with ``shards/videos``. Remote and distributed code is
 adapted by the text substitutions in :data:`SUBSTITUTIONS`, each stated with
 its reason; a block still holding a remote URL or a multi-process setup after
 them fails the test, naming the block, so a new block can never be
@@ -47,6 +49,7 @@ from typing import Any
 import pytest
 
 import shardkit
+from bench.harness.media import make_audio, make_video
 from shardkit.cli import main as cli_main
 from shardkit.write.download import DownloadOptions
 
@@ -152,6 +155,14 @@ def demo(tmp_path_factory) -> Path:
     assert cli_main(["write", str(root / "data" / "train"), str(shards / "train"), "--max-samples", "16"]) == 0
     # Another dataset of the same images (another shuffle): the mixing example needs two.
     assert cli_main(["write", str(root / "data" / "train"), str(shards / "val"), "--max-samples", "16", "--seed", "1"]) == 0
+    # Videos with captions, for the video examples.
+    videos = root / "data" / "videos"
+    videos.mkdir(parents=True)
+    for i in range(3):
+        (videos / f"clip{i}.mp4").write_bytes(make_video(seconds=3, width=128, height=96, gop=15, seed=i))
+        (videos / f"clip{i}.txt").write_text(f"a test video, number {i}")
+        (videos / f"clip{i}.flac").write_bytes(make_audio(seconds=3, rate=16000, format="FLAC"))
+    assert cli_main(["write", str(videos), str(shards / "videos")]) == 0
     return root
 
 

@@ -218,6 +218,20 @@ def test_audio_clip_is_the_exact_span_and_pads_a_short_input():
     assert not padded[:, 16000:].any()
 
 
+def test_an_mp3_clip_is_its_span_of_the_whole_decode():
+    # libsndfile's mp3 seek lands up to a second off: the clip is reached by
+    # decoding up to it, so it holds the very samples a whole decode has there.
+    rate = 22050
+    frames = tone(rate * 12, rate, channels=2) + np.random.default_rng(1).normal(0, 0.05, (rate * 12, 2)).astype(np.float32)
+    out = io.BytesIO()
+    soundfile.write(out, frames, rate, format="MP3")
+    whole = shardkit.Decoder(audio="tensor").function_for("mp3")(out.getvalue())["array"]
+    for start in (0.0, 3.3, 7.31):
+        clip = DecodeAudioClip(1.0, start=start)(out.getvalue())["array"]
+        first = round(start * rate)
+        assert torch.equal(clip, whole[:, first : first + rate]), start
+
+
 def test_audio_clip_resamples_to_the_asked_rate():
     rate, to = 44100, 16000
     t = np.arange(rate * 2) / rate
