@@ -44,7 +44,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.common import git_commit, machine, plot_path, run_cell, save_record  # noqa: E402
+from bench.common import answer_cell, bench_parser, git_commit, machine, publish_run, run_cell  # noqa: E402
 
 CELL_ANSWER = "@@bench-remove "
 FULL = {"find_samples": 200_000, "shards": 500_000, "removals": 1_000_000, "repeats": 5, "read_batches": 2000}
@@ -317,26 +317,12 @@ def plot(record: dict[str, Any], path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cell", help=argparse.SUPPRESS)
-    parser.add_argument("--quick", action="store_true", help="small sizes, one repeat")
-    parser.add_argument("--workdir", default=os.path.join("bench", "work", "remove"))
-    parser.add_argument("--timeout-s", type=float, default=900)
-    parser.add_argument("--out", help="JSON record (default bench/results/remove.json; --quick: under --workdir)")
+    parser = bench_parser(__doc__, "remove", quick_help="small sizes, one repeat", timeout_s=900)
     args = parser.parse_args(argv)
-    if args.cell:
-        spec = json.loads(args.cell)
-        print(CELL_ANSWER + json.dumps(CELLS[spec["cell"]](spec)), flush=True)
+    if answer_cell(args, CELL_ANSWER, lambda spec: CELLS[spec["cell"]](spec)):
         return 0
-    preset = dict(QUICK if args.quick else FULL)
     os.makedirs(args.workdir, exist_ok=True)
-    out = args.out or (os.path.join(args.workdir, "remove-quick.json") if args.quick else
-                       os.path.join("bench", "results", "remove.json"))  # fmt: skip
-    record = measure(args, preset)
-    save_record(out, record, markdown(record))
-    plot(record, plot_path(out))
-    print(markdown(record))
-    return 0
+    return publish_run(args, "remove", measure(args, dict(QUICK if args.quick else FULL)), markdown, plot)
 
 
 if __name__ == "__main__":

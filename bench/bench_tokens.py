@@ -64,7 +64,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.common import git_commit, machine, plot_path, run_cell, save_record  # noqa: E402
+from bench.common import answer_cell, bench_parser, git_commit, machine, publish_run, run_cell  # noqa: E402
 
 CELL_ANSWER = "@@bench-tokens "
 VOCAB = 50_000
@@ -566,20 +566,12 @@ def plot(record: dict[str, Any], path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cell", help=argparse.SUPPRESS)
-    parser.add_argument("--quick", action="store_true", help="3x10^6 tokens, block 2,048, one repeat")
+    parser = bench_parser(__doc__, "tokens", quick_help="3x10^6 tokens, block 2,048, one repeat", timeout_s=600)
     parser.add_argument("--tokens", type=int, help="tokens of the corpus (default 5x10^7)")
     parser.add_argument("--repeats", type=int)
-    parser.add_argument("--workdir", default=os.path.join("bench", "work", "tokens"))
     parser.add_argument("--litdata-python", default=os.path.join(".venv-map", "bin", "python"))
-    parser.add_argument("--timeout-s", type=float, default=600)
-    parser.add_argument("--out", help="JSON record (default bench/results/tokens.json; --quick: under --workdir)")
     args = parser.parse_args(argv)
-    if args.cell:
-        spec = json.loads(args.cell)
-        result = CELLS[spec.get("cell", "write" if "writer" in spec else "read")](spec)
-        print(CELL_ANSWER + json.dumps(result), flush=True)
+    if answer_cell(args, CELL_ANSWER, lambda spec: CELLS[spec.get("cell", "write" if "writer" in spec else "read")](spec)):
         return 0
     preset = dict(QUICK if args.quick else FULL)
     if args.tokens:
@@ -587,13 +579,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats:
         preset["repeats"] = args.repeats
     os.makedirs(args.workdir, exist_ok=True)
-    out = args.out or (os.path.join(args.workdir, "tokens-quick.json") if args.quick else
-                       os.path.join("bench", "results", "tokens.json"))  # fmt: skip
-    record = measure(args, preset)
-    save_record(out, record, markdown(record))
-    plot(record, plot_path(out))
-    print(markdown(record))
-    return 0
+    return publish_run(args, "tokens", measure(args, preset), markdown, plot)
 
 
 if __name__ == "__main__":

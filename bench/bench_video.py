@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 import shutil
 import sys
@@ -63,7 +62,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.common import git_commit, machine, peak_rss_mb, plot_path, run_cell, save_record  # noqa: E402
+from bench.common import answer_cell, bench_parser, git_commit, machine, peak_rss_mb, publish_run, run_cell  # noqa: E402
 
 CELL_ANSWER = "@@bench-video "
 FULL = {"lengths": [30, 60], "videos": 2, "clips": {"shardkit": 24, "decord": 12, "full": 3}, "audio_clips": 60}
@@ -346,25 +345,12 @@ def plot(record: dict[str, Any], path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cell", help=argparse.SUPPRESS)
-    parser.add_argument("--quick", action="store_true", help="short videos, few clips")
-    parser.add_argument("--workdir", default=os.path.join("bench", "work", "video"))
-    parser.add_argument("--timeout-s", type=float, default=600)
-    parser.add_argument("--out", help="JSON record (default bench/results/video.json; --quick: under --workdir)")
+    parser = bench_parser(__doc__, "video", quick_help="short videos, few clips", timeout_s=600)
     args = parser.parse_args(argv)
-    if args.cell:
-        print(CELL_ANSWER + json.dumps(cell(json.loads(args.cell))), flush=True)
+    if answer_cell(args, CELL_ANSWER, cell):
         return 0
-    preset = dict(QUICK if args.quick else FULL)
     os.makedirs(args.workdir, exist_ok=True)
-    out = args.out or (os.path.join(args.workdir, "video-quick.json") if args.quick else
-                       os.path.join("bench", "results", "video.json"))  # fmt: skip
-    record = measure(args, preset)
-    save_record(out, record, markdown(record))
-    plot(record, plot_path(out))
-    print(markdown(record))
-    return 0
+    return publish_run(args, "video", measure(args, dict(QUICK if args.quick else FULL)), markdown, plot)
 
 
 if __name__ == "__main__":

@@ -4,12 +4,13 @@ its Markdown table and plot beside it)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 #: The repository's root (cells run with it on their PYTHONPATH).
@@ -97,3 +98,44 @@ def run_cell(
             return json.loads(line[len(answer) :])
     lines = [line for line in stderr.strip().splitlines() if line.strip()]
     return {"error": lines[-1][:500] if lines else f"exit code {proc.returncode}", "stderr_tail": stderr[-2000:]}
+
+
+def bench_parser(doc: str | None, name: str, *, quick_help: str, timeout_s: float) -> argparse.ArgumentParser:
+    """The options every ``bench_NAME.py`` takes: ``--quick``, ``--workdir``
+    (``bench/work/NAME``), ``--timeout-s`` of a cell, ``--out``, and the
+    hidden ``--cell`` a cell's process is started with."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cell", help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--workdir", default=os.path.join("bench", "work", name))
+    parser.add_argument("--timeout-s", type=float, default=timeout_s)
+    parser.add_argument("--out", help=f"JSON record (default bench/results/{name}.json; --quick: under --workdir)")
+    return parser
+
+
+def answer_cell(args: argparse.Namespace, answer: str, run: Callable[[dict[str, Any]], dict[str, Any]]) -> bool:
+    """In a cell's process (``--cell SPEC``): print ``run(SPEC)`` after
+    ``answer`` for :func:`run_cell` and say so; else False."""
+    if not args.cell:
+        return False
+    print(answer + json.dumps(run(json.loads(args.cell))), flush=True)
+    return True
+
+
+def publish_run(
+    args: argparse.Namespace,
+    name: str,
+    record: Mapping[str, Any],
+    markdown: Callable[[Mapping[str, Any]], str],
+    plot: Callable[[Mapping[str, Any], str], None],
+) -> int:
+    """Write a run's record, table and plot (``bench/results/NAME.*``, or
+    ``--workdir/NAME-quick.*`` for ``--quick``, or ``--out``) and print the table."""
+    out = args.out or (
+        os.path.join(args.workdir, f"{name}-quick.json") if args.quick else os.path.join("bench", "results", f"{name}.json")
+    )
+    table = markdown(record)
+    save_record(out, record, table)
+    plot(record, plot_path(out))
+    print(table)
+    return 0
