@@ -34,11 +34,12 @@ _PR_SET_PDEATHSIG = 1
 def pool_context() -> multiprocessing.context.BaseContext:
     """Start method for writer processes.
 
-    ``fork`` where the platform has it: the workers only read files, hash and
-    write, so they need nothing that fork could leave in a bad state, and
-    unlike ``spawn``/``forkserver`` it does not re-import the caller's
-    ``__main__`` (which would re-run a training script without a main guard,
-    or fail for ``python -c``/stdin programs).
+    ``fork`` where the platform has it: unlike ``spawn``/``forkserver`` it
+    does not re-import the caller's ``__main__`` (which would re-run a
+    training script without a main guard, or fail for ``python -c``/stdin
+    programs), and a ``map`` defined there reaches the workers. What fork
+    leaves in a bad state is mended as each worker starts
+    (:func:`_start_worker`).
     """
     methods = multiprocessing.get_all_start_methods()
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
@@ -57,8 +58,22 @@ def process_pool(workers: int, initializer: Callable[..., Any] | None = None, in
 
 def _start_worker(parent: int, initializer: Callable[..., Any] | None, initargs: tuple) -> None:
     die_with_parent(parent)
+    one_torch_thread()
     if initializer is not None:
         initializer(*initargs)
+
+
+def one_torch_thread() -> None:
+    """Where the parent had imported torch, run its operators on one thread
+    in this forked worker, as DataLoader's workers do. The OpenMP thread pool
+    that torch's operators share does not survive ``fork``: a parallel
+    operator in the child (a ``.contiguous()`` copy of a clip in a user's
+    ``map``) would wait forever for threads that are not there. The workers
+    are the parallelism anyway."""
+    torch = sys.modules.get("torch")
+    set_num_threads = getattr(torch, "set_num_threads", None)
+    if set_num_threads is not None:
+        set_num_threads(1)
 
 
 def die_with_parent(parent: int) -> bool:

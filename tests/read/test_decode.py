@@ -222,7 +222,7 @@ def test_decoder_pickles_without_its_cache():
 
 def test_make_decoder_shorthands():
     assert make_decoder(None) is None
-    assert make_decoder("tensor") == Decoder(image="tensor")
+    assert make_decoder("tensor") == Decoder(image="tensor", audio="tensor")
     with pytest.raises(UsageError, match="decode must be 'pil', 'tensor'"):
         make_decoder("rgb8")  # type: ignore[arg-type]
 

@@ -363,3 +363,33 @@ def test_the_drivers_memory_stays_flat_from_10_5_to_10_7_items(tmp_path):
         assert (samples, filtered) == (num_items // 10**6 + (num_items < 10**6), num_items - samples)
         peaks[num_items] = peak_kib
     assert peaks[10**7] - peaks[10**5] < 40 * 1024, peaks  # ~15 MB measured: 2,442 partitions' summaries
+
+
+TORCH_AFTER_FORK = """
+import sys
+import torch
+import shardkit
+
+torch.set_num_threads(2)
+torch.ones(4_000_000).mul_(2)  # OpenMP's threads start in this, the parent, process
+
+
+def double(item):
+    i, _ = item
+    return {"__key__": f"k{i}", "npy": (torch.arange(1_000_000) * 2).clone().numpy()[:4]}  # parallel operators
+
+
+report = shardkit.write_dataset(list(enumerate([None] * 4)), sys.argv[1], map=double,
+                                options=shardkit.WriteOptions(workers=2))
+print(report.manifest.num_samples)
+"""
+
+
+def test_a_map_running_torch_operators_in_forked_workers_after_the_parent_used_them_finishes(tmp_path):
+    # OpenMP's thread pool does not survive fork: without one thread per
+    # worker (as DataLoader's workers have), the first parallel operator in a
+    # worker waits forever.
+    done = subprocess.run(
+        [sys.executable, "-c", TORCH_AFTER_FORK, str(tmp_path / "out")], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.split()[-1] == "4", done.stderr[-2000:]

@@ -63,7 +63,7 @@ _EPS = 1e-6
 
 
 class _Video:
-    """One open video member: its first video stream, checked, and frames
+    """One open video member: its main video stream, checked, and frames
     at given times."""
 
     def __init__(self, data: bytes, *, max_frame_pixels: int | None, threads: int) -> None:
@@ -81,15 +81,17 @@ class _Video:
         self.claimed: float | None = None
 
     def _open(self) -> None:
-        """Open the member (again), its first video stream checked and set up."""
+        """Open the member (again), its main video stream checked and set up."""
         try:
             self.container = self._av.open(io.BytesIO(self._data), mode="r", metadata_errors="ignore")
         except (self._errors, UnicodeDecodeError) as exc:
             raise MediaError.of(f"not a video FFmpeg reads ({exc})") from None
         try:
-            if not self.container.streams.video:
+            # FFmpeg's pick of the video streams: the main one, not cover art.
+            stream = self.container.streams.best("video")
+            if stream is None:
                 raise MediaError.of("no video stream")
-            self.stream = stream = self.container.streams.video[0]
+            self.stream = stream
             codec = stream.codec_context
             if codec is None:
                 raise MediaError.of("its video stream is in no codec FFmpeg decodes")
