@@ -288,6 +288,14 @@ def _find(record: dict[str, Any], **match: Any) -> dict[str, Any]:
     return next(c for c in record["cells"] if all(c.get(k) == v for k, v in match.items()))
 
 
+def _row(data: str, tool: str, cell: dict[str, Any], baseline: float | None, digits: int) -> str:
+    """A table row: the cell's clips/s, its ratio to ``baseline`` and its memory, or why it has none."""
+    if "clips_per_s" not in cell:
+        return f"| {data} | {LABELS[tool]} | {cell.get('unavailable') or cell.get('error')} | | |"
+    ratio = f"{cell['clips_per_s'] / baseline:.1f}x" if baseline else ""
+    return f"| {data} | {LABELS[tool]} | {cell['clips_per_s']:.{digits}f} | {ratio} | {cell['added_mb']:.0f} |"
+
+
 def markdown(record: dict[str, Any]) -> str:
     lines = [
         f"# Video and audio clips, one worker (commit {record['commit']})",
@@ -302,22 +310,12 @@ def markdown(record: dict[str, Any]) -> str:
     for length in lengths:
         full = _find(record, kind="video", tool="full", length_s=length).get("clips_per_s")
         for tool in VIDEO_TOOLS:
-            c = _find(record, kind="video", tool=tool, length_s=length)
-            if "clips_per_s" not in c:
-                lines.append(f"| {length} s | {LABELS[tool]} | {c.get('unavailable') or c.get('error')} | | |")
-                continue
-            ratio = f"{c['clips_per_s'] / full:.1f}x" if full else ""
-            lines.append(f"| {length} s | {LABELS[tool]} | {c['clips_per_s']:.2f} | {ratio} | {c['added_mb']:.0f} |")
+            lines.append(_row(f"{length} s", tool, _find(record, kind="video", tool=tool, length_s=length), full, 2))
     lines += ["", "| audio | tool | clips/s | vs whole read | memory added (MB) |", "|---|---|---:|---:|---:|"]
     for ext in ("flac", "mp3"):
         whole = _find(record, kind="audio", tool="soundfile", format=ext).get("clips_per_s")
         for tool in ("shardkit-audio", "soundfile"):
-            c = _find(record, kind="audio", tool=tool, format=ext)
-            if "clips_per_s" not in c:
-                lines.append(f"| {ext} | {LABELS[tool]} | {c.get('error')} | | |")
-                continue
-            ratio = f"{c['clips_per_s'] / whole:.1f}x" if whole else ""
-            lines.append(f"| {ext} | {LABELS[tool]} | {c['clips_per_s']:.1f} | {ratio} | {c['added_mb']:.0f} |")
+            lines.append(_row(ext, tool, _find(record, kind="audio", tool=tool, format=ext), whole, 1))
     return "\n".join(lines) + "\n"
 
 

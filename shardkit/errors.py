@@ -362,6 +362,12 @@ class MediaError(CorruptShardError):
         return type(self).of(self.what, path=path or self.path, member=member or self.member)
 
 
+#: The errors a transform in ``map`` raises for a member at fault rather
+#: than for a bug: data faults, which the readers raise naming the shard and
+#: member (each has ``located``), or skip under ``on_error="skip"``.
+TRANSFORM_FAULTS: tuple[type[MemberTooLargeError] | type[MediaError], ...] = (MemberTooLargeError, MediaError)
+
+
 def _where(path: str | None, member: str | None) -> str:
     """``"PATH: member 'KEY.EXT': "``, the parts that are known."""
     where = ": ".join(p for p in (path, f"member {member!r}" if member else None) if p)

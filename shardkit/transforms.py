@@ -78,7 +78,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from shardkit.errors import MediaError, MemberTooLargeError, UsageError
+from shardkit.errors import TRANSFORM_FAULTS, UsageError
 from shardkit.read.decoders.audio import DecodeAudioClip
 from shardkit.read.decoders.images import DEFAULT_MAX_IMAGE_PIXELS, check_pixels, open_image
 from shardkit.read.decoders.video import DecodeVideoClip, DecodeVideoClips
@@ -484,7 +484,7 @@ class MapField:
             if name in sample:
                 try:
                     sample[name] = self.transform(sample[name])
-                except (MemberTooLargeError, MediaError) as exc:
+                except TRANSFORM_FAULTS as exc:
                     raise exc.located(path=exc.path, member=f"{sample.get('__key__')}.{name}") from None
                 return sample
         raise KeyError(

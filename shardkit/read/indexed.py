@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from shardkit.errors import CorruptShardError, MediaError, MemberTooLargeError, ShardkitError, UsageError
+from shardkit.errors import TRANSFORM_FAULTS, CorruptShardError, MemberTooLargeError, ShardkitError, UsageError
 from shardkit.format.compression import MAGIC_BYTES, compression_from_name, detect_compression, file_compression
 from shardkit.format.index import OffsetIndex
 from shardkit.format.removed import stored_positions
@@ -333,7 +333,7 @@ class IndexedDataset(Dataset):
                 return self._skip(shard, global_index, exc, describe_fault(exc))
         try:
             return sample if self._map is None else self._map(sample)
-        except (MemberTooLargeError, MediaError) as exc:  # a data fault, like corruption
+        except TRANSFORM_FAULTS as exc:  # a data fault, like corruption
             error = exc if exc.path is not None else exc.located(path=self.shard_url(shard), member=exc.member)
             if self._on_error == "raise":
                 raise error from None

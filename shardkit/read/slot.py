@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from shardkit.errors import MediaError, MemberTooLargeError, StateError, UsageError
+from shardkit.errors import TRANSFORM_FAULTS, StateError, UsageError
 from shardkit.io.base import SourceOptions
 from shardkit.read.blocks import BlockCatalog, BlockReader, token_world_check
 from shardkit.read import sample_rng
@@ -630,7 +630,7 @@ def _decoded(
             finally:
                 sample_rng.current.reset(token)
             yield n, item
-        except (MemberTooLargeError, MediaError) as exc:
+        except TRANSFORM_FAULTS as exc:
             error = exc if exc.path is not None else exc.located(path=url, member=exc.member)
             if on_error == "raise":
                 raise error from None
