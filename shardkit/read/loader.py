@@ -339,6 +339,27 @@ class ShardLoader(DataLoader):
         self._started = False
 
 
+def _order_needed_by(dataset: ShardDataset) -> str | None:
+    """What about ``dataset`` makes ranks agree on a step's batch only when
+    batches are delivered in worker order (None: nothing does).
+
+    Out of order, the batch a rank takes at step s is whichever of its
+    workers finished first: timing, which differs between processes. Each
+    rank's multiset of batches is still right, so plain data parallelism
+    does not care; these do:
+
+    * ``replication > 1``: the ranks of a tensor- or sequence-parallel
+      group read the same samples and must take the same batch each step;
+    * ``batching="per_stream"``: every rank's batch at a step must be of
+      the same stream.
+    """
+    if dataset.replication > 1:
+        return f"replication={dataset.replication} (ranks of a group must take identical batches)"
+    if dataset.options.batching == "per_stream":
+        return "batching='per_stream' (every rank's batch at a step must be of the same stream)"
+    return None
+
+
 def make_loader(
     dataset: ShardDataset,
     *,
@@ -376,9 +397,10 @@ def make_loader(
         pin_memory: Copy batches into pinned memory (for CUDA training).
         prefetch_factor: Items each worker prepares ahead.
         in_order: Deliver in worker round-robin order (deterministic) rather
-            than as soon as ready. None: False, unless the dataset's batches
-            are per stream (``batching="per_stream"``), whose steps agree
-            across ranks only in order.
+            than as soon as ready. None: False, unless ranks must agree on
+            each step's batch, which they do only in order: ranks read in
+            groups (``replication > 1``), or batches are per stream
+            (``batching="per_stream"``). There False is refused.
         drop_last: Drop each worker's last partial DataLoader batch.
         timeout_s: Seconds to wait for a batch before raising (0: forever).
         multiprocessing_context: Passed to the DataLoader (e.g. ``"spawn"``).
@@ -401,20 +423,22 @@ def make_loader(
         ``load_state_dict()``).
 
     Raises:
-        UsageError: Batching asked for both here and in the dataset.
+        UsageError: Batching asked for both here and in the dataset, or
+            ``in_order=False`` where ranks must agree on each batch.
     """
     if batch_size is not None and dataset.batch_size is not None:
         raise UsageError("the dataset already batches (batch_size=...); leave make_loader's batch_size None")
     workers = default_num_workers() if num_workers is None else num_workers
     if workers < 0:
         raise UsageError(f"num_workers must be >= 0, not {workers}")
-    per_stream = dataset.options.batching == "per_stream"
+    ordered_by = _order_needed_by(dataset)
     if in_order is None:
-        in_order = per_stream
-    elif per_stream and not in_order:
+        in_order = ordered_by is not None
+    elif ordered_by is not None and not in_order:
         raise UsageError(
-            "batching='per_stream' needs in-order delivery: at step s every rank takes worker s % num_workers's "
-            "batch, which is of the same stream on every rank. Leave in_order at its default (True here)"
+            f"{ordered_by} needs in-order delivery: at step s every rank takes worker s % num_workers's batch, "
+            "and only in order is that batch the same on the ranks that must agree. Leave in_order at its "
+            "default (True here)"
         )
     kwargs: dict[str, Any] = {}
     if workers > 0:

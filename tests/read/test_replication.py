@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from shardkit import ShardDataset, ShardWindowSampler, TokenBlocks, World
+from shardkit import ShardDataset, ShardWindowSampler, TokenBlocks, World, make_loader
 from shardkit.errors import UsageError
 from tests.conftest import build_dataset
 from tests.read.token_data import write_documents
@@ -28,6 +28,19 @@ def test_each_rank_of_a_group_reads_what_its_group_reads_as_one_rank(tmp_path, m
         alone = ShardDataset(str(tmp_path), mode=mode, seed=3, rank=rank // 3, world_size=2)
         assert ds.world == World(rank=rank // 3, world_size=2)
         assert _keys(ds) == _keys(alone) and len(ds) == len(alone)
+
+
+def test_a_replicated_loader_delivers_in_order_and_refuses_otherwise(tmp_path):
+    """Out of order, a rank's batch at a step is whichever worker finished
+    first, so the ranks of a group would train on different batches."""
+    build_dataset(str(tmp_path), SIZES)
+    ds = ShardDataset(str(tmp_path), seed=3, rank=1, world_size=4, replication=2)
+    assert ds.replication == 2
+    assert make_loader(ds, num_workers=2).in_order is True
+    with pytest.raises(UsageError, match=r"replication=2 .*in-order delivery.*in_order"):
+        make_loader(ds, num_workers=2, in_order=False)
+    alone = ShardDataset(str(tmp_path), seed=3, rank=1, world_size=4)
+    assert alone.replication == 1 and make_loader(alone, num_workers=2).in_order is False
 
 
 def test_token_blocks_of_a_group_agree(tmp_path):
