@@ -99,6 +99,7 @@ from shardkit.io.base import SourceOptions
 from shardkit.io.registry import open_destination
 from shardkit.io.urls import is_local, local_path, redact_url
 from shardkit.write.destination import holding_destination
+from shardkit.write.occupant import refuse_unfinished_write
 from shardkit.write.pool import bounded, group_size, in_groups, run_in_pool
 from shardkit.write.publish import publish_manifest
 from shardkit.write.scratch import scratch_folder
@@ -282,6 +283,7 @@ def _index(
         target = _target(listing, out)
         if is_local(target):  # made if missing; one index or write into it at a time
             held.enter_context(holding_destination(target, rerun="stop it and run the index again"))
+            refuse_unfinished_write(local_path(target), beside_shards=out is None)
         previous = load_previous(target, listing.base, out, options.source)
         if previous is not None and len(previous.names) == 0:
             previous = None

@@ -37,9 +37,10 @@ from shardkit.index.source import ShardListing
 from shardkit.io.atomic import atomic_write_bytes
 from shardkit.io.base import SourceOptions
 from shardkit.io.manifest import machine_cache_root
+from shardkit.write.occupant import INDEX_JOURNAL_DIR
 
 #: The journal's folder inside a local index folder.
-JOURNAL_DIR = ".shardkit-index.journal"
+JOURNAL_DIR = INDEX_JOURNAL_DIR
 _RESULTS, _NAMES, _FIELDS, _TOKEN_SETS = "results", "names.sha256", "fields.json", "token_fields.json"
 
 

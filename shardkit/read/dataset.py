@@ -403,11 +403,6 @@ class ShardDataset(IterableDataset):
         return self._world
 
     @property
-    def replication(self) -> int:
-        """Consecutive ranks that read as one group (1: every rank its own)."""
-        return self._split.replication
-
-    @property
     def batch_size(self) -> int | None:
         """Samples per batch made in the worker, or None for single samples."""
         return self._slots.output.batch_size

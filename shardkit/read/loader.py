@@ -353,8 +353,9 @@ def _order_needed_by(dataset: ShardDataset) -> str | None:
     * ``batching="per_stream"``: every rank's batch at a step must be of
       the same stream.
     """
-    if dataset.replication > 1:
-        return f"replication={dataset.replication} (ranks of a group must take identical batches)"
+    replication = dataset._split.replication  # its companion, as in _items
+    if replication > 1:
+        return f"replication={replication} (ranks of a group must take identical batches)"
     if dataset.options.batching == "per_stream":
         return "batching='per_stream' (every rank's batch at a step must be of the same stream)"
     return None

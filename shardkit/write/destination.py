@@ -24,11 +24,9 @@ from shardkit.format.brace import BraceList, is_pattern, split_patterns
 from shardkit.format.location import path_under
 from shardkit.io.atomic import TMP_SUFFIX
 from shardkit.io.urls import is_local, local_path
+from shardkit.write.occupant import CARD_NAME, INTERRUPTED_WRITE, JOURNAL_DIR, UNFINISHED_SHARDS, describe_occupant
 
 SHARD_PATTERN = "shard-{:06d}.tar"
-#: The dataset card's file name (the Hub's and ``datasets``' name for it).
-CARD_NAME = "README.md"
-JOURNAL_DIR = ".shardkit-journal"
 _OURS = re.compile(
     r"^(shard-\d{6,}\.(tar|idx)(\.tmp)?|manifest\.json(\.tmp)?|shards-[0-9a-f]{16}\.table(\.[^/]*)?|\.shardkit-journal)$"
 )
@@ -219,10 +217,13 @@ def check_destination(
         return
     resume_flag, overwrite_flag = flags
     if not overwrite:
-        finish = f"pass {resume_flag} to finish an interrupted write, " if resume_flag else ""
+        held = describe_occupant(dest) or f"{len(entries)} entries (e.g. {entries[0]!r})"
+        # What each spelling of resume finishes: `shardkit write`'s journal, a ShardWriter's shards.
+        finishes = INTERRUPTED_WRITE if resume_flag == CLI_FLAGS[0] else UNFINISHED_SHARDS
+        same = " (the same source and options)" if resume_flag == CLI_FLAGS[0] else ""
+        finish = f"pass {resume_flag} to finish it{same}, " if resume_flag and held.startswith(finishes) else ""
         raise DestinationError(
-            f"{dest}: destination is not empty ({len(entries)} entries, e.g. {entries[0]!r}); "
-            f"{finish}pass {overwrite_flag} to replace it, or choose an empty directory",
+            f"{dest}: holds {held}; {finish}pass {overwrite_flag} to replace it, or choose an empty directory",
             path=dest,
         )
     foreign = [e for e in entries if not _OURS.match(e) and e != CARD_NAME]

@@ -71,6 +71,7 @@ from shardkit.write.journal import (
 from shardkit.write.limits import ShardLimits
 from shardkit.write.map_stage import StageRun, map_scanned, map_sequence, map_spec, stage_counts, stage_info
 from shardkit.write.mapping import MapSpec, check_sequence, is_path
+from shardkit.write.occupant import WriteIdentity, check_resume, record_identity, write_identity
 from shardkit.write.options import ENGINES, WriteOptions
 from shardkit.write.plan import Oversized, ShardTask, plan_shards
 from shardkit.write.pool import pool_context, process_pool
@@ -234,14 +235,19 @@ def _write(run: _Run) -> WriteReport:
     created = not os.path.exists(dest)
     if not os.path.isdir(dest):
         check_destination(dest, overwrite=options.overwrite, resume=options.resume)  # a file there: refused, nothing made
+    identity = write_identity(run.source, options, MapSpec(run.map).name)
     with holding_destination(dest):
-        # Refuse an unusable DEST before scanning, changing nothing there yet.
+        # Refuse an unusable DEST before scanning, changing nothing there yet:
+        # --resume goes on only with the write DEST's journal (or dataset) belongs to.
+        if options.resume:
+            check_resume(dest, identity)
         check_destination(dest, overwrite=options.overwrite, resume=options.resume)
-        return _write_held(run, created)
+        return _write_held(run, created, identity)
 
 
-def _write_held(run: _Run, created: bool) -> WriteReport:
-    """:func:`_write` once DEST is held; ``created``: whether this write made it."""
+def _write_held(run: _Run, created: bool, identity: WriteIdentity) -> WriteReport:
+    """:func:`_write` once DEST is held; ``created``: whether this write made
+    it; ``identity``: what the journal records of it for a later ``--resume``."""
     dest, options = run.dest, run.options
     work = os.path.join(dest, JOURNAL_DIR)
     # Input shards compressed whole are unpacked into the work area once, for
@@ -251,6 +257,7 @@ def _write_held(run: _Run, created: bool) -> WriteReport:
         try:
             if not options.resume:
                 shutil.rmtree(work, ignore_errors=True)  # an earlier run's, replaced by --overwrite
+            record_identity(dest, identity)
             scanned, tasks, oversized = scan_and_plan(
                 run.source, options, work=work, unpack_dir=unpack_dir, scanner=run.scanner, progress=run.scan_progress,
                 map=run.map,

@@ -36,6 +36,7 @@ from shardkit.write.destination import (
 )
 from shardkit.write.encode import sample_fields
 from shardkit.write.limits import DEFAULT_MAX_BYTES, ShardLimits
+from shardkit.write.occupant import INDEX_JOURNAL_DIR, describe_occupant
 from shardkit.write.publish import publish_manifest
 from shardkit.write.shard import ShardFile, WrittenShard
 
@@ -201,14 +202,20 @@ def _finished_shards(dest: str, extensions: set[str]) -> list[WrittenShard]:
     names = set(os.listdir(dest))
     if MANIFEST_NAME in names:
         raise DestinationError(
-            f"{dest}: holds a finished dataset ({MANIFEST_NAME}); resume=True finishes only an interrupted write: "
+            f"{dest}: holds {describe_occupant(dest)}; resume=True finishes only an interrupted write: "
             "pass overwrite=True to replace it, or choose another folder",
             path=dest,
         )
     if JOURNAL_DIR in names:
         raise DestinationError(
-            f"{dest}: holds an interrupted `shardkit write` ({JOURNAL_DIR}); finish it with the same command and "
+            f"{dest}: holds {describe_occupant(dest)}; finish it with the same command and "
             "--resume, or pass overwrite=True to replace it",
+            path=dest,
+        )
+    if INDEX_JOURNAL_DIR in names:
+        raise DestinationError(
+            f"{dest}: holds {describe_occupant(dest)}, not a ShardWriter's; resume=True finishes only an "
+            "interrupted ShardWriter: choose another folder",
             path=dest,
         )
     for name in sorted(names):
