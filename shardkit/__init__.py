@@ -96,6 +96,8 @@ def __getattr__(name: str) -> Any:
             f"(shardkit.{name} could not import {exc.name!r})",
             name=exc.name,
         ) from exc
+    if module.startswith("shardkit.read."):
+        importlib.import_module("shardkit.preview.api")  # registers the reader's notebook views
     globals()[name] = value
     return value
 

@@ -40,7 +40,7 @@ FLOORS: dict[str, int] = {
     "shardkit.io": 3,  # byte sources and destinations for every scheme
     "shardkit.write": 4,  # the writer
     "shardkit.read": 4,  # the reader
-    "shardkit.preview": 4,  # `shardkit show`: a page of samples read at random (beside read/, whose notebook views use it)
+    "shardkit.preview": 4,  # `shardkit show`: a page of samples read at random (beside read/; registers its notebook views)
     "shardkit.index": 5,  # `shardkit index`: published shards read in place (uses write/'s publishing)
     "shardkit.verify": 5,  # jobs and integrations over a written dataset
     "shardkit.ray": 5,
@@ -243,6 +243,12 @@ def test_index_is_imported_by_neither_read_nor_write() -> None:
 def test_preview_imports_neither_write_nor_index() -> None:
     bad = _imports_between([("preview", "write"), ("preview", "index")])
     assert not bad, _report("preview/ importing write/ or index/", bad)
+
+
+def test_the_reader_does_not_import_the_page_that_draws_it() -> None:
+    """preview/ registers the reader's notebook views (shardkit.read.notebook): no arrow from read/ up to it."""
+    bad = _imports_between([("read", "preview")])
+    assert not bad, _report("read/ importing preview/", bad)
 
 
 def test_no_module_over_the_line_limit() -> None:

@@ -10,6 +10,7 @@ from shardkit.io.base import SourceOptions
 from shardkit.io.urls import redact_url
 from shardkit.preview.build import ShowOptions, notebook_html, page_html
 from shardkit.read.indexed import IndexedDataset
+from shardkit.read.notebook import INDEXED, STREAM, register_notebook_view
 
 if TYPE_CHECKING:
     from shardkit.format.manifest import Manifest
@@ -123,3 +124,8 @@ def _name(dest: str | os.PathLike[str] | Manifest, dataset: IndexedDataset) -> s
     if manifest is not None and manifest.location is not None:
         return redact_url(manifest.location)
     return redact_url(os.fspath(dest)) if isinstance(dest, (str, os.PathLike)) else "a manifest built in memory"
+
+
+# The reader's datasets draw themselves in a notebook with these (see shardkit.read.notebook).
+register_notebook_view(STREAM, stream_html)
+register_notebook_view(INDEXED, notebook_html)

@@ -1,10 +1,9 @@
 """``ShardDataset``: the streaming reader users put in their training loop.
 
-It composes the pieces of :mod:`shardkit.read`: the catalog of shards
-(:mod:`.catalog`), the reader options (:mod:`.options`) and the plan they
-give (:mod:`.plan`), and one slot's items (:mod:`.slot`: reading with
-read-ahead and the fault policy, the swap-buffer shuffle, decoding). It adds
-what is per process: the epoch, the skip counter, and checkpoint bookkeeping.
+It composes the catalog of shards (:mod:`.catalog`), the reader options
+(:mod:`.options`), the plan they give (:mod:`.plan`) and one slot's items
+(:mod:`.slot`: read-ahead, faults, the swap-buffer shuffle, decoding), and
+adds what is per process: the epoch, the skip counter, checkpoints.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from shardkit.read.counters import SharedCounters
 from shardkit.read.decode import Decoder, ImageMode
 from shardkit.read.frameworks import SplitWatch
 from shardkit.read.mixture import Mixture, resolve_sources, with_batch_record, without_batch_record
+from shardkit.read.notebook import STREAM, notebook_view
 from shardkit.read.options import DEFAULT_BUFFER_SIZE, OutputOptions, ReaderOptions, check_count, check_flag, grouped
 from shardkit.read.pieces import ON_ERROR, OnError
 from shardkit.read.plan import ReadPlan
@@ -641,7 +641,7 @@ class ShardDataset(IterableDataset):
                 f"seed={self._options.seed}, rank={self._world.rank}/{self._world.world_size})")
 
     def _repr_html_(self) -> str:  # a notebook shows a few samples and the counts (shardkit.preview)
-        from shardkit.preview.api import stream_html; return stream_html(self)  # noqa: E702
+        return notebook_view(STREAM, self)
 
 
 def _recorded(items: Iterator[tuple[int, Any]], progress: _Progress) -> Iterator[tuple[int, Any]]:

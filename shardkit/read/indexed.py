@@ -78,6 +78,7 @@ from shardkit.read.handles import (
     open_shard_limit,
 )
 from shardkit.read.decode import Decoder, ImageMode, describe_fault, make_decoder, undecodable
+from shardkit.read.notebook import INDEXED, notebook_view
 from shardkit.read.pieces import FAULTS, ON_ERROR, OnError
 from shardkit.read.slot import collate_samples
 
@@ -267,7 +268,7 @@ class IndexedDataset(Dataset):
         return f"IndexedDataset({len(self)} samples in {self.num_shards} shards)"
 
     def _repr_html_(self) -> str:  # a notebook shows a few samples and the counts (shardkit.preview)
-        from shardkit.preview.build import notebook_html; return notebook_html(self)  # noqa: E702
+        return notebook_view(INDEXED, self)
 
     # ------------------------------------------------------------ locating
 
