@@ -22,37 +22,32 @@ per-shard metadata lives in a shard table beside it (see
 ``naming`` is present when every shard is named by its position as the
 writer names them; the table then stores no path strings.
 
-Format 1 (shardkit before the shard table) listed every shard in the JSON
-under ``"shards"``: ``{"path", "index", "num_samples", "num_bytes",
-"sha256"}`` each. It still loads (into the same in-memory table, after
-parsing the JSON, so as slowly as it always did) and logs once how to bring
-it to format 2: ``shardkit upgrade DEST``. ``fingerprint`` is computed as
-format 1 computed it, so reader states saved before an upgrade still resume.
+Format 1 (before the shard table) listed every shard in the JSON under
+``"shards"``. It still loads, as slowly as ever, and logs once how to bring
+it to format 2 (``shardkit upgrade DEST``); its fingerprint is computed as
+format 1 did, so reader states saved before an upgrade still resume.
 
-A dataset that records token counts (see :mod:`shardkit.format.tokens`)
-names its token fields, ``"token_fields": ["tokens.npy"]``, in the order of
-the table's ``tokens`` column and of its indexes' third array, and is
-written as ``"format_version": 3`` (:data:`TOKENS_VERSION`): a shardkit
-from before token counts refuses it by its version, asking to be upgraded,
-rather than calling its table damaged. Without token fields there is no key
-and the manifest stays format 2, byte for byte as before.
+A dataset that records token counts (:mod:`shardkit.format.tokens`) names
+its token fields, ``"token_fields": ["tokens.npy"]``, in the order of the
+table's ``tokens`` column, as ``"format_version": 3`` (:data:`TOKENS_VERSION`),
+which a shardkit from before token counts refuses by its version. Without
+token fields the manifest stays format 2, byte for byte as before.
 
 A dataset samples were removed from (``"format_version": 4``, ``"removed":
-{...}``) is described in :mod:`shardkit.format.removed`.
+{...}``) is described in :mod:`shardkit.format.removed`; one grown by
+appends (``"appended": [...]``, any version) in :mod:`shardkit.revise.append`.
 
 A dataset written with ``compress_members`` also has ``"member_compression":
 "gzip"`` (or ``"zstd"``): its text-like members are stored compressed, as
 ``KEY.txt.gz`` (see :mod:`shardkit.format.compression`).
 
-When more inputs were left out than :data:`SKIPPED_LISTED` (a table of URLs
-at scale), ``"skipped"`` lists the first of them in source order and
-``"skipped_counts"`` counts them all by category: ``{"http_404": 41873, ...}``.
+When more inputs were left out than :data:`SKIPPED_LISTED`, ``"skipped"``
+lists the first in source order and ``"skipped_counts"`` counts them all.
 
 A manifest that ``shardkit index SOURCE --out DIR`` wrote beside no shards
-also has ``"shards_base"``: the absolute folder or URL prefix of the shards
-it describes (checked by
-:func:`~shardkit.format.location.check_shards_base`). Its shard paths are
-relative to that base, its index paths to the manifest's folder.
+also has ``"shards_base"``: the absolute folder or URL prefix of its shards
+(:func:`~shardkit.format.location.check_shards_base`), which its shard
+paths are relative to; its index paths are relative to its own folder.
 
 Shard and index paths are relative to the manifest's folder (or URL prefix),
 the dataset's base location, and must stay inside it (see
@@ -79,7 +74,7 @@ import numpy as np
 
 from shardkit.errors import ManifestError
 from shardkit.format.location import check_shards_base, open_regular, redact_url, resolve_inside
-from shardkit.format.manifest_checks import MAX_COUNT, check_fields, json_depth_exceeds, short
+from shardkit.format.manifest_checks import MAX_COUNT, appended_revisions, check_fields, json_depth_exceeds, short
 from shardkit.format.table import (
     TABLE_ADVICE,
     Naming,
@@ -188,6 +183,9 @@ class Manifest:
         earlier_fingerprints: The fingerprints the dataset had before each
             removal of samples from it, oldest first (see
             :mod:`shardkit.format.removed`).
+        appended: Each revision before an append, oldest first: its
+            fingerprint and shard count, the first shards of this table
+            (see :mod:`shardkit.revise.append`).
     """
 
     shards: Sequence[ShardEntry]
@@ -206,6 +204,7 @@ class Manifest:
     skipped_counts: Mapping[str, int] | None = None
     token_fields: tuple[str, ...] = ()
     earlier_fingerprints: tuple[str, ...] = ()
+    appended: tuple[tuple[str, int], ...] = ()
 
     @property
     def num_removed(self) -> int:
@@ -365,6 +364,8 @@ class Manifest:
             out["token_fields"] = list(self.token_fields)
         if self.table.removed is not None:
             out["removed"] = {"num_samples": self.num_removed, "earlier_fingerprints": list(self.earlier_fingerprints)}
+        if self.appended:
+            out["appended"] = [{"fingerprint": f, "num_shards": n} for f, n in self.appended]
         return out
 
     @property
@@ -463,6 +464,7 @@ class Manifest:
                 shards_base=shards_base,
                 token_fields=tuple(data.get("token_fields", ())),
                 earlier_fingerprints=tuple(data.get("removed", {}).get("earlier_fingerprints", ())),
+                appended=appended_revisions(data, table.num_shards, where, location),
             )
         except (KeyError, TypeError) as exc:
             raise ManifestError(

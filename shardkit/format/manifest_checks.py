@@ -141,3 +141,35 @@ def check_fields(data: Mapping[str, Any], where: str, location: str | None, vers
     compression = data.get("member_compression")
     if compression is not None and not isinstance(compression, str):
         raise bad("'member_compression'", "a string or null", compression)
+
+
+#: Most appends a manifest records (``"appended"``).
+MAX_APPENDED = 100_000
+
+
+def appended_revisions(data: Mapping[str, Any], num_shards: int, where: str, location: str | None) -> tuple[tuple[str, int], ...]:
+    """The manifest's ``"appended"`` list (see :mod:`shardkit.revise.append`):
+    each earlier revision's fingerprint and shard count, oldest first, the
+    counts rising and below ``num_shards`` (the table's).
+
+    Raises:
+        ManifestError: Anything else.
+    """
+    entries = data.get("appended", [])
+    wanted = f"a list of up to {MAX_APPENDED:,} {{'fingerprint': 64 hex digits, 'num_shards': N}}, N rising below {num_shards}"
+    ok = isinstance(entries, list) and len(entries) <= MAX_APPENDED
+    out: list[tuple[str, int]] = []
+    for entry in entries if ok else ():
+        if not (isinstance(entry, dict) and set(entry) == {"fingerprint", "num_shards"}
+                and isinstance(entry["fingerprint"], str) and re.fullmatch(r"[0-9a-f]{64}", entry["fingerprint"])
+                and is_count(entry["num_shards"]) and (out[-1][1] if out else -1) < entry["num_shards"] < num_shards):  # fmt: skip
+            ok = False
+            break
+        out.append((entry["fingerprint"], int(entry["num_shards"])))
+    if not ok:
+        raise ManifestError(
+            f"{where}: 'appended' must be {wanted}, not {short(entries)}; the manifest is damaged or was not "
+            "written by shardkit. Rewrite it with `shardkit write`.",
+            path=location,
+        )
+    return tuple(out)

@@ -80,7 +80,7 @@ from shardkit.read.handles import (
 from shardkit.read.decode import Decoder, ImageMode, describe_fault, make_decoder, undecodable
 from shardkit.read.notebook import INDEXED, notebook_view
 from shardkit.read.pieces import FAULTS, ON_ERROR, OnError
-from shardkit.read.slot import collate_samples
+from shardkit.read.collate import collate_samples
 
 log = logging.getLogger(__name__)
 

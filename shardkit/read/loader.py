@@ -23,7 +23,7 @@ from shardkit.errors import UsageError, WorkerStartError
 from shardkit.read.dataset import NO_LENGTH_MESSAGE, ShardDataset
 from shardkit.read.frameworks import REBUILT_LOADER_MESSAGE, called_by_accelerate
 from shardkit.read.resume.state import Level, ReaderState, start_for
-from shardkit.read.slot import collate_samples
+from shardkit.read.collate import collate_samples
 from shardkit.read.worker_start import DEFAULT_STALL_S, StartWatch
 from shardkit.world import World, detect_worker
 

@@ -110,7 +110,7 @@ class Oversized:
 
 
 def plan_shards(
-    scan: ScanResult, *, limits: ShardLimits, shuffle: bool = True, plan_dir: str
+    scan: ScanResult, *, limits: ShardLimits, shuffle: bool = True, plan_dir: str, first_shard: int = 0
 ) -> tuple[list[ShardTask], Oversized]:
     """Order the scanned samples and cut them into shards that respect ``limits``.
 
@@ -119,6 +119,8 @@ def plan_shards(
         limits: Shard limits.
         shuffle: The seeded hash order, or source order when False.
         plan_dir: An existing folder for the order files.
+        first_shard: The number of the first shard (its index and name):
+            an append numbers its shards after the dataset's last.
 
     Returns:
         The shard tasks in order, and the samples that alone exceed
@@ -135,7 +137,7 @@ def plan_shards(
         sync_dir=False,
     )
     context = _Context(scan.partitions, read_paths, readers)
-    cutter = _Cutter(limits, plan_dir, scan.spill_dir, context)
+    cutter = _Cutter(limits, plan_dir, scan.spill_dir, context, first_shard)
     buckets = _buckets(readers, scan.num_samples, context)
     if shuffle:
         for chunk, (parts, recs, sizes, digests) in enumerate(buckets):
@@ -243,7 +245,8 @@ class _Cutter:
     """Cut the ordered samples into shards, one chunk (bucket) at a time;
     a shard may span chunks."""
 
-    def __init__(self, limits: ShardLimits, plan_dir: str, spill_dir: str, context: _Context):
+    def __init__(self, limits: ShardLimits, plan_dir: str, spill_dir: str, context: _Context, first_shard: int = 0):
+        self.first_shard = first_shard
         self.limits = limits
         self.plan_dir = plan_dir
         self.spill_dir = spill_dir
@@ -296,7 +299,7 @@ class _Cutter:
 
     def _close(self) -> None:
         if self._count:
-            index = len(self.tasks)
+            index = self.first_shard + len(self.tasks)
             self.tasks.append(
                 ShardTask(
                     index=index,

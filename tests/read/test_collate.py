@@ -7,7 +7,7 @@ import torch
 
 from shardkit import ShardDataset, make_loader
 from shardkit.errors import UsageError
-from shardkit.read.slot import collate_samples
+from shardkit.read.collate import collate_samples
 
 
 def _ragged(sample: dict) -> dict:
