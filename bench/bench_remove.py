@@ -143,12 +143,12 @@ def find_cell(spec: dict[str, Any]) -> dict[str, Any]:
 
 def revise_cell(spec: dict[str, Any]) -> dict[str, Any]:
     """Remove ``removals`` random places from the synthetic dataset: the
-    revision and publishing of :func:`shardkit.write.remove.remove_samples`."""
+    revision and publishing of :func:`shardkit.revise.remove.remove_samples`."""
     from shardkit.format.manifest import load_manifest
     from shardkit.format.removed import pack
     from shardkit.io.base import SourceOptions
     from shardkit.write.publish import publish_manifest
-    from shardkit.write.remove import _revise
+    from shardkit.revise.remove import _revise
 
     manifest = load_manifest(spec["dest"])
     rng = np.random.default_rng(1)

@@ -51,7 +51,7 @@ _LAZY = {
     "WriteOptions": "shardkit.write.options",
     "index_dataset": "shardkit.index.indexer",
     "make_loader": "shardkit.read.loader",
-    "remove_samples": "shardkit.write.remove",
+    "remove_samples": "shardkit.revise.remove",
     "show": "shardkit.preview.api",
     "shuffle_quality": "shardkit.read.shuffle",
     "write_dataset": "shardkit.write.parallel",
@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from shardkit.index.indexer import IndexOptions, index_dataset
     from shardkit.write.options import WriteOptions
     from shardkit.write.parallel import write_dataset
-    from shardkit.write.remove import remove_samples
+    from shardkit.revise.remove import remove_samples
 
 
 def __getattr__(name: str) -> Any:

@@ -42,6 +42,7 @@ FLOORS: dict[str, int] = {
     "shardkit.read": 4,  # the reader
     "shardkit.preview": 4,  # `shardkit show`: a page of samples read at random (beside read/; registers its notebook views)
     "shardkit.index": 5,  # `shardkit index`: published shards read in place (uses write/'s publishing)
+    "shardkit.revise": 5,  # changes to a published dataset (remove, append): the writer's driver, one way to publish
     "shardkit.verify": 5,  # jobs and integrations over a written dataset
     "shardkit.ray": 5,
     "shardkit.transforms": 5,
@@ -243,6 +244,12 @@ def test_index_is_imported_by_neither_read_nor_write() -> None:
 def test_preview_imports_neither_write_nor_index() -> None:
     bad = _imports_between([("preview", "write"), ("preview", "index")])
     assert not bad, _report("preview/ importing write/ or index/", bad)
+
+
+def test_changes_to_a_dataset_stay_on_the_writer_side() -> None:
+    """revise/ runs the writer and publishes revisions; it never imports the reader (nor the reader it)."""
+    bad = _imports_between([("revise", "read"), ("read", "revise"), ("revise", "index")])
+    assert not bad, _report("revise/ importing read/ or index/, or read/ importing revise/", bad)
 
 
 def test_the_reader_does_not_import_the_page_that_draws_it() -> None:

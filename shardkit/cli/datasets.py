@@ -255,7 +255,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from shardkit.format.manifest import load_manifest
-    from shardkit.write.remove import read_keys, remove_samples
+    from shardkit.revise.remove import read_keys, remove_samples
 
     keys = read_keys(args.keys, column=args.column)
     workers = parse_workers(args.workers) or os.cpu_count() or 1

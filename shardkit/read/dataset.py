@@ -555,7 +555,7 @@ class ShardDataset(IterableDataset):
         recorded = self._recorded
         record = recorded[1] if recorded is not None and recorded[0] == epoch else self._mixture.record()
         record = with_batch_record(record, self._slots.per_stream)
-        return self._mixture.fingerprint(record), record
+        return self._mixture.fingerprint(record, self._slots.known_at(epoch)), record
 
     def _parse_state(self, state: Mapping[str, Any]) -> ReaderState:
         parsed = ReaderState.from_dict(state)
@@ -628,7 +628,7 @@ class ShardDataset(IterableDataset):
         recorded = without_batch_record(parsed.mixture, self._slots.per_stream)
         active = self._mixture.with_recorded(recorded, parsed.epoch)
         self._recorded = None if active is self._mixture else (parsed.epoch, dict(recorded or {}))
-        self._slots = dataclasses.replace(self._slots, schedule=active.schedule)
+        self._slots = dataclasses.replace(self._slots, schedule=active.schedule, known_shards=self._mixture.known_shards(parsed))
         if parsed.levels and parsed.levels[-1].world_size != self._world.world_size:
             # Only a complete state can move to another world size; say so now, not in a worker.
             start_for(parsed, self._world.with_worker(0, 1))

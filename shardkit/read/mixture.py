@@ -119,14 +119,32 @@ class Mixture:
             ],
         }
 
-    def fingerprint(self, record: Mapping[str, Any] | None) -> str:
-        """What a state names the data by: the dataset's fingerprint, or a
+    def fingerprint(self, record: Mapping[str, Any] | None, known_shards: int | None = None) -> str:
+        """What a state names the data by: the dataset's fingerprint (that of
+        its revision of ``known_shards`` shards, before an append), or a
         mixture's configuration's (``record``, the one its epoch is read under).
 
         Raises:
             UsageError: One dataset without sample counts and offset indexes.
         """
-        return dataset_fingerprint(self.catalogs[0]) if record is None else mixture_fingerprint(record)
+        if record is not None:
+            return mixture_fingerprint(record)
+        before = {n: f for f, n in self._appended()}
+        return before[known_shards] if known_shards in before else dataset_fingerprint(self.catalogs[0])
+
+    def _appended(self) -> tuple[tuple[str, int], ...]:
+        """One dataset's revisions before appends (fingerprint, shard count); none for a mixture or token blocks."""
+        catalog = self.catalogs[0]
+        if self.streams or isinstance(catalog, BlockCatalog) or catalog.manifest is None:
+            return ()
+        return catalog.manifest.appended
+
+    def known_shards(self, state: ReaderState) -> tuple[int, int] | None:
+        """``(epoch, n)`` when ``state`` was saved from this dataset as it was
+        before shards were appended to it (its first ``n`` shards): the
+        state's epoch is then read over those alone, the next ones over all."""
+        found = [n for f, n in self._appended() if f == state.fingerprint]
+        return (state.epoch, found[-1]) if found else None
 
     def state_fingerprint(self, state: ReaderState) -> str:
         """The fingerprint ``state`` must carry to be of these sources (a
@@ -145,7 +163,8 @@ class Mixture:
                 "reader state is of a mixture of streams, and this dataset reads one source: "
                 "create the dataset with the same list of shardkit.Stream"
             )
-        return state.fingerprint if self.streams else self.fingerprint(None)
+        known = self.known_shards(state)
+        return state.fingerprint if self.streams else self.fingerprint(None, known and known[1])
 
     def earlier_fingerprints(self, stream: int | None = None) -> tuple[str, ...]:
         """What one dataset (or a mixture's ``stream``) was before samples

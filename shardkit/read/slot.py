@@ -107,6 +107,10 @@ class SlotReader:
         read_ahead_bytes: Read-ahead budget of one slot, shared by its
             sources and their ``interleave`` read parts.
         output: How samples are presented (decode, map, batch).
+        known_shards: ``(epoch, n)``: ``epoch`` is read over the first ``n``
+            shards alone, as the dataset was before shards were appended to
+            it (the resumed epoch of a state saved then); None: every epoch
+            over every shard.
     """
 
     catalogs: tuple[ShardCatalog, ...]
@@ -119,21 +123,28 @@ class SlotReader:
     read_ahead_bytes: int
     verify_checksums: bool = False
     output: OutputOptions = OutputOptions()
+    known_shards: tuple[int, int] | None = None
+
+    def known_at(self, epoch: int) -> int | None:
+        """The shards ``epoch`` is read over when not all (see :attr:`known_shards`)."""
+        known = self.known_shards
+        return known[1] if known is not None and known[0] == epoch else None
 
     def plans(self, epoch: int) -> list[ReadPlan]:
         """Each source's plan for an iteration that starts at ``epoch``
         (derived from the catalogs each time: nothing per shard is kept)."""
         shares = self.schedule.shares(epoch)
         opts = self.options
+        known = self.known_at(epoch)
         out = []
         for i, catalog in enumerate(self.catalogs):
-            counts = catalog.counts
+            counts, num_shards = catalog.counts, catalog.num_shards
+            if known is not None and counts is not None:  # one dataset, as it was before an append
+                counts, num_shards = counts[:known], known
             words = self.seed_words[i]
             layout = self.schedule.layout(i, counts, seed=opts.seed, words=words, shuffle=opts.shuffle)
             out.append(
-                ReadPlan.of_source(
-                    counts, catalog.num_shards, opts, layout=layout, seed_tag=words, shares=shares, index=i
-                )
+                ReadPlan.of_source(counts, num_shards, opts, layout=layout, seed_tag=words, shares=shares, index=i)
             )
         return out
 

@@ -28,7 +28,7 @@ from shardkit.write.occupant import CARD_NAME, INTERRUPTED_WRITE, JOURNAL_DIR, U
 
 SHARD_PATTERN = "shard-{:06d}.tar"
 _OURS = re.compile(
-    r"^(shard-\d{6,}\.(tar|idx)(\.tmp)?|manifest\.json(\.tmp)?|shards-[0-9a-f]{16}\.table(\.[^/]*)?|\.shardkit-journal)$"
+    r"^(shard-\d{6,}\.(tar|idx)(\.tmp)?|manifest\.json(\.tmp)?|shards-[0-9a-f]{16}\.table(\.[^/]*)?|\.shardkit-journal|\.shardkit-append)$"
 )
 
 

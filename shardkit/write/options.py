@@ -88,6 +88,9 @@ class WriteOptions:
         user_agent_contact, s3_anonymous:
             Table sources only: columns to fields, downloads (see
             :class:`~shardkit.write.sources.table.IngestOptions`, which they make).
+        first_shard: The number of the first shard (``shard-000000.tar``
+            by default); :func:`shardkit.append` numbers the shards it adds
+            after the dataset's last.
     """
 
     format: str | None = None
@@ -120,8 +123,11 @@ class WriteOptions:
     respect_opt_out: bool = True
     user_agent_contact: str | None = None
     s3_anonymous: bool = False
+    first_shard: int = 0
 
     def __post_init__(self) -> None:
+        if type(self.first_shard) is not int or self.first_shard < 0:
+            raise UsageError(f"first_shard must be an integer >= 0, got {self.first_shard!r}")
         if type(self.partition_bytes) is not int or self.partition_bytes < 1:
             raise UsageError(f"partition_bytes must be a positive integer, got {self.partition_bytes!r}")
         if self.max_unpack_bytes is not None and (type(self.max_unpack_bytes) is not int or self.max_unpack_bytes < 1):

@@ -290,7 +290,7 @@ def test_an_older_format_manifest_with_a_removed_block_is_refused(removed):
 
 
 def test_bad_keys_files_are_clear_errors(tmp_path):
-    from shardkit.write.remove import read_keys
+    from shardkit.revise.remove import read_keys
 
     with pytest.raises(UsageError, match="no such keys file"):
         read_keys(str(tmp_path / "none.txt"))

@@ -1,0 +1,262 @@
+"""``shardkit append DEST SOURCE``: new data as new shards after the
+dataset's last, published as one new revision (:func:`append_dataset`).
+
+Three steps, each safe to stop at (``kill -9`` included); running the same
+append again goes on where it stopped:
+
+1. **Stage.** SOURCE is written by the writer itself (scan, plan, run,
+   publish: any source, ``map``, either engine, byte-reproducible) into
+   ``DEST/.shardkit-append/stage``, its shards numbered after DEST's last
+   (``shard-000120.tar``... after 120 shards). The staging write has its own
+   journal, so a killed append resumes it; ``DEST/.shardkit-append/base.json``
+   records the revision it appends to.
+2. **Link.** Each staged shard and offset index is hard-linked into DEST
+   under its final name, one that no shard of DEST has.
+3. **Publish.** DEST's shard table with the staged rows after its own
+   (:func:`~shardkit.format.appended.appended_table`), the revision before
+   recorded under ``"appended"`` in the manifest, published as a revision
+   (:func:`~shardkit.revise.publish.publish_revision`); then the staging
+   folder goes. A reader, or a crash, sees the old revision or the new one.
+
+DEST's shards, offset indexes and (until step 3) manifest are never
+touched. Keys repeated within the new data are refused, as ``write``
+refuses them. The new keys are **not** checked against DEST's: that would
+read the tar headers of every shard DEST has (what ``shardkit verify``
+costs), where an append costs what its new data costs. The new samples must
+agree with DEST on what readers rely on: the same class names (labels are
+their positions), member compression and token fields.
+
+A reader state saved before an append resumes the rest of its epoch over
+the shards it knew; the next epoch reads every shard (see
+:mod:`shardkit.format.appended`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shardkit.errors import DestinationError, UsageError
+from shardkit.format.appended import appended_table
+from shardkit.format.manifest import Manifest, load_manifest
+from shardkit.io.atomic import atomic_write_bytes
+from shardkit.io.urls import local_path
+from shardkit.revise.publish import publish_revision, revising
+from shardkit.write.destination import shard_name
+from shardkit.write.options import WriteOptions
+from shardkit.write.parallel import Progress, WriteReport, write_dataset
+from shardkit.write.scan import ScanProgress
+
+#: The append's work folder in DEST.
+APPEND_DIR = ".shardkit-append"
+_BASE, _STAGE = "base.json", "stage"
+
+
+@dataclass(frozen=True)
+class AppendReport:
+    """What :func:`append_dataset` did.
+
+    Attributes:
+        manifest: The dataset's manifest now.
+        num_shards: Shards appended.
+        num_samples: Samples appended.
+        fingerprint_before: The fingerprint of the revision appended to.
+        write: The staging write's report (its skipped inputs, map counts,
+            shards written or reused); None when a rerun found the append
+            already published.
+    """
+
+    manifest: Manifest
+    num_shards: int
+    num_samples: int
+    fingerprint_before: str
+    write: WriteReport | None
+
+
+def append_dataset(
+    dest: str,
+    source: str | Sequence,
+    *,
+    map: Callable[[Any], Any] | None = None,
+    options: WriteOptions | None = None,
+    progress: Callable[[Progress], None] | None = None,
+    scan_progress: Callable[[ScanProgress], None] | None = None,
+) -> AppendReport:
+    """Append ``source``'s samples to the dataset at ``dest`` as new shards
+    (see the module docstring).
+
+    Args:
+        dest: A local dataset folder whose shards are in it (``shardkit
+            write``'s; not an index whose shards live elsewhere).
+        source: What ``write_dataset`` takes: a path, or a Python sequence
+            with ``map``.
+        map: As ``write_dataset``'s.
+        options: The write options of the new shards (``max_samples``,
+            ``seed``, ``workers``, ``engine``...); ``resume`` and
+            ``overwrite`` are the append's own business and must be unset.
+        progress, scan_progress: As ``write_dataset``'s.
+
+    Returns:
+        An :class:`AppendReport`.
+
+    Raises:
+        UsageError: ``dest`` is a URL, or ``resume``/``overwrite`` given.
+        DestinationError: ``dest`` changed since an interrupted append began,
+            the new samples disagree with it (class names, compression,
+            token fields), or a shard name is taken.
+        ManifestError: ``dest`` holds no dataset.
+        Whatever ``write_dataset`` raises for the new data.
+    """
+    options = options or WriteOptions()
+    if options.resume or options.overwrite:
+        raise UsageError("append resumes an interrupted append by itself and never replaces data: leave resume and overwrite unset")
+    with revising(dest, command="append") as manifest:
+        return _append(local_path(str(dest)), manifest, source, map, options, progress, scan_progress)
+
+
+def _append(
+    folder: str, manifest: Manifest, source: str | Sequence, map: Callable[[Any], Any] | None, options: WriteOptions,
+    progress: Callable[[Progress], None] | None, scan_progress: Callable[[ScanProgress], None] | None,
+) -> AppendReport:
+    if manifest.shards_base is not None:
+        raise DestinationError(
+            f"{folder}: this index's shards live in {manifest.shards_base}, not beside it, so new shards have no "
+            "place among them: write the new data as a dataset of its own and read both as a mixture",
+            path=folder,
+        )
+    work = os.path.join(folder, APPEND_DIR)
+    stage = os.path.join(work, _STAGE)
+    base = {"fingerprint": manifest.fingerprint, "num_shards": manifest.num_shards}
+    recorded = _read_base(work)
+    if recorded is not None and recorded != base:
+        if manifest.appended and list(manifest.appended[-1]) == [recorded["fingerprint"], recorded["num_shards"]]:
+            shutil.rmtree(work, ignore_errors=True)  # published, killed before it cleaned up
+            added = manifest.num_shards - recorded["num_shards"]
+            num_samples = int(np.asarray(manifest.table.counts[recorded["num_shards"]:]).sum())
+            return AppendReport(manifest, added, num_samples, recorded["fingerprint"], None)
+        raise DestinationError(
+            f"{folder}: holds an interrupted append to the revision {recorded['fingerprint'][:16]}... "
+            f"({recorded['num_shards']} shards), and the dataset has changed since (now {manifest.fingerprint[:16]}..., "
+            f"{manifest.num_shards} shards); remove {work} to drop that append, then append again",
+            path=folder,
+        )
+    first = _first_shard(manifest, folder)
+    os.makedirs(work, exist_ok=True)
+    atomic_write_bytes(os.path.join(work, _BASE), json.dumps(base, sort_keys=True).encode())
+    staged_options = dataclasses.replace(options, first_shard=first, resume=os.path.isdir(stage))
+    try:
+        report = write_dataset(source, stage, map=map, options=staged_options, progress=progress,
+                               scan_progress=scan_progress)  # fmt: skip
+    except DestinationError as exc:
+        if recorded is None:
+            raise
+        raise DestinationError(
+            f"{folder}: holds an interrupted append of other data or options ({exc}); rerun that append to "
+            f"finish it, or remove {work} to drop it",
+            path=folder,
+        ) from None
+    staged = report.manifest
+    try:
+        _check_agrees(manifest, staged, folder)
+    except DestinationError:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    _link(staged, stage, folder)
+    revised = dataclasses.replace(
+        manifest,
+        shards=appended_table(manifest.table, staged.table),
+        extensions=tuple(sorted(set(manifest.extensions) | set(staged.extensions))),
+        stored_fingerprint=None,
+        appended=(*manifest.appended, (manifest.fingerprint, manifest.num_shards)),
+    )
+    publish_revision(folder, manifest, revised)
+    shutil.rmtree(work, ignore_errors=True)
+    return AppendReport(load_manifest(folder), staged.num_shards, staged.num_samples, manifest.fingerprint, report)
+
+
+def _read_base(work: str) -> dict | None:
+    """The revision an interrupted append began from, or None (no append began)."""
+    try:
+        with open(os.path.join(work, _BASE), "rb") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise DestinationError(f"{work}: an interrupted append's record cannot be read ({exc}); remove the folder "
+                               "to drop that append, then append again", path=work) from None  # fmt: skip
+    if not isinstance(data, dict) or set(data) != {"fingerprint", "num_shards"}:
+        raise DestinationError(f"{work}: not an append's record; remove the folder, then append again", path=work)
+    return data
+
+
+def _first_shard(manifest: Manifest, folder: str) -> int:
+    """The number of the first new shard: after DEST's last, its name (and
+    its index's) used by no shard of DEST. With the writer's naming the
+    next number is free by construction; otherwise the table's names are
+    looked up once (a numpy search, no Python object per shard)."""
+    table = manifest.table
+    first = table.num_shards
+    stored = table.path_columns()
+    if stored is None:
+        return first
+    names = set()
+    for offsets, blob in stored:
+        ends = offsets[1:]
+        lengths = np.diff(offsets)
+        # Names of our pattern have one length: compare only those.
+        for length in {len(shard_name(first)), len(shard_name(first).replace(".tar", ".idx"))}:
+            rows = np.flatnonzero(lengths == length)
+            names.update(bytes(blob[int(ends[r]) - length : int(ends[r])]).decode("utf-8", "surrogateescape")
+                         for r in rows)  # fmt: skip
+    while shard_name(first) in names or shard_name(first).replace(".tar", ".idx") in names:
+        first += 1
+    return first
+
+
+def _check_agrees(manifest: Manifest, staged: Manifest, folder: str) -> None:
+    """Refuse new samples that read differently from DEST's."""
+    for what, ours, theirs in (
+        ("class names", manifest.class_names, staged.class_names),
+        ("member compression", manifest.member_compression, staged.member_compression),
+        ("token fields", manifest.token_fields, staged.token_fields),
+    ):
+        if ours != theirs:
+            raise DestinationError(
+                f"{folder}: the new samples' {what} ({_short(theirs)}) differ from the dataset's ({_short(ours)}); "
+                "readers would read them differently: make them agree (the same classes, --compress-members, "
+                "token fields), or write the new data as a dataset of its own and read both as a mixture. "
+                "Nothing was appended",
+                path=folder,
+            )
+
+
+def _short(value: Any) -> str:
+    text = repr(list(value) if isinstance(value, tuple) else value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _link(staged: Manifest, stage: str, folder: str) -> None:
+    """Hard-link every staged shard and index into DEST under its name.
+
+    Raises:
+        DestinationError: A file of that name that is not the staged one is there.
+    """
+    for i in range(staged.num_shards):
+        for name in (staged.table.path(i), staged.table.index_path(i)):
+            source, target = os.path.join(stage, name), os.path.join(folder, name)
+            if os.path.lexists(target):
+                if os.path.samefile(source, target):
+                    continue  # linked by a run that was stopped
+                raise DestinationError(
+                    f"{target}: a file of this name is in the dataset's folder, though no shard of the dataset "
+                    "has it; move it away, then run the append again",
+                    path=target,
+                )
+            os.link(source, target)
