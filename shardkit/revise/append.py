@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -49,7 +50,6 @@ from shardkit.format.manifest import Manifest, load_manifest
 from shardkit.io.atomic import atomic_write_bytes
 from shardkit.io.urls import local_path
 from shardkit.revise.publish import publish_revision, revising
-from shardkit.write.destination import shard_name
 from shardkit.write.options import WriteOptions
 from shardkit.write.parallel import Progress, WriteReport, write_dataset
 from shardkit.write.scan import ScanProgress
@@ -197,27 +197,25 @@ def _read_base(work: str) -> dict | None:
 
 
 def _first_shard(manifest: Manifest, folder: str) -> int:
-    """The number of the first new shard: after DEST's last, its name (and
-    its index's) used by no shard of DEST. With the writer's naming the
-    next number is free by construction; otherwise the table's names are
-    looked up once (a numpy search, no Python object per shard)."""
+    """The number of the first new shard: after DEST's last, and after every
+    ``shard-N`` name (shard or index) DEST's shards have, so that no new
+    name is taken. With the writer's naming that is the shard count; other
+    names are looked through once (one string per stored name)."""
     table = manifest.table
     first = table.num_shards
     stored = table.path_columns()
     if stored is None:
         return first
-    names = set()
     for offsets, blob in stored:
-        ends = offsets[1:]
-        lengths = np.diff(offsets)
-        # Names of our pattern have one length: compare only those.
-        for length in {len(shard_name(first)), len(shard_name(first).replace(".tar", ".idx"))}:
-            rows = np.flatnonzero(lengths == length)
-            names.update(bytes(blob[int(ends[r]) - length : int(ends[r])]).decode("utf-8", "surrogateescape")
-                         for r in rows)  # fmt: skip
-    while shard_name(first) in names or shard_name(first).replace(".tar", ".idx") in names:
-        first += 1
+        names = bytes(blob).decode("utf-8", "surrogateescape")
+        for start, end in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
+            found = _OUR_NAME.match(os.path.basename(names[start:end]))
+            if found is not None:
+                first = max(first, int(found.group(1)) + 1)
     return first
+
+
+_OUR_NAME = re.compile(r"^shard-(\d{6,})\.(?:tar|idx)$")
 
 
 def _check_agrees(manifest: Manifest, staged: Manifest, folder: str) -> None:

@@ -159,9 +159,9 @@ def finished_entries(dest: str, source_info: dict, options: Any) -> Finished:
 
     def lookup(name: str) -> tuple[ShardEntry, dict[str, int]] | None:
         match = _SHARD_NUMBER.match(name)
-        if match is None or int(match.group(1)) >= table.num_shards:
+        shard = -1 if match is None else int(match.group(1)) - options.first_shard
+        if not 0 <= shard < table.num_shards:
             return None
-        shard = int(match.group(1))
         entry = table.entry(shard)
         totals = [] if table.tokens is None else table.tokens[shard].tolist()
         return (entry, dict(zip(old.token_fields, totals))) if entry.path == name else None
