@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 # Pins this machine's torch for the commands below; pyproject.toml has ranges.
 CONSTRAINTS := tools/constraints.txt
 
-.PHONY: demo test venv bench-writer bench-ray bench-mix bench-checksums bench-scale bench-ingest bench-map bench-tokens bench-parse bench-remove bench-video clean
+.PHONY: demo test venv bench-writer bench-ray bench-mix bench-checksums bench-scale bench-ingest bench-map bench-tokens bench-parse bench-remove bench-revisions bench-video clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -125,6 +125,12 @@ bench-parse: $(STAMP)
 # reader's throughput with and without removals: bench/results/remove.* (~10 min).
 bench-remove: $(STAMP)
 	$(PY) bench/bench_remove.py
+
+# Changing a dataset without copies (issue #54): the same new data appended
+# to datasets of 5x10^3 and 5x10^5 shards (synthetic metadata), writer's and
+# irregular names: bench/results/revisions.{json,md,png} (~10 min).
+bench-revisions: $(STAMP)
+	$(PY) bench/bench_revisions.py $(BENCH_REVISIONS_ARGS)
 
 # Video and audio clips (#43): clips per second and memory of one worker,
 # shardkit's clip decoders against a full decode and decord (installed here
