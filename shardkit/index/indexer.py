@@ -19,7 +19,10 @@ Steps:
    :mod:`shardkit.format.tokens`) through
    :func:`~shardkit.write.publish.publish_manifest`: the table first,
    ``manifest.json`` last. A previous index that lists a ``.npy`` field but
-   no token counts (made before they were counted) has its shards read again.
+   no token counts, and does not say it counted them (``source`` holds
+   ``"tokens_counted": true`` since it does; see
+   :data:`~shardkit.index.previous.TOKENS_COUNTED`), was made before they
+   were counted: its shards are read again.
 
 The driver holds no per-shard column in memory for a folder's first index:
 the listing, each shard's result and the table being written live in files
@@ -47,7 +50,8 @@ sidecar never describes another table), for the next run.
 
 Shards that cannot be indexed (truncated, not tar, vanished, unreadable) are
 left out of the table and recorded in the manifest's ``skipped`` list with
-the reason; the others are indexed.
+the reason; the others are indexed. When none can be, nothing is published:
+the run fails naming the first of them.
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ from typing import Any
 
 import numpy as np
 
-from shardkit.errors import ShardkitError, UsageError
+from shardkit.errors import ShardkitError, SourceError, UsageError
 from shardkit.format.location import resolve_inside
 from shardkit.format.manifest import Manifest, SkippedInput
 from shardkit.format.naming import numbered
@@ -87,6 +91,7 @@ from shardkit.index.columns import (
 from shardkit.index.journal import JOURNAL_DIR, IndexJournal, remote_journal_folder
 from shardkit.index.previous import (
     INDEX_SOURCE_FORMAT,
+    TOKENS_COUNTED,
     VERSIONS_SUFFIX,
     PreviousRun,
     load_previous,
@@ -255,6 +260,8 @@ def index_dataset(
             ``out``, credentials in SOURCE's URL.
         DestinationError: The target already holds another dataset, or
             another index or write into the local target is running.
+        SourceError: No shard could be indexed (none is published; the
+            message names the first shards and why).
     """
     options = options or IndexOptions()
     started = time.perf_counter()
@@ -303,6 +310,9 @@ def _index(
             reused = num_kept + run.num_unchanged + num_resumed
             kept = set(previous.extensions) if previous is not None and reused else set()
             kept |= journal.extensions
+            if not any(published(records).any() for _, records in results.chunks()):
+                journal.remove()  # every shard failed: a rerun reads them all again anyway
+                raise _nothing_indexed(listing, run)
             if previous is not None:
                 previous = previous.names_only()  # the previous table's pages go before the new table's come
             token_fields = _token_fields(results, listing, journal)
@@ -311,7 +321,7 @@ def _index(
                 table,
                 token_fields=token_fields,
                 extensions=tuple(sorted(run.extensions | kept)),
-                source={"format": INDEX_SOURCE_FORMAT, "path": redact_url(listing.base)},
+                source={"format": INDEX_SOURCE_FORMAT, "path": redact_url(listing.base), TOKENS_COUNTED: True},
                 skipped=tuple(
                     [SkippedInput(path=name, reason=reason) for name, reason in listing.left_out]
                     + [SkippedInput(path=listing.name(i), reason=run.reasons[i]) for i in sorted(run.reasons)]
@@ -358,6 +368,33 @@ def _index(
         seconds=time.perf_counter() - started,
         skipped=manifest.skipped,
     )
+
+
+#: How many shards at fault the error of an index that indexed none names.
+_NAMED = 3
+
+
+def _nothing_indexed(listing: ShardListing, run: _Run) -> SourceError:
+    """The error of an index run in which no shard could be indexed: an
+    empty dataset is not published (a manifest already there stays as it was)."""
+    failed = list(listing.left_out)
+    failed += [(listing.name(i), run.reasons[i]) for i in sorted(run.reasons)[:_NAMED]]
+    named = "; ".join(_described(name, reason) for name, reason in failed[:_NAMED])
+    total = len(listing.left_out) + len(run.reasons)
+    first = "the first: " if total > _NAMED else ""
+    which = "the one shard" if total == 1 else f"all {total} shards"
+    base = redact_url(listing.base)
+    return SourceError(
+        f"{base}: no shard could be indexed ({which} left out); {first}{named}. Nothing was published; fix or "
+        "remove these shards, then run `shardkit index` again",
+        path=base,
+    )
+
+
+def _described(name: str, reason: str) -> str:
+    """``NAME: REASON``, or the reason alone where it names the shard first; no closing full stop."""
+    reason = reason.rstrip(".")
+    return reason if reason.partition(": ")[0].endswith(name) else f"{name}: {reason}"
 
 
 def _work_parent(source: str | Sequence[str], out: str | None) -> str | None:

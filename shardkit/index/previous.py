@@ -27,6 +27,10 @@ from shardkit.io.urls import is_local, local_path, redact_url
 
 #: ``manifest.source["format"]`` of a dataset ``shardkit index`` wrote.
 INDEX_SOURCE_FORMAT = "index"
+#: The ``manifest.source`` key (true) of an index whose run counted tokens,
+#: whether or not it found any: one without it that lists a ``.npy`` field
+#: was made before token counts existed, and its shards are read again.
+TOKENS_COUNTED = "tokens_counted"
 #: Suffix of the per-shard versions sidecar (replaces the table's ``.table``).
 VERSIONS_SUFFIX = ".versions.npy"
 
@@ -146,9 +150,10 @@ def load_previous(target: str, base: str, out: str | None, options: SourceOption
                 versions = stored
         except (OSError, ValueError):
             pass  # no sidecar: every shard is read again
-    if not manifest.token_fields and any(is_npy_field(e) for e in manifest.extensions):
-        # Indexed before token counts were recorded (or its .npy fields hold no tokens): each shard is read
-        # again to count them.
+    counted = manifest.token_fields or manifest.source.get(TOKENS_COUNTED) is True
+    if not counted and any(is_npy_field(e) for e in manifest.extensions):
+        # Indexed before token counts were recorded: each shard is read again to count them. (An index that
+        # counted and found none, .npy fields of floats or fields that differ between shards, says so.)
         versions = np.full(table.num_shards, -1, dtype=np.int64)
     columns = (names, np.asarray(table.counts), np.asarray(table.num_bytes), np.asarray(table.sha256), versions,
                index_names) + ((np.asarray(table.tokens),) if table.tokens is not None else ())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -209,6 +210,7 @@ class ShardLoader(DataLoader):
         self._started = False
         self._start_timeout_s = worker_start_timeout_s
         self._start_watch: StartWatch | None = None
+        self._resumed_len: tuple[int, int] | None = None  # (epoch, len) of an iteration that resumed
 
     def _world(self) -> World:
         return self.shard_dataset.world.with_worker(0, max(self.num_workers, 1))
@@ -221,14 +223,27 @@ class ShardLoader(DataLoader):
         plain DataLoader reports) can fall short by up to a batch per
         worker. An upper bound when ``select=`` drops samples.
 
+        After :meth:`load_state_dict`, for the resumed epoch (before its
+        iteration starts, when trainers and progress bars ask, and while it
+        runs), it counts what is left of that epoch: each worker's share
+        less the samples the state says it delivered, batched as the resumed
+        workers batch it. Every later epoch counts whole again. A state
+        saved under another topology (world size or worker count), or
+        resumed from one, leaves shares that only replaying its buffers
+        tells: there it stays the whole epoch's count.
+
         Raises:
             TypeError: The epoch is endless (``mode="infinite"``) or its
                 sample counts are unknown.
         """
         dataset = self.shard_dataset
+        resumed = self._resumed_len
+        if resumed is not None and self._started and resumed[0] == dataset.epoch == self._epoch:
+            return resumed[1]
         counts = dataset.samples_per_worker(max(self.num_workers, 1))
         if counts is None:
             raise TypeError(NO_LENGTH_MESSAGE)
+        counts = self._left_after_resume(counts)
         if self.batch_size is not None:
             size, partial = self.batch_size, not self.drop_last
         elif dataset.batch_size is not None:
@@ -237,10 +252,32 @@ class ShardLoader(DataLoader):
             return sum(counts)
         return sum(-(-count // size) if partial else count // size for count in counts)
 
+    def _left_after_resume(self, counts: list[int]) -> list[int]:
+        """Each worker's samples left of the epoch when a loaded state of
+        this epoch is waiting for the next iteration (``counts``: the whole
+        epoch's), else ``counts`` as they are. Only a state of this
+        topology, with no earlier topology in it, is counted here."""
+        dataset = self.shard_dataset
+        pending = dataset._pending  # its companion, as in __iter__ (which takes it)
+        if pending is None or pending.epoch != dataset.epoch:
+            return counts
+        world = self._world()
+        left = []
+        for worker, share in enumerate(counts):
+            base, delivered = start_for(pending, world.with_worker(worker, world.num_workers))
+            if base:  # the slots split a remainder of other slots' reading
+                return counts
+            left.append(max(share - delivered, 0))
+        return left
+
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         dataset = self.shard_dataset
         world = self._world()
         epoch = dataset.epoch
+        self._resumed_len = None
+        if dataset._pending is not None and dataset._pending.epoch == epoch:
+            with contextlib.suppress(TypeError):  # endless, or no counts: no length to keep
+                self._resumed_len = (epoch, len(self))
         resume = dataset._take_pending(epoch)
         base: tuple[Level, ...] = ()
         counts = [0] * world.num_workers

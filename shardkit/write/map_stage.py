@@ -16,6 +16,7 @@ holds the items (or records) of the partitions in flight only.
 
 from __future__ import annotations
 
+import collections
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -24,7 +25,9 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import SourceError
+from shardkit.format.manifest import skip_category
 from shardkit.write.mapping import MapJob, MapSpec, SequenceItems, reusable_summary, stage_path, take
+from shardkit.write.no_sample import EXAMPLES_NAMED, FILTERED, filtered_examples, no_sample_error
 from shardkit.write.scan import ScanProgress, ScanResult, Scanner
 from shardkit.write.sources import source_kind
 from shardkit.write.sources.base import Partition, SourceSettings
@@ -266,11 +269,11 @@ def _result(
     result = ScanResult(format, source, parts, summaries, spill_dir, class_names, input_files=num_files)
     if result.num_samples == 0:
         counts = stage_counts(result)
-        first = next((entry for s in summaries for entry in s["skipped"]), None)
-        because = f"; the first failure: {first[0]}: {first[1]}" if first else ""
-        raise SourceError(
-            f"{source}: no sample to write: of {counts['num_items']} items, map dropped {counts['num_filtered']} "
-            f"(returned None) and {counts['num_failed']} failed{because}",
-            path=source,
-        )
+        failures = result.skipped  # the scan's, then the stage's
+        by_reason = collections.Counter(skip_category(item.reason) for item in failures)
+        by_reason[FILTERED] = counts["num_filtered"]
+        raise no_sample_error(
+            source, f"of {counts['num_items']} items, map dropped {counts['num_filtered']} (returned None) and "
+            f"{counts['num_failed']} failed", by_reason, failures[:EXAMPLES_NAMED] + filtered_examples(summaries),
+        )  # fmt: skip
     return result

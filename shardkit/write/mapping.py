@@ -49,6 +49,7 @@ from shardkit.errors import MapError, ShardkitError, UsageError
 from shardkit.format.tar import join_members
 from shardkit.write.encode import field_kind, sample_fields, short_repr
 from shardkit.write.extensions import IMAGE_EXTENSIONS
+from shardkit.write.no_sample import EXAMPLES_NAMED
 from shardkit.write.resize import ImageOptions, ImageProblem, prepare_image
 from shardkit.write.sources.base import Partition, sample_size
 from shardkit.write.sources.mapped import MAPPED, SEQUENCE_SOURCE, described
@@ -239,6 +240,7 @@ class MapJob:
                     "partition": self.part.index,
                     "num_items": tally.items,
                     "num_filtered": tally.filtered,
+                    "filtered_first": tally.filtered_first,
                     "num_failed": len(tally.skipped),
                     "skipped": tally.skipped,
                     "num_files": 0,
@@ -277,6 +279,8 @@ class MapJob:
                 continue
             if not samples:
                 tally.filtered += 1
+                if len(tally.filtered_first) < EXAMPLES_NAMED:  # what a write with no sample left names
+                    tally.filtered_first.append(where)
                 continue
             try:
                 encoded = [_encoded(sample, images) for sample in samples]
@@ -311,6 +315,7 @@ class _Tally:
 
     items: int = 0
     filtered: int = 0
+    filtered_first: list[str] = field(default_factory=list)  # where the first few filtered items are
     skipped: list[list[str]] = field(default_factory=list)  # [where, reason]
 
 

@@ -124,6 +124,8 @@ def _manifest_identity(manifest: Manifest, like: WriteIdentity) -> WriteIdentity
     source = dict(manifest.source)
     path = str(source.get("path", ""))
     real = os.path.realpath(path) if path and os.path.exists(path) else None
+    if source.get("format") == "python":  # a sequence: named by its length, as write_identity names it
+        path, real = f"a Python sequence of {source.get('num_items')} items", None
     return WriteIdentity(path, real, like.format, dict(manifest.options), manifest.seed, str(source.get("map", like.map)))
 
 

@@ -42,11 +42,13 @@ from concurrent.futures import Executor, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
-from shardkit.errors import ShardkitError
+from shardkit.errors import ShardkitError, SourceError
 from shardkit.format.compression import compressed_extension
+from shardkit.format.index import index_path_for
 from shardkit.format.manifest import MANIFEST_NAME, Manifest
 from shardkit.format.table import table_from_entries
 from shardkit.format.tar import field_name
+from shardkit.io.atomic import remove_quietly
 from shardkit.io.registry import open_destination
 from shardkit.write.destination import (
     JOURNAL_DIR,
@@ -71,6 +73,7 @@ from shardkit.write.journal import (
 from shardkit.write.limits import ShardLimits
 from shardkit.write.map_stage import StageRun, map_scanned, map_sequence, map_spec, stage_counts, stage_info
 from shardkit.write.mapping import MapSpec, check_sequence, is_path
+from shardkit.write.no_sample import EXAMPLES_NAMED, FILTERED, every_input, filtered_examples, no_sample_error
 from shardkit.write.occupant import WriteIdentity, check_resume, record_identity, write_identity
 from shardkit.write.options import ENGINES, WriteOptions
 from shardkit.write.plan import Oversized, ShardTask, plan_shards
@@ -197,6 +200,10 @@ def write_dataset(
     Raises:
         UsageError, SourceError, DestinationError, InputFileError, RemoteError;
         MapError when ``map`` failed on an item (``on_error="raise"``).
+        SourceError too when no input gave a sample, all skipped (failed
+        downloads, unreadable files, images that do not decode) or dropped
+        by ``map``: its message counts them by reason and names the first;
+        no manifest is published.
     """
     options = options or WriteOptions()
     if not is_path(source):
@@ -321,7 +328,9 @@ def scan_and_plan(
             scanned = map_scanned(scanned, spec, stage)
     options = planned_options(options, scanned)
     limits = ShardLimits(max_samples=options.max_samples, max_bytes=options.max_bytes)
-    tasks, oversized = plan_shards(scanned, limits=limits, shuffle=options.shuffle, plan_dir=plan_dir)
+    tasks, oversized = plan_shards(
+        scanned, limits=limits, shuffle=options.shuffle, plan_dir=plan_dir, first_shard=options.first_shard
+    )
     return scanned, tasks, oversized
 
 
@@ -417,8 +426,12 @@ def _reuse_finished(
 def _publish_manifest(run: _Run, scanned: ScanResult, ordered: list[ShardResult], skips: SkipTally) -> Manifest:
     """Write the manifest into ``run.dest`` (atomically, last) and drop the
     work folder. It lists the first skipped inputs in source order (not the
-    plan's shuffled order) and counts them all (see :class:`SkipTally`)."""
+    plan's shuffled order) and counts them all (see :class:`SkipTally`).
+    Shards that hold no sample at all are never published: that write fails
+    (see :func:`_nothing_written`)."""
     options, dest = run.options, run.dest
+    if not any(r.entry.num_samples for r in ordered):
+        raise _nothing_written(run, scanned, ordered, skips)
     kind = options.compress_members
     # the fields readers give (KEY.JPG is read as jpg)
     extensions = sorted({field_name(compressed_extension(ext, kind)) for ext in scanned.extensions})
@@ -443,6 +456,30 @@ def _publish_manifest(run: _Run, scanned: ScanResult, ordered: list[ShardResult]
         raise output_error(exc, os.path.join(dest, MANIFEST_NAME)) from exc
     clear_journal(dest)
     return manifest
+
+
+def _nothing_written(run: _Run, scanned: ScanResult, ordered: list[ShardResult], skips: SkipTally) -> SourceError:
+    """The error of a write whose shards hold no sample (every input was
+    skipped while the shards were written: failed downloads, files gone,
+    images that do not decode), once its empty shards and its journal are
+    removed: a ``--resume`` would only reuse the empty shards, retrying nothing."""
+    dest = run.dest
+    if not run.publisher.remote:
+        for result in ordered:
+            remove_quietly(os.path.join(dest, result.entry.path))
+            remove_quietly(index_path_for(os.path.join(dest, result.entry.path)))
+        left = (f"No manifest was published, and the empty shards and the write's journal were removed from {dest} "
+                "(a --resume would have reused the empty shards, retrying nothing)")  # fmt: skip
+    else:
+        left = f"No manifest was published at {run.publisher.url}, so no reader finds the empty shards uploaded there"
+    clear_journal(dest)
+    counts = dict(skips.counts)
+    num_filtered = stage_counts(scanned).get("num_filtered", 0)
+    if num_filtered:
+        counts[FILTERED] = num_filtered
+    what = every_input(sum(counts.values()), "left out" if num_filtered else "skipped")
+    examples = list(skips.listed()[:EXAMPLES_NAMED]) + filtered_examples(scanned.summaries)
+    return no_sample_error(scanned.source, what, counts, examples, left=left)
 
 
 def _planned_file_sizes(tasks: list[ShardTask]) -> list[int]:

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardkit.errors import ShardkitError, SourceError, UsageError
-from shardkit.format.manifest import SkippedInput
+from shardkit.format.manifest import SkippedInput, skip_category
 from shardkit.io.urls import is_local, redact_url
+from shardkit.write.no_sample import every_input, no_sample_error
 from shardkit.write.pool import IN_FLIGHT_PER_WORKER, process_pool
 from shardkit.write.sources import (
     Partition,
@@ -258,6 +259,10 @@ def scan_dataset(
     _check_unpacked(partitions, done, settings.unpack_dir, settings.max_unpack_bytes)
     result = ScanResult(format, source, partitions, done, spill_dir, listing.class_names)
     if result.num_samples == 0:
+        skipped = result.skipped
+        if skipped:  # every input was found, and left out
+            counts = collections.Counter(skip_category(item.reason) for item in skipped)
+            raise no_sample_error(source, every_input(len(skipped)), counts, skipped)
         raise SourceError(f"{source}: no samples found (format {format})", path=source)
     return result
 

@@ -224,6 +224,20 @@ def test_truncated_shard_is_skipped_with_its_reason_and_the_others_indexed(tmp_p
     assert out.startswith("OK: 4 shards, 18 samples") and "2 inputs left out when it was made" in out and "shardkit info" in out
 
 
+def test_a_folder_of_which_no_shard_can_be_indexed_fails_and_publishes_nothing(tmp_path, published, capsys):
+    src, shards = published
+    for shard in shards:
+        with open(shard, "r+b") as f:
+            f.truncate(700)
+    assert main(["index", str(src), "-q"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert f"{src}: no shard could be indexed (all 5 shards left out); the first: {shards[0]}: " in err
+    assert "truncated" in err and "Nothing was published" in err and "run `shardkit index` again" in err
+    assert not (src / "manifest.json").exists() and not (src / ".shardkit-index.journal").exists()
+    assert not [n for n in os.listdir(src) if n.endswith((".idx", ".table"))]
+
+
 def test_a_shard_changed_or_gone_after_indexing_is_a_one_line_error_naming_it(published):
     src, shards = published
     index_dataset(str(src), options=ONE)

@@ -14,7 +14,7 @@ import pytest
 from shardkit import IndexOptions, index_dataset, load_manifest
 from shardkit.cli import main
 from shardkit.format.table import build_table
-from shardkit.index.previous import versions_name
+from shardkit.index.previous import TOKENS_COUNTED, versions_name
 from shardkit.read.catalog import from_manifest
 from shardkit.write.publish import publish_manifest
 
@@ -75,14 +75,38 @@ def test_an_index_made_before_token_counts_is_read_again(tmp_path):
     table = manifest.table
     plain = build_table(table.counts, table.num_bytes, table.sha256, naming=table.naming)
     versions = folder / versions_name(os.path.basename(table.file))
+    older_source = {k: v for k, v in manifest.source.items() if k != TOKENS_COUNTED}  # not written then
     publish_manifest(str(folder), type(manifest).from_table(plain, extensions=manifest.extensions,
-                                                             source=manifest.source, location=str(folder)))  # fmt: skip
+                                                             source=older_source, location=str(folder)))  # fmt: skip
     again = load_manifest(str(folder))
     assert again.token_fields == () and again.table.tokens is None
     os.replace(versions, folder / versions_name(os.path.basename(again.table.file)))
     report = index_dataset(str(folder), options=IndexOptions(workers=1))
     assert report.num_indexed == 5
     _check(folder, "tokens.npy", lengths)
+
+
+@pytest.mark.parametrize("fields", [["vec.npy"], ["a.npy", "b.npy"]], ids=["floats", "fields_differ"])
+def test_a_rerun_reads_no_shard_again_when_the_npy_fields_count_no_tokens(tmp_path, capsys, fields):
+    # .npy members that hold no tokens (floats), or token fields that differ
+    # between shards: the index records no counts, and says it counted.
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    for s in range(4):
+        with tarfile.open(folder / f"part-{s}.tar", "w") as tar:
+            for i in range(3):
+                field = fields[s % len(fields)]
+                value = np.zeros(3, dtype=np.float32) if field == "vec.npy" else np.arange(i, dtype=np.int32)
+                for ext, data in ((field, _npy(value)), ("txt", b"x")):
+                    info = tarfile.TarInfo(f"s{s}i{i}.{ext}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    assert main(["index", str(folder), "--workers", "1"]) == 0
+    assert "(4 read, 0 unchanged, 0 removed)" in capsys.readouterr().out
+    manifest = load_manifest(str(folder))
+    assert manifest.token_fields == () and manifest.source[TOKENS_COUNTED] is True
+    assert main(["index", str(folder), "--workers", "1"]) == 0
+    assert "(0 read, 4 unchanged, 0 removed)" in capsys.readouterr().out
 
 
 def test_index_counts_integer_arrays_of_tarfile_shards_and_leaves_the_rest(tmp_path):

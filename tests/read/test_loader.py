@@ -9,7 +9,7 @@ import torch
 
 from shardkit import ShardDataset, make_loader
 from shardkit.errors import UsageError
-from shardkit.read.loader import fork_can_deadlock, fork_hazard, supports_out_of_order
+from shardkit.read.loader import ShardLoader, fork_can_deadlock, fork_hazard, supports_out_of_order
 
 
 def test_loader_delivers_each_sample_once_per_epoch_with_persistent_workers(make_shards):
@@ -139,6 +139,31 @@ def test_len_of_an_endless_loader_says_why_it_has_none(make_shards):
     ds = ShardDataset(make_shards([4, 4]), mode="infinite")
     with pytest.raises(TypeError, match="mode='infinite'"):
         len(make_loader(ds, num_workers=2))
+
+
+@pytest.mark.parametrize(("batch_size", "drop_last", "taken"), [(3, False, 4), (4, True, 3), (None, False, 7)])
+def test_len_after_load_state_dict_counts_the_batches_left_of_the_epoch(make_shards, batch_size, drop_last, taken):
+    manifest = make_shards([13, 9, 11, 16])
+
+    def loader() -> ShardLoader:
+        ds = ShardDataset(manifest, mode="exact", seed=5, buffer_size=4)
+        ds.set_epoch(2)
+        return make_loader(ds, batch_size=batch_size, num_workers=2, drop_last=drop_last)
+
+    first = loader()
+    whole = len(first)
+    for step, _ in enumerate(first):
+        if step + 1 == taken:
+            state = first.state_dict()
+            break
+    resumed = loader()
+    resumed.load_state_dict(state)
+    left = len(resumed)
+    lengths_while_reading = [len(resumed) for _ in resumed]
+    assert left == len(lengths_while_reading) == whole - taken  # the resumed epoch, as it is read
+    assert set(lengths_while_reading) == {left}  # and while it is read (a progress bar asks each step)
+    resumed.shard_dataset.set_epoch(3)
+    assert len(resumed) == whole == sum(1 for _ in resumed)  # the next epoch is whole again
 
 
 _WORKER_MARK: list[int] = []

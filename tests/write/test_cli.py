@@ -30,6 +30,15 @@ def test_write_info_verify_happy_path(imagefolder, tmp_path, capsys):
     assert code == 0 and out.startswith("OK: 3 shards")
 
 
+def test_quiet_write_prints_the_one_line_summary_only(imagefolder, tmp_path, capsys):
+    root, files = imagefolder
+    code, out, err = run(capsys, "write", root, str(tmp_path / "out"), "--max-samples", "10", "-q")
+    assert code == 0 and err == ""  # no progress bar
+    (line,) = out.splitlines()  # as `remove -q` keeps its summary
+    assert line.startswith("wrote 3 shards (3 written, 0 reused), 24 samples") and line.endswith("skipped 0")
+    assert len(files) == 24
+
+
 def test_output_piped_to_a_reader_that_stops_early_ends_quietly(imagefolder, tmp_path):
     # `shardkit info DS | head -1`: no "error: BrokenPipeError" and no traceback, exit 141 as git gives.
     root, _ = imagefolder
