@@ -1,7 +1,7 @@
 """Changing a dataset without copies (issue #54): what a revision costs.
 
 - **append**: the same new data (10 shards of 10,000 samples of ~1 KB,
-  from a JSONL; 2 shards with ``--quick``) appended with ``shardkit.append_dataset`` to datasets
+  from a JSONL; 2 shards with ``--quick``) appended with ``shardkit.append`` to datasets
   of 5x10^3 and 5x10^5 shards (5x10^7 and 5x10^9 samples; synthetic
   metadata, as ``bench_remove.py`` makes it: one real shard hard-linked
   under every name, a table saying so), named as the writer names shards
@@ -80,7 +80,7 @@ def append_cell(spec: dict[str, Any]) -> dict[str, Any]:
 
     append.publish_revision = timed_publish  # the same call, timed
     started = time.perf_counter()
-    report = append.append_dataset(spec["dest"], spec["source"],
+    report = append.append(spec["dest"], spec["source"],
                                    options=WriteOptions(max_samples=SHARD_SAMPLES, max_bytes=None, workers=2))  # fmt: skip
     seconds = time.perf_counter() - started
     return {"seconds": seconds, "publish_s": published[0], "appended_samples": report.num_samples,

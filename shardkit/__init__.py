@@ -37,6 +37,7 @@ __version__ = "0.1.0"
 # Reader names, imported on first access so that `import shardkit` (and every
 # writer process) does not pay for importing torch.
 _LAZY = {
+    "AppendReport": "shardkit.revise.append",
     "Decoder": "shardkit.read.decode",
     "IndexOptions": "shardkit.index.indexer",
     "IndexedDataset": "shardkit.read.indexed",
@@ -49,6 +50,7 @@ _LAZY = {
     "TokenBlocks": "shardkit.read.blocks",
     "World": "shardkit.world",
     "WriteOptions": "shardkit.write.options",
+    "append": "shardkit.revise.append",
     "index_dataset": "shardkit.index.indexer",
     "make_loader": "shardkit.read.loader",
     "remove_samples": "shardkit.revise.remove",
@@ -76,6 +78,7 @@ if TYPE_CHECKING:
     from shardkit.index.indexer import IndexOptions, index_dataset
     from shardkit.write.options import WriteOptions
     from shardkit.write.parallel import write_dataset
+    from shardkit.revise.append import AppendReport, append
     from shardkit.revise.remove import remove_samples
 
 
@@ -106,6 +109,7 @@ def __dir__() -> list[str]:
     return sorted(__all__)
 
 __all__ = [
+    "AppendReport",
     "CorruptShardError",
     "Decoder",
     "DestinationError",
@@ -142,6 +146,7 @@ __all__ = [
     "World",
     "WriteOptions",
     "__version__",
+    "append",
     "index_dataset",
     "load_manifest",
     "make_loader",

@@ -189,11 +189,26 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"options:    {options or 'none recorded'}")
     print(f"skipped:    {m.num_skipped}{by_reason(m.skipped_by_category)}")
     print_skipped(m.skipped, m.num_skipped, "  ")
+    _print_revisions(m)
     if args.shards:
         for number in range(m.num_shards):
             s = m.table.entry(number)
             print(f"  {shown(s.path)}  {s.num_samples:>8} samples  {s.num_bytes:>12} bytes  {shown(s.sha256[:16])}")
     return EXIT_OK
+
+
+def _print_revisions(m: Any) -> None:
+    """The revisions before the one shown: each append (where it began, what
+    it added), then the removals, newest last."""
+    if not m.appended and not m.num_removed:
+        return
+    print(f"revision:   {shown(m.fingerprint[:16])}")
+    ends = [a.num_shards for a in m.appended[1:]] + [m.num_shards]
+    for a, end in zip(m.appended, ends):
+        what = f" of {shown(a.source.rpartition(' #')[0])}" if a.source else ""
+        print(f"  appended: shards {a.num_shards}-{end - 1}{what}, after revision {shown(a.fingerprint[:16])}")
+    if m.num_removed:
+        print(f"  removed:  {m.num_removed} samples in {len(m.earlier_fingerprints)} removal(s)")
 
 
 # ------------------------------------------------------------------ upgrade

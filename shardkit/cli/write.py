@@ -43,6 +43,41 @@ def add_write(sub: argparse._SubParsersAction) -> None:
         "Parquet (file, dir, brace pattern), CSV/TSV, datasets save_to_disk folder",
     )
     p.add_argument("dest", help="output directory, or an s3:// or other fsspec URL")
+    _add_write_options(p)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true", help="keep finished shards of an interrupted run")
+    mode.add_argument("--overwrite", action="store_true", help="replace an earlier shardkit output in DEST")
+    p.add_argument("--config", help="YAML file with the same options (command-line flags win)")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="scan and plan only: print the samples, shards, bytes and skipped inputs a write would give "
+        "(also with -q); create nothing at DEST",
+    )
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bars; of the summary, only its first line (shards, samples, skipped)")
+    add_verbose(p)
+    p.set_defaults(func=cmd_write)
+
+
+def add_append(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "append", help="add new data to a dataset as new shards (one new revision)", description=cmd_append.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("dest", help="the dataset's folder (shardkit write's, or a local index with its shards beside it)")
+    p.add_argument("source", help="the new data: anything `shardkit write` takes as SOURCE")
+    _add_write_options(p)
+    p.add_argument("--again", action="store_true",
+                   help="append SOURCE although an earlier append added it already (same options): its samples twice")
+    p.add_argument("--config", help="YAML file with the same options (command-line flags win)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars; a one-line summary")
+    add_verbose(p)
+    p.set_defaults(func=cmd_append)
+
+
+def _add_write_options(p: argparse.ArgumentParser) -> None:
+    """The options of what is written and how: ``write``'s and ``append``'s."""
     p.add_argument(
         "--format",
         choices=("imagefolder", "directory", "jsonl", "tar", "parquet", "csv", "tsv", "hf"),
@@ -114,19 +149,6 @@ def add_write(sub: argparse._SubParsersAction) -> None:
         "PYTHONPATH): it gets {'__key__': ..., EXT: bytes} and returns a sample dict, None to drop it, or a "
         "list of samples; runs in the worker processes, output independent of --workers",
     )
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--resume", action="store_true", help="keep finished shards of an interrupted run")
-    mode.add_argument("--overwrite", action="store_true", help="replace an earlier shardkit output in DEST")
-    p.add_argument("--config", help="YAML file with the same options (command-line flags win)")
-    p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="scan and plan only: print the samples, shards, bytes and skipped inputs a write would give "
-        "(also with -q); create nothing at DEST",
-    )
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
-    add_verbose(p)
-    p.set_defaults(func=cmd_write)
 
 
 #: Seconds of scanning before its bar shows (a small source's scan is over at once).
@@ -245,29 +267,52 @@ def _warn_oversized(examples: Sequence[str], count: int, verb: str) -> None:
               f"(e.g. {shown(examples[0])}); raise --max-bytes")  # fmt: skip
 
 
-def cmd_write(args: argparse.Namespace) -> int:
-    """Pack SOURCE into tar shards under DEST with a manifest and offset indexes."""
+def _write_options(args: argparse.Namespace) -> Any:
+    """The :class:`~shardkit.write.options.WriteOptions` of ``write`` or ``append``: flags over ``--config``."""
     from shardkit.config import load_options
     from shardkit.write.flags import WRITE_FLAGS
-    from shardkit.write.parallel import WriteOptions, write_dataset
+    from shardkit.write.parallel import WriteOptions
 
     overrides = {field: getattr(args, field, None) for field in WRITE_FLAGS}
-    overrides["resume"] = args.resume or None
-    overrides["overwrite"] = args.overwrite or None
-    options = load_options(
-        WriteOptions, args.config, section="write", overrides=overrides, override_names=WRITE_FLAGS
-    )
+    overrides["resume"] = getattr(args, "resume", False) or None
+    overrides["overwrite"] = getattr(args, "overwrite", False) or None
+    return load_options(WriteOptions, args.config, section="write", overrides=overrides, override_names=WRITE_FLAGS)
+
+
+def cmd_append(args: argparse.Namespace) -> int:
+    """Add SOURCE's samples to the dataset at DEST as new shards after its last,
+    published as one new revision; DEST's shards and indexes are not touched.
+    A killed append finishes when run again with the same SOURCE and options."""
+    from shardkit.revise.append import append
+
+    options = _write_options(args)
     fn = load_map(args.map) if args.map else None
-    if args.dry_run:
-        return _dry_run(args, options, fn)
+    with _write_bar(args.quiet) as on_progress, _scan_bar(args.quiet) as on_scan:
+        report = append(args.dest, args.source, map=fn, options=options, progress=on_progress,
+                                scan_progress=on_scan, again=args.again)  # fmt: skip
+    m = report.manifest
+    done = "already appended by an earlier run" if report.write is None else "appended"
+    print(f"{done} {report.num_samples} samples in {report.num_shards} shards; the dataset holds {m.num_samples} "
+          f"samples in {m.num_shards} shards (revision {m.fingerprint[:16]}, was {report.fingerprint_before[:16]})")  # fmt: skip
+    if report.write is not None and not args.quiet:
+        written = report.write.manifest
+        print_skipped(written.skipped, written.num_skipped, "  skipped ")
+    return EXIT_OK
+
+
+@contextlib.contextmanager
+def _write_bar(quiet: bool) -> Iterator[Callable[[Any], None]]:
+    """A progress callback for the shards written: a bar over the samples
+    (with MB/s, the share skipped and the last shard) unless ``quiet``; it
+    adds up the bytes written either way (``on_progress.written_bytes``)."""
     bar = None
-    written_bytes = skipped = 0
+    skipped = 0
 
     def on_progress(event: Any) -> None:
-        nonlocal written_bytes, bar, skipped
+        nonlocal bar, skipped
         if not event.reused:  # a resumed run's finished shards are not written again
-            written_bytes += event.num_bytes
-        if not args.quiet:
+            on_progress.written_bytes += event.num_bytes  # type: ignore[attr-defined]
+        if not quiet:
             if bar is None:
                 from tqdm import tqdm
 
@@ -277,25 +322,37 @@ def cmd_write(args: argparse.Namespace) -> int:
             bar.update(event.num_samples + event.num_skipped)
             skipped += event.num_skipped
             failed = f", {100 * skipped / max(bar.n, 1):.1f}% skipped" if skipped else ""
-            rate = written_bytes / max(event.elapsed_s, 1e-9) / 1e6
+            rate = on_progress.written_bytes / max(event.elapsed_s, 1e-9) / 1e6  # type: ignore[attr-defined]
             bar.set_postfix_str(f"{rate:.1f} MB/s{failed}, {event.shard}", refresh=False)
 
+    on_progress.written_bytes = 0  # type: ignore[attr-defined]
     try:
-        with _scan_bar(args.quiet) as on_scan:
-            report = write_dataset(args.source, args.dest, map=fn, options=options, progress=on_progress,
-                                   scan_progress=on_scan)
+        yield on_progress
     finally:
         if bar is not None:
             bar.close()
+
+
+def cmd_write(args: argparse.Namespace) -> int:
+    """Pack SOURCE into tar shards under DEST with a manifest and offset indexes."""
+    from shardkit.write.parallel import write_dataset
+
+    options = _write_options(args)
+    fn = load_map(args.map) if args.map else None
+    if args.dry_run:
+        return _dry_run(args, options, fn)
+    with _write_bar(args.quiet) as on_progress, _scan_bar(args.quiet) as on_scan:
+        report = write_dataset(args.source, args.dest, map=fn, options=options, progress=on_progress,
+                               scan_progress=on_scan)  # fmt: skip
+    m = report.manifest
+    rate = m.num_bytes / max(report.seconds, 1e-9)
+    print(  # the one line -q keeps, as `remove -q` does
+        f"wrote {m.num_shards} shards ({report.num_written} written, {report.num_reused} reused), "
+        f"{m.num_samples} samples, {human_bytes(m.num_bytes)} in {report.seconds:.2f}s "
+        f"({m.num_samples / max(report.seconds, 1e-9):.0f} samples/s, {human_bytes(rate)}/s); "
+        f"skipped {m.num_skipped}{by_reason(m.skipped_by_category)}"
+    )
     if not args.quiet:
-        m = report.manifest
-        rate = m.num_bytes / max(report.seconds, 1e-9)
-        print(
-            f"wrote {m.num_shards} shards ({report.num_written} written, {report.num_reused} reused), "
-            f"{m.num_samples} samples, {human_bytes(m.num_bytes)} in {report.seconds:.2f}s "
-            f"({m.num_samples / max(report.seconds, 1e-9):.0f} samples/s, {human_bytes(rate)}/s); "
-            f"skipped {m.num_skipped}{by_reason(m.skipped_by_category)}"
-        )
         if report.num_items:
             print(f"map: {report.num_items} items read, {m.num_samples} samples written, "
                   f"{report.num_filtered} filtered, {report.num_failed} failed")  # fmt: skip

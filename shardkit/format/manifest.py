@@ -73,6 +73,7 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import ManifestError
+from shardkit.format.appended import Appended
 from shardkit.format.location import check_shards_base, open_regular, redact_url, resolve_inside
 from shardkit.format.manifest_checks import MAX_COUNT, appended_revisions, check_fields, json_depth_exceeds, short
 from shardkit.format.table import (
@@ -183,9 +184,8 @@ class Manifest:
         earlier_fingerprints: The fingerprints the dataset had before each
             removal of samples from it, oldest first (see
             :mod:`shardkit.format.removed`).
-        appended: Each revision before an append, oldest first: its
-            fingerprint and shard count, the first shards of this table
-            (see :mod:`shardkit.revise.append`).
+        appended: Each revision before an append, oldest first
+            (:class:`~shardkit.format.appended.Appended`).
     """
 
     shards: Sequence[ShardEntry]
@@ -204,7 +204,7 @@ class Manifest:
     skipped_counts: Mapping[str, int] | None = None
     token_fields: tuple[str, ...] = ()
     earlier_fingerprints: tuple[str, ...] = ()
-    appended: tuple[tuple[str, int], ...] = ()
+    appended: tuple[Appended, ...] = ()
 
     @property
     def num_removed(self) -> int:
@@ -365,7 +365,7 @@ class Manifest:
         if self.table.removed is not None:
             out["removed"] = {"num_samples": self.num_removed, "earlier_fingerprints": list(self.earlier_fingerprints)}
         if self.appended:
-            out["appended"] = [{"fingerprint": f, "num_shards": n} for f, n in self.appended]
+            out["appended"] = [a.to_dict() for a in self.appended]
         return out
 
     @property

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import ManifestError
+from shardkit.format.appended import Appended
 from shardkit.format.index import MAX_TOKEN_FIELDS
 from shardkit.format.table import TABLE_NAME, table_name
 
@@ -143,11 +144,12 @@ def check_fields(data: Mapping[str, Any], where: str, location: str | None, vers
         raise bad("'member_compression'", "a string or null", compression)
 
 
-#: Most appends a manifest records (``"appended"``).
+#: Most appends a manifest records (``"appended"``), and the longest note of what each appended.
 MAX_APPENDED = 100_000
+MAX_SOURCE_CHARS = 4096
 
 
-def appended_revisions(data: Mapping[str, Any], num_shards: int, where: str, location: str | None) -> tuple[tuple[str, int], ...]:
+def appended_revisions(data: Mapping[str, Any], num_shards: int, where: str, location: str | None) -> tuple[Appended, ...]:
     """The manifest's ``"appended"`` list (see :mod:`shardkit.revise.append`):
     each earlier revision's fingerprint and shard count, oldest first, the
     counts rising and below ``num_shards`` (the table's).
@@ -156,16 +158,18 @@ def appended_revisions(data: Mapping[str, Any], num_shards: int, where: str, loc
         ManifestError: Anything else.
     """
     entries = data.get("appended", [])
-    wanted = f"a list of up to {MAX_APPENDED:,} {{'fingerprint': 64 hex digits, 'num_shards': N}}, N rising below {num_shards}"
+    wanted = (f"a list of up to {MAX_APPENDED:,} {{'fingerprint': 64 hex digits, 'num_shards': N, 'source': "
+              f"text}}, N rising below {num_shards}")  # fmt: skip
     ok = isinstance(entries, list) and len(entries) <= MAX_APPENDED
-    out: list[tuple[str, int]] = []
+    out: list[Appended] = []
     for entry in entries if ok else ():
-        if not (isinstance(entry, dict) and set(entry) == {"fingerprint", "num_shards"}
+        if not (isinstance(entry, dict) and {"fingerprint", "num_shards"} <= set(entry) <= {"fingerprint", "num_shards", "source"}
                 and isinstance(entry["fingerprint"], str) and re.fullmatch(r"[0-9a-f]{64}", entry["fingerprint"])
-                and is_count(entry["num_shards"]) and (out[-1][1] if out else -1) < entry["num_shards"] < num_shards):  # fmt: skip
+                and isinstance(entry.get("source", ""), str) and len(entry.get("source", "")) <= MAX_SOURCE_CHARS
+                and is_count(entry["num_shards"]) and (out[-1].num_shards if out else -1) < entry["num_shards"] < num_shards):  # fmt: skip
             ok = False
             break
-        out.append((entry["fingerprint"], int(entry["num_shards"])))
+        out.append(Appended(entry["fingerprint"], int(entry["num_shards"]), entry.get("source", "")))
     if not ok:
         raise ManifestError(
             f"{where}: 'appended' must be {wanted}, not {short(entries)}; the manifest is damaged or was not "

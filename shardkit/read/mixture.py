@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardkit.errors import StateError, UsageError
+from shardkit.format.appended import Appended
 from shardkit.io.base import SourceOptions
 from shardkit.read.blocks import BlockCatalog, BlockSchedule, TokenBlocks
 from shardkit.read.catalog import ShardCatalog, resolve_catalog
@@ -129,10 +130,10 @@ class Mixture:
         """
         if record is not None:
             return mixture_fingerprint(record)
-        before = {n: f for f, n in self._appended()}
+        before = {a.num_shards: a.fingerprint for a in self._appended()}
         return before[known_shards] if known_shards in before else dataset_fingerprint(self.catalogs[0])
 
-    def _appended(self) -> tuple[tuple[str, int], ...]:
+    def _appended(self) -> tuple[Appended, ...]:
         """One dataset's revisions before appends (fingerprint, shard count); none for a mixture or token blocks."""
         catalog = self.catalogs[0]
         if self.streams or isinstance(catalog, BlockCatalog) or catalog.manifest is None:
@@ -143,7 +144,7 @@ class Mixture:
         """``(epoch, n)`` when ``state`` was saved from this dataset as it was
         before shards were appended to it (its first ``n`` shards): the
         state's epoch is then read over those alone, the next ones over all."""
-        found = [n for f, n in self._appended() if f == state.fingerprint]
+        found = [a.num_shards for a in self._appended() if a.fingerprint == state.fingerprint]
         return (state.epoch, found[-1]) if found else None
 
     def state_fingerprint(self, state: ReaderState) -> str:

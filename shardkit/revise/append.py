@@ -1,5 +1,5 @@
 """``shardkit append DEST SOURCE``: new data as new shards after the
-dataset's last, published as one new revision (:func:`append_dataset`).
+dataset's last, published as one new revision (:func:`append`).
 
 Three steps, each safe to stop at (``kill -9`` included); running the same
 append again goes on where it stopped:
@@ -34,6 +34,7 @@ the shards it knew; the next epoch reads every shard (see
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -45,11 +46,13 @@ from typing import Any
 import numpy as np
 
 from shardkit.errors import DestinationError, UsageError
-from shardkit.format.appended import appended_table
+from shardkit.format.appended import Appended, appended_fingerprint, appended_table
 from shardkit.format.manifest import Manifest, load_manifest
 from shardkit.io.atomic import atomic_write_bytes
 from shardkit.io.urls import local_path
 from shardkit.revise.publish import publish_revision, revising
+from shardkit.write.mapping import MapSpec
+from shardkit.write.occupant import write_identity
 from shardkit.write.options import WriteOptions
 from shardkit.write.parallel import Progress, WriteReport, write_dataset
 from shardkit.write.scan import ScanProgress
@@ -61,7 +64,7 @@ _BASE, _STAGE = "base.json", "stage"
 
 @dataclass(frozen=True)
 class AppendReport:
-    """What :func:`append_dataset` did.
+    """What :func:`append` did.
 
     Attributes:
         manifest: The dataset's manifest now.
@@ -80,7 +83,7 @@ class AppendReport:
     write: WriteReport | None
 
 
-def append_dataset(
+def append(
     dest: str,
     source: str | Sequence,
     *,
@@ -88,6 +91,7 @@ def append_dataset(
     options: WriteOptions | None = None,
     progress: Callable[[Progress], None] | None = None,
     scan_progress: Callable[[ScanProgress], None] | None = None,
+    again: bool = False,
 ) -> AppendReport:
     """Append ``source``'s samples to the dataset at ``dest`` as new shards
     (see the module docstring).
@@ -102,12 +106,16 @@ def append_dataset(
             ``seed``, ``workers``, ``engine``...); ``resume`` and
             ``overwrite`` are the append's own business and must be unset.
         progress, scan_progress: As ``write_dataset``'s.
+        again: Append data an earlier append of this dataset already added
+            (the same source, options and map): refused without it, as a
+            rerun of a finished append that would add every sample twice.
 
     Returns:
         An :class:`AppendReport`.
 
     Raises:
-        UsageError: ``dest`` is a URL, or ``resume``/``overwrite`` given.
+        UsageError: ``dest`` is a URL, or ``resume``/``overwrite`` given, or
+            the same data was appended before and ``again`` is not set.
         DestinationError: ``dest`` changed since an interrupted append began,
             the new samples disagree with it (class names, compression,
             token fields), or a shard name is taken.
@@ -118,12 +126,12 @@ def append_dataset(
     if options.resume or options.overwrite:
         raise UsageError("append resumes an interrupted append by itself and never replaces data: leave resume and overwrite unset")
     with revising(dest, command="append") as manifest:
-        return _append(local_path(str(dest)), manifest, source, map, options, progress, scan_progress)
+        return _append(local_path(str(dest)), manifest, source, map, options, progress, scan_progress, again)
 
 
 def _append(
     folder: str, manifest: Manifest, source: str | Sequence, map: Callable[[Any], Any] | None, options: WriteOptions,
-    progress: Callable[[Progress], None] | None, scan_progress: Callable[[ScanProgress], None] | None,
+    progress: Callable[[Progress], None] | None, scan_progress: Callable[[ScanProgress], None] | None, again: bool,
 ) -> AppendReport:
     if manifest.shards_base is not None:
         raise DestinationError(
@@ -136,7 +144,8 @@ def _append(
     base = {"fingerprint": manifest.fingerprint, "num_shards": manifest.num_shards}
     recorded = _read_base(work)
     if recorded is not None and recorded != base:
-        if manifest.appended and list(manifest.appended[-1]) == [recorded["fingerprint"], recorded["num_shards"]]:
+        last = manifest.appended[-1] if manifest.appended else None
+        if last is not None and (last.fingerprint, last.num_shards) == (recorded["fingerprint"], recorded["num_shards"]):
             shutil.rmtree(work, ignore_errors=True)  # published, killed before it cleaned up
             added = manifest.num_shards - recorded["num_shards"]
             num_samples = int(np.asarray(manifest.table.counts[recorded["num_shards"]:]).sum())
@@ -147,6 +156,9 @@ def _append(
             f"{manifest.num_shards} shards); remove {work} to drop that append, then append again",
             path=folder,
         )
+    note = _appended_note(source, options, map)
+    if recorded is None and not again:
+        _refuse_twice(manifest, note, folder)
     first = _first_shard(manifest, folder)
     os.makedirs(work, exist_ok=True)
     atomic_write_bytes(os.path.join(work, _BASE), json.dumps(base, sort_keys=True).encode())
@@ -173,12 +185,34 @@ def _append(
         manifest,
         shards=appended_table(manifest.table, staged.table),
         extensions=tuple(sorted(set(manifest.extensions) | set(staged.extensions))),
-        stored_fingerprint=None,
-        appended=(*manifest.appended, (manifest.fingerprint, manifest.num_shards)),
+        stored_fingerprint=appended_fingerprint(manifest.fingerprint, staged.table),
+        appended=(*manifest.appended, Appended(manifest.fingerprint, manifest.num_shards, note)),
     )
     publish_revision(folder, manifest, revised)
     shutil.rmtree(work, ignore_errors=True)
     return AppendReport(load_manifest(folder), staged.num_shards, staged.num_samples, manifest.fingerprint, report)
+
+
+def _appended_note(source: str | Sequence, options: WriteOptions, map: Callable[[Any], Any] | None) -> str:
+    """What the manifest records of an append: the source as given and a
+    digest of who the staging write is (source, options, seed, map)."""
+    identity = write_identity(source, options, MapSpec(map).name)
+    digest = hashlib.sha256(identity.to_json()).hexdigest()[:16]
+    return f"{identity.source} #{digest}"
+
+
+def _refuse_twice(manifest: Manifest, note: str, folder: str) -> None:
+    """Refuse to append data that an earlier append already added (a
+    finished append run again would add every sample a second time: the
+    new keys are not checked against the dataset's)."""
+    digest = note.rpartition(" #")[2]
+    for number, earlier in enumerate(manifest.appended):
+        if earlier.source.rpartition(" #")[2] == digest:
+            raise UsageError(
+                f"{folder}: {note.rpartition(' #')[0]} was appended to this dataset already (append {number + 1} of "
+                f"{len(manifest.appended)}, after shard {earlier.num_shards - 1}), with the same options: appending it "
+                "again would hold every one of its samples twice. Pass --again (again=True) if that is meant"
+            )
 
 
 def _read_base(work: str) -> dict | None:
@@ -219,9 +253,11 @@ _OUR_NAME = re.compile(r"^shard-(\d{6,})\.(?:tar|idx)$")
 
 
 def _check_agrees(manifest: Manifest, staged: Manifest, folder: str) -> None:
-    """Refuse new samples that read differently from DEST's."""
+    """Refuse new samples that read differently from DEST's. (New samples
+    without class names, say captions added to an ImageFolder's dataset,
+    have no labels to misread.)"""
     for what, ours, theirs in (
-        ("class names", manifest.class_names, staged.class_names),
+        ("class names", manifest.class_names, staged.class_names if staged.class_names is not None else manifest.class_names),
         ("member compression", manifest.member_compression, staged.member_compression),
         ("token fields", manifest.token_fields, staged.token_fields),
     ):

@@ -12,6 +12,7 @@ removed. Shards and offset indexes are never touched here.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 
 from shardkit.errors import DestinationError, UsageError
@@ -61,4 +62,6 @@ def publish_revision(dest: str, base: Manifest, revised: Manifest) -> None:
             f"{current.fingerprint[:16]}... now); nothing was published: run the change again",
             path=folder,
         )
-    publish_manifest(folder, revised)
+    # The one table it replaces: base's (a format-1 manifest had none).
+    replaces = os.path.basename(base.table.file) if base.table.file else ""
+    publish_manifest(folder, revised, replaces=replaces)

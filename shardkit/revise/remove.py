@@ -216,7 +216,7 @@ def _revise(manifest: Manifest, old: np.ndarray, new: np.ndarray, options: Sourc
         stored_fingerprint=None,
         # A state saved from any revision so far counts samples now gone; one
         # from before an append no longer reads as that revision's prefix.
-        earlier_fingerprints=(*manifest.earlier_fingerprints, *(f for f, _ in manifest.appended), manifest.fingerprint),
+        earlier_fingerprints=(*manifest.earlier_fingerprints, *(a.fingerprint for a in manifest.appended), manifest.fingerprint),
         appended=(),
     )
 

@@ -31,7 +31,7 @@ from shardkit.errors import UsageError
 from shardkit.format.manifest import FORMAT_VERSION, UPGRADE_HINT, Manifest
 from shardkit.format.manifest import logger as manifest_logger
 from shardkit.format.table import TABLE_NAME, TABLE_PREFIX
-from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes
+from shardkit.io.atomic import TMP_SUFFIX, atomic_write_bytes, remove_quietly
 from shardkit.io.base import Destination, SourceOptions
 from shardkit.io.manifest import fetch_manifest
 from shardkit.io.registry import open_destination
@@ -41,7 +41,9 @@ from shardkit.write.destination import CARD_NAME, holding_destination
 logger = logging.getLogger(__name__)
 
 
-def publish_manifest(destination: Destination | str, manifest: Manifest, *, table_in_place: bool = False) -> None:
+def publish_manifest(
+    destination: Destination | str, manifest: Manifest, *, table_in_place: bool = False, replaces: str | None = None
+) -> None:
     """Write ``manifest``'s table and then ``manifest.json`` into a dataset
     folder, then its dataset card (see :func:`write_dataset_card`).
 
@@ -51,6 +53,10 @@ def publish_manifest(destination: Destination | str, manifest: Manifest, *, tabl
         table_in_place: The table file is already there under its name (a
             table written piece by piece, as ``shardkit index`` does): only
             ``manifest.json`` and the card are written.
+        replaces: The table file of the revision this one replaces, the one
+            stale table then (a revision's publishing need not list a folder
+            of 10^6 shards to find it); None: every table but the new one
+            is looked for and removed.
     """
     files = manifest.to_files()
     table_file = files[0][0]
@@ -60,7 +66,10 @@ def publish_manifest(destination: Destination | str, manifest: Manifest, *, tabl
     if local is not None:
         for name, data in files:
             atomic_write_bytes(os.path.join(local, name), data)
-        remove_stale_tables(local, keep=table_file)
+        if replaces is None:
+            remove_stale_tables(local, keep=table_file)
+        elif replaces and replaces != table_file:
+            remove_quietly(os.path.join(local, replaces))
     else:
         assert not isinstance(destination, str)
         for name, data in files:

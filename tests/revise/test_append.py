@@ -16,9 +16,10 @@ import textwrap
 import pytest
 
 import shardkit
+import shardkit.cli
 from shardkit.errors import DestinationError, DuplicateSampleError, ManifestError, StateError
 from shardkit.format.manifest import load_manifest
-from shardkit.revise.append import APPEND_DIR, append_dataset
+from shardkit.revise.append import APPEND_DIR, append
 from shardkit.revise.remove import remove_samples
 from shardkit.verify import verify_dataset
 from shardkit.write.options import WriteOptions
@@ -44,13 +45,14 @@ def test_append_adds_shards_after_the_last_and_leaves_the_old_files_as_they_were
     dest, new = pool
     before = {name: digest for name, digest in tree_digest(dest).items() if name.startswith("shard-")}
     old = load_manifest(dest)
-    report = append_dataset(dest, new, options=WriteOptions(max_samples=5, seed=1))
+    report = append(dest, new, options=WriteOptions(max_samples=5, seed=1))
     after = tree_digest(dest)
     assert {name: after[name] for name in before} == before
     assert report.num_samples == 14 and report.num_shards == 3 and report.fingerprint_before == old.fingerprint
     manifest = load_manifest(dest)
     assert manifest.num_shards == 11 and manifest.num_samples == 44
-    assert manifest.appended == ((old.fingerprint, 8),)
+    assert [(a.fingerprint, a.num_shards) for a in manifest.appended] == [(old.fingerprint, 8)]
+    assert manifest.appended[0].source.startswith(new + " #")
     assert [manifest.table.path(i) for i in range(8, 11)] == ["shard-000008.tar", "shard-000009.tar", "shard-000010.tar"]
     assert sorted(keys_of(dest)) == sorted([f"a{i:03d}" for i in range(30)] + [f"n{i:03d}" for i in range(14)])
     assert not os.path.exists(os.path.join(dest, APPEND_DIR))
@@ -64,11 +66,26 @@ def test_append_adds_shards_after_the_last_and_leaves_the_old_files_as_they_were
 def test_a_second_append_records_both_revisions(pool, tmp_path):
     dest, new = pool
     first = load_manifest(dest).fingerprint
-    append_dataset(dest, new, options=OPTIONS)
+    append(dest, new, options=OPTIONS)
     second = load_manifest(dest).fingerprint
-    append_dataset(dest, make_texts(str(tmp_path / "more"), "m", 3), options=OPTIONS)
-    assert load_manifest(dest).appended == ((first, 8), (second, 12))
+    append(dest, make_texts(str(tmp_path / "more"), "m", 3), options=OPTIONS)
+    assert [(a.fingerprint, a.num_shards) for a in load_manifest(dest).appended] == [(first, 8), (second, 12)]
     assert len(keys_of(dest)) == 47
+
+
+def test_the_same_data_appended_twice_is_refused_unless_asked_for(pool, capsys):
+    """A finished append run again would add every sample a second time (new keys are not checked against the dataset's)."""
+    dest, new = pool
+    append(dest, new, options=OPTIONS)
+    before = tree_digest(dest)
+    with pytest.raises(shardkit.UsageError, match=f"{new} was appended to this dataset already.*--again"):
+        append(dest, new, options=OPTIONS)
+    assert shardkit.cli.main(["append", dest, new, "--max-samples", "4", "--seed", "2", "-q"]) == 2
+    assert "--again" in capsys.readouterr().err
+    assert tree_digest(dest) == before
+    assert shardkit.cli.main(["append", dest, new, "--max-samples", "5", "--seed", "2", "-q"]) == 0  # other options
+    assert shardkit.cli.main(["append", dest, new, "--max-samples", "5", "--seed", "2", "-q", "--again"]) == 0
+    assert "appended 14 samples in 3 shards; the dataset holds 72 samples" in capsys.readouterr().out
 
 
 def test_keys_repeated_in_the_new_data_are_refused_and_nothing_is_appended(pool, tmp_path):
@@ -77,7 +94,7 @@ def test_keys_repeated_in_the_new_data_are_refused_and_nothing_is_appended(pool,
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({"__key__": k, "txt": "x"}) + "\n" for k in ("k1", "k2", "k1")))
     with pytest.raises(DuplicateSampleError, match="k1"):
-        append_dataset(dest, str(rows), options=OPTIONS)
+        append(dest, str(rows), options=OPTIONS)
     assert {n: d for n, d in tree_digest(dest).items() if not n.startswith(APPEND_DIR)} == before
 
 
@@ -90,21 +107,21 @@ def test_new_samples_with_other_class_names_are_refused(tmp_path):
     make_imagefolder(str(tmp_path / "other"), classes=("cat", "eel"), per_class=2)
     before = tree_digest(dest)
     with pytest.raises(DestinationError, match=r"class names \(\['cat', 'eel'\]\) differ from the dataset's \(\['cat', 'dog'\]\)"):
-        append_dataset(dest, str(tmp_path / "other"), options=OPTIONS)
+        append(dest, str(tmp_path / "other"), options=OPTIONS)
     assert tree_digest(dest) == before  # the staging folder is gone too
 
 
 def test_append_refuses_a_url_and_resume_or_overwrite(pool):
     dest, new = pool
     with pytest.raises(shardkit.UsageError, match="local folder"):
-        append_dataset("http://127.0.0.1:9/pool", new)
+        append("http://127.0.0.1:9/pool", new)
     with pytest.raises(shardkit.UsageError, match="leave resume and overwrite unset"):
-        append_dataset(dest, new, options=WriteOptions(resume=True))
+        append(dest, new, options=WriteOptions(resume=True))
 
 
 def test_a_sequence_with_a_map_appends_as_write_does(pool):
     dest, _ = pool
-    report = append_dataset(dest, list(range(5)), map=_text_sample, options=OPTIONS)
+    report = append(dest, list(range(5)), map=_text_sample, options=OPTIONS)
     assert report.num_samples == 5
     assert sorted(k for k in keys_of(dest) if k.startswith("seq")) == [f"seq{i}" for i in range(5)]
 
@@ -118,14 +135,14 @@ def _text_sample(i: int) -> dict:
 KILLED_APPEND = textwrap.dedent(
     """
     import os, signal, sys
-    from shardkit.revise.append import append_dataset
+    from shardkit.revise.append import append
     from shardkit.write.options import WriteOptions
     done = []
     def on_progress(event):
         done.append(event)
         if len(done) == 2:
             os.killpg(0, signal.SIGKILL)
-    append_dataset(sys.argv[1], sys.argv[2], options=WriteOptions(max_samples=2, seed=2, workers=2), progress=on_progress)
+    append(sys.argv[1], sys.argv[2], options=WriteOptions(max_samples=2, seed=2, workers=2), progress=on_progress)
     """
 )
 
@@ -134,14 +151,14 @@ def test_a_sigkilled_append_finishes_on_a_rerun_to_the_uninterrupted_bytes(pool,
     dest, new = pool
     clean = str(tmp_path / "clean")
     write_dataset(str(tmp_path / "a"), clean, options=OPTIONS)
-    append_dataset(clean, new, options=WriteOptions(max_samples=2, seed=2))
+    append(clean, new, options=WriteOptions(max_samples=2, seed=2))
     before = load_manifest(dest)
     proc = subprocess.run([sys.executable, "-c", KILLED_APPEND, dest, new], start_new_session=True,
                           env={**os.environ, "PYTHONPATH": os.getcwd()})  # fmt: skip
     assert proc.returncode == -signal.SIGKILL
     assert load_manifest(dest).fingerprint == before.fingerprint  # the old revision, whole
     assert len(keys_of(dest)) == 30
-    report = append_dataset(dest, new, options=WriteOptions(max_samples=2, seed=2, workers=2))
+    report = append(dest, new, options=WriteOptions(max_samples=2, seed=2, workers=2))
     assert report.write is not None and report.write.num_reused >= 1
     assert tree_digest(dest) == tree_digest(clean)
 
@@ -159,11 +176,11 @@ def test_an_append_stopped_while_linking_finishes_on_a_rerun(pool, tmp_path, mon
 
     monkeypatch.setattr(os, "link", flaky_link)
     with pytest.raises(OSError):
-        append_dataset(dest, new, options=OPTIONS)
+        append(dest, new, options=OPTIONS)
     monkeypatch.setattr(os, "link", real_link)
     assert load_manifest(dest).num_samples == 30
     assert len(keys_of(dest)) == 30  # the linked files are in no table yet
-    report = append_dataset(dest, new, options=OPTIONS)
+    report = append(dest, new, options=OPTIONS)
     assert report.num_samples == 14 and len(keys_of(dest)) == 44
 
 
@@ -171,12 +188,12 @@ def test_a_rerun_after_the_publish_finds_the_append_done(pool):
     """Killed after publishing, before the staging folder was removed: the rerun appends nothing twice."""
     dest, new = pool
     old = load_manifest(dest)
-    append_dataset(dest, new, options=OPTIONS)
+    append(dest, new, options=OPTIONS)
     work = os.path.join(dest, APPEND_DIR)
     os.makedirs(work)
     with open(os.path.join(work, "base.json"), "w") as f:
         json.dump({"fingerprint": old.fingerprint, "num_shards": old.num_shards}, f)
-    report = append_dataset(dest, new, options=OPTIONS)
+    report = append(dest, new, options=OPTIONS)
     assert report.write is None and report.num_samples == 14
     assert load_manifest(dest).num_samples == 44 and not os.path.exists(work)
 
@@ -189,7 +206,7 @@ def test_an_interrupted_append_over_a_dataset_changed_since_is_refused(pool, tmp
         json.dump({"fingerprint": "0" * 64, "num_shards": 3}, f)
     before = tree_digest(dest)
     with pytest.raises(DestinationError, match=f"interrupted append .* remove {work}"):
-        append_dataset(dest, new, options=OPTIONS)
+        append(dest, new, options=OPTIONS)
     assert tree_digest(dest) == before
 
 
@@ -200,10 +217,10 @@ def test_an_interrupted_append_of_other_data_is_not_finished_with_this(pool, tmp
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        append_dataset(dest, new, options=WriteOptions(max_samples=2, seed=2, workers=1), progress=stop)
+        append(dest, new, options=WriteOptions(max_samples=2, seed=2, workers=1), progress=stop)
     other = make_texts(str(tmp_path / "other"), "o", 5)
     with pytest.raises(DestinationError, match="interrupted append of other data"):
-        append_dataset(dest, other, options=WriteOptions(max_samples=2, seed=2, workers=1))
+        append(dest, other, options=WriteOptions(max_samples=2, seed=2, workers=1))
     assert load_manifest(dest).num_samples == 30
 
 
@@ -217,7 +234,7 @@ def test_a_state_saved_before_an_append_finishes_its_epoch_over_the_old_samples(
     taken = [next(it)["__key__"] for _ in range(11)]
     state = ds.state_dict()
     whole_epoch = keys_of(dest, seed=4, mode="exact")
-    append_dataset(dest, new, options=OPTIONS)
+    append(dest, new, options=OPTIONS)
 
     resumed = shardkit.ShardDataset(dest, seed=4, mode="exact")
     resumed.load_state_dict(state)
@@ -234,7 +251,7 @@ def test_a_state_saved_in_the_resumed_epoch_resumes_it_again(pool):
     it = iter(ds)
     taken = [next(it)["__key__"] for _ in range(5)]
     state = ds.state_dict()
-    append_dataset(dest, new, options=OPTIONS)
+    append(dest, new, options=OPTIONS)
     second = shardkit.ShardDataset(dest, seed=4)
     second.load_state_dict(state)
     it = iter(second)
@@ -252,7 +269,7 @@ def test_a_removal_after_an_append_retires_states_saved_before_the_append(pool):
     ds = shardkit.ShardDataset(dest, seed=4)
     next(iter(ds))
     state = ds.state_dict()
-    append_dataset(dest, new, options=OPTIONS)
+    append(dest, new, options=OPTIONS)
     remove_samples(dest, ["n003"])
     manifest = load_manifest(dest)
     assert manifest.appended == () and state["fingerprint"] in manifest.earlier_fingerprints
@@ -268,7 +285,7 @@ def test_an_index_of_irregular_names_gets_shards_after_them(tmp_path):
     for i, name in enumerate(["train-b.tar", "train-a.tar", "shard-000004.tar"]):
         os.link(tmp_path / "w" / f"shard-00000{i}.tar", shards / name)
     assert shardkit.cli.main(["index", str(shards), "-q"]) == 0
-    report = append_dataset(str(shards), make_texts(str(tmp_path / "n"), "n", 6), options=OPTIONS)
+    report = append(str(shards), make_texts(str(tmp_path / "n"), "n", 6), options=OPTIONS)
     table = load_manifest(str(shards)).table
     names = [table.path(i) for i in range(table.num_shards)]
     assert names[:3] == sorted(["train-b.tar", "train-a.tar", "shard-000004.tar"])

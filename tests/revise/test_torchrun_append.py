@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from shardkit.revise.append import append_dataset
+from shardkit.revise.append import append
 from shardkit.write.options import WriteOptions
 from shardkit.write.parallel import write_dataset
 from tests.read.torchrun_util import launch
@@ -33,7 +33,7 @@ def test_a_checkpoint_saved_before_an_append_finishes_the_old_epoch_then_reads_a
     new = [f"n{i:03d}" for i in range(20)]
     write_dataset(make_texts(str(tmp_path / "a"), "a", 50), data, options=WriteOptions(max_samples=6, seed=1))
     full = _run(data, out, "full")
-    append_dataset(data, make_texts(str(tmp_path / "n"), "n", 20), options=WriteOptions(max_samples=6, seed=1))
+    append(data, make_texts(str(tmp_path / "n"), "n", 20), options=WriteOptions(max_samples=6, seed=1))
     resumed = _run(data, out, "resume")
     epoch0 = collections.Counter(_keys(full, "saved") + _keys(resumed, "epoch0"))
     assert sorted(epoch0) == old and max(epoch0.values()) == 1  # the epoch it was saved in: old samples once
