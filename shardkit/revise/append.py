@@ -37,7 +37,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -232,24 +231,42 @@ def _read_base(work: str) -> dict | None:
 
 def _first_shard(manifest: Manifest, folder: str) -> int:
     """The number of the first new shard: after DEST's last, and after every
-    ``shard-N`` name (shard or index) DEST's shards have, so that no new
-    name is taken. With the writer's naming that is the shard count; other
-    names are looked through once (one string per stored name)."""
+    ``shard-N.tar`` or ``.idx`` name (at any folder depth) DEST's shards and
+    indexes have, so that no new name is taken. With the writer's naming
+    that is the shard count; stored names are searched in numpy, a pass over
+    their bytes per number width, no Python string per name."""
     table = manifest.table
     first = table.num_shards
     stored = table.path_columns()
     if stored is None:
         return first
     for offsets, blob in stored:
-        names = bytes(blob).decode("utf-8", "surrogateescape")
-        for start, end in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
-            found = _OUR_NAME.match(os.path.basename(names[start:end]))
-            if found is not None:
-                first = max(first, int(found.group(1)) + 1)
+        first = max(first, _after_our_names(np.asarray(offsets, dtype=np.int64), np.asarray(blob, dtype=np.uint8)))
     return first
 
 
-_OUR_NAME = re.compile(r"^shard-(\d{6,})\.(?:tar|idx)$")
+def _after_our_names(offsets: np.ndarray, blob: np.ndarray) -> int:
+    """One more than the largest N of the names ``shard-N.tar`` / ``shard-N.idx``
+    (6 to 9 digits) among names stored as ``offsets`` into ``blob`` (0: none)."""
+    starts, ends = offsets[:-1], offsets[1:]
+    found = 0
+    for digits in range(6, 10):
+        width = len("shard-.tar") + digits
+        rows = np.flatnonzero(ends - starts >= width)
+        if not len(rows):
+            continue
+        tails = blob[ends[rows, None] - width + np.arange(width)]  # each name's last `width` bytes
+        ours = np.all(tails[:, :6] == np.frombuffer(b"shard-", np.uint8), axis=1)
+        number = tails[:, 6 : 6 + digits]
+        ours &= np.all((number >= ord("0")) & (number <= ord("9")), axis=1)
+        suffix = tails[:, 6 + digits :]
+        ours &= np.all(suffix == np.frombuffer(b".tar", np.uint8), axis=1) | np.all(suffix == np.frombuffer(b".idx", np.uint8), axis=1)
+        whole = ends[rows] - starts[rows] == width  # the name is just that, or that after a '/'
+        ours &= whole | (blob[np.maximum(ends[rows] - width - 1, 0)] == ord("/"))
+        if ours.any():
+            values = (number[ours] - ord("0")).astype(np.int64) @ (10 ** np.arange(digits - 1, -1, -1, dtype=np.int64))
+            found = max(found, int(values.max()) + 1)
+    return found
 
 
 def _check_agrees(manifest: Manifest, staged: Manifest, folder: str) -> None:

@@ -22,7 +22,8 @@ from typing import Any
 
 from shardkit.format.manifest import SkippedInput
 from shardkit.write.map_stage import map_spec
-from shardkit.write.parallel import WriteOptions, scan_and_plan
+from shardkit.write.options import WriteOptions
+from shardkit.write.planning import scan_and_plan
 from shardkit.write.scan import ScanProgress
 from shardkit.write.scratch import scratch_folder
 

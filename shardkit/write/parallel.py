@@ -1,7 +1,8 @@
 """write_dataset: scan, plan, run, publish.
 
-One straight path, whatever the engine and DEST; the engine (:data:`ENGINES`:
-the local process pool, or Ray tasks) and the publisher (a local folder, or
+One straight path, whatever the engine and DEST; the engine
+(:func:`~shardkit.write.engines.choose_engine`: the local process pool, or
+Ray tasks, peers behind one interface) and the publisher (a local folder, or
 ``s3://``/fsspec through a staging folder) are chosen once, in
 :func:`write_dataset`. Steps, each a separate unit:
 
@@ -29,16 +30,12 @@ the driver's memory with the number of samples.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import functools
 import logging
 import os
 import shutil
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor, as_completed
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +56,7 @@ from shardkit.write.destination import (
     output_error,
     prepare_destination,
 )
+from shardkit.write.engines import Engine, choose_engine
 from shardkit.write.journal import (
     ShardResult,
     SkipTally,
@@ -70,22 +68,18 @@ from shardkit.write.journal import (
     reusable_result,
     unpack_folder,
 )
-from shardkit.write.limits import ShardLimits
-from shardkit.write.map_stage import StageRun, map_scanned, map_sequence, map_spec, stage_counts, stage_info
+from shardkit.write.map_stage import stage_counts, stage_info
 from shardkit.write.mapping import MapSpec, check_sequence, is_path
 from shardkit.write.no_sample import EXAMPLES_NAMED, FILTERED, every_input, filtered_examples, no_sample_error
 from shardkit.write.occupant import WriteIdentity, check_resume, record_identity, write_identity
 from shardkit.write.options import ENGINES, WriteOptions
-from shardkit.write.plan import Oversized, ShardTask, plan_shards
-from shardkit.write.pool import pool_context, process_pool
+from shardkit.write.plan import Oversized, ShardTask
+from shardkit.write.planning import scan_and_plan
 from shardkit.write.publish import publish_manifest
 from shardkit.write.publisher import ShardPublisher
-from shardkit.write.scan import ScanProgress, ScanResult, Scanner, resolve_format, scan_dataset, scan_locally
-from shardkit.write.shard_task import ShardJob, init_worker, run_shard, run_shard_in_worker, write_shard
-from shardkit.write.sources import check_options
-from shardkit.write.sources.mapped import SEQUENCE, SEQUENCE_SOURCE
-from shardkit.write.sources.base import SourceSettings
-from shardkit.write.sources.table import close_process_downloader, note_image_format, planned_options
+from shardkit.write.scan import ScanProgress, ScanResult
+from shardkit.write.shard_task import ShardJob, write_shard
+from shardkit.write.sources.table import planned_options
 from shardkit.write.upload import publish_report, remote_staging
 
 __all__ = ["ENGINES", "Progress", "WriteOptions", "WriteReport", "scan_and_plan", "write_dataset", "write_shard"]
@@ -130,10 +124,6 @@ class Progress:
 
 # ---------------------------------------------------------------- the driver
 
-#: An engine: runs shard tasks, yielding their results as they finish (any order).
-Engine = Callable[[list[ShardTask], ShardJob, WriteOptions], Iterator[ShardResult]]
-
-
 @dataclass(frozen=True)
 class _Run:
     """One write: what is written, with which options, by which engine, to which publisher."""
@@ -141,7 +131,6 @@ class _Run:
     source: str | Sequence
     options: WriteOptions
     engine: Engine
-    scanner: Scanner
     publisher: ShardPublisher
     progress: Callable[[Progress], None] | None
     scan_progress: Callable[[ScanProgress], None] | None = None
@@ -209,29 +198,16 @@ def write_dataset(
     if not is_path(source):
         source = check_sequence(source)
     MapSpec(map).check()  # a function that cannot reach the workers is refused before anything is done
-    engine, scanner, session = _choose_engine(options)  # before scanning: no Ray, or no cluster there, fails at once
+    engine = choose_engine(options)  # before scanning: no Ray, or no cluster there, fails at once
     destination = open_destination(dest)
-    with session:
+    with engine.session:
         if destination.local_dir is not None:
             publisher = ShardPublisher(destination.local_dir)
-            return _write(_Run(source, options, engine, scanner, publisher, progress, scan_progress, map))
+            return _write(_Run(source, options, engine, publisher, progress, scan_progress, map))
         with remote_staging(destination, resume=options.resume, overwrite=options.overwrite) as staging:
             publisher = ShardPublisher(staging, url=destination.url)
             options = dataclasses.replace(options, overwrite=False)
-            run = _Run(source, options, engine, scanner, publisher, progress, scan_progress, map)
-            return publish_report(destination, _write(run))
-
-
-def _choose_engine(options: WriteOptions) -> tuple[Engine, Scanner, contextlib.AbstractContextManager]:
-    """The engine's shard runner, its scanner, and the connection a write holds (Ray's) for both."""
-    if options.engine == "ray":
-        from shardkit.write.engine_ray import preflight, run_tasks_on_ray, session
-        from shardkit.write.scan_ray import scan_on_ray
-
-        preflight(options.ray_address)
-        scanner = functools.partial(scan_on_ray, max_retries=options.ray_max_retries)
-        return run_tasks_on_ray, scanner, session(options.ray_address)
-    return _run_tasks, scan_locally, contextlib.nullcontext()
+            return publish_report(destination, _write(_Run(source, options, engine, publisher, progress, scan_progress, map)))
 
 
 def _write(run: _Run) -> WriteReport:
@@ -266,7 +242,7 @@ def _write_held(run: _Run, created: bool, identity: WriteIdentity) -> WriteRepor
                 shutil.rmtree(work, ignore_errors=True)  # an earlier run's, replaced by --overwrite
             record_identity(dest, identity)
             scanned, tasks, oversized = scan_and_plan(
-                run.source, options, work=work, unpack_dir=unpack_dir, scanner=run.scanner, progress=run.scan_progress,
+                run.source, options, work=work, unpack_dir=unpack_dir, scanner=run.engine.scan, progress=run.scan_progress,
                 map=run.map,
             )
         except BaseException as exc:
@@ -276,62 +252,6 @@ def _write_held(run: _Run, created: bool, identity: WriteIdentity) -> WriteRepor
             raise
         run = dataclasses.replace(run, options=planned_options(options, scanned))
         return _write_planned(run, scanned, tasks, oversized)
-
-
-def scan_and_plan(
-    source: str | Sequence,
-    options: WriteOptions,
-    *,
-    work: str,
-    unpack_dir: str,
-    scanner: Scanner = scan_locally,
-    progress: Callable[[ScanProgress], None] | None = None,
-    map: Callable[[Any], Any] | None = None,
-    run_map: bool = True,
-) -> tuple[ScanResult, list[ShardTask], Oversized]:
-    """Scan ``source`` into ``work/scan``, run the map stage into
-    ``work/map`` when there is one (a sequence, ``map``, or image options on
-    a file source: see :func:`~shardkit.write.map_stage.map_spec`), and plan
-    into ``work/plan``, as a write with ``options`` does (its dry run too, with
-    the local scanner and ``run_map=False``: the inputs are planned as they
-    are); ``progress`` follows the scan and the map stage (see
-    :class:`~shardkit.write.scan.ScanProgress`).
-
-    Returns:
-        The scan (or the map stage), the shard tasks, and the samples over ``max_bytes``.
-    """
-    spill_dir, map_dir, plan_dir = (os.path.join(work, name) for name in ("scan", "map", "plan"))
-    os.makedirs(spill_dir, exist_ok=True)
-    shutil.rmtree(plan_dir, ignore_errors=True)
-    os.makedirs(plan_dir)
-    stage = StageRun(map_dir, options.seed, options.input_errors, options.resume, options.workers, scanner, progress,
-                     ingest=options.ingest_options(), row_errors=options.download_errors)  # fmt: skip
-    if not is_path(source):
-        check_options(options, SEQUENCE, SEQUENCE_SOURCE)
-        scanned = map_sequence(source, map_spec(map, options, SEQUENCE), stage)
-    else:
-        source = os.fspath(source)
-        format = resolve_format(source, options.format)
-        check_options(options, format, source)  # an option this kind does not use is refused, not ignored
-        note_image_format(options)
-        settings = SourceSettings(
-            partition_bytes=options.partition_bytes, files_root=options.files_root, fields=options.field_map(),
-            table_output=options.ingest_options().output_signature(), unpack_dir=unpack_dir,
-            max_unpack_bytes=options.max_unpack_bytes,
-        )  # fmt: skip
-        scanned = scan_dataset(
-            source, spill_dir=spill_dir, format=format, on_error=options.input_errors, seed=options.seed,
-            workers=options.workers, settings=settings, reuse=options.resume, scanner=scanner, progress=progress,
-        )
-        spec = map_spec(map, options, format)
-        if spec is not None and run_map:
-            scanned = map_scanned(scanned, spec, stage)
-    options = planned_options(options, scanned)
-    limits = ShardLimits(max_samples=options.max_samples, max_bytes=options.max_bytes)
-    tasks, oversized = plan_shards(
-        scanned, limits=limits, shuffle=options.shuffle, plan_dir=plan_dir, first_shard=options.first_shard
-    )
-    return scanned, tasks, oversized
 
 
 def _discard_scan(dest: str, work: str, *, created: bool, keep: bool) -> None:
@@ -363,7 +283,7 @@ def _write_planned(run: _Run, scanned: ScanResult, tasks: list[ShardTask], overs
         todo = _reuse_finished(run, scanned, tasks, results, skips, since) if options.resume else tasks
         if not run.publisher.remote:  # a remote DEST stages a few shards at a time
             check_free_space(dest, _planned_file_sizes(todo))
-        runner = run.engine(todo, run.job(), options)
+        runner = run.engine.run(todo, run.job(), options)
         try:
             for result in runner:
                 _report(run.progress, result, scanned.num_samples, since)
@@ -504,35 +424,3 @@ def _report(progress: Callable[[Progress], None] | None, result: ShardResult, to
         entry = result.entry
         elapsed = time.perf_counter() - since
         progress(Progress(entry.path, entry.num_samples, entry.num_bytes, result.reused, total, len(result.skipped), elapsed))
-
-
-def _run_tasks(tasks: list[ShardTask], job: ShardJob, options: WriteOptions) -> Iterator[ShardResult]:
-    """The local engine: run shard tasks in a process pool, yielding results
-    as they finish (any order).
-
-    When the caller stops early (a task failed, or the consumer raised), the
-    pool is stopped: queued tasks are cancelled and running ones give up
-    between samples, removing their temporary files.
-    """
-    workers = min(options.workers or os.cpu_count() or 1, max(len(tasks), 1))
-    stop: Any
-    if workers <= 1:
-        # One process, two threads taking turns (see write_shard's ``turn``):
-        # one shard's fsync, rename and upload overlap the next one's samples,
-        # and the two do not fight over the GIL at every input file (which
-        # cost an ImageFolder write a third more CPU).
-        stop, turn = threading.Event(), threading.Lock()
-        pool: Executor = ThreadPoolExecutor(max_workers=2)
-        futures = [pool.submit(run_shard, task, job, stop=stop, turn=turn) for task in tasks]
-    else:
-        stop = pool_context().Event()
-        pool = process_pool(workers, init_worker, (stop,))
-        futures = [pool.submit(run_shard_in_worker, task, job) for task in tasks]
-    try:
-        for future in as_completed(futures):
-            yield future.result()
-    finally:
-        stop.set()
-        pool.shutdown(wait=True, cancel_futures=True)
-        if workers <= 1:
-            close_process_downloader()  # its threads, made in this process for table rows

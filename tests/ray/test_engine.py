@@ -127,7 +127,7 @@ def test_resume_after_the_driver_is_killed_gives_the_same_bytes(ray_cluster, ima
     journal = dest / ".shardkit-journal"
     deadline = time.monotonic() + 120
     while driver.poll() is None and time.monotonic() < deadline:
-        if journal.is_dir() and len(list(journal.glob("*.json"))) >= 3:
+        if journal.is_dir() and len(list(journal.glob("shard-*.json"))) >= 3:
             driver.kill()  # `ip netns exec` execs the driver: this is its pid
             break
         time.sleep(0.002)

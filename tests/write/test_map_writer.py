@@ -60,10 +60,10 @@ def samples_of(dest: Path) -> dict[str, dict[str, bytes]]:
 
 def _spawn_pool(monkeypatch):
     """Writer processes started by spawn, as on macOS or under a CUDA parent, instead of fork."""
-    import shardkit.write.parallel as parallel
+    import shardkit.write.engine_local as engine_local
     import shardkit.write.pool as pool
 
-    for module in (pool, parallel):
+    for module in (pool, engine_local):
         monkeypatch.setattr(module, "pool_context", lambda: multiprocessing.get_context("spawn"))
 
 
