@@ -48,10 +48,8 @@ from shardkit.errors import DestinationError, UsageError
 from shardkit.format.appended import Appended, appended_fingerprint, appended_table
 from shardkit.format.manifest import Manifest, load_manifest
 from shardkit.io.atomic import atomic_write_bytes
-from shardkit.io.urls import local_path
+from shardkit.io.urls import local_path, redact_url
 from shardkit.revise.publish import publish_revision, revising
-from shardkit.write.mapping import MapSpec
-from shardkit.write.occupant import write_identity
 from shardkit.write.options import WriteOptions
 from shardkit.write.parallel import Progress, WriteReport, write_dataset
 from shardkit.write.scan import ScanProgress
@@ -105,9 +103,10 @@ def append(
             ``seed``, ``workers``, ``engine``...); ``resume`` and
             ``overwrite`` are the append's own business and must be unset.
         progress, scan_progress: As ``write_dataset``'s.
-        again: Append data an earlier append of this dataset already added
-            (the same source, options and map): refused without it, as a
-            rerun of a finished append that would add every sample twice.
+        again: Append shards whose contents an earlier append of this
+            dataset already added (the same data written the same way):
+            refused without it, as a rerun of a finished append that would
+            hold every sample twice.
 
     Returns:
         An :class:`AppendReport`.
@@ -155,9 +154,6 @@ def _append(
             f"{manifest.num_shards} shards); remove {work} to drop that append, then append again",
             path=folder,
         )
-    note = _appended_note(source, options, map)
-    if recorded is None and not again:
-        _refuse_twice(manifest, note, folder)
     first = _first_shard(manifest, folder)
     os.makedirs(work, exist_ok=True)
     atomic_write_bytes(os.path.join(work, _BASE), json.dumps(base, sort_keys=True).encode())
@@ -174,10 +170,13 @@ def _append(
             path=folder,
         ) from None
     staged = report.manifest
+    note = _appended_note(source, staged)
     try:
         _check_agrees(manifest, staged, folder)
-    except DestinationError:
-        shutil.rmtree(work, ignore_errors=True)
+        if not again:
+            _refuse_twice(manifest, note, folder)
+    except (DestinationError, UsageError):
+        shutil.rmtree(work, ignore_errors=True)  # nothing was linked or published
         raise
     _link(staged, stage, folder)
     revised = dataclasses.replace(
@@ -192,25 +191,29 @@ def _append(
     return AppendReport(load_manifest(folder), staged.num_shards, staged.num_samples, manifest.fingerprint, report)
 
 
-def _appended_note(source: str | Sequence, options: WriteOptions, map: Callable[[Any], Any] | None) -> str:
-    """What the manifest records of an append: the source as given and a
-    digest of who the staging write is (source, options, seed, map)."""
-    identity = write_identity(source, options, MapSpec(map).name)
-    digest = hashlib.sha256(identity.to_json()).hexdigest()[:16]
-    return f"{identity.source} #{digest}"
+def _appended_note(source: str | Sequence, staged: Manifest) -> str:
+    """What the manifest records of an append: the source as given, and a
+    digest of the new shards' contents (their checksums and counts, not
+    their names): the same data written the same way gives the same digest,
+    whatever shard number it began at."""
+    table = staged.table
+    digest = hashlib.sha256(np.ascontiguousarray(table.sha256).tobytes() + np.ascontiguousarray(table.counts).tobytes())
+    named = redact_url(os.fspath(source)) if isinstance(source, (str, os.PathLike)) else f"a Python sequence of {len(source)} items"
+    return f"{named} #{digest.hexdigest()[:16]}"
 
 
 def _refuse_twice(manifest: Manifest, note: str, folder: str) -> None:
-    """Refuse to append data that an earlier append already added (a
-    finished append run again would add every sample a second time: the
-    new keys are not checked against the dataset's)."""
+    """Refuse new shards whose contents an earlier append already added, to
+    the byte (a finished append run again would add every sample a second
+    time: the new keys are not checked against the dataset's)."""
     digest = note.rpartition(" #")[2]
     for number, earlier in enumerate(manifest.appended):
         if earlier.source.rpartition(" #")[2] == digest:
             raise UsageError(
                 f"{folder}: {note.rpartition(' #')[0]} was appended to this dataset already (append {number + 1} of "
-                f"{len(manifest.appended)}, after shard {earlier.num_shards - 1}), with the same options: appending it "
-                "again would hold every one of its samples twice. Pass --again (again=True) if that is meant"
+                f"{len(manifest.appended)}, after shard {earlier.num_shards - 1}), as the same shards: appending it "
+                "again would hold every one of its samples twice; nothing was appended. Pass --again (again=True) "
+                "if that is meant"
             )
 
 

@@ -88,6 +88,19 @@ def test_the_same_data_appended_twice_is_refused_unless_asked_for(pool, capsys):
     assert "appended 14 samples in 3 shards; the dataset holds 72 samples" in capsys.readouterr().out
 
 
+def test_a_folder_appended_again_with_new_contents_is_not_taken_for_the_same_data(pool, tmp_path):
+    """Next month's files in the same folder, or another sequence of the same length: other shards, appended."""
+    dest, new = pool
+    append(dest, new, options=OPTIONS)
+    for name in os.listdir(new):
+        os.unlink(os.path.join(new, name))
+    make_texts(new, "m", 14)
+    assert append(dest, new, options=OPTIONS).num_samples == 14
+    append(dest, [0, 1], map=_text_sample, options=OPTIONS)
+    assert append(dest, [2, 3], map=_text_sample, options=OPTIONS).num_samples == 2
+    assert len(keys_of(dest)) == 30 + 14 + 14 + 4
+
+
 def test_keys_repeated_in_the_new_data_are_refused_and_nothing_is_appended(pool, tmp_path):
     dest, _ = pool
     before = tree_digest(dest)
