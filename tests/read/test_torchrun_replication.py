@@ -79,7 +79,7 @@ def test_groups_take_identical_batches_at_every_step_with_two_workers(tmp_path):
     all_keys = {f"s{shard:03d}_{i:05d}" for shard, n in enumerate(STEP_SIZES) for i in range(n)}
     (full,) = launch(STEPS_SCRIPT, 4, ["--data", data, "--out", str(tmp_path), "--phase", "full"], out=str(tmp_path),
                      tag="full-")[:1]  # fmt: skip
-    for case in ("loader_batch", "dataset_batch", "samples", "not_persistent"):
+    for case in ("loader_batch", "dataset_batch", "samples", "not_persistent", "plain_dataloader", "stateful_dataloader"):
         keys = [key for batch in _check_steps(full[case], case) for key in batch]
         assert len(keys) == len(set(keys)) and len(keys) >= len(all_keys) - 8, case  # balanced: a few dropped
         assert set(keys) <= all_keys, case

@@ -5,7 +5,7 @@ rank. At every step each rank's batch keys are gathered from all ranks;
 rank 0 records them, per case, for the test to compare.
 
 Cases: batches made by the loader, by the dataset, no batches, workers
-that are not persistent, and (``--phase full`` then ``--phase resume``) a
+that are not persistent, a plain DataLoader and torchdata's StatefulDataLoader, and (``--phase full`` then ``--phase resume``) a
 run stopped after ``--steps`` steps and resumed in new processes.
 """
 
@@ -17,6 +17,8 @@ import random
 import time
 
 import torch.distributed as dist
+from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from shardkit import ShardDataset, make_loader
 from tests.read.torchrun_util import load_saved_state, run_phases, save_gathered_state
@@ -45,6 +47,9 @@ def _loaders(args: argparse.Namespace) -> dict:
         "not_persistent": make_loader(
             _dataset(args), batch_size=3, num_workers=2, persistent_workers=False, collate_fn=keys_of
         ),
+        # The documented recipes: a plain DataLoader and torchdata's, in order by default.
+        "plain_dataloader": DataLoader(_dataset(args), batch_size=4, num_workers=2, collate_fn=keys_of),
+        "stateful_dataloader": StatefulDataLoader(_dataset(args), batch_size=4, num_workers=2, collate_fn=keys_of),
     }
 
 
