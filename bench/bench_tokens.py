@@ -193,7 +193,7 @@ class _Handoff(torch.utils.data.IterableDataset):
     def __iter__(self) -> Any:
         from torch.utils.data import get_worker_info
 
-        from shardkit.read.blocks import stack_blocks
+        from shardkit.read.block_output import stack_blocks
 
         info = get_worker_info()
         share = range(info.id, self.count, info.num_workers) if info else range(self.count)

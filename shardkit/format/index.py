@@ -327,7 +327,12 @@ def read_document_tokens(
         raise corrupt_index(path, "a negative token count", at=int(np.argmax((counts < 0).any(axis=1))))
     if removed is not None and len(removed):
         counts = np.delete(counts, removed, axis=0)
-    sums = counts.sum(axis=0)
+    # Counts of up to 2**63 - 1 each could add up past int64 and wrap to
+    # the table's total; the first running sum to pass it turns negative.
+    ends = np.cumsum(counts, axis=0)
+    if (ends < 0).any():
+        raise corrupt_index(path, "its token counts add up past 2**63", at=int(np.argmax((ends < 0).any(axis=1))))
+    sums = ends[-1] if len(ends) else np.zeros(k, dtype=np.int64)
     wrong = np.flatnonzero(sums != np.asarray(totals, dtype=np.int64)) if check_totals else ()
     if len(wrong):
         j = int(wrong[0])

@@ -47,10 +47,17 @@ are plain (:class:`~shardkit.format.plain.SampleRun`: one member each, as
 as any other document is.
 
 **Faults.** A document whose recorded count disagrees with its array, or
-whose field is not a 1-D integer array, is a
+whose field is not a 1-D integer array (or holds an id past int64), is a
 :class:`~shardkit.errors.CorruptShardError` naming the sample; under
 ``on_error="skip"`` its tokens are left out, and the run of blocks it was in
-comes out short by the blocks it can no longer fill.
+comes out short by the blocks it can no longer fill. A shard total above the
+shard's size in bytes is refused when the dataset opens (a
+:class:`~shardkit.errors.ManifestError` naming the table). In an exact
+epoch every document is read by one reader, those counted empty and those
+after the last block included, so a count that lies fails some reader. What
+one reader cannot see: a run that starts inside a shard is placed by the
+counts of the documents before it, which it does not read; a lie there fails
+the reader of those documents, not this one.
 """
 
 from __future__ import annotations
@@ -60,18 +67,19 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import get_worker_info
 
-from shardkit.errors import CorruptShardError, UsageError
+from shardkit.errors import CorruptShardError, ManifestError, UsageError
 from shardkit.format.npy import MAX_HEADER_BYTES, parse_npy_header
 from shardkit.format.plain import SampleRun
+from shardkit.format.table import TABLE_ADVICE
 from shardkit.format.tar import RawSample
 from shardkit.format.tokens import run_token_arrays, token_array
 from shardkit.io.urls import redact_url
+from shardkit.read.block_output import OUTPUT_DTYPES
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.pieces import FAULTS, Located, OnError, PieceReader
 from shardkit.read.split import Piece, epoch_order
@@ -79,7 +87,8 @@ from shardkit.read.tokens import TokenPiece, TokenStream
 from shardkit.world import World
 
 #: What a block can be yielded as (``TokenBlocks.dtype``), and as which NumPy type.
-_OUTPUT_DTYPES = {torch.int64: np.dtype(np.int64), torch.int32: np.dtype(np.int32)}
+#: The largest token id a block holds (int64; ids stored as uint64 are checked).
+_MAX_ID = np.iinfo(np.int64).max
 #: Blocks in one virtual shard (see the module docstring): bounds what a
 #: restored buffer's replay sizes at once, whatever the epoch's length.
 CHUNK_BLOCKS = 1024
@@ -127,9 +136,9 @@ class TokenBlocks:
             raise UsageError(f"TokenBlocks block_size must be an int >= 1, not {self.block_size!r}")
         if self.eos is not None and (isinstance(self.eos, bool) or not isinstance(self.eos, int) or self.eos < 0):
             raise UsageError(f"TokenBlocks eos must be a token id (an int >= 0) or None, not {self.eos!r}")
-        if self.dtype not in _OUTPUT_DTYPES:
+        if self.dtype not in OUTPUT_DTYPES:
             raise UsageError(f"TokenBlocks dtype must be torch.int64 or torch.int32, not {self.dtype!r}")
-        if self.eos is not None and self.eos > np.iinfo(_OUTPUT_DTYPES[self.dtype]).max:
+        if self.eos is not None and self.eos > np.iinfo(OUTPUT_DTYPES[self.dtype]).max:
             raise UsageError(f"TokenBlocks eos {self.eos:,} does not fit {self.dtype}: use dtype=torch.int64")
 
     def record(self) -> str:
@@ -155,7 +164,9 @@ class BlockCatalog:
 
     Raises:
         UsageError: The dataset records no token counts for the field, or
-            holds fewer tokens than one block.
+            holds fewer tokens than one block, or its shards are compressed.
+        ManifestError: Its table counts more tokens in a shard than the
+            shard has bytes.
     """
 
     has_indexes = True
@@ -164,6 +175,7 @@ class BlockCatalog:
 
     def __init__(self, catalog: ShardCatalog, tokens: TokenBlocks, *, seed: int, shuffle: bool):
         totals = np.asarray(catalog.shard_tokens(tokens.field), dtype=np.int64)
+        _check_shard_totals(catalog, tokens.field, totals)
         documents = np.asarray(catalog.counts, dtype=np.int64)
         if tokens.eos is not None:
             totals = totals + documents  # one eos after each document
@@ -247,6 +259,35 @@ class BlockCatalog:
         return _block_catalog, (self.catalog, self.tokens, self.seed, self.shuffle)
 
 
+def _check_shard_totals(catalog: ShardCatalog, field: str, totals: np.ndarray) -> None:
+    """Refuse shards a token reader cannot place, and token totals no shard
+    can hold: each token takes at least one byte of its (uncompressed)
+    shard, so a total above the shard's size is a lie. This also keeps every
+    sum of totals within int64 (they add up to at most the dataset's bytes).
+
+    Raises:
+        UsageError: The shards are compressed (no offset indexes).
+        ManifestError: A total above its shard's size, naming the table.
+    """
+    if not catalog.has_indexes:
+        raise UsageError(
+            f"{_dataset_name(catalog)}: token blocks are placed by the offset indexes of uncompressed shards, "
+            "and these shards are compressed. Reshard them uncompressed with `shardkit write`."
+        )
+    assert catalog.manifest is not None  # token counts come with a manifest's table
+    table = catalog.manifest.table
+    over = np.flatnonzero(totals > table.num_bytes)
+    if len(over):
+        i = int(over[0])
+        where = table.file or catalog.manifest.name
+        raise ManifestError(
+            f"{where}: damaged shard table: shard {i} ({redact_url(catalog.url(i))}) counts {int(totals[i]):,} "
+            f"tokens in field {field!r}, more than its {int(table.num_bytes[i]):,} bytes can hold (a token takes "
+            f"at least one byte); {TABLE_ADVICE}",
+            path=where,
+        )
+
+
 def _block_catalog(catalog: ShardCatalog, tokens: TokenBlocks, seed: int, shuffle: bool) -> BlockCatalog:
     return BlockCatalog(catalog, tokens, seed=seed, shuffle=shuffle)
 
@@ -288,67 +329,6 @@ class BlockSchedule:
         self, index: int, counts: np.ndarray | None, *, seed: int, words: tuple[int, ...], shuffle: bool
     ) -> BlockLayout:
         return BlockLayout(self.catalog.num_blocks, self.catalog.num_shards)
-
-
-class BlockOutput:
-    """What a token reader yields for a block: a 1-D tensor of
-    ``TokenBlocks.dtype``, passed through the user's ``map`` when there is
-    one.
-
-    :meth:`batched` is what it yields instead when blocks are batched by
-    torch's collation and nothing else sees a block alone: the block as
-    stored, which :func:`stack_blocks` then copies into the batch once,
-    converting it as it goes.
-    """
-
-    def __init__(self, map: Callable[[torch.Tensor], Any] | None = None, dtype: torch.dtype = torch.int64):  # noqa: A002
-        self.map = map
-        self.dtype = dtype
-
-    def __call__(self, sample: dict[str, Any]) -> Any:
-        target = _OUTPUT_DTYPES[self.dtype]
-        _check_fits(sample["tokens"], target)
-        block = torch.from_numpy(sample["tokens"].astype(target, copy=False))
-        return block if self.map is None else self.map(block)
-
-    @staticmethod
-    def batched(sample: dict[str, Any]) -> np.ndarray:
-        return sample["tokens"]
-
-
-def _check_fits(block: np.ndarray, target: np.dtype) -> None:
-    """Refuse a block holding an id that ``target`` cannot (int32 output of
-    ids stored wider)."""
-    if np.can_cast(block.dtype, target, "safe") or not len(block):
-        return
-    info = np.iinfo(target)
-    lo, hi = int(block.min()), int(block.max())
-    if lo < info.min or hi > info.max:
-        bad = hi if hi > info.max else lo
-        raise UsageError(
-            f"a block holds token id {bad:,}, which {target} cannot hold (ids are stored as {block.dtype}): "
-            "read these tokens with TokenBlocks(..., dtype=torch.int64), the default"
-        )
-
-
-def stack_blocks(blocks: list[np.ndarray], dtype: torch.dtype = torch.int64) -> torch.Tensor:
-    """Blocks of token ids (1-D arrays of one length, as stored) as one
-    ``(len(blocks), block_size)`` batch of ``dtype``: what torch's
-    ``default_collate`` makes of the blocks as tensors, in one copy instead
-    of two. In a DataLoader worker the batch is made in shared memory, as
-    ``default_collate`` makes it there, so it crosses to the main process
-    as it is."""
-    target = _OUTPUT_DTYPES[dtype]
-    for block in blocks:
-        _check_fits(block, target)
-    shape = (len(blocks), len(blocks[0]))
-    if get_worker_info() is None:
-        out = torch.empty(shape, dtype=dtype)
-    else:
-        empty = torch.empty(0, dtype=dtype)
-        out = empty.new(empty.untyped_storage()._new_shared(shape[0] * shape[1] * target.itemsize)).view(shape)
-    np.stack(blocks, out=out.numpy(), casting="unsafe")  # as astype converts: checked above where it narrows
-    return out
 
 
 class _Packer:
@@ -427,7 +407,12 @@ class BlockReader:
         epoch, first, _ = self.catalog.place(piece.shard)
         lo, hi = first + piece.start, first + piece.stop
         size = self._block_size
-        return lo, list(self.catalog.stream(epoch).pieces(lo * size, hi * size, self.document_tokens))
+        stream = self.catalog.stream(epoch)
+        # The epoch's last run reads on to the stream's end: the tokens after
+        # its last block fill no block (fewer than one), but their documents'
+        # counts are checked, as every other document's is in an exact epoch.
+        stop = stream.num_tokens if hi == self.catalog.num_blocks else hi * size
+        return lo, list(stream.pieces(lo * size, stop, self.document_tokens))
 
     # ------------------------------------------------------------ reading
 
@@ -534,6 +519,8 @@ class BlockReader:
         if found is None:
             return None
         ids, counts = found
+        if _past_int64(ids):
+            return None  # read one by one: the error names the document
         if self._eos is not None:
             counts = counts + 1
             out = np.empty(len(ids) + len(counts), dtype=np.int64)
@@ -581,6 +568,14 @@ class BlockReader:
                 "write_dataset(texts, dest, map=tokenize) returning {'tokens.npy': ids}).",
                 path=url, member=member, offset=raw.start,
             )
+        if _past_int64(array):
+            member = f"{raw.key}.{self._field}"
+            raise CorruptShardError(
+                f"{url}: sample {raw.key!r}: field {self._field!r} holds token id {int(array.max()):,}, more than "
+                "int64 holds (blocks are int64 tensors; no vocabulary needs ids past 2**63). Run `shardkit verify` "
+                "on the dataset to see whether the shard changed, or store the ids as a smaller integer type.",
+                path=url, member=member, offset=raw.start,
+            )
         if self._eos is not None:
             array = np.concatenate((array.astype(np.int64, copy=False), self._eos))
         if expected is not None and len(array) != expected:
@@ -617,6 +612,11 @@ class _Tally:
     complete: bool = True
 
 
+def _past_int64(ids: np.ndarray) -> bool:
+    """Whether token ids stored as uint64 (either byte order) hold one int64 cannot."""
+    return ids.dtype.kind == "u" and ids.dtype.itemsize == 8 and len(ids) > 0 and int(ids.max()) > _MAX_ID
+
+
 def _describe_npy(data: bytes) -> str:
     """What ``.npy`` bytes that are no token array hold, for a message."""
     try:
@@ -636,6 +636,5 @@ def token_world_check(catalogs: tuple[Any, ...], world: World) -> None:
 
 
 __all__ = [
-    "CHUNK_BLOCKS", "BlockCatalog", "BlockLayout", "BlockOutput", "BlockReader", "BlockSchedule", "TokenBlocks",
-    "stack_blocks",
+    "CHUNK_BLOCKS", "BlockCatalog", "BlockLayout", "BlockReader", "BlockSchedule", "TokenBlocks",
 ]  # fmt: skip

@@ -21,7 +21,8 @@ from torch.utils.data import IterableDataset
 from shardkit.errors import StateError, UsageError
 from shardkit.format.manifest import Manifest
 from shardkit.io.base import SourceOptions
-from shardkit.read.blocks import BlockOutput, TokenBlocks, stack_blocks
+from shardkit.read.block_output import BlockOutput, stack_blocks
+from shardkit.read.blocks import TokenBlocks
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.counters import SharedCounters
 from shardkit.read.decode import Decoder, ImageMode
@@ -352,8 +353,7 @@ class ShardDataset(IterableDataset):
         # that the next iteration of its epoch starts from.
         self._progress = _Progress()
         self._pending: ReaderState | None = None
-        # A mixture's configuration recorded by a loaded state of another
-        # one: (epoch, record), which that epoch's states carry on.
+        # A loaded state's mixture configuration, (epoch, record), which that epoch's states carry on.
         self._recorded: tuple[int, dict[str, Any]] | None = None
 
     # ------------------------------------------------------------ properties

@@ -73,7 +73,13 @@ class TokenStream:
 
     def pieces(self, start: int, stop: int, document_tokens: Callable[[int], np.ndarray]) -> Iterator[TokenPiece]:
         """Stream positions ``[start, stop)`` as pieces of shards, in stream
-        order; shards without tokens never appear.
+        order.
+
+        A document or shard counted empty is still in the piece of the range
+        its place falls in (a shard as a piece of no tokens; the stream's
+        last range takes those at its end), so that in an epoch of ranges
+        that cover the stream every document is read once and its count is
+        checked against it; a shard without documents never appears.
 
         Args:
             start: First stream position.
@@ -88,22 +94,26 @@ class TokenStream:
         """
         if stop <= start:
             return
-        ends, order, tokens = self._ends, self._order, self._tokens
+        ends, order, tokens, documents = self._ends, self._order, self._tokens, self._documents
         if not 0 <= start < stop <= self.num_tokens:
             raise UsageError(f"tokens [{start}, {stop}) lie outside a token stream of {self.num_tokens}")
-        i = int(np.searchsorted(ends, start, side="right"))
-        pos = start
-        while pos < stop:
+        to_end = stop == self.num_tokens
+        i = int(np.searchsorted(ends, start, side="left"))  # with the shards that end at start: empty ones are ours
+        while i < len(order):
             shard = int(order[i])
-            total = int(tokens[shard])
-            if total:
-                shard_first = int(ends[i]) - total
-                lo, hi = pos - shard_first, min(stop, int(ends[i])) - shard_first
+            total, end = int(tokens[shard]), int(ends[i])
+            shard_first = end - total
+            if shard_first >= stop and not (to_end and total == 0):
+                break
+            if total == 0:
+                if documents[shard]:
+                    yield TokenPiece(shard, 0, int(documents[shard]), 0, 0)  # read for its counts' sake
+            elif end > start:  # (a shard that ends at start is the range before's)
+                lo, hi = max(start, shard_first) - shard_first, min(stop, end) - shard_first
                 if lo == 0 and hi == total:
-                    yield TokenPiece(shard, 0, int(self._documents[shard]), 0, hi)  # the whole shard: no counts read
+                    yield TokenPiece(shard, 0, int(documents[shard]), 0, hi)  # the whole shard: no counts read
                 else:
                     yield _inside(shard, total, lo, hi, document_tokens)
-                pos = shard_first + hi
             i += 1
 
 
@@ -116,6 +126,12 @@ def _inside(shard: int, total: int, lo: int, hi: int, document_tokens: Callable[
                          f"not to the {total} its total says")
     first = int(np.searchsorted(ends, lo, side="right"))  # the document holding token lo
     last = int(np.searchsorted(ends, hi - 1, side="right"))  # the one holding token hi - 1
+    # Documents counted empty are read by the piece they stand at the start
+    # of, and at a shard's end by its last piece: each by one piece, so that
+    # a count of 0 that lies is found when the document is read.
+    first = min(first, int(np.searchsorted(ends - counts, lo, side="left")))
+    if hi == total:
+        last = len(counts) - 1
     begins = int(ends[first] - counts[first])
     return TokenPiece(shard, first, last + 1, lo - begins, hi - lo)
 

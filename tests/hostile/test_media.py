@@ -140,6 +140,20 @@ def test_lying_media_is_skipped_under_skip(lying, entry, case, fused):
     assert got.keys == ["k0", "k2"] and got.skipped == 1
 
 
+def _damaged(data: bytes, kind: int, rng: np.random.Generator) -> bytes:
+    """``data`` with bytes flipped (``kind`` 0), a run zeroed (1) or cut short (2)."""
+    data = bytearray(data)
+    if kind == 0:
+        for at in rng.integers(0, len(data), size=8):
+            data[at] ^= int(rng.integers(1, 256))
+    elif kind == 1:
+        at = int(rng.integers(0, len(data) - 64))
+        data[at : at + 64] = bytes(64)
+    else:
+        data = data[: int(rng.integers(8, len(data)))]
+    return bytes(data)
+
+
 def test_mutated_media_only_ever_decodes_or_raises_a_shardkit_error(tmp_path):
     # 120 mutations of a small MP4 and FLAC (bytes flipped, runs zeroed,
     # cut short), read in one child under skip: any foreign exception, crash
@@ -148,24 +162,44 @@ def test_mutated_media_only_ever_decodes_or_raises_a_shardkit_error(tmp_path):
     good = _good()
     with ShardWriter(str(tmp_path / "fuzz")) as writer:
         for i in range(120):
-            fields = {}
-            for ext, data in good.items():
-                data = bytearray(data)
-                kind = i % 3
-                if kind == 0:
-                    for at in rng.integers(0, len(data), size=8):
-                        data[at] ^= int(rng.integers(1, 256))
-                elif kind == 1:
-                    at = int(rng.integers(0, len(data) - 64))
-                    data[at : at + 64] = bytes(64)
-                else:
-                    data = data[: int(rng.integers(8, len(data)))]
-                fields[ext] = bytes(data)
+            fields = {ext: _damaged(data, i % 3, rng) for ext, data in good.items()}
             writer.write({"__key__": f"m{i:03d}", **fields})
     for fused in ("video_clip", "audio_clip"):
         got = run_entry("stream", str(tmp_path / "fuzz"), mem_mb=CAP_MB, on_error="skip", timeout_s=120, options={"fused": fused})
         assert got.outcome == "ok", (fused, got.message or got.child_output[-2000:])
         assert len(got.samples) + got.skipped == 120 and got.skipped > 0, fused
+
+
+#: WAV header fields (offset, struct format) that say how to read the rest.
+_WAV_FIELDS = ((4, "<I"), (20, "<H"), (22, "<H"), (24, "<I"), (28, "<I"), (32, "<H"), (34, "<H"), (40, "<I"))
+
+
+def test_mutated_audio_decoded_whole_only_ever_decodes_or_raises_a_shardkit_error(tmp_path):
+    # The clips above cover FLAC; decode="tensor" decodes whole members of
+    # every audio kind. 160 of them, WAV, FLAC, Ogg and MP3 in turn, damaged
+    # as above or (a quarter) with a header word set to 0 or its largest
+    # value (in a WAV: its sizes, channels, rate, bits), read in one child
+    # under skip.
+    rng = np.random.default_rng(1)
+    good = {f.lower(): make_audio(seconds=1, rate=8000, format=f) for f in ("WAV", "FLAC", "OGG", "MP3")}
+    with ShardWriter(str(tmp_path / "fuzz")) as writer:
+        for i in range(160):
+            ext = ("wav", "flac", "ogg", "mp3")[i % 4]
+            kind = i // 4 % 4
+            if kind < 3:
+                data = _damaged(good[ext], kind, rng)
+            else:
+                data = bytearray(good[ext])
+                fields = _WAV_FIELDS if ext == "wav" else [(int(rng.integers(4, 60)), "<I")]
+                at, form = fields[int(rng.integers(len(fields)))]
+                size = struct.calcsize(form)
+                data[at : at + size] = struct.pack(form, int(rng.choice([0, 2 ** (8 * size) - 1])))
+                data = bytes(data)
+            writer.write({"__key__": f"a{i:03d}", ext: data})
+    options = {"decode": "tensor"}
+    got = run_entry("stream", str(tmp_path / "fuzz"), mem_mb=CAP_MB, on_error="skip", timeout_s=120, options=options)
+    assert got.outcome == "ok", got.message or got.child_output[-2000:]
+    assert len(got.samples) + got.skipped == 160 and got.skipped > 0 and len(got.samples) > 0
 
 
 def test_limits_in_process_name_their_option():
