@@ -32,12 +32,18 @@ demo: $(DEMO_STAMP)
 # As root, the storage profiles' system tools (FUSE) and Chromium (for the
 # browser test of `shardkit show` pages) are installed first, so their tests
 # run rather than skip; best effort: without them they are skipped.
+# The suite runs on TEST_WORKERS pytest-xdist processes, a test module to one
+# process; the tests that start many processes (torchrun, Ray, Chromium, FUSE)
+# all go to one of them (tests/conftest.py, HEAVY_TESTS). `make test
+# TEST_WORKERS=0` runs it in one process; `.venv/bin/python -m pytest -p
+# randomly` in a random order (the seed is printed; --randomly-seed=N repeats it).
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	-@[ "$$(id -u)" != 0 ] || bash bench/profiles/install_deps.sh $(PY) >/dev/null \
 		|| echo "make test: the FUSE tools could not be installed; the FUSE profile test will be skipped"
 	-@[ "$$(id -u)" != 0 ] || bash tools/install_chromium.sh >/dev/null \
 		|| echo "make test: Chromium could not be installed; the browser test of shardkit show will be skipped"
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope
 
 bench-writer: $(STAMP)
 	$(PY) bench/bench_writer.py

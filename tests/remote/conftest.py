@@ -23,28 +23,15 @@ def serve_dataset(http_server):
     return serve
 
 
-@pytest.fixture(scope="session")
-def s3_server():
-    """moto's S3 server on 127.0.0.1 with throwaway credentials in the
-    environment (the standard boto3 configuration path)."""
-    pytest.importorskip("moto.server")
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = moto_environment(host, port)
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        server.stop()
+@pytest.fixture
+def s3_server(moto_s3_server, monkeypatch) -> str:
+    """The session's moto S3 server on 127.0.0.1 (tests/conftest.py), with
+    throwaway credentials in the environment (the standard boto3
+    configuration path) for this test's duration; returns its URL."""
+    host, port = moto_s3_server
+    for name, value in moto_environment(host, port).items():
+        monkeypatch.setenv(name, value)
+    return f"http://{host}:{port}"
 
 
 @pytest.fixture
