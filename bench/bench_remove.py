@@ -44,7 +44,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.common import answer_cell, bench_parser, git_commit, machine, publish_run, run_cell  # noqa: E402
+from bench.common import bench_main, git_commit, machine, run_cell  # noqa: E402
 
 CELL_ANSWER = "@@bench-remove "
 FULL = {"find_samples": 200_000, "shards": 500_000, "removals": 1_000_000, "repeats": 5, "read_batches": 2000}
@@ -317,12 +317,8 @@ def plot(record: dict[str, Any], path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = bench_parser(__doc__, "remove", quick_help="small sizes, one repeat", timeout_s=900)
-    args = parser.parse_args(argv)
-    if answer_cell(args, CELL_ANSWER, lambda spec: CELLS[spec["cell"]](spec)):
-        return 0
-    os.makedirs(args.workdir, exist_ok=True)
-    return publish_run(args, "remove", measure(args, dict(QUICK if args.quick else FULL)), markdown, plot)
+    return bench_main(argv, __doc__, "remove", answer=CELL_ANSWER, cells=CELLS, measure=measure, presets=(FULL, QUICK),
+                      markdown=markdown, plot=plot)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.bench_remove import SHARD_SAMPLES, _clone, _ensure, _maxrss_mb, write_real, write_synthetic  # noqa: E402
-from bench.common import answer_cell, bench_parser, git_commit, machine, publish_run, run_cell  # noqa: E402
+from bench.common import bench_main, git_commit, machine, run_cell  # noqa: E402
 
 CELL_ANSWER = "@@bench-revisions "
 FULL = {"sizes": [5_000, 500_000], "new_shards": 10, "repeats": 3}
@@ -192,12 +192,8 @@ def plot(record: dict[str, Any], path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = bench_parser(__doc__, "revisions", quick_help="small sizes, one repeat", timeout_s=900)
-    args = parser.parse_args(argv)
-    if answer_cell(args, CELL_ANSWER, lambda spec: CELLS[spec["cell"]](spec)):
-        return 0
-    os.makedirs(args.workdir, exist_ok=True)
-    return publish_run(args, "revisions", measure(args, dict(QUICK if args.quick else FULL)), markdown, plot)
+    return bench_main(argv, __doc__, "revisions", answer=CELL_ANSWER, cells=CELLS, measure=measure, presets=(FULL, QUICK),
+                      markdown=markdown, plot=plot)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -139,3 +139,30 @@ def publish_run(
     plot(record, plot_path(out))
     print(table)
     return 0
+
+
+def bench_main(
+    argv: list[str] | None,
+    doc: str | None,
+    name: str,
+    *,
+    answer: str,
+    cells: Mapping[str, Callable[[dict[str, Any]], dict[str, Any]]],
+    measure: Callable[[argparse.Namespace, dict[str, Any]], Mapping[str, Any]],
+    presets: tuple[Mapping[str, Any], Mapping[str, Any]],
+    markdown: Callable[[Mapping[str, Any]], str],
+    plot: Callable[[Mapping[str, Any], str], None],
+    timeout_s: float = 900,
+) -> int:
+    """The ``main`` of a ``bench_NAME.py`` whose cells run in fresh processes:
+    answer a cell (``--cell SPEC``, one of ``cells`` by its ``"cell"``), or
+    measure with the full preset (the quick one with ``--quick``, the first
+    of ``presets`` is the full one) and publish the record."""
+    parser = bench_parser(doc, name, quick_help="small sizes, one repeat", timeout_s=timeout_s)
+    args = parser.parse_args(argv)
+    if answer_cell(args, answer, lambda spec: cells[spec["cell"]](spec)):
+        return 0
+    os.makedirs(args.workdir, exist_ok=True)
+    full, quick = presets
+    return publish_run(args, name, measure(args, dict(quick if args.quick else full)), markdown, plot)
+

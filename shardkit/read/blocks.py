@@ -548,44 +548,41 @@ class BlockReader:
             path=url,
         )
 
+    def _bad_document(self, url: str, raw: RawSample, what: str) -> CorruptShardError:
+        """The error for a document whose token field is missing or unusable (``what``: how)."""
+        return CorruptShardError(f"{url}: sample {raw.key!r}{what}", path=url, member=f"{raw.key}.{self._field}",
+                                 offset=raw.start)  # fmt: skip
+
     def _tokens(self, raw: RawSample, url: str, expected: int | None) -> np.ndarray:
         """A document's token ids (``eos`` appended), checked: a 1-D integer
         array, of ``expected`` tokens when its count was read."""
         data = raw.fields.get(self._field)
         if data is None:
-            member = f"{raw.key}.{self._field}"
-            raise CorruptShardError(
-                f"{url}: sample {raw.key!r} has no field {self._field!r} (it has {', '.join(raw.fields) or 'none'}), "
-                "but every sample of a token dataset needs its token ids there",
-                path=url, member=member, offset=raw.start,
+            raise self._bad_document(
+                url, raw, f" has no field {self._field!r} (it has {', '.join(raw.fields) or 'none'}), but every sample "
+                "of a token dataset needs its token ids there",
             )
         array = token_array(data)
         if array is None:
-            member = f"{raw.key}.{self._field}"
-            raise CorruptShardError(
-                f"{url}: sample {raw.key!r}: field {self._field!r} holds {_describe_npy(data)}, not a 1-D integer "
-                "array of token ids. Store each document's token ids as one 1-D integer array (e.g. "
-                "write_dataset(texts, dest, map=tokenize) returning {'tokens.npy': ids}).",
-                path=url, member=member, offset=raw.start,
+            raise self._bad_document(
+                url, raw, f": field {self._field!r} holds {_describe_npy(data)}, not a 1-D integer array of token "
+                "ids. Store each document's token ids as one 1-D integer array (e.g. write_dataset(texts, dest, "
+                "map=tokenize) returning {'tokens.npy': ids}).",
             )
         if _past_int64(array):
-            member = f"{raw.key}.{self._field}"
-            raise CorruptShardError(
-                f"{url}: sample {raw.key!r}: field {self._field!r} holds token id {int(array.max()):,}, more than "
-                "int64 holds (blocks are int64 tensors; no vocabulary needs ids past 2**63). Run `shardkit verify` "
-                "on the dataset to see whether the shard changed, or store the ids as a smaller integer type.",
-                path=url, member=member, offset=raw.start,
+            raise self._bad_document(
+                url, raw, f": field {self._field!r} holds token id {int(array.max()):,}, more than int64 holds "
+                "(blocks are int64 tensors; no vocabulary needs ids past 2**63). Run `shardkit verify` on the "
+                "dataset to see whether the shard changed, or store the ids as a smaller integer type.",
             )
         if self._eos is not None:
             array = np.concatenate((array.astype(np.int64, copy=False), self._eos))
         if expected is not None and len(array) != expected:
-            member = f"{raw.key}.{self._field}"
-            raise CorruptShardError(
-                f"{url}: sample {raw.key!r} holds {len(array):,} tokens in field {self._field!r}"
+            raise self._bad_document(
+                url, raw, f" holds {len(array):,} tokens in field {self._field!r}"
                 f"{' (eos included)' if self._eos is not None else ''}, but its offset index counts "
                 f"{expected:,}: the shard changed after it was counted. Run `shardkit verify` on the dataset, "
                 "and `shardkit index` (or rewrite it) to count its tokens again.",
-                path=url, member=member, offset=raw.start,
             )
         return array
 
