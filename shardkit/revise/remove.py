@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -213,12 +214,22 @@ def _revise(manifest: Manifest, old: np.ndarray, new: np.ndarray, options: Sourc
     return dataclasses.replace(
         manifest,
         shards=revised,
-        stored_fingerprint=None,
+        stored_fingerprint=removed_fingerprint(manifest.fingerprint, new),
         # A state saved from any revision so far counts samples now gone; one
         # from before an append no longer reads as that revision's prefix.
         earlier_fingerprints=(*manifest.earlier_fingerprints, *(a.fingerprint for a in manifest.appended), manifest.fingerprint),
         appended=(),
     )
+
+
+def removed_fingerprint(before: str, new: np.ndarray) -> str:
+    """The fingerprint of the revision that removes the samples ``new``
+    (packed) from the revision whose fingerprint is ``before``: a chain, as
+    an append's (:func:`~shardkit.format.appended.appended_fingerprint`), so
+    it costs the removals, not a Python pass over every shard."""
+    digest = hashlib.sha256(f"shardkit remove\0{before}\0".encode())
+    digest.update(np.ascontiguousarray(new, dtype="<u8").tobytes())
+    return digest.hexdigest()
 
 
 # ------------------------------------------------------------------ finding
