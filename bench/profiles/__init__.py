@@ -30,6 +30,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -174,6 +175,8 @@ class Profile:
             return
         if state.get("seekfs_pid"):
             self._stop_seekfs(state)
+        if state.get("control"):
+            shutil.rmtree(os.path.dirname(state["control"]), ignore_errors=True)
         if state.get("mounted"):
             subprocess.run(["umount", state["mounted"]], capture_output=True)
         if state.get("loop"):
@@ -284,7 +287,10 @@ class Profile:
         logger.info("%s: %s (%s) on %s, cgroup %s", self.spec.name, loop, majmin, self.mount, cgroup)
 
     def _start_seekfs(self) -> None:
-        control = os.path.join(self.base, "control.sock")
+        # A Unix socket's path holds at most 107 bytes, which a work folder
+        # deep in pytest's temporaries (one per xdist worker) can pass alone:
+        # the socket gets a short folder of its own, removed on teardown.
+        control = os.path.join(tempfile.mkdtemp(prefix="seekfs-", dir="/tmp"), "control.sock")
         log = open(os.path.join(self.base, "seekfs.log"), "ab")
         proc = subprocess.Popen(
             [sys.executable, "-m", "bench.profiles.seekfs", self.backing, self.mount, "--control", control],
