@@ -28,8 +28,9 @@ def test_seed_data_gives_every_tool_the_same_samples_and_a_report(tmp_path):
                 "seed": 0, "budget_s": 60.0}
         cells.append(seed_access.run_cell(spec))
     assert all(c["reads_done"] == 256 and not c["extrapolated"] and c["uss_mb"] is not None for c in cells)
-    # Two runs of 5x10^6 stand in for the targets' rows.
-    cells = [{**c, "num_samples": 5_000_000} for c in cells]
+    # Two runs of 5x10^6 stand in for the targets' rows; their memory is set, as a
+    # measured growth can be 0 or less under memory pressure (a parallel suite).
+    cells = [{**c, "num_samples": 5_000_000, "uss_mb": 10.0 + i} for i, c in enumerate(cells)]
     record = {
         "machine": {"cpus": 2},
         "commit": "abc1234",
