@@ -9,8 +9,9 @@ compares itself with that record before it touches a file:
 * an interrupted write of the same source, options, seed and map: go on
   (a changed body of the same map only redoes the map stage's partitions);
 * the finished dataset of that same write (the same source, options, seed
-  and map in its manifest, and no revision since): go on, which checks
-  every shard and rewrites only a missing or damaged one;
+  and map in its manifest, and no revision since: nothing removed or
+  appended): go on, which checks every shard and rewrites only a missing
+  or damaged one;
 * anything else: a finished dataset of another source or with other
   options, one with samples removed since, another write's journal, an
   index, files shardkit did not write: refused in one line that says what
@@ -208,9 +209,12 @@ def check_resume(dest: str, identity: WriteIdentity) -> None:
             manifest = None
         if manifest is not None and dict(manifest.source).get("format") != "index":
             differences = identity.differences(_manifest_identity(manifest, identity))
-            if not differences and not manifest.num_removed:
+            if not differences and not manifest.num_removed and not manifest.appended:
                 return  # this write, finished: its shards are checked, a damaged one rewritten
-            why = "; ".join(differences) or "samples were removed from it since, which a rewrite would bring back"
+            why = "; ".join(differences) or (
+                "samples were removed from it since, which a rewrite would bring back" if manifest.num_removed
+                else "data was appended to it since, which a rewrite of this source would drop"
+            )
             raise DestinationError(
                 f"{dest}: holds {held}, not an interrupted write of this source ({why}); --resume finishes only "
                 "an interrupted write: choose another DEST, or pass --overwrite to replace this dataset",

@@ -197,6 +197,19 @@ def test_resume_refuses_a_finished_dataset_with_removed_samples(sources, tmp_pat
     assert load_manifest(dest).num_removed == 1
 
 
+def test_resume_refuses_a_finished_dataset_with_appended_data(sources, tmp_path, capsys):
+    """A rewrite of the first source would drop the shards appended since."""
+    dest = str(tmp_path / "dest")
+    args = ["write", sources[0], dest, "--max-samples", "10", "--seed", "3", "-q"]
+    assert main(args) == 0
+    assert main(["append", dest, sources[1], "--max-samples", "10", "-q"]) == 0
+    before = tree_digest(dest)
+    capsys.readouterr()
+    assert main([*args, "--resume"]) == 2
+    assert "data was appended to it since" in capsys.readouterr().err
+    assert tree_digest(dest) == before and load_manifest(dest).num_samples == 70
+
+
 def test_a_refusal_without_resume_says_what_dest_holds(sources, tmp_path, capsys):
     dest = str(tmp_path / "dest")
     interrupted_write(sources[1], dest, max_samples=10)
