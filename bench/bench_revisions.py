@@ -25,7 +25,6 @@ import dataclasses
 import json
 import os
 import shutil
-import statistics
 import sys
 import time
 from typing import Any
@@ -34,7 +33,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.bench_remove import SHARD_SAMPLES, _clone, _ensure, _maxrss_mb, write_real, write_synthetic  # noqa: E402
+from bench.bench_remove import (  # noqa: E402
+    SHARD_SAMPLES, _clone, _ensure, _maxrss_mb, _median, write_real, write_synthetic,
+)
 from bench.common import bench_main, git_commit, machine, run_cell  # noqa: E402
 
 CELL_ANSWER = "@@bench-revisions "
@@ -129,11 +130,6 @@ def measure(args: argparse.Namespace, preset: dict[str, Any]) -> dict[str, Any]:
             record["append"].setdefault(naming, {})[str(size)] = runs
     record["targets"] = targets(record)
     return record
-
-
-def _median(runs: list[dict[str, Any]], key: str) -> float | None:
-    values = [r[key] for r in runs if key in r]
-    return statistics.median(values) if values else None
 
 
 def targets(record: dict[str, Any]) -> list[dict[str, Any]]:

@@ -130,8 +130,10 @@ class Mixture:
         """
         if record is not None:
             return mixture_fingerprint(record)
-        before = {a.num_shards: a.fingerprint for a in self._appended()}
-        return before[known_shards] if known_shards in before else dataset_fingerprint(self.catalogs[0])
+        for before in self._appended() if known_shards is not None else ():
+            if before.num_shards == known_shards:
+                return before.fingerprint
+        return dataset_fingerprint(self.catalogs[0])
 
     def _appended(self) -> tuple[Appended, ...]:
         """One dataset's revisions before appends (fingerprint, shard count); none for a mixture or token blocks."""

@@ -46,10 +46,11 @@ import numpy as np
 
 from shardkit.errors import DestinationError, UsageError
 from shardkit.format.appended import Appended, appended_fingerprint, appended_table
-from shardkit.format.manifest import Manifest, load_manifest
+from shardkit.format.manifest import Manifest
 from shardkit.io.atomic import atomic_write_bytes
-from shardkit.io.urls import local_path, redact_url
+from shardkit.io.urls import local_path
 from shardkit.revise.publish import publish_revision, revising
+from shardkit.write.occupant import source_name
 from shardkit.write.options import WriteOptions
 from shardkit.write.parallel import Progress, WriteReport, write_dataset
 from shardkit.write.scan import ScanProgress
@@ -154,7 +155,7 @@ def _append(
             f"{manifest.num_shards} shards); remove {work} to drop that append, then append again",
             path=folder,
         )
-    first = _first_shard(manifest, folder)
+    first = _first_shard(manifest)
     os.makedirs(work, exist_ok=True)
     atomic_write_bytes(os.path.join(work, _BASE), json.dumps(base, sort_keys=True).encode())
     staged_options = dataclasses.replace(options, first_shard=first, resume=os.path.isdir(stage))
@@ -188,7 +189,7 @@ def _append(
     )
     publish_revision(folder, manifest, revised)
     shutil.rmtree(work, ignore_errors=True)
-    return AppendReport(load_manifest(folder), staged.num_shards, staged.num_samples, manifest.fingerprint, report)
+    return AppendReport(revised, staged.num_shards, staged.num_samples, manifest.fingerprint, report)
 
 
 def _appended_note(source: str | Sequence, staged: Manifest) -> str:
@@ -198,8 +199,7 @@ def _appended_note(source: str | Sequence, staged: Manifest) -> str:
     whatever shard number it began at."""
     table = staged.table
     digest = hashlib.sha256(np.ascontiguousarray(table.sha256).tobytes() + np.ascontiguousarray(table.counts).tobytes())
-    named = redact_url(os.fspath(source)) if isinstance(source, (str, os.PathLike)) else f"a Python sequence of {len(source)} items"
-    return f"{named} #{digest.hexdigest()[:16]}"
+    return f"{source_name(source)} #{digest.hexdigest()[:16]}"
 
 
 def _refuse_twice(manifest: Manifest, note: str, folder: str) -> None:
@@ -232,7 +232,7 @@ def _read_base(work: str) -> dict | None:
     return data
 
 
-def _first_shard(manifest: Manifest, folder: str) -> int:
+def _first_shard(manifest: Manifest) -> int:
     """The number of the first new shard: after DEST's last, and after every
     ``shard-N.tar`` or ``.idx`` name (at any folder depth) DEST's shards and
     indexes have, so that no new name is taken. With the writer's naming

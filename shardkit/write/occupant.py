@@ -90,14 +90,23 @@ class WriteIdentity:
         return found
 
 
+def source_name(source: Any) -> str:
+    """How a write's source is named in records and messages: a path or URL
+    as given (redacted), or a Python sequence by its length."""
+    if isinstance(source, (str, os.PathLike)):
+        return redact_url(os.fspath(source))
+    return _sequence_name(len(source))
+
+
+def _sequence_name(num_items: object) -> str:
+    return f"a Python sequence of {num_items} items"
+
+
 def write_identity(source: Any, options: Any, map_name: str) -> WriteIdentity:
     """The identity of a write of ``source`` with ``options`` (a
     :class:`~shardkit.write.options.WriteOptions`) and the map named ``map_name``."""
-    if isinstance(source, (str, os.PathLike)):
-        named = redact_url(os.fspath(source))
-        real = os.path.realpath(source) if os.path.exists(source) else None
-    else:
-        named, real = f"a Python sequence of {len(source)} items", None
+    named = source_name(source)
+    real = os.path.realpath(source) if isinstance(source, (str, os.PathLike)) and os.path.exists(source) else None
     seed = options.seed if options.shuffle else None
     return WriteIdentity(named, real, options.format, options.recorded(), seed, map_name)
 
@@ -126,7 +135,7 @@ def _manifest_identity(manifest: Manifest, like: WriteIdentity) -> WriteIdentity
     path = str(source.get("path", ""))
     real = os.path.realpath(path) if path and os.path.exists(path) else None
     if source.get("format") == "python":  # a sequence: named by its length, as write_identity names it
-        path, real = f"a Python sequence of {source.get('num_items')} items", None
+        path, real = _sequence_name(source.get("num_items")), None
     return WriteIdentity(path, real, like.format, dict(manifest.options), manifest.seed, str(source.get("map", like.map)))
 
 
