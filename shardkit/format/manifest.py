@@ -70,19 +70,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
 
 from shardkit.errors import ManifestError
 from shardkit.format.appended import Appended
 from shardkit.format.location import check_shards_base, open_regular, redact_url, resolve_inside
-from shardkit.format.manifest_checks import MAX_COUNT, appended_revisions, check_fields, json_depth_exceeds, short
+from shardkit.format.format1 import table_from_list
+from shardkit.format.manifest_checks import DERIVED_VERSION, FORMAT_NAME, MANIFEST_NAME, MAX_COUNT, appended_revisions, check_fields, json_depth_exceeds, short
 from shardkit.format.table import (
     TABLE_ADVICE,
     Naming,
     ShardEntry,
     ShardTable,
     ShardView,
-    build_table,
     check_totals,
     open_table,
     table_from_entries,
@@ -91,7 +90,6 @@ from shardkit.format.table import (
 
 logger = logging.getLogger(__name__)
 
-FORMAT_NAME = "shardkit"
 FORMAT_VERSION = 2
 #: The version of a manifest that records token counts (format 2 plus
 #: ``token_fields`` and the table's ``tokens`` column).
@@ -105,7 +103,6 @@ REMOVED_VERSION = 4
 SUPPORTED_VERSIONS = (1, 2, 3, 4)
 #: Most earlier fingerprints a manifest lists (one per removal made).
 MAX_EARLIER_FINGERPRINTS = 10_000
-MANIFEST_NAME = "manifest.json"
 
 #: Largest manifest accepted, in bytes (1 GiB: millions of shards in format 1).
 MAX_MANIFEST_BYTES = 1 << 30
@@ -432,7 +429,7 @@ class Manifest:
         if data.get("shards_base") is not None:
             shards_base = check_shards_base(data["shards_base"], manifest_location=location, where=where)
         if version == 1:
-            table, fingerprint = _table_from_list(data["shards"], where, location)
+            table, fingerprint = table_from_list(data["shards"], where, location)
             if where not in _warned_upgrade:
                 _warned_upgrade.add(where)
                 dest = location if location is not None else "DEST"
@@ -528,42 +525,11 @@ class Manifest:
             raise ManifestError(f"{where}: not valid JSON ({short(exc, 200)})", path=location) from None
         if not isinstance(data, dict):
             raise ManifestError(f"{where}: not a JSON object", path=location)
+        if data.get("format_version") == DERIVED_VERSION:  # a view or an extension: its own document
+            from shardkit.format.derived import DerivedManifest
+
+            return DerivedManifest.from_dict(data, location=location, origin=origin, open_table=open_table)  # type: ignore[return-value]
         return cls.from_dict(data, location=location, origin=origin, open_table=open_table)
-
-
-_ENTRY_KEYS = frozenset(("path", "index", "num_samples", "num_bytes", "sha256"))
-
-
-def _table_from_list(shards: list[dict[str, Any]], where: str, location: str | None) -> tuple[ShardTable, str]:
-    """A format-1 shard list as a table, and its fingerprint (from the JSON strings)."""
-    import hashlib
-
-    for i, entry in enumerate(shards):
-        if entry.keys() != _ENTRY_KEYS:
-            raise ManifestError(
-                f"{where}: malformed manifest (shard {i} has keys {sorted(entry)[:8]}, wants {sorted(_ENTRY_KEYS)}); "
-                "rewrite it with `shardkit write`",
-                path=location,
-            )
-    digest = hashlib.sha256()
-    for entry in shards:
-        digest.update(f"{entry['path']}\0{entry['sha256']}\0{entry['num_samples']}\n".encode("utf-8", "surrogatepass"))
-    n = len(shards)
-    try:
-        table = build_table(
-            np.fromiter((s["num_samples"] for s in shards), dtype=np.int64, count=n),
-            np.fromiter((s["num_bytes"] for s in shards), dtype=np.int64, count=n),
-            [s["sha256"].lower() for s in shards],
-            paths=[s["path"] for s in shards],
-            index_paths=[s["index"] for s in shards],
-        )
-    except ValueError as exc:
-        raise ManifestError(
-            f"{where}: a shard's sha256 must be 64 hex digits ({exc}); the manifest is damaged. "
-            "Rewrite it with `shardkit write`.",
-            path=location,
-        ) from None
-    return table, digest.hexdigest()
 
 
 def _naming(value: object, where: str, location: str | None) -> Naming | None:

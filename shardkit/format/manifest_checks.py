@@ -15,6 +15,12 @@ from shardkit.format.appended import Appended
 from shardkit.format.index import MAX_TOKEN_FIELDS
 from shardkit.format.table import TABLE_NAME, table_name
 
+FORMAT_NAME = "shardkit"
+MANIFEST_NAME = "manifest.json"
+#: The version of a view's or an extension's manifest, a revision over other
+#: datasets' shards (:mod:`shardkit.format.derived`).
+DERIVED_VERSION = 5
+
 #: Largest count or byte size a manifest may state, per shard and in total
 #: (2**62: every sum stays within a 64-bit integer).
 MAX_COUNT = 1 << 62

@@ -78,7 +78,18 @@ def remote_table_opener(options: SourceOptions) -> TableOpener:
     def opener(location: str, ref: Mapping[str, Any], naming: Naming | None, where: str) -> ShardTable:
         return fetch_table(table_location(location, ref), ref, naming, options)
 
+    opener.cached_file = functools.partial(cached_file, options=options)  # type: ignore[attr-defined]  # a rows table's
     return opener
+
+
+def cached_file(url: str, ref: Mapping[str, Any], *, options: SourceOptions) -> str:
+    """The local copy of a table file at ``url`` (a derived dataset's rows
+    table), downloaded into the table cache unless there (its size and
+    SHA-256 are checked by whoever opens it)."""
+    cached = os.path.join(table_cache_dir(options), f"{ref['sha256']}.table")
+    if not os.path.exists(cached):
+        _download(url, cached, ref, options)
+    return cached
 
 
 def fetch_table(url: str, ref: Mapping[str, Any], naming: Naming | None, options: SourceOptions) -> ShardTable:

@@ -32,14 +32,16 @@ from shardkit.errors import InputFileError, ManifestError, UsageError
 from shardkit.format.brace import BraceList, JoinedNames, expand_patterns, is_pattern
 from shardkit.format.compression import SHARD_SUFFIXES, compression_from_name, file_compression
 from shardkit.format.index import index_path_for, load_index
+from shardkit.format.derived import DerivedManifest
 from shardkit.format.manifest import Manifest, load_manifest
 from shardkit.format.path_column import any_entry_ends_with, irregular_entries
 from shardkit.format.removed import Removed
-from shardkit.format.table import ShardTable
+from shardkit.format.table import ShardEntry, ShardTable
 from shardkit.io.base import SourceOptions
 from shardkit.io.index import fetch_document_tokens
 from shardkit.io.manifest import manifest_url, remote_manifest
 from shardkit.io.urls import is_local, local_path
+from shardkit.read.derived import DerivedCatalog, open_derived
 
 #: Resolved shard and index URLs kept per catalog (a reader touches a few
 #: shards at a time; resolving one again costs ~10 us; a random reader keeps
@@ -72,6 +74,11 @@ class ShardCatalog:
     one over a brace pattern (:class:`~shardkit.format.brace.BraceList`):
     its names are made on access.
     """
+
+    #: The sides a reader joins and the fields it keeps (see
+    #: :mod:`.derived`); a plain catalog with ``fields`` set keeps those only.
+    sides: tuple[Any, ...] | None = None
+    fields: frozenset[str] | None = None
 
     def __init__(
         self,
@@ -172,6 +179,11 @@ class ShardCatalog:
         if counts is None:
             raise UsageError("sample counts are unknown: read a dataset with a manifest")
         return Removed(None if self._table is None else self._table.removed).stored_count(counts, shard)
+
+    def entry(self, shard: int) -> ShardEntry | None:
+        """Shard ``shard``'s manifest entry (its size and checksum), or None
+        without a manifest."""
+        return None if self.manifest is None else self.manifest.shards[shard]
 
     @property
     def has_indexes(self) -> bool:
@@ -458,6 +470,7 @@ def resolve_catalog(
     source: str | os.PathLike[str] | Sequence[str] | Manifest,
     *,
     options: SourceOptions,
+    fields: Sequence[str] | None = None,
 ) -> ShardCatalog:
     """Resolve the reader's ``source`` argument.
 
@@ -470,6 +483,8 @@ def resolve_catalog(
             list of shard paths/URLs.
         options: How to read remote manifests, and the locations outside
             the dataset a manifest may name (``allowed_prefixes``).
+        fields: Read only these fields (column projection): of a view or
+            an extension, only the shards that hold them are read.
 
     Raises:
         UsageError: An empty shard list.
@@ -480,6 +495,10 @@ def resolve_catalog(
     from shardkit.io.registry import prepare_reading
 
     catalog = _catalog_of(source, options=options)
+    if isinstance(catalog, DerivedCatalog):
+        catalog = catalog.projected(fields)
+    elif fields is not None:
+        catalog = _projected(catalog, fields)
     if catalog.num_shards:
         # Here, before DataLoader workers fork: what reading the shards needs
         # once per process (an s3:// signer) is made once, not in each worker.
@@ -487,10 +506,36 @@ def resolve_catalog(
     return catalog
 
 
+def _projected(catalog: ShardCatalog, fields: Sequence[str]) -> ShardCatalog:
+    """A plain dataset's catalog that keeps ``fields`` of each sample."""
+    have = catalog.manifest.extensions if catalog.manifest is not None else None
+    unknown = [f for f in fields if have is not None and f not in have]
+    if unknown:
+        raise UsageError(f"{catalog.manifest.name}: no field {unknown[0]!r}; its samples have {list(have)}")  # type: ignore[union-attr]
+    catalog.fields = frozenset(fields)
+    return catalog
+
+
+def open_location(location: str, *, options: SourceOptions, chain: tuple[str, ...] = ()) -> Any:
+    """The catalog of the dataset at ``location`` (a folder or URL with a
+    manifest), plain or derived (a parent, see :mod:`.derived`)."""
+    if is_local(location):
+        manifest: Any = load_manifest(local_path(location))
+    else:
+        manifest = remote_manifest(manifest_url(location), options)
+    return _from_any_manifest(manifest, options=options, chain=chain)
+
+
+def _from_any_manifest(manifest: Any, *, options: SourceOptions, chain: tuple[str, ...] = ()) -> Any:
+    if isinstance(manifest, DerivedManifest):
+        return open_derived(manifest, options=options, open_location=open_location, chain=chain)
+    return from_manifest(manifest, options=options)
+
+
 def _catalog_of(source: str | os.PathLike[str] | Sequence[str] | Manifest, *, options: SourceOptions) -> ShardCatalog:
     """:func:`resolve_catalog` but for what it prepares."""
-    if isinstance(source, Manifest):
-        return from_manifest(source, options=options)
+    if isinstance(source, (Manifest, DerivedManifest)):
+        return _from_any_manifest(source, options=options)
     if isinstance(source, (list, tuple)):
         return _from_shard_urls([os.fspath(s) for s in source])
     text = os.fspath(source)  # type: ignore[arg-type]
@@ -499,11 +544,11 @@ def _catalog_of(source: str | os.PathLike[str] | Sequence[str] | Manifest, *, op
     if is_local(text):
         path = local_path(text)
         if os.path.isdir(path) or path.endswith(".json"):
-            return from_manifest(load_manifest(path), options=options)
+            return _from_any_manifest(load_manifest(path), options=options)
         if not os.path.exists(path):
             raise ManifestError(f"{path}: no such shard, manifest or dataset directory", path=path)
         return _from_shard_urls([text])
     if text.endswith(".json") or not _names_a_shard(text):
         # A manifest, or a dataset folder with or without its trailing slash.
-        return from_manifest(remote_manifest(manifest_url(text), options), options=options)
+        return _from_any_manifest(remote_manifest(manifest_url(text), options), options=options)
     return _from_shard_urls([text])

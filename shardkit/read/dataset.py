@@ -1,9 +1,8 @@
 """``ShardDataset``: the streaming reader users put in their training loop.
 
-It composes the catalog of shards (:mod:`.catalog`), the reader options
-(:mod:`.options`), the plan they give (:mod:`.plan`) and one slot's items
-(:mod:`.slot`: read-ahead, faults, the swap-buffer shuffle, decoding), and
-adds what is per process: the epoch, the skip counter, checkpoints.
+It composes the catalog of shards (:mod:`.catalog`), the reader options (:mod:`.options`), the plan
+they give (:mod:`.plan`) and one slot's items (:mod:`.slot`: read-ahead, faults, the swap-buffer
+shuffle, decoding), and adds what is per process: the epoch, the skip counter, checkpoints.
 """
 
 from __future__ import annotations
@@ -219,14 +218,13 @@ class ShardDataset(IterableDataset):
             key, under either policy. Costs one CRC-32 pass over the bytes
             read; indexes written before checksums existed are read
             unchecked.
-        source_options: Storage options; ``chunk_bytes`` (default 4 MiB) is
-            the size of one read request. A manifest's shards must lie inside
-            its folder or URL prefix; ``allowed_prefixes`` names the places
-            outside it the manifest may point to.
-        read_ahead_bytes: Byte budget of each worker's read-ahead thread
-            (a mixture shares it among its streams). Remote shards use at
-            most 8 MiB of it per request the worker may have in flight
-            (its share of ``max_concurrent_requests``).
+        source_options: Storage options; ``chunk_bytes`` (default 4 MiB) is the size of one read request.
+            A manifest's shards (a view's parents) must lie inside its folder or URL prefix (origin);
+            ``allowed_prefixes`` names the places outside it the manifest may point to.
+        fields: Read only these fields of each sample (e.g. ``["emb.npy"]``); of a view or extension,
+            only the shards that hold them are read (column projection).
+        read_ahead_bytes: Byte budget of each worker's read-ahead thread (a mixture shares it among its
+            streams). Remote shards use at most 8 MiB of it per request the worker may have in flight.
         samples_per_epoch: Samples of each epoch of a mixture; default the
             sum of the streams' sizes (or of their ``samples``).
         tokens: A :class:`~shardkit.TokenBlocks`: yield 1-D ``torch.int64``
@@ -273,6 +271,7 @@ class ShardDataset(IterableDataset):
         on_error: OnError = "raise",
         verify_checksums: bool = False,
         source_options: SourceOptions | None = None,
+        fields: Sequence[str] | None = None,
         read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES,
         samples_per_epoch: int | None = None,
         tokens: TokenBlocks | None = None,
@@ -319,7 +318,8 @@ class ShardDataset(IterableDataset):
         self._world = detect_rank(rank=rank, world_size=world_size, replication=replication)
         self._split = SplitWatch(rank_given=rank is not None, endless=options.mode == "infinite", batched=output.batch_size is not None, replication=replication)  # fmt: skip
         mixture = resolve_sources(
-            source, samples_per_epoch=samples_per_epoch, source_options=source_options, interleave=options.interleave
+            source, samples_per_epoch=samples_per_epoch, source_options=source_options, interleave=options.interleave,
+            fields=None if fields is None else tuple(fields),
         )
         if tokens is not None:
             if output.decoder is not None or output.select is not None:

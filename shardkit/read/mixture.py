@@ -373,6 +373,7 @@ def resolve_sources(
     samples_per_epoch: int | None,
     source_options: SourceOptions,
     interleave: int,
+    fields: Sequence[str] | None = None,
 ) -> Mixture:
     """What ``ShardDataset(source, ...)`` reads: one dataset (a path, URL,
     pattern, list of shards or Manifest) or a list of streams to mix.
@@ -385,9 +386,11 @@ def resolve_sources(
     if not is_mixture(source):
         if samples_per_epoch is not None:
             raise UsageError("samples_per_epoch applies to a mixture: give a list of shardkit.Stream")
-        return Mixture.alone(resolve_catalog(source, options=source_options), source_options)
+        return Mixture.alone(resolve_catalog(source, options=source_options, fields=fields), source_options)
     if interleave != 1:
         raise UsageError("interleave applies to one dataset: a mixture already reads each stream side by side")
+    if fields is not None:
+        raise UsageError("fields= applies to one dataset: read a mixture whole")
     return resolve_mixture(source, samples_per_epoch=samples_per_epoch, source_options=source_options)
 
 

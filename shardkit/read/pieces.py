@@ -119,6 +119,10 @@ REMOTE_START_READ_AHEAD_BYTES = 1 << 20
 #: default, nothing holds a worker back and this changes little.)
 REMOTE_READ_AHEAD_BYTES_PER_REQUEST = 8 << 20
 
+#: Most samples in a row, not to be yielded, that a read of a shard's kept
+#: samples reads through rather than skips (a view keeps a sparse subset).
+GAP_SAMPLES = 8
+
 #: Most decompressed bytes in one chunk of a compressed shard, however well
 #: it compresses, so that the read-ahead queue's byte budget bounds memory.
 DECOMPRESS_SLICE_BYTES = 1 << 20
@@ -187,11 +191,11 @@ class PieceReader:
 
     def _load_index(self, shard: int) -> OffsetIndex:
         """A shard's offset index, checked against the manifest before use."""
-        manifest = self.catalog.manifest
+        entry = self.catalog.entry(shard)
         return fetch_offset_index(
             self.catalog.index_url(shard),
             num_samples=None if self.catalog.counts is None else self.catalog.stored_count(shard),
-            shard_bytes=None if manifest is None else manifest.shards[shard].num_bytes,
+            shard_bytes=None if entry is None else entry.num_bytes,
             options=self.options,
         )
 
@@ -202,10 +206,9 @@ class PieceReader:
         back the good samples after a skipped fault) opens without the size
         check, which would refuse the shard again: the samples read then are
         checked one by one against the offset index instead."""
-        manifest = self.catalog.manifest
-        if manifest is None or salvage:
+        entry = self.catalog.entry(shard)
+        if entry is None or salvage:
             return open_source(url, options=self.options)
-        entry = manifest.shards[shard]
         return open_source(url, options=self.options, expected_size=entry.num_bytes, expected_sha256=entry.sha256)
 
     def _load_index_soon(self, shard: int) -> Future[OffsetIndex]:
@@ -239,7 +242,7 @@ class PieceReader:
         elif self.catalog.manifest is not None:
             # Up to the manifest's size: a truncated shard is caught, and extra
             # samples in a rewritten one are never read.
-            job.byte_stop = self.catalog.manifest.shards[job.piece.shard].num_bytes
+            job.byte_stop = self.catalog.entry(job.piece.shard).num_bytes
 
     def _use_index(self, job: _Job, index: OffsetIndex) -> None:
         job.bounds = index.bounds
@@ -283,7 +286,7 @@ class PieceReader:
                 # A whole remote shard: its index and its bytes are asked for
                 # at once, so the first sample waits for one round trip, not two.
                 index = self._load_index_soon(job.piece.shard)
-                shard_bytes = self.catalog.manifest.shards[job.piece.shard].num_bytes  # type: ignore[union-attr]
+                shard_bytes = self.catalog.entry(job.piece.shard).num_bytes
                 chunks = self._cut_to_index(job, index, remote_range(source, 0, shard_bytes, room, chunk_bytes))
             else:
                 self._locate(job)
@@ -296,7 +299,7 @@ class PieceReader:
         counts = self.catalog.counts
         return (
             self.catalog.has_indexes
-            and self.catalog.manifest is not None
+            and self.catalog.entry(job.piece.shard) is not None
             and counts is not None
             and job.piece.start == 0
             and job.piece.stop == self.catalog.stored_count(job.piece.shard)
@@ -447,7 +450,7 @@ class PieceReader:
         removed samples in between are parsed and dropped.
         """
         if self._removed is not None:
-            pieces = (self._stored_piece(piece) for piece in pieces)
+            pieces = (part for piece in pieces for part in self._stored_pieces(piece))
         jobs = (_Job(piece, self.catalog.url(piece.shard)) for piece in pieces)
         budget, start = self._read_ahead_budget()
         ahead: ReadAhead[_Job] = ReadAhead(
@@ -474,13 +477,19 @@ class PieceReader:
             held = self._gone = (shard, gone, frozenset(listed), listed)
         return held
 
-    def _stored_piece(self, piece: Piece) -> Piece:
-        """``piece`` (kept positions) as the stored range holding its samples."""
+    def _stored_pieces(self, piece: Piece) -> list[Piece]:
+        """``piece`` (kept positions) as the stored ranges holding its
+        samples: one range, but where more than :data:`GAP_SAMPLES` samples
+        in a row are not kept (a view's sparse subset), a range on each
+        side of them, so their bytes are not read."""
         gone = self._removed_from(piece.shard)
         if not len(gone) or piece.stop <= piece.start:
-            return piece
-        first = int(stored_positions(gone, piece.start))
-        return Piece(piece.shard, first, int(stored_positions(gone, piece.stop - 1)) + 1)
+            return [piece]
+        at = np.asarray(stored_positions(gone, np.arange(piece.start, piece.stop, dtype=np.int64)))
+        cuts = np.flatnonzero(np.diff(at) > GAP_SAMPLES) + 1
+        firsts = at[np.concatenate(([0], cuts))]
+        lasts = at[np.concatenate((cuts - 1, [len(at) - 1]))]
+        return [Piece(piece.shard, int(a), int(b) + 1) for a, b in zip(firsts.tolist(), lasts.tolist())]
 
     def _kept(self, samples: Iterator[Located]) -> Iterator[Located]:
         """``samples`` (at stored positions) less the removed ones, each at

@@ -36,6 +36,7 @@ from shardkit.read.resume.state import Level
 from shardkit.read.schedule import schedule_labels, schedule_prefix, split_count
 from shardkit.read.shuffle import ShuffleBuffer, round_robin
 from shardkit.read.split import skip_samples
+from shardkit.read.joined import reader_type
 from shardkit.read.pieces import Located, OnError, PieceReader
 from shardkit.world import World
 
@@ -196,7 +197,7 @@ class SlotReader:
             # Half the budget evenly, half by share (a small source still
             # reads ahead), then split among the source's read parts.
             budget = int(self.read_ahead_bytes * (0.5 / n + 0.5 * shares[i] / total)) // self.options.interleave
-            make = BlockReader if isinstance(catalog, BlockCatalog) else PieceReader
+            make = BlockReader if isinstance(catalog, BlockCatalog) else reader_type(catalog)
             out.append(
                 make(
                     catalog,  # type: ignore[arg-type]
