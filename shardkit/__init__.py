@@ -51,6 +51,10 @@ _LAZY = {
     "World": "shardkit.world",
     "WriteOptions": "shardkit.write.options",
     "append": "shardkit.revise.append",
+    "extend": "shardkit.revise.extend",
+    "ExtendReport": "shardkit.revise.extend",
+    "view": "shardkit.revise.view",
+    "ViewReport": "shardkit.revise.view",
     "index_dataset": "shardkit.index.indexer",
     "make_loader": "shardkit.read.loader",
     "remove_samples": "shardkit.revise.remove",
@@ -79,7 +83,9 @@ if TYPE_CHECKING:
     from shardkit.write.options import WriteOptions
     from shardkit.write.parallel import write_dataset
     from shardkit.revise.append import AppendReport, append
+    from shardkit.revise.extend import ExtendReport, extend
     from shardkit.revise.remove import remove_samples
+    from shardkit.revise.view import ViewReport, view
 
 
 def __getattr__(name: str) -> Any:
@@ -114,6 +120,7 @@ __all__ = [
     "Decoder",
     "DestinationError",
     "DuplicateSampleError",
+    "ExtendReport",
     "ImageTooLargeError",
     "IndexOptions",
     "IndexedDataset",
@@ -142,16 +149,19 @@ __all__ = [
     "TruncatedShardError",
     "UsageError",
     "VerifyError",
+    "ViewReport",
     "WorkerStartError",
     "World",
     "WriteOptions",
     "__version__",
     "append",
+    "extend",
     "index_dataset",
     "load_manifest",
     "make_loader",
     "remove_samples",
     "show",
     "shuffle_quality",
+    "view",
     "write_dataset",
 ]

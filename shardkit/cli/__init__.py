@@ -1,4 +1,5 @@
-"""The ``shardkit`` command line: ``write``, ``index``, ``info``, ``show``, ``verify``, ``upgrade``, ``remove`` and ``append``.
+"""The ``shardkit`` command line: ``write``, ``index``, ``info``, ``show``, ``verify``, ``upgrade``, ``remove``,
+``append``, ``view`` and ``extend``.
 
 Each subcommand is a thin function over the library. Exit codes: 0 success,
 1 a check failed (``verify`` found a bad shard; ``remove`` was given keys
@@ -26,6 +27,7 @@ from collections.abc import Callable, Sequence
 
 from shardkit.cli.common import EXIT_USAGE, add_verbose, shown
 from shardkit.cli.datasets import add_index, add_info, add_remove, add_upgrade, add_verify
+from shardkit.cli.derived import add_extend, add_view
 from shardkit.cli.show import add_show
 from shardkit.cli.write import add_append, add_write
 from shardkit.errors import ShardkitError, UsageError, redact_text
@@ -91,7 +93,7 @@ def configure_logging(*, verbose: bool, debug_wire: bool) -> None:
 
 
 _COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
-    add_write, add_index, add_info, add_show, add_verify, add_upgrade, add_remove, add_append
+    add_write, add_index, add_info, add_show, add_verify, add_upgrade, add_remove, add_append, add_view, add_extend
 )
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from shardkit.config import human_bytes  # noqa: F401 - the commands take it from here
-from shardkit.errors import redact_text
+from shardkit.errors import UsageError, redact_text
 
 if TYPE_CHECKING:
     from shardkit.io.base import SourceOptions
@@ -98,3 +98,12 @@ def print_skipped(listed: Sequence[Any], total: int, prefix: str, file: TextIO |
     if more > 0:
         where = "all are in manifest.json" if len(listed) == total else f"manifest.json lists the first {len(listed)}"
         print(f"{prefix}... and {more} more ({where})", file=file)
+
+
+def parse_workers(text: str | None) -> int | None:
+    """``--workers``: None when not given."""
+    if text is None:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"--workers must be a whole number of at least 1, not {text!r}")
+    return int(text)

@@ -13,21 +13,13 @@ from shardkit.cli.common import (
     add_source_options,
     add_verbose,
     by_reason,
+    parse_workers,
     human_bytes,
     print_skipped,
     shown,
     source_options,
 )
 from shardkit.errors import UsageError
-
-def parse_workers(text: str | None) -> int | None:
-    """``--workers``: None when not given."""
-    if text is None:
-        return None
-    if not text.isdigit() or int(text) < 1:
-        raise UsageError(f"--workers must be a whole number of at least 1, not {text!r}")
-    return int(text)
-
 
 # -------------------------------------------------------------------- index
 
@@ -164,6 +156,10 @@ def cmd_info(args: argparse.Namespace) -> int:
     if _names_a_shard(args.dataset):
         return _print_shard(args)
     m = fetch_manifest(args.dataset, options=source_options(args))
+    if not hasattr(m, "table"):  # a view or an extension
+        from shardkit.cli.derived import print_derived
+
+        return print_derived(m, source_options(args))
     # Every field comes from a file someone else may have written: shown() escapes it.
     counts = m.table.counts if m.num_shards else [0]  # an array view of the shard table
     print(f"dataset:    {shown(m.location)}")

@@ -102,8 +102,8 @@ def _check_revision(manifest: DerivedManifest, path: str, recorded: str, parent:
 
 def history(catalog: Catalog) -> frozenset[str]:
     """The revisions a dataset had before its removals and appends."""
-    if isinstance(catalog, DerivedCatalog):
-        return frozenset(catalog.manifest.earlier_fingerprints)
+    if isinstance(catalog, DerivedCatalog):  # and its own revision, before its parents' takedowns since
+        return frozenset(catalog.manifest.earlier_fingerprints) | {catalog.manifest.fingerprint}
     manifest: Manifest | None = catalog.manifest
     if manifest is None:
         return frozenset()

@@ -68,6 +68,7 @@ from shardkit.io.local import LocalFile
 from shardkit.io.registry import open_remote, open_source
 from shardkit.io.urls import is_local, local_path, redact_url
 from shardkit.read.catalog import ShardCatalog, resolve_catalog
+from shardkit.read.joined import read_joined
 from shardkit.read.counters import SharedCounters
 from shardkit.read.handles import (
     MAX_FETCHED_INDEX_BYTES,
@@ -189,10 +190,9 @@ class IndexedDataset(Dataset):
             (and closed once no read in progress holds them). None (the
             default): half the soft ``RLIMIT_NOFILE`` over two descriptors a
             shard, 8 to 16,384 (see :func:`~shardkit.read.handles.open_shard_limit`).
-        verify_checksums: Check each sample against the CRC-32 its offset index
-            stores, so a changed byte is a :class:`~shardkit.CorruptShardError`
-            naming the sample (indexes written before checksums existed are
-            read unchecked).
+        verify_checksums: Check each sample against the CRC-32 its offset index stores, so a changed byte
+            is a :class:`~shardkit.CorruptShardError` naming the sample (older indexes: read unchecked).
+        fields: Read only these fields (of a view or extension: only the shards that hold them).
 
     Raises:
         UsageError: Invalid options; shards without sample counts and offset
@@ -210,6 +210,7 @@ class IndexedDataset(Dataset):
         on_error: OnError = "raise",
         max_open_shards: int | None = None,
         verify_checksums: bool = False,
+        fields: Sequence[str] | None = None,
     ):
         super().__init__()
         if on_error not in ON_ERROR:
@@ -217,7 +218,7 @@ class IndexedDataset(Dataset):
         if max_open_shards is not None and max_open_shards < 1:
             raise UsageError(f"max_open_shards must be >= 1, not {max_open_shards}")
         self._options = source_options or SourceOptions()
-        self._catalog = resolve_catalog(source, options=self._options)
+        self._catalog = resolve_catalog(source, options=self._options, fields=fields)
         if self._catalog.counts is None or not self._catalog.has_indexes:
             raise _no_offsets(self._catalog)
         self._decoder = make_decoder(decode)
@@ -418,6 +419,8 @@ class IndexedDataset(Dataset):
 
     def _read(self, shard: int, position: int, *, max_bytes: int | None = None) -> RawSample:
         """Sample ``position`` of shard ``shard`` (counting its kept samples)."""
+        if self._catalog.sides is not None or self._catalog.fields is not None:
+            return read_joined(self, shard, position, max_bytes=max_bytes)  # an extension's sides, or some fields
         if self._removed is not None:
             position = int(stored_positions(self._removed.in_shard(shard), position))
         try:
@@ -460,6 +463,7 @@ class IndexedDataset(Dataset):
         self._pool: ThreadPoolExecutor | None = None
         self._faulty_shards = RecentTable(MAX_FAULTY_SHARDS_REMEMBERED)  # shards whose first fault was logged
         self._opened_ahead = False  # this process opened its shards before forking (or found it could not)
+        self._joined: list[Any] | None = None  # a reader of each side (see read_joined), made when first read
 
     def _check_process(self) -> None:
         # A forked worker inherits the parent's table. It keeps the local
@@ -590,7 +594,7 @@ class IndexedDataset(Dataset):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         for name in ("_held", "_pid", "_lock", "_pool", "_counts", "_starts", "_local_paths", "_faulty_shards",
-                     "_opened_ahead"):
+                     "_opened_ahead", "_joined"):
             del state[name]
         return state
 

@@ -15,7 +15,9 @@ asked for, and keeps only those members.
 
 from __future__ import annotations
 
-import itertools
+import copy
+import threading
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +32,32 @@ from shardkit.read.split import Piece
 #: The member an extension writes for a sample its function gave no fields
 #: (every sample of the parent has a place in each extension shard).
 NO_FIELDS = "shardkit-none"
+
+
+class _SharedPieces:
+    """One iterator of pieces drawn by several read-ahead threads, each
+    getting every piece (``itertools.tee`` is not safe across threads); what
+    one side has drawn and the others not yet is held, a few pieces."""
+
+    _END = object()
+
+    def __init__(self, pieces: Iterator[Piece], n: int):
+        self._pieces = pieces
+        self._lock = threading.Lock()
+        self._queues: list[deque[Any]] = [deque() for _ in range(n)]
+
+    def stream(self, i: int) -> Iterator[Piece]:
+        queue = self._queues[i]
+        while True:
+            with self._lock:
+                if not queue:
+                    item = next(self._pieces, self._END)
+                    for other in self._queues:
+                        other.append(item)
+                item = queue.popleft()
+            if item is self._END:
+                return
+            yield item
 
 
 class JoinedReader:
@@ -47,8 +75,8 @@ class JoinedReader:
         self.on_skip = options["on_skip"]
 
     def read(self, pieces: Iterator[Piece]) -> Iterator[Located]:
-        copies = itertools.tee(pieces, len(self.readers))
-        return self._join([reader.read(p) for reader, p in zip(self.readers, copies)])
+        shared = _SharedPieces(pieces, len(self.readers))
+        return self._join([reader.read(shared.stream(i)) for i, reader in enumerate(self.readers)])
 
     def load_bounds(self, shard: int) -> np.ndarray:
         """Each kept sample's bytes over all sides, laid end to end (what a
@@ -85,26 +113,63 @@ class JoinedReader:
                 close_iterator(stream)
 
     def _merged(self, heads: list[Located]) -> Located:
-        shard, position, first = heads[0]
-        fields: dict[str, bytes] = {}
-        for _, _, raw in heads:
-            if raw.key != first.key:
-                urls = " and ".join(r.catalog.url(shard) for r in self.readers)
-                error = CorruptShardError(
-                    f"{urls}: sample {position} has key {first.key!r} in one and {raw.key!r} in the other: the "
-                    "extension does not match its parent (run `shardkit verify` on it, or extend again)",
-                    path=self.readers[0].catalog.url(shard),
-                    offset=first.start,
-                )
-                raise error
-            fields.update(raw.fields)
-        fields.pop(NO_FIELDS, None)
-        if self.fields is not None:
-            fields = {k: v for k, v in fields.items() if k in self.fields}
-        return shard, position, RawSample(first.key, fields, first.start, first.end)
+        shard, position, _ = heads[0]
+        urls = lambda: [r.catalog.url(shard) for r in self.readers]  # noqa: E731
+        return shard, position, merge_sides([raw for _, _, raw in heads], self.fields, urls)
 
+
+def merge_sides(raws: list[RawSample], fields: frozenset[str] | None, urls: Any) -> RawSample:
+    """One sample from the same sample of each side: the first's key, every
+    side's members (less the placeholder of a sample given no fields), only
+    ``fields`` where given.
+
+    Raises:
+        CorruptShardError: The sides disagree on the key (``urls()`` names their shards).
+    """
+    first = raws[0]
+    members: dict[str, bytes] = {}
+    for raw in raws:
+        if raw.key != first.key:
+            shards = urls()
+            raise CorruptShardError(
+                f"{' and '.join(shards)}: one sample has key {first.key!r} in one and {raw.key!r} in the other: "
+                "the extension does not match its parent (run `shardkit verify` on it, or extend again)",
+                path=shards[0],
+                offset=first.start,
+            )
+        members.update(raw.fields)
+    members.pop(NO_FIELDS, None)
+    if fields is not None:
+        members = {k: v for k, v in members.items() if k in fields}
+    return RawSample(first.key, members, first.start, first.end)
 
 def reader_type(catalog: Any) -> type:
     """The reader of a catalog's samples: a :class:`JoinedReader` where it
     joins sides or keeps some fields, else a plain :class:`PieceReader`."""
     return JoinedReader if catalog.sides is not None or catalog.fields is not None else PieceReader
+
+
+def read_joined(dataset: Any, shard: int, position: int, *, max_bytes: int | None) -> RawSample:
+    """Sample ``position`` of row ``shard`` of an :class:`~.indexed.IndexedDataset`
+    over joined sides or some fields: each side read by a copy of the
+    dataset over that side alone (made once per process), then merged."""
+    if dataset._joined is None:
+        views = []
+        for side in dataset._catalog.sides or (dataset._catalog,):
+            view = copy.copy(dataset)
+            view._catalog = _alone(side)
+            view._derive_arrays()
+            view._reset_handles()
+            views.append(view)
+        dataset._joined = views
+    raws = [view._read(shard, position, max_bytes=max_bytes) for view in dataset._joined]
+    return merge_sides(raws, dataset._catalog.fields, lambda: [v.shard_url(shard) for v in dataset._joined])
+
+
+def _alone(side: Any) -> Any:
+    """``side`` read as it is (no joining, every field): a copy for a plain catalog keeping some fields."""
+    if side.sides is None and side.fields is None:
+        return side
+    alone = copy.copy(side)
+    alone.sides, alone.fields = None, None
+    return alone
