@@ -488,8 +488,10 @@ def parent_location(base: str, path: str, *, allowed_prefixes: Sequence[str] = (
     remote_base = "://" in base
     if "://" in path or path.startswith("/"):
         target = path
-    elif remote_base:
-        target = urllib.parse.urljoin(base.rstrip("/") + "/", path)
+    elif remote_base:  # joined by hand: urljoin leaves s3:// and other schemes it does not know alone
+        parts = urllib.parse.urlsplit(base)
+        joined = posixpath.normpath(posixpath.join(parts.path or "/", path.split("?", 1)[0]))
+        target = urllib.parse.urlunsplit((parts.scheme, parts.netloc, joined, "", ""))
     else:
         target = os.path.normpath(os.path.join(base, path))
     if any(target.startswith(p) for p in allowed):

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardkit.errors import ManifestError, UsageError
+from shardkit.format.derived import DerivedManifest
 from shardkit.format.manifest import Manifest
 from shardkit.format.removed import MAX_POSITION, Removed, pack, unpack
 from shardkit.format.tar import SampleParser
@@ -44,12 +45,12 @@ from shardkit.io.local import HASH_CHUNK_BYTES
 from shardkit.io.registry import open_source
 from shardkit.io.urls import is_local, redact_url
 from shardkit.write.pool import group_size, in_groups, run_in_pool
+from shardkit.revise.derived_remove import remove_from_derived
+from shardkit.revise.keys import DEFAULT_KEY_COLUMN, read_keys  # noqa: F401 - read_keys: the module's API
 from shardkit.revise.publish import publish_revision, revising
 
 #: Keys not found that a report lists (all are counted).
 LISTED_MISSING = 100
-#: Column of a Parquet or CSV keys file read when none is named.
-DEFAULT_KEY_COLUMN = "key"
 #: Most shards in one task of the pool.
 _MAX_GROUP = 16
 _GROUPS_PER_WORKER = 8
@@ -89,39 +90,6 @@ class RemovalReport:
         return self.num_removed > 0
 
 
-def read_keys(path: str, *, column: str | None = None) -> list[str]:
-    """The keys a file lists: one per line (blank lines and surrounding
-    spaces ignored), or a column of a ``.parquet`` or ``.csv`` file
-    (``column``, default :data:`DEFAULT_KEY_COLUMN`).
-
-    Raises:
-        UsageError: The file is missing, or has no such column.
-    """
-    if not os.path.isfile(path):
-        raise UsageError(f"{path}: no such keys file")
-    lower = path.lower()
-    if lower.endswith(".parquet"):
-        import pyarrow.parquet as pq
-
-        name = column or DEFAULT_KEY_COLUMN
-        schema = pq.read_schema(path)
-        if name not in schema.names:
-            raise UsageError(f"{path}: no column {name!r} (it has {', '.join(schema.names)}); name one with --column")
-        return [str(k) for k in pq.read_table(path, columns=[name]).column(name).to_pylist() if k is not None]
-    if lower.endswith(".csv"):
-        name = column or DEFAULT_KEY_COLUMN
-        with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            if reader.fieldnames is None or name not in reader.fieldnames:
-                have = ", ".join(reader.fieldnames or ()) or "none"
-                raise UsageError(f"{path}: no column {name!r} (it has {have}); name one with --column")
-            return [row[name].strip() for row in reader if row[name] and row[name].strip()]
-    if column is not None:
-        raise UsageError(f"{path}: --column needs a .parquet or .csv file; a text file lists one key per line")
-    with open(path, encoding="utf-8", errors="surrogateescape") as f:
-        return [line.strip() for line in f if line.strip()]
-
-
 def remove_samples(
     dest: str,
     keys: Iterable[str],
@@ -154,6 +122,8 @@ def remove_samples(
         raise UsageError(f"workers must be a whole number of at least 1, not {workers!r}")
     options = options or SourceOptions()
     with revising(dest, command="remove") as manifest:
+        if isinstance(manifest, DerivedManifest):  # a view or an extension: removed from it alone
+            return RemovalReport(**remove_from_derived(dest, manifest, keys, options, workers))
         return _remove(dest, manifest, keys, options, workers, progress)
 
 

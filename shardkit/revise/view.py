@@ -45,7 +45,7 @@ from shardkit.read.derived import kept, side_fields, stored_counts
 from shardkit.read.joined import reader_type
 from shardkit.read.split import Piece
 from shardkit.revise.derived_publish import publish_derived, refuse_occupied
-from shardkit.revise.remove import read_keys
+from shardkit.revise.keys import read_keys
 from shardkit.write.pool import group_size, in_groups, run_in_pool
 
 #: Operators of a ``where`` expression.
