@@ -14,6 +14,11 @@
   holds; the ratio of the large dataset's time to the small one's says
   how far that holds.
 
+Then extensions and views (``bench/revisions_derived.py`` says what each
+cell measures): extend against a rewrite, reading a joined dataset and its
+new field alone, a 50% view against a rewritten copy, and opening a 2%
+split of 5x10^9 samples.
+
 Writes ``bench/results/revisions.{json,md,png}``; ``--quick`` a small run's
 record under ``bench/work``.
 """
@@ -37,10 +42,11 @@ from bench.bench_remove import (  # noqa: E402
     SHARD_SAMPLES, _clone, _ensure, _maxrss_mb, _median, write_real, write_synthetic,
 )
 from bench.common import bench_main, git_commit, machine, run_cell  # noqa: E402
+from bench import revisions_derived as derived  # noqa: E402
 
 CELL_ANSWER = "@@bench-revisions "
-FULL = {"sizes": [5_000, 500_000], "new_shards": 10, "repeats": 3}
-QUICK = {"sizes": [500, 5_000], "new_shards": 2, "repeats": 1}
+FULL = {"sizes": [5_000, 500_000], "new_shards": 10, "repeats": 3, "derived": derived.FULL}
+QUICK = {"sizes": [500, 5_000], "new_shards": 2, "repeats": 1, "derived": derived.QUICK}
 
 
 def irregular(dest: str, shards: int, base: str) -> None:
@@ -88,7 +94,7 @@ def append_cell(spec: dict[str, Any]) -> dict[str, Any]:
             "num_shards": report.manifest.num_shards, "peak_rss_mb": _maxrss_mb()}  # fmt: skip
 
 
-CELLS = {"append": append_cell}
+CELLS = {**derived.CELLS, "append": append_cell}
 
 
 # ------------------------------------------------------------------ the run
@@ -128,6 +134,9 @@ def measure(args: argparse.Namespace, preset: dict[str, Any]) -> dict[str, Any]:
                                          "source": os.path.join(source, "rows.jsonl")}))  # fmt: skip
                 shutil.rmtree(clone, ignore_errors=True)
             record["append"].setdefault(naming, {})[str(size)] = runs
+    synthetic = _ensure(args, f"synthetic-{preset['derived']['split_shards']}",
+                        lambda p: write_synthetic(p, preset["derived"]["split_shards"], base))  # fmt: skip
+    record["derived"] = derived.measure_derived(args, preset, lambda spec: _cell(args, spec), _ensure, synthetic)
     record["targets"] = targets(record)
     return record
 
@@ -141,6 +150,8 @@ def targets(record: dict[str, Any]) -> list[dict[str, Any]]:
             ratio = b / a
             out.append({"target": f"append time, {int(large):,} shards / {int(small):,} ({naming})", "value": ratio,
                         "unit": "x", "limit": 1.5, "met": ratio <= 1.5})  # fmt: skip
+    if "derived" in record:
+        out += derived.derived_targets(record["derived"], record["preset"]["derived"]["read_workers"])
     return out
 
 
@@ -156,6 +167,8 @@ def markdown(record: dict[str, Any]) -> str:
             lines.append(f"| {naming} | {int(size):,} | {_median(runs, 'seconds') or float('nan'):.2f} | "
                          f"{_median(runs, 'publish_s') or float('nan'):.3f} | "
                          f"{_median(runs, 'peak_rss_mb') or float('nan'):.0f} |")  # fmt: skip
+    if "derived" in record:
+        lines += derived.derived_markdown(record["derived"])
     lines += ["", "## Targets (issue #54)", "", "| target | value | limit | met |", "| --- | ---: | ---: | --- |"]
     for t in record["targets"]:
         lines.append(f"| {t['target']} | {t['value']:.3f}{t['unit']} | {t['limit']}{t['unit']} | "
@@ -169,7 +182,7 @@ def plot(record: dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig, (ax, ratios) = plt.subplots(1, 2, figsize=(13, 4))
     sizes = [str(s) for s in record["preset"]["sizes"]]
     for k, (naming, by_size) in enumerate(record["append"].items()):
         total = [_median(by_size[s], "seconds") or 0 for s in sizes]
@@ -182,6 +195,12 @@ def plot(record: dict[str, Any], path: str) -> None:
     ax.set_ylabel("seconds")
     ax.set_title(f"Appending the same {record['preset']['new_shards'] * SHARD_SAMPLES:,} samples")
     ax.legend()
+    shown = [t for t in record["targets"] if t["unit"] == "x" and not t["target"].startswith("append")]
+    ratios.barh([t["target"] for t in shown], [t["value"] for t in shown],
+                color=["tab:green" if t["met"] else "tab:red" for t in shown])  # fmt: skip
+    ratios.set_xscale("log")
+    ratios.set_title("extensions and views: ratio (green: target met)")
+    ratios.tick_params(axis="y", labelsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
