@@ -178,7 +178,6 @@ class DerivedCatalog:
         self.manifest = manifest
         self.parents = parents
         self.fields = fields
-        rows = manifest.rows
         where = manifest.name
         sides = {num_sides(p) for p in parents}
         if len(sides) > 1:
@@ -189,6 +188,14 @@ class DerivedCatalog:
         if len(layouts) > 1:
             raise UsageError(f"{where}: merges parents whose samples have different fields: {sorted(layouts)[:2]}")
         self.side_fields = layouts.pop() + ((tuple(manifest.fields),) if fields is not None else ())
+        self._derive()
+
+    def _derive(self) -> None:
+        """The per-row arrays, from the manifest and the parents (again in a
+        process it is unpickled in: they are 8 bytes a row, and it travels small)."""
+        rows = self.manifest.rows
+        where = self.manifest.name
+        fields = self.fields
         self.stored0 = self._stored(rows, where)
         recorded = rows.selected_counts(self.stored0) - self._own_removed_per_row()
         if not np.array_equal(recorded, rows.counts):
@@ -213,11 +220,11 @@ class DerivedCatalog:
         self._kept = functools.lru_cache(maxsize=KEPT_CACHE_ROWS)(self._kept_uncached)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_kept"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_kept", "counts", "stored0", "takedowns")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._kept = functools.lru_cache(maxsize=KEPT_CACHE_ROWS)(self._kept_uncached)
+        self._derive()
 
     @property
     def num_rows(self) -> int:

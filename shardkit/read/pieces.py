@@ -46,7 +46,6 @@ uncompressed one.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import logging
 import threading
@@ -60,7 +59,7 @@ from typing import Literal
 import numpy as np
 
 from shardkit.errors import CorruptShardError, ManifestError, TruncatedShardError
-from shardkit.format.compression import MAGIC_BYTES, Compression, ChunkDecompressor, detect_compression
+from shardkit.format.compression import MAGIC_BYTES, ChunkDecompressor, detect_compression
 from shardkit.format.index import OffsetIndex
 from shardkit.format.plain import SampleRun
 from shardkit.format.removed import stored_positions
@@ -72,6 +71,7 @@ from shardkit.io.registry import open_source
 from shardkit.io.retry import current_stop, stopping_on
 from shardkit.io.urls import is_local, local_path, redact_url
 from shardkit.read.catalog import ShardCatalog
+from shardkit.read.kept import Job, KeptSamples
 from shardkit.read.prefetch import ReadAhead
 from shardkit.read.ranges import AlignedSource, remote_range, salvage_ranges
 from shardkit.read.split import Piece
@@ -119,35 +119,12 @@ REMOTE_START_READ_AHEAD_BYTES = 1 << 20
 #: default, nothing holds a worker back and this changes little.)
 REMOTE_READ_AHEAD_BYTES_PER_REQUEST = 8 << 20
 
-#: Most samples in a row, not to be yielded, that a read of a shard's kept
-#: samples reads through rather than skips (a view keeps a sparse subset).
-GAP_SAMPLES = 8
-
 #: Most decompressed bytes in one chunk of a compressed shard, however well
 #: it compresses, so that the read-ahead queue's byte budget bounds memory.
 DECOMPRESS_SLICE_BYTES = 1 << 20
 
 
-class _Job:
-    """One piece being read; the reader thread fills in the byte range."""
-
-    __slots__ = (
-        "piece", "url", "bounds", "checksums", "byte_start", "byte_stop", "whole", "compression", "raw_bytes"
-    )  # fmt: skip
-
-    def __init__(self, piece: Piece, url: str):
-        self.piece = piece
-        self.url = url
-        self.bounds: np.ndarray | None = None
-        self.checksums: np.ndarray | None = None  # per-sample checksums to check, when asked for
-        self.byte_start = 0
-        self.byte_stop: int | None = None
-        self.whole = True  # the range runs to the end of the shard
-        self.compression: Compression | None = None  # set by the reader thread on a compressed shard
-        self.raw_bytes = 0  # compressed bytes read, for a compressed shard
-
-
-class PieceReader:
+class PieceReader(KeptSamples):
     """Reads pieces of a catalog's shards as raw samples.
 
     Args:
@@ -227,7 +204,7 @@ class PieceReader:
         threading.Thread(target=run, name="shardkit-index", daemon=True).start()
         return future
 
-    def _locate(self, job: _Job, index: OffsetIndex | None = None) -> None:
+    def _locate(self, job: Job, index: OffsetIndex | None = None) -> None:
         """Fill in the byte range ``job`` reads: its samples' bytes through
         the offset index (``index``, if already loaded), or a whole shard up
         to the manifest's size."""
@@ -244,11 +221,11 @@ class PieceReader:
             # samples in a rewritten one are never read.
             job.byte_stop = self.catalog.entry(job.piece.shard).num_bytes
 
-    def _use_index(self, job: _Job, index: OffsetIndex) -> None:
+    def _use_index(self, job: Job, index: OffsetIndex) -> None:
         job.bounds = index.bounds
         job.checksums = index.checksums if self.verify_checksums else None
 
-    def _parser(self, job: _Job) -> SampleParser:
+    def _parser(self, job: Job) -> SampleParser:
         """The parser of one job's bytes: with its samples' spans (and
         checksums) when the index gives them."""
         if job.bounds is None or job.compression is not None:
@@ -267,10 +244,12 @@ class PieceReader:
             run_field=self.run_field if not len(self._removed_from(job.piece.shard)) else None,
         )
 
-    def _fetch(self, job: _Job, ahead: ReadAhead[_Job]) -> Iterator[bytes]:
+    def _fetch(self, job: Job, ahead: ReadAhead[Job]) -> Iterator[bytes]:
         source = self._open_shard(job.piece.shard, job.url)
         chunk_bytes = self.options.chunk_bytes
-        if is_local(job.url):
+        if is_local(job.url) and job.gather is not None:
+            chunks = self._gather(job, take_turns(source, local_path(job.url), options=self.options, room=ahead))
+        elif is_local(job.url):
             self._locate(job)
             if job.bounds is not None:
                 source = AlignedSource(source, job.bounds[job.piece.start + 1 : job.piece.stop + 1])
@@ -293,7 +272,7 @@ class PieceReader:
                 chunks = remote_range(source, job.byte_start, job.byte_stop, room, chunk_bytes)
         return self._decompressed(job, chunks) if job.byte_start == 0 else chunks
 
-    def _reads_whole_indexed(self, job: _Job) -> bool:
+    def _reads_whole_indexed(self, job: Job) -> bool:
         """Whether ``job`` is a whole shard with an index, whose byte range
         (from 0 to at most the manifest's size) is known before its index."""
         counts = self.catalog.counts
@@ -305,7 +284,7 @@ class PieceReader:
             and job.piece.stop == self.catalog.stored_count(job.piece.shard)
         )
 
-    def _cut_to_index(self, job: _Job, index: Future[OffsetIndex], chunks: Iterator[bytes]) -> Iterator[bytes]:
+    def _cut_to_index(self, job: Job, index: Future[OffsetIndex], chunks: Iterator[bytes]) -> Iterator[bytes]:
         """The chunks of a whole shard read from byte 0, passed on once its
         index (loading meanwhile) has located ``job``, and cut where the
         index says the shard's samples and end marker end (a tar may be
@@ -324,7 +303,7 @@ class PieceReader:
         finally:
             close_iterator(chunks)
 
-    def _decompressed(self, job: _Job, chunks: Iterator[bytes]) -> Iterator[bytes]:
+    def _decompressed(self, job: Job, chunks: Iterator[bytes]) -> Iterator[bytes]:
         """The chunks of a read from byte 0, decompressed if the shard is
         compressed (runs in the read-ahead thread, whose reads and
         decompression release the GIL)."""
@@ -422,7 +401,7 @@ class PieceReader:
         return self._read_runs(shard, runs, bounds=bounds)
 
     def _read_runs(self, shard: int, runs: list[tuple[int, int]], *, bounds: np.ndarray) -> Iterator[Located]:
-        job = _Job(Piece(shard, 0, len(bounds) - 1), self.catalog.url(shard))
+        job = Job(Piece(shard, 0, len(bounds) - 1), self.catalog.url(shard))
         if self.verify_checksums and self.catalog.has_indexes:
             self._use_index(job, self._load_index(shard))
         job.bounds = bounds
@@ -451,9 +430,9 @@ class PieceReader:
         """
         if self._removed is not None:
             pieces = (part for piece in pieces for part in self._stored_pieces(piece))
-        jobs = (_Job(piece, self.catalog.url(piece.shard)) for piece in pieces)
+        jobs = (self._job(piece) for piece in pieces)
         budget, start = self._read_ahead_budget()
-        ahead: ReadAhead[_Job] = ReadAhead(
+        ahead: ReadAhead[Job] = ReadAhead(
             jobs, lambda job: self._fetch(job, ahead), budget_bytes=budget, start_bytes=start
         )
         samples = self._parse(ahead)
@@ -461,57 +440,9 @@ class PieceReader:
         ahead.start()
         return samples if self._removed is None else self._kept(samples)
 
-    # ------------------------------------------------------ removed samples
-
-    def _removed_from(self, shard: int) -> np.ndarray:
-        """Stored positions removed from ``shard``, rising; empty without removals."""
-        return self._removed_held(shard)[1]
-
-    def _removed_held(self, shard: int) -> tuple[int, np.ndarray, frozenset[int], list[int]]:
-        """The last shard asked for: it, its removed positions as an array,
-        a set and a list (one tuple, swapped whole: threads share it)."""
-        held = self._gone
-        if self._removed is not None and held[0] != shard:
-            gone = self._removed.in_shard(shard)
-            listed = gone.tolist()
-            held = self._gone = (shard, gone, frozenset(listed), listed)
-        return held
-
-    def _stored_pieces(self, piece: Piece) -> list[Piece]:
-        """``piece`` (kept positions) as the stored ranges holding its
-        samples: one range, but where more than :data:`GAP_SAMPLES` samples
-        in a row are not kept (a view's sparse subset), a range on each
-        side of them, so their bytes are not read."""
-        gone = self._removed_from(piece.shard)
-        if not len(gone) or piece.stop <= piece.start:
-            return [piece]
-        at = np.asarray(stored_positions(gone, np.arange(piece.start, piece.stop, dtype=np.int64)))
-        cuts = np.flatnonzero(np.diff(at) > GAP_SAMPLES) + 1
-        firsts = at[np.concatenate(([0], cuts))]
-        lasts = at[np.concatenate((cuts - 1, [len(at) - 1]))]
-        return [Piece(piece.shard, int(a), int(b) + 1) for a, b in zip(firsts.tolist(), lasts.tolist())]
-
-    def _kept(self, samples: Iterator[Located]) -> Iterator[Located]:
-        """``samples`` (at stored positions) less the removed ones, each at
-        its kept position. A run (of a shard none were removed from) passes."""
-        held = -1
-        removed: frozenset[int] = frozenset()
-        listed: list[int] = []
-        try:
-            for shard, position, raw in samples:
-                if shard != held:  # a shard's samples come together: look its removals up once
-                    _, _, removed, listed = self._removed_held(shard)
-                    held = shard
-                if not listed:
-                    yield shard, position, raw
-                elif position not in removed:
-                    yield shard, position - bisect.bisect_left(listed, position), raw  # as kept_positions
-        finally:
-            close_iterator(samples)
-
-    def _parse(self, ahead: ReadAhead[_Job]) -> Iterator[Located]:
+    def _parse(self, ahead: ReadAhead[Job]) -> Iterator[Located]:
         with ahead as chunks:
-            current: _Job | None = None
+            current: Job | None = None
             parser: SampleParser | None = None
             received = got = 0
             broken = False
@@ -529,11 +460,11 @@ class PieceReader:
                     if isinstance(item, bytes):
                         received += len(item)
                         for raw in parser.feed(item):
-                            yield shard, first + got, raw  # type: ignore[misc]
+                            yield shard, first + got if job.gather is None else int(job.gather[got]), raw  # type: ignore[misc]
                             got += _samples_in(raw)
                     elif item is None:
                         for raw in self._finish(job, parser, received, got):
-                            yield shard, first + got, raw
+                            yield shard, first + got if job.gather is None else int(job.gather[got]), raw
                             got += 1
                     else:
                         raise item  # type: ignore[misc]
@@ -542,7 +473,7 @@ class PieceReader:
                     self._fault(exc)
                     yield from self._recover(job, exc, first + got)
 
-    def _finish(self, job: _Job, parser: SampleParser, received: int, got: int) -> list[RawSample]:
+    def _finish(self, job: Job, parser: SampleParser, received: int, got: int) -> list[RawSample]:
         """The job's last sample, once its bytes are known to be all there
         (the parser itself checks the samples against their index spans)."""
         del got
@@ -569,15 +500,15 @@ class PieceReader:
             )
         return parser.finish(expect_end_marker=job.whole)
 
-    def _recover(self, job: _Job, exc: Exception, next_sample: int) -> Iterator[Located]:
+    def _recover(self, job: Job, exc: Exception, next_sample: int) -> Iterator[Located]:
         """After a skipped fault: yield what can be saved of the rest of the piece.
 
         Samples before the fault are re-read (the parser may have held some
         back); after a fault inside the data, reading resumes at the next
         sample boundary; after truncation there is nothing more to read.
         """
-        if job.compression is not None:
-            return  # a compressed shard cannot be entered after the fault
+        if job.compression is not None or job.gather is not None:
+            return  # a compressed shard cannot be entered after the fault; a gathered one is dropped whole
         if job.bounds is None and self.catalog.has_indexes:
             try:  # the index failed to load with the read: try once more
                 self._use_index(job, self._load_index(job.piece.shard))
@@ -589,7 +520,7 @@ class PieceReader:
         yield from self._read_ranges(job, ranges, salvage=True)
 
     def _read_ranges(
-        self, job: _Job, ranges: list[tuple[int, int, bool]], *, salvage: bool
+        self, job: Job, ranges: list[tuple[int, int, bool]], *, salvage: bool
     ) -> Iterator[Located]:
         """Samples of ``(lo, hi, whole)`` ranges of the job's shard, each one
         direct read; a fault in one is handled by the policy, and what can
@@ -611,12 +542,12 @@ class PieceReader:
                 pending.extendleft(reversed([(a, b, w, True) for a, b, w in rest]))
 
     def _read_range(
-        self, job: _Job, lo: int, hi: int, *, whole: bool, salvage: bool
+        self, job: Job, lo: int, hi: int, *, whole: bool, salvage: bool
     ) -> Iterator[RawSample | SampleRun]:
         """Samples ``[lo, hi)`` of the job's shard, read without read-ahead;
         ``whole``: the range ends the shard and takes its end marker."""
         assert job.bounds is not None
-        sub = _Job(Piece(job.piece.shard, lo, hi), job.url)
+        sub = Job(Piece(job.piece.shard, lo, hi), job.url)
         sub.bounds, sub.checksums, sub.whole = job.bounds, job.checksums, whole
         sub.byte_start = int(job.bounds[lo])
         sub.byte_stop = int(job.bounds[hi]) + (len(END_OF_ARCHIVE) if whole else 0)

@@ -101,3 +101,18 @@ class AlignedSource:
 
     def read_all(self) -> bytes:
         return self.source.read_all()
+
+
+def gathered(bounds: np.ndarray, stored: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """The samples at ``stored`` positions (rising) of a shard, as one
+    stream of their bytes laid end to end: the bounds of that stream (from
+    0), and the byte ranges of the shard to read for it, one per run of
+    consecutive positions. A sparse subset (a view) is read without a byte
+    of the samples between, and parsed without them."""
+    starts = bounds[stored].astype(np.int64)
+    ends = bounds[stored + 1].astype(np.int64)
+    virtual = np.concatenate(([0], np.cumsum(ends - starts))).astype(np.int64)
+    cuts = np.flatnonzero(np.diff(stored) != 1) + 1
+    firsts = np.concatenate(([0], cuts))
+    lasts = np.concatenate((cuts, [len(stored)])) - 1
+    return virtual, [(int(starts[a]), int(ends[b])) for a, b in zip(firsts.tolist(), lasts.tolist())]

@@ -25,10 +25,8 @@ nothing is written when nothing new is removed.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import hashlib
-import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -46,7 +44,7 @@ from shardkit.io.registry import open_source
 from shardkit.io.urls import is_local, redact_url
 from shardkit.write.pool import group_size, in_groups, run_in_pool
 from shardkit.revise.derived_remove import remove_from_derived
-from shardkit.revise.keys import DEFAULT_KEY_COLUMN, read_keys  # noqa: F401 - read_keys: the module's API
+from shardkit.revise.keys import DEFAULT_KEY_COLUMN, read_keys  # noqa: F401 - remove's keys files, named here too
 from shardkit.revise.publish import publish_revision, revising
 
 #: Keys not found that a report lists (all are counted).

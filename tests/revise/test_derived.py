@@ -18,7 +18,7 @@ import pytest
 import shardkit
 from shardkit import IndexedDataset, ShardDataset, make_loader
 from shardkit.errors import DestinationError, ManifestError, UsageError
-from shardkit.format.derived import DerivedManifest, build_rows
+from shardkit.format.derived import build_rows
 from shardkit.format.manifest import load_manifest
 from shardkit.revise.derived_publish import publish_derived
 from shardkit.revise.remove import remove_samples
