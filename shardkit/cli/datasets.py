@@ -342,6 +342,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     workers = parse_workers(args.workers) or os.cpu_count() or 1
     options = source_options(args, allowed_prefixes=tuple(args.allow_prefix))
     manifest = fetch_manifest(args.dataset, options=options)
+    if not hasattr(manifest, "table"):  # a view or an extension: its whole chain
+        from shardkit.cli.derived import verify_derived
+
+        return verify_derived(args.dataset, options, workers, limit)
     bar = None if args.quiet else tqdm(total=manifest.num_bytes, unit="B", unit_scale=True, desc="verify", file=sys.stderr)
     printed = 0
 

@@ -4,9 +4,10 @@ and ``extend``; and ``info`` of such a dataset (its lineage)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
-from shardkit.cli.common import EXIT_OK, add_source_options, add_verbose, parse_workers, shown, source_options
+from shardkit.cli.common import EXIT_CHECK_FAILED, EXIT_OK, add_source_options, add_verbose, parse_workers, shown, source_options
 from shardkit.errors import UsageError
 
 
@@ -135,3 +136,23 @@ def _print_lineage(catalog: Any, indent: str) -> None:
     removed = f", {m.num_removed} removed" if m.num_removed else ""
     print(f"{indent}{shown(m.location)}: dataset, {m.num_samples:,} samples in {m.num_shards:,} shards{appended}{removed}, "
           f"revision {m.fingerprint[:16]}")
+
+
+def verify_derived(location: str, options: Any, workers: int, max_member_bytes: int | None) -> int:
+    """``shardkit verify`` of a view or an extension: every dataset of its chain, each once."""
+    from shardkit.verify_derived import verify_chain
+
+    def said(check: Any) -> None:
+        what = f"{check.kind}, {check.num_shards} shards"
+        if check.error is None:
+            print(f"OK: {shown(check.location)} ({what})")
+        else:
+            print(f"FAILED: {shown(check.location)} ({what}): {shown(check.error)}", file=sys.stderr)
+
+    report = verify_chain(location, options=options, workers=workers, max_member_bytes=max_member_bytes, on_check=said)
+    bad = [c for c in report.checks if c.error is not None]
+    if bad:
+        print(f"FAILED: {len(bad)} of the {len(report.checks)} datasets of the chain (listed above)", file=sys.stderr)
+        return EXIT_CHECK_FAILED
+    print(f"OK: the chain of {len(report.checks)} datasets verified")
+    return EXIT_OK

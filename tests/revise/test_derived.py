@@ -256,3 +256,30 @@ def test_info_shows_the_lineage(tmp_path, capsys):
     assert main(["info", str(tmp_path / "ev")]) == 0
     out = capsys.readouterr().out
     assert "view, where json.i < 6" in out and "extension adding emb.npy, score.txt" in out and "dataset, 40 samples" in out
+
+
+def test_verify_checks_every_dataset_of_the_chain_once(tmp_path, capsys):
+    from shardkit.cli import main
+
+    pool = _pool(tmp_path)
+    shardkit.extend(pool, tmp_path / "ext", map=derived_maps.embedding, workers=1)
+    shardkit.view(tmp_path / "ext", tmp_path / "ev", where="json.i < 6", workers=1)
+    shardkit.view([tmp_path / "ev"], tmp_path / "ev2", keys=sorted(_all(tmp_path / "ev"))[:5], workers=1)
+    assert main(["verify", str(tmp_path / "ev2"), "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("OK: ") == 6 and out.count(f"{pool} (dataset") == 1  # pool, fields, ext, ev, ev2, the total
+    shard = os.path.join(pool, "shard-000002.tar")
+    data = bytearray(open(shard, "rb").read())
+    data[700] ^= 0xFF
+    open(shard, "wb").write(bytes(data))
+    assert main(["verify", str(tmp_path / "ev2"), "--workers", "1"]) == 1
+    assert f"FAILED: {pool} (dataset" in capsys.readouterr().err
+    data[700] ^= 0xFF
+    open(shard, "wb").write(bytes(data))
+    rows = load_manifest(str(tmp_path / "ev2")).rows
+    offsets = np.concatenate(([0], np.cumsum(rows.counts)))
+    bad = build_rows(rows.parent, rows.parent_row, rows.counts, np.zeros_like(rows.select_kind), offsets,
+                     np.arange(int(offsets[-1])) + 10_000)  # the right counts, of samples no shard holds
+    _republish(tmp_path / "ev2", rows=bad)
+    assert main(["verify", str(tmp_path / "ev2"), "--workers", "1"]) == 1
+    assert f"FAILED: {tmp_path / 'ev2'} (view" in capsys.readouterr().err
