@@ -16,20 +16,20 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
-from shardkit.errors import UsageError
 from shardkit.format.manifest import Manifest
 from shardkit.format.tar import SampleParser
 from shardkit.io.base import SourceOptions
 from shardkit.io.index import fetch_offset_index
 from shardkit.io.manifest import fetch_manifest
 from shardkit.io.registry import open_source
-from shardkit.io.urls import redact_url
+from shardkit.read.catalog import resolve_catalog
 
 KEY_COLUMN = "__key__"
 _CHUNK_BYTES = 8 << 20
@@ -177,25 +177,25 @@ class ShardkitDatasource(Datasource):
         super().__init__()
         self._min_range_bytes = min_range_bytes
         self._manifest = fetch_manifest(source, options=source_options)
-        if self._manifest.num_removed:
-            raise UsageError(
-                f"{redact_url(source)}: {self._manifest.num_removed:,} samples were removed from this dataset "
-                "(`shardkit remove`), and the Ray reader does not leave removed samples out yet: read it with "
-                "shardkit.ShardDataset"
-            )
         self._options = source_options
         self._target_block_bytes = target_block_bytes
         self._extensions = tuple(self._manifest.extensions)
+        # A view, an extension, or a dataset samples were removed from: read
+        # through the reader's catalog (kept samples, joined sides), a task a shard.
+        derived = not hasattr(self._manifest, "table")
+        self._catalog = resolve_catalog(source, options=source_options) if derived or self._manifest.num_removed else None
 
     def get_name(self) -> str:
         return "ShardkitShards"
 
     def estimate_inmemory_data_size(self) -> int | None:
-        return self._manifest.num_bytes
+        return getattr(self._manifest, "num_bytes", None)
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, data_context=None) -> list:
         extensions, options, block_bytes = self._extensions, self._options, self._target_block_bytes
         schema = schema_for(extensions)
+        if self._catalog is not None:
+            return kept_tasks(self._catalog, extensions, options, block_bytes, schema, per_task_row_limit)
         tasks = []
         for r in plan_ranges(self._manifest, parallelism, options=options, min_range_bytes=self._min_range_bytes):
             metadata = BlockMetadata(
@@ -210,3 +210,41 @@ class ShardkitDatasource(Datasource):
                 )
             )
         return tasks
+
+
+def kept_tasks(
+    catalog: Any, extensions: tuple[str, ...], options: SourceOptions, block_bytes: int, schema: pa.Schema,
+    per_task_row_limit: int | None,
+) -> list:
+    """A read task per shard (row) of a catalog that leaves samples out or
+    joins sides, reading its kept samples as the streaming reader does."""
+    tasks = []
+    for shard in range(catalog.num_shards):
+        count = int(catalog.counts[shard])
+        if not count:
+            continue
+        metadata = BlockMetadata(num_rows=count, size_bytes=None, input_files=[catalog.url(shard)], exec_stats=None)
+        tasks.append(ReadTask(lambda shard=shard, count=count: read_kept(catalog, shard, count, extensions, options, block_bytes),
+                              metadata, schema=schema, per_task_row_limit=per_task_row_limit))  # fmt: skip
+    return tasks
+
+
+def read_kept(
+    catalog: Any, shard: int, count: int, extensions: tuple[str, ...], options: SourceOptions, block_bytes: int
+) -> Iterator[pa.Table]:
+    """The kept samples of one shard (row) as Arrow tables."""
+    from shardkit.read.joined import reader_type
+    from shardkit.read.split import Piece
+
+    reader = reader_type(catalog)(catalog, on_error="raise", on_skip=lambda exc: None, options=options,
+                                  read_ahead_bytes=64 << 20)  # fmt: skip
+    rows: list = []
+    held = 0
+    for _, _, raw in reader.read(iter([Piece(shard, 0, count)])):
+        rows.append(raw)
+        held += sum(len(v) for v in raw.fields.values())
+        if held >= block_bytes:
+            yield rows_to_table(rows, extensions)
+            rows, held = [], 0
+    if rows:
+        yield rows_to_table(rows, extensions)

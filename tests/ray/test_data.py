@@ -106,3 +106,27 @@ def test_read_shards_over_http(ray_cluster, dataset):
 def test_rays_own_read_webdataset_reads_shardkit_shards(ray_cluster, dataset):
     result = _last_json(ray_cluster.driver("webdataset", dataset.location))
     assert result["rows"] == _samples(dataset)
+
+
+def test_read_shards_over_a_view_of_an_extension_leaves_taken_down_samples_out(ray_cluster, tmp_path):
+    """Derived datasets (issue #54) and removals: one task a shard, the joined members, no removed sample."""
+    import shardkit
+    from shardkit import ShardDataset
+    from tests.conftest import build_dataset
+    from tests.revise import derived_maps
+
+    pool = str(tmp_path / "pool")
+    build_dataset(pool, sizes=(6, 0, 7, 5))
+    shardkit.extend(pool, tmp_path / "ext", map=derived_maps.embedding, workers=1)
+    shardkit.view(tmp_path / "ext", tmp_path / "view", where="json.i < 5", workers=1)
+    gone = sorted(s["__key__"] for s in ShardDataset(tmp_path / "view"))[:2]
+    shardkit.remove_samples(pool, gone)
+    for name in ("view", "ext"):
+        expected = {
+            s["__key__"]: {k: hashlib.sha256(v).hexdigest() for k, v in s.items() if not k.startswith("__")}
+            for s in ShardDataset(tmp_path / name)
+        }
+        result = _last_json(ray_cluster.driver("rows", str(tmp_path / name)))
+        assert result["rows"] == expected and not set(gone) & set(result["rows"])
+    result = _last_json(ray_cluster.driver("rows", pool))
+    assert sorted(result["rows"]) == sorted(s["__key__"] for s in ShardDataset(pool))
