@@ -7,8 +7,10 @@
   source): bytes the result holds, wall time, 2 workers each.
 - **reading a joined dataset**: the extension (image + new field) against
   the rewritten dataset, raw samples through ``make_loader`` with 1 and 2
-  workers; the new field alone (``fields=["emb.npy"]``) against the whole
-  rewritten dataset: samples/s and the bytes of the shards read.
+  workers, from the page cache (5 epochs, persistent workers) and cold (one
+  epoch, every file involved evicted first); the new field alone
+  (``fields=["emb.npy"]``) against the whole rewritten dataset: samples/s
+  and the bytes of the shards read.
 - **a 50% view**: ``view --where 'cls < 3'`` (3 of 6 classes, spread over
   every shard by the write's shuffle) against a rewritten copy of the same
   samples, read the same way.
@@ -32,8 +34,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-FULL = {"images": 20_000, "split_shards": 500_000, "read_workers": [1, 2]}
-QUICK = {"images": 2_000, "split_shards": 5_000, "read_workers": [1]}
+FULL = {"images": 20_000, "split_shards": 500_000, "read_workers": [1, 2], "warm_epochs": 5}
+QUICK = {"images": 2_000, "split_shards": 5_000, "read_workers": [1], "warm_epochs": 2}
 EMBED_DIM = 512
 
 
@@ -130,14 +132,23 @@ def _count(batch: list[Any]) -> int:
 
 
 def read_cell(spec: dict[str, Any]) -> dict[str, Any]:
+    """Read ``epochs`` epochs (one loader, persistent workers: what one
+    epoch's start costs is paid once); cold: the files of the dataset and
+    of every one it stands on evicted from the page cache first."""
+    from bench.bench_reader import evict
     from shardkit import ShardDataset, make_loader
 
+    if spec.get("cold"):
+        for folder in spec["evict"]:
+            evict(folder)
     ds = ShardDataset(spec["source"], seed=0, fields=spec.get("fields"), batch_size=64, collate=_count)
-    loader = make_loader(ds, batch_size=None, num_workers=spec["workers"])
+    loader = make_loader(ds, batch_size=None, num_workers=spec["workers"], persistent_workers=spec["workers"] > 0)
     samples = 0
     started = time.perf_counter()
-    for count in loader:
-        samples += int(count)
+    for epoch in range(spec.get("epochs", 1)):
+        ds.set_epoch(epoch)
+        for count in loader:
+            samples += int(count)
     seconds = time.perf_counter() - started
     return {"samples": samples, "seconds": seconds, "samples_per_s": samples / seconds}
 
@@ -169,13 +180,16 @@ def measure_derived(args: Any, preset: dict[str, Any], cell: Any, ensure: Any, s
                                                  "where": "cls < 3"}))  # fmt: skip
         runs.setdefault("half_copy", []).append(cell({"cell": "rewrite", "pool": pool, "dest": os.path.join(work, "half-copy"),
                                                       "map": "low_classes"}))  # fmt: skip
+        folders = [pool] + [os.path.join(work, f) for f in ("ext", "rewritten", "half", "half-copy")]
         for workers in derived["read_workers"]:
-            for name, source, fields in (
-                ("joined", "ext", None), ("rewritten", "rewritten", None), ("new field alone", "ext", ["emb.npy"]),
-                ("50% view", "half", None), ("50% copy", "half-copy", None),
-            ):
-                spec = {"cell": "read", "source": os.path.join(work, source), "fields": fields, "workers": workers}
-                runs.setdefault(f"read {name}, {workers} workers", []).append(cell(spec))
+            for cold in (False, True):
+                for name, source, fields in (
+                    ("joined", "ext", None), ("rewritten", "rewritten", None), ("new field alone", "ext", ["emb.npy"]),
+                    ("50% view", "half", None), ("50% copy", "half-copy", None),
+                ):
+                    spec = {"cell": "read", "source": os.path.join(work, source), "fields": fields, "workers": workers,
+                            "cold": cold, "evict": folders, "epochs": 1 if cold else derived["warm_epochs"]}  # fmt: skip
+                    runs.setdefault(f"read {name}, {workers} workers{', cold' if cold else ''}", []).append(cell(spec))
     out["bytes_read"] = {
         "rewritten": folder_bytes(os.path.join(work, "rewritten")),
         "new field alone": folder_bytes(os.path.join(work, "ext", "fields")),
@@ -201,10 +215,12 @@ def derived_targets(out: dict[str, Any], workers: list[int]) -> list[dict[str, A
     rows = [target("extend bytes / rewrite bytes", extend_bytes, 0.10, "x", True),
             target("extend time / rewrite time", extend_time, 0.5, "x", True)]
     for w in workers:
-        rate = lambda name: median(runs[f"read {name}, {w} workers"], "samples_per_s")  # noqa: E731
-        rows.append(target(f"joined read / rewritten read, {w} workers", rate("joined") / rate("rewritten"), 0.9, "x", False))
-        rows.append(target(f"new field alone / rewritten read, {w} workers", rate("new field alone") / rate("rewritten"), 5.0, "x", False))
-        rows.append(target(f"50% view read / 50% copy read, {w} workers", rate("50% view") / rate("50% copy"), 0.9, "x", False))
+        for cold in ("", ", cold"):
+            rate = lambda name: median(runs[f"read {name}, {w} workers{cold}"], "samples_per_s")  # noqa: E731
+            at = f"{w} workers{cold or ', page cache'}"
+            rows.append(target(f"joined read / rewritten read, {at}", rate("joined") / rate("rewritten"), 0.9, "x", False))
+            rows.append(target(f"new field alone / rewritten read, {at}", rate("new field alone") / rate("rewritten"), 5.0, "x", False))
+            rows.append(target(f"50% view read / 50% copy read, {at}", rate("50% view") / rate("50% copy"), 0.9, "x", False))
     rows.append(target("new field alone: bytes read / rewritten's", out["bytes_read"]["new field alone"] / out["bytes_read"]["rewritten"], 0.10, "x", True))
     rows.append(target("2% split of 5x10^9: open s", median(runs["split_open"], "seconds"), 1.0, " s", True))
     rows.append(target("2% split of 5x10^9: memory MB", median(runs["split_open"], "uss_growth_mb"), 50.0, " MB", True))

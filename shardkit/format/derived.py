@@ -109,10 +109,13 @@ class RowsTable:
     """A derived dataset's rows (see the module docstring), as read-only
     numpy columns over the file's bytes (memory-mapped when local)."""
 
-    def __init__(self, columns: Mapping[str, np.ndarray], *, file: str | None = None, keep: Any = None):
+    def __init__(
+        self, columns: Mapping[str, np.ndarray], *, file: str | None = None, keep: Any = None, sha256: str | None = None
+    ):
         self.columns = dict(columns)
         self.file = file
         self._keep = keep  # the mmap or bytes the columns view
+        self._sha256 = sha256  # of the encoded file, when opened from one (checked then)
         self.parent = self.columns["parent"]
         self.parent_row = self.columns["parent_row"]
         self.counts = self.columns["counts"]
@@ -163,6 +166,14 @@ class RowsTable:
         lo, hi = np.searchsorted(self.removed, [base, base + np.uint64(1 << POSITION_BITS)])
         return unpack(self.removed[lo:hi])[1]
 
+    @property
+    def sha256(self) -> str:
+        """The SHA-256 of the table's file: known when it was opened from
+        one (not hashed again: 10^8 positions are 400 MB), else of its encoding."""
+        if self._sha256 is None:
+            self._sha256 = hashlib.sha256(self.encode()).hexdigest()
+        return self._sha256
+
     def encode(self) -> bytes:
         arrays = [self.columns[name] for name, _ in _COLUMNS]
         if self.removed is not None:
@@ -173,7 +184,7 @@ class RowsTable:
         # Columns travel as the file's path when there is one (a 2% view of
         # 5x10^9 samples lists 10^8 positions: the receiver maps it again).
         if self.file is not None and isinstance(self._keep, mmap.mmap):
-            return (_reopen_rows, (self.file,))
+            return (_reopen_rows, (self.file, self._sha256))
         return (RowsTable, (self.columns,), None)
 
 
@@ -194,13 +205,15 @@ def build_rows(
     return RowsTable(columns)
 
 
-def _reopen_rows(file: str) -> RowsTable:
+def _reopen_rows(file: str, sha256: str | None) -> RowsTable:
+    """A table pickled as its file (named by its content; its SHA-256 was checked by the sender)."""
     f, size = open_regular(file, what="rows table")
     with f:
-        return decode_rows(mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) if size else b"", file=file)
+        data = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) if size else b""
+    return decode_rows(data, file=file, sha256=sha256)
 
 
-def decode_rows(data: Any, *, file: str | None = None) -> RowsTable:
+def decode_rows(data: Any, *, file: str | None = None, sha256: str | None = None) -> RowsTable:
     """A rows table from its bytes, its structure checked (shapes, offsets,
     kinds, the removed column); row positions are checked when read."""
     where = file or "<rows table>"
@@ -226,7 +239,7 @@ def decode_rows(data: Any, *, file: str | None = None) -> RowsTable:
         _check_rows(columns)
     except ValueError as exc:
         raise ManifestError(f"{where}: damaged rows table: {exc}; {_ADVICE}", path=file) from None
-    return RowsTable(columns, file=file, keep=data)
+    return RowsTable(columns, file=file, keep=data, sha256=sha256)
 
 
 def _check_rows(columns: dict[str, np.ndarray]) -> None:
@@ -305,7 +318,7 @@ class DerivedManifest:
         digest = hashlib.sha256(f"{self.kind}\0{','.join(self.fields)}\0".encode())
         for parent in self.parents:
             digest.update(f"{parent.fingerprint}\n".encode())
-        digest.update(hashlib.sha256(self.rows.encode()).digest())
+        digest.update(bytes.fromhex(self.rows.sha256))
         return digest.hexdigest()
 
     @property
@@ -467,7 +480,7 @@ def _open_rows(location: str | None, ref: Mapping[str, Any], open_table: Any, wh
         if hashlib.file_digest(f, "sha256").hexdigest() != ref["sha256"]:
             raise ManifestError(f"{file}: SHA-256 is not the one the manifest states (damaged or replaced); {_ADVICE}", path=file)
         data: Any = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) if size else b""
-    return decode_rows(data, file=file)
+    return decode_rows(data, file=file, sha256=ref["sha256"])
 
 
 def parent_location(base: str, path: str, *, allowed_prefixes: Sequence[str] = (), where: str) -> str:

@@ -162,6 +162,11 @@ def stored_counts(catalog: Catalog) -> np.ndarray:
     return counts + np.bincount(unpack(gone)[0], minlength=len(counts)) if len(gone) else counts
 
 
+def _is_identity(rows: np.ndarray, n: int) -> bool:
+    """Whether ``rows`` is ``0, 1, ..., len(rows) - 1`` within ``n`` shards."""
+    return len(rows) <= n and (not len(rows) or (int(rows[0]) == 0 and bool((np.diff(rows) == 1).all())))
+
+
 class DerivedCatalog:
     """A view or an extension with its parents, opened (see the module docstring).
 
@@ -214,9 +219,12 @@ class DerivedCatalog:
                     path=where,
                 )
         self.takedowns = self._takedowns(rows)
-        taken = np.bincount(unpack(self.takedowns)[0], minlength=rows.num_rows) if len(self.takedowns) else 0
-        self.counts = np.asarray(rows.selected_counts(self.stored0) - taken, dtype=np.int64)
-        self.counts.flags.writeable = False
+        if len(self.takedowns):
+            taken = np.bincount(unpack(self.takedowns)[0], minlength=rows.num_rows)
+            self.counts = np.asarray(rows.selected_counts(self.stored0) - taken, dtype=np.int64)
+            self.counts.flags.writeable = False
+        else:  # nothing taken down: the table's counts (checked above), a view of its file
+            self.counts = rows.counts
         self._kept = functools.lru_cache(maxsize=KEPT_CACHE_ROWS)(self._kept_uncached)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -245,6 +253,9 @@ class DerivedCatalog:
     def _stored(self, rows: Any, where: str) -> np.ndarray:
         """Each row's parent shard size; refuses a row naming a shard its
         parent does not have, or one parent shard twice."""
+        if len(self.parents) == 1 and _is_identity(rows.parent_row, len(stored_counts(self.parents[0]))):
+            # A row per parent shard, in order (a split, an extension): its sizes as they are, no copy.
+            return stored_counts(self.parents[0])[: rows.num_rows]
         stored = np.zeros(rows.num_rows, dtype=np.int64)
         for i, parent in enumerate(self.parents):
             mine = np.flatnonzero(rows.parent == i)

@@ -24,12 +24,15 @@ from shardkit.format.compression import Compression
 from shardkit.format.removed import stored_positions
 from shardkit.io.base import ByteSource, close_iterator
 from shardkit.io.urls import is_local
-from shardkit.read.ranges import gathered
+from shardkit.read.ranges import gathered, runs_of
 from shardkit.read.split import Piece
 
 #: Most samples in a row left out that a remote read of a shard's kept
 #: samples reads through rather than cuts around.
 GAP_SAMPLES = 8
+#: Bytes between the kept samples of a local shard up to which a read goes
+#: through them (and drops them) rather than skipping them with a new read.
+GATHER_GAP_BYTES = 1 << 20
 
 Located = tuple[int, int, Any]
 
@@ -131,22 +134,26 @@ class KeptSamples:
         assert job.gather is not None
         self._use_index(job, self._load_index(job.piece.shard))
         assert job.bounds is not None
-        bounds, ranges = gathered(job.bounds, job.gather)
+        bounds, spans = gathered(job.bounds, job.gather, gap_bytes=GATHER_GAP_BYTES)
         if job.checksums is not None:
             job.checksums = job.checksums[job.gather]
         job.bounds, job.byte_start, job.byte_stop, job.whole = bounds, 0, int(bounds[-1]), False
         job.piece = Piece(job.piece.shard, 0, len(job.gather))
-        # Runs are joined into chunks of chunk_bytes: the parser's pass costs
-        # per chunk, and a sparse subset's runs are a sample or two each.
-        parts: list[bytes] = []
+        # The runs' bytes are joined into chunks of about chunk_bytes: the
+        # parser's pass costs per chunk, and a sparse subset's runs are a
+        # sample or two each.
+        chunk_bytes = self.options.chunk_bytes
+        parts: list[bytes | memoryview] = []
         size = 0
-        for lo, hi in ranges:
-            for chunk in source.iter_range(lo, hi, chunk_bytes=self.options.chunk_bytes):
-                parts.append(chunk)
-                size += len(chunk)
-            if size >= self.options.chunk_bytes:
-                yield b"".join(parts)
-                parts, size = [], 0
+        iter_runs = getattr(source, "iter_runs", None)  # a local file as it is: a pread a run
+        for lo, hi, runs in spans:
+            read = iter_runs(runs) if iter_runs is not None else runs_of(source.iter_range(lo, hi, chunk_bytes=chunk_bytes), lo, runs)
+            for part in read:
+                parts.append(part)
+                size += len(part)
+                if size >= chunk_bytes:
+                    yield b"".join(parts)
+                    parts, size = [], 0
         if parts:
             yield b"".join(parts)
 

@@ -103,16 +103,42 @@ class AlignedSource:
         return self.source.read_all()
 
 
-def gathered(bounds: np.ndarray, stored: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
+def gathered(bounds: np.ndarray, stored: np.ndarray, *, gap_bytes: int) -> tuple[np.ndarray, list[tuple[int, int, list[tuple[int, int]]]]]:
     """The samples at ``stored`` positions (rising) of a shard, as one
     stream of their bytes laid end to end: the bounds of that stream (from
-    0), and the byte ranges of the shard to read for it, one per run of
-    consecutive positions. A sparse subset (a view) is read without a byte
-    of the samples between, and parsed without them."""
+    0), and the spans of the shard to read for it, each ``(start, end,
+    runs)``: a span covers runs of consecutive positions less than
+    ``gap_bytes`` apart, read through (one sequential read, the kernel's
+    read-ahead intact), the bytes between them dropped; a larger gap is
+    skipped. A sparse subset (a view) is parsed without the samples between."""
     starts = bounds[stored].astype(np.int64)
     ends = bounds[stored + 1].astype(np.int64)
     virtual = np.concatenate(([0], np.cumsum(ends - starts))).astype(np.int64)
     cuts = np.flatnonzero(np.diff(stored) != 1) + 1
     firsts = np.concatenate(([0], cuts))
     lasts = np.concatenate((cuts, [len(stored)])) - 1
-    return virtual, [(int(starts[a]), int(ends[b])) for a, b in zip(firsts.tolist(), lasts.tolist())]
+    spans: list[tuple[int, int, list[tuple[int, int]]]] = []
+    for lo, hi in zip(starts[firsts].tolist(), ends[lasts].tolist()):
+        if spans and lo - spans[-1][1] < gap_bytes:
+            spans[-1] = (spans[-1][0], hi, spans[-1][2] + [(lo, hi)])
+        else:
+            spans.append((lo, hi, [(lo, hi)]))
+    return virtual, spans
+
+
+def runs_of(chunks: Iterator[bytes], start: int, runs: list[tuple[int, int]]) -> Iterator[memoryview]:
+    """The bytes of ``runs`` (rising, inside the stream) out of ``chunks``,
+    a stream of a shard's bytes from ``start``."""
+    pos, i = start, 0
+    for chunk in chunks:
+        end = pos + len(chunk)
+        view = memoryview(chunk)  # slices without copies: the caller joins them once
+        while i < len(runs) and runs[i][0] < end:
+            lo, hi = runs[i]
+            a, b = max(lo, pos), min(hi, end)
+            if a < b:
+                yield view[a - pos : b - pos]
+            if hi > end:
+                break
+            i += 1
+        pos = end
