@@ -100,8 +100,9 @@ CELLS = {**derived.CELLS, "append": append_cell}
 # ------------------------------------------------------------------ the run
 
 
-def _cell(args: argparse.Namespace, spec: dict[str, Any]) -> dict[str, Any]:
-    done = run_cell(__file__, spec, answer=CELL_ANSWER, python=sys.executable, timeout_s=args.timeout_s)
+def _cell(args: argparse.Namespace, spec: dict[str, Any], *, python: str = sys.executable,
+          env: dict[str, str] | None = None) -> dict[str, Any]:
+    done = run_cell(__file__, spec, answer=CELL_ANSWER, python=python, timeout_s=args.timeout_s, env=env)
     print(json.dumps({**spec, **done}), flush=True)
     return done
 
@@ -136,7 +137,8 @@ def measure(args: argparse.Namespace, preset: dict[str, Any]) -> dict[str, Any]:
             record["append"].setdefault(naming, {})[str(size)] = runs
     synthetic = _ensure(args, f"synthetic-{preset['derived']['split_shards']}",
                         lambda p: write_synthetic(p, preset["derived"]["split_shards"], base))  # fmt: skip
-    record["derived"] = derived.measure_derived(args, preset, lambda spec: _cell(args, spec), _ensure, synthetic)
+    record["derived"] = derived.measure_derived(args, preset, lambda spec: _cell(args, spec), _ensure, synthetic,
+                                                lambda spec, env: _cell(args, spec, python=derived.LITDATA_PYTHON, env=env))
     record["targets"] = targets(record)
     return record
 

@@ -10,7 +10,8 @@
   workers, from the page cache (5 epochs, persistent workers) and cold (one
   epoch, every file involved evicted first); the new field alone
   (``fields=["emb.npy"]``) against the whole rewritten dataset: samples/s
-  and the bytes of the shards read.
+  and the bytes of the shards read. And as a trainer reads, the images
+  decoded (``decode="tensor"``), 2 workers.
 - **a 50% view**: ``view --where 'cls < 3'`` (3 of 6 classes, spread over
   every shard by the write's shuffle) against a rewritten copy of the same
   samples, read the same way.
@@ -141,7 +142,8 @@ def read_cell(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("cold"):
         for folder in spec["evict"]:
             evict(folder)
-    ds = ShardDataset(spec["source"], seed=0, fields=spec.get("fields"), batch_size=64, collate=_count)
+    ds = ShardDataset(spec["source"], seed=0, fields=spec.get("fields"), batch_size=64, collate=_count,
+                      decode=spec.get("decode"))  # fmt: skip
     loader = make_loader(ds, batch_size=None, num_workers=spec["workers"], persistent_workers=spec["workers"] > 0)
     samples = 0
     started = time.perf_counter()
@@ -162,11 +164,40 @@ def split_open_cell(spec: dict[str, Any]) -> dict[str, Any]:
     return {**opened, "pickle_bytes": len(pickle.dumps(ShardDataset(spec["dest"], seed=0)))}
 
 
-CELLS = {"extend": extend_cell, "rewrite": rewrite_cell, "view": view_cell, "read": read_cell, "split_open": split_open_cell}
+def litdata_item(path: str) -> dict[str, Any]:
+    """LitData's route to the same result: the sample written again whole,
+    its image read from the source folder, with the new field."""
+    key = os.path.splitext(os.path.basename(path))[0]
+    with open(path, "rb") as f:
+        image = f.read()
+    label = int(os.path.basename(os.path.dirname(path)).split("_")[-1])
+    return {"jpg": image, "cls": label, "emb": embedding({"__key__": key})["emb.npy"]}
 
 
-def measure_derived(args: Any, preset: dict[str, Any], cell: Any, ensure: Any, synthetic: str) -> dict[str, Any]:
-    """Run the derived datasets' cells (``cell(spec)`` runs one in a fresh process)."""
+def litdata_cell(spec: dict[str, Any]) -> dict[str, Any]:
+    """``litdata.optimize`` of every image with its new field (run in .venv-map's interpreter)."""
+    import shutil
+
+    import litdata
+
+    shutil.rmtree(spec["dest"], ignore_errors=True)
+    items = sorted(os.path.join(d, n) for d, _, names in os.walk(spec["images"]) for n in names if n.endswith(".jpg"))
+    started = time.perf_counter()
+    litdata.optimize(fn=litdata_item, inputs=items, output_dir=spec["dest"], num_workers=2, chunk_bytes="64MB",
+                     start_method="fork", verbose=False)  # fmt: skip
+    return {"seconds": time.perf_counter() - started, "bytes": folder_bytes(spec["dest"]), "version": litdata.__version__}
+
+
+LITDATA_PYTHON = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv-map", "bin", "python")
+
+CELLS = {"litdata": litdata_cell, "extend": extend_cell, "rewrite": rewrite_cell, "view": view_cell, "read": read_cell, "split_open": split_open_cell}
+
+
+def measure_derived(
+    args: Any, preset: dict[str, Any], cell: Any, ensure: Any, synthetic: str, litdata: Any
+) -> dict[str, Any]:
+    """Run the derived datasets' cells (``cell(spec)`` runs one in a fresh
+    process; ``litdata(spec, env)`` one in LitData's interpreter)."""
     work = args.workdir
     derived = preset["derived"]
     pool = ensure(args, f"pool-{derived['images']}", lambda p: make_pool(p, derived["images"]))
@@ -174,6 +205,13 @@ def measure_derived(args: Any, preset: dict[str, Any], cell: Any, ensure: Any, s
     runs = out["runs"]
     for _ in range(preset["repeats"]):
         runs.setdefault("extend", []).append(cell({"cell": "extend", "pool": pool, "dest": os.path.join(work, "ext")}))
+        if os.path.exists(LITDATA_PYTHON):
+            env = {**os.environ, "DATA_OPTIMIZER_CACHE_FOLDER": os.path.join(work, "litdata-cache", "chunks"),
+                   "DATA_OPTIMIZER_DATA_CACHE_FOLDER": os.path.join(work, "litdata-cache", "data")}  # fmt: skip
+            spec = {"cell": "litdata", "images": pool + "-images", "dest": os.path.join(work, "litdata")}
+            runs.setdefault("litdata rewrite", []).append(litdata(spec, env))
+        else:
+            out["skipped"] = f"LitData: {LITDATA_PYTHON} not found (`make bench-revisions` makes it)"
         runs.setdefault("rewrite", []).append(cell({"cell": "rewrite", "pool": pool, "dest": os.path.join(work, "rewritten"),
                                                     "map": "embedding"}))  # fmt: skip
         runs.setdefault("view", []).append(cell({"cell": "view", "pool": pool, "dest": os.path.join(work, "half"),
@@ -190,6 +228,9 @@ def measure_derived(args: Any, preset: dict[str, Any], cell: Any, ensure: Any, s
                     spec = {"cell": "read", "source": os.path.join(work, source), "fields": fields, "workers": workers,
                             "cold": cold, "evict": folders, "epochs": 1 if cold else derived["warm_epochs"]}  # fmt: skip
                     runs.setdefault(f"read {name}, {workers} workers{', cold' if cold else ''}", []).append(cell(spec))
+        for name, source in (("joined", "ext"), ("rewritten", "rewritten")):  # as a trainer reads: images decoded
+            spec = {"cell": "read", "source": os.path.join(work, source), "workers": 2, "decode": "tensor", "epochs": 1}
+            runs.setdefault(f"read {name}, 2 workers, images decoded", []).append(cell(spec))
     out["bytes_read"] = {
         "rewritten": folder_bytes(os.path.join(work, "rewritten")),
         "new field alone": folder_bytes(os.path.join(work, "ext", "fields")),
@@ -214,6 +255,9 @@ def derived_targets(out: dict[str, Any], workers: list[int]) -> list[dict[str, A
     extend_time = median(runs["extend"], "seconds") / median(runs["rewrite"], "seconds")
     rows = [target("extend bytes / rewrite bytes", extend_bytes, 0.10, "x", True),
             target("extend time / rewrite time", extend_time, 0.5, "x", True)]
+    if "litdata rewrite" in runs:
+        rows.append(target("extend time / LitData's rewrite time", median(runs["extend"], "seconds")
+                           / median(runs["litdata rewrite"], "seconds"), 0.5, "x", True))  # fmt: skip
     for w in workers:
         for cold in ("", ", cold"):
             rate = lambda name: median(runs[f"read {name}, {w} workers{cold}"], "samples_per_s")  # noqa: E731
@@ -221,6 +265,12 @@ def derived_targets(out: dict[str, Any], workers: list[int]) -> list[dict[str, A
             rows.append(target(f"joined read / rewritten read, {at}", rate("joined") / rate("rewritten"), 0.9, "x", False))
             rows.append(target(f"new field alone / rewritten read, {at}", rate("new field alone") / rate("rewritten"), 5.0, "x", False))
             rows.append(target(f"50% view read / 50% copy read, {at}", rate("50% view") / rate("50% copy"), 0.9, "x", False))
+    decoded = lambda name: median(runs[f"read {name}, 2 workers, images decoded"], "samples_per_s")  # noqa: E731
+    rows.append(target("joined read / rewritten read, 2 workers, images decoded", decoded("joined") / decoded("rewritten"),
+                       0.9, "x", False))  # fmt: skip
+    rows.append(target("new field alone / rewritten read, 2 workers, the rewritten's images decoded",
+                       median(runs["read new field alone, 2 workers"], "samples_per_s") / decoded("rewritten"), 5.0, "x",
+                       False))  # fmt: skip
     rows.append(target("new field alone: bytes read / rewritten's", out["bytes_read"]["new field alone"] / out["bytes_read"]["rewritten"], 0.10, "x", True))
     rows.append(target("2% split of 5x10^9: open s", median(runs["split_open"], "seconds"), 1.0, " s", True))
     rows.append(target("2% split of 5x10^9: memory MB", median(runs["split_open"], "uss_growth_mb"), 50.0, " MB", True))
@@ -230,7 +280,8 @@ def derived_targets(out: dict[str, Any], workers: list[int]) -> list[dict[str, A
 
 def derived_markdown(out: dict[str, Any]) -> list[str]:
     runs = out["runs"]
-    lines = ["", "## Extensions and views", "", f"Pool: {out['pool_bytes'] / 1e6:.0f} MB of JPEGs.", "",
+    skipped = f" Skipped: {out['skipped']}." if out.get("skipped") else ""
+    lines = ["", "## Extensions and views", "", f"Pool: {out['pool_bytes'] / 1e6:.0f} MB of JPEGs.{skipped}", "",
              "| cell | seconds (median) | bytes written | samples/s |", "| --- | ---: | ---: | ---: |"]  # fmt: skip
     for name, cell_runs in runs.items():
         rate = median(cell_runs, "samples_per_s")

@@ -93,6 +93,12 @@ class JoinedReader:
         try:
             heads: list[Located | None] = [next(s, None) for s in streams]
             while all(h is not None for h in heads):
+                first = heads[0]
+                if all(h[1] == first[1] and h[0] == first[0] for h in heads):  # type: ignore[index]  # in step
+                    yield self._merged(heads)  # type: ignore[arg-type]
+                    current = first[0]  # type: ignore[index]
+                    heads = [next(s, None) for s in streams]
+                    continue
                 places = [(h[0], h[1]) for h in heads]  # type: ignore[index]
                 if any(p != places[0] for p in places):
                     # A side skipped a sample (on_error="skip"): the others
@@ -127,8 +133,8 @@ def merge_sides(raws: list[RawSample], fields: frozenset[str] | None, urls: Any)
         CorruptShardError: The sides disagree on the key (``urls()`` names their shards).
     """
     first = raws[0]
-    members: dict[str, bytes] = {}
-    for raw in raws:
+    members = first.fields  # the first side's sample is the joined one: its members dict gets the others'
+    for raw in raws[1:]:
         if raw.key != first.key:
             shards = urls()
             raise CorruptShardError(
@@ -139,9 +145,9 @@ def merge_sides(raws: list[RawSample], fields: frozenset[str] | None, urls: Any)
             )
         members.update(raw.fields)
     members.pop(NO_FIELDS, None)
-    if fields is not None:
-        members = {k: v for k, v in members.items() if k in fields}
-    return RawSample(first.key, members, first.start, first.end)
+    if fields is not None and not members.keys() <= fields:
+        first.fields = {k: v for k, v in members.items() if k in fields}
+    return first
 
 def reader_type(catalog: Any) -> type:
     """The reader of a catalog's samples: a :class:`JoinedReader` where it

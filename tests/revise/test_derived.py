@@ -283,3 +283,20 @@ def test_verify_checks_every_dataset_of_the_chain_once(tmp_path, capsys):
     _republish(tmp_path / "ev2", rows=bad)
     assert main(["verify", str(tmp_path / "ev2"), "--workers", "1"]) == 1
     assert f"FAILED: {tmp_path / 'ev2'} (view" in capsys.readouterr().err
+
+
+def test_views_and_extensions_mix_and_show_as_any_dataset(tmp_path):
+    pool = _pool(tmp_path)
+    shardkit.extend(pool, tmp_path / "ext", map=derived_maps.embedding, workers=1)
+    shardkit.view(tmp_path / "ext", tmp_path / "low", where="json.i < 4", workers=1)
+    low, ext = _all(tmp_path / "low"), _all(tmp_path / "ext")
+    mixed = ShardDataset([shardkit.Stream(str(tmp_path / "low"), weight=1), shardkit.Stream(str(tmp_path / "ext"), weight=3)],
+                         samples_per_epoch=60, seed=2)
+    samples = list(mixed)
+    assert len(samples) == 60
+    assert all(s["__key__"] in ext and {k: v for k, v in s.items() if not k.startswith("__")} == ext[s["__key__"]]
+               for s in samples)
+    from_view = [s["__key__"] for s in samples if s["__stream__"] == 0]
+    assert len(from_view) == 15 and set(from_view) <= set(low)  # a quarter of the steps, from the view alone
+    page = shardkit.show(str(tmp_path / "low"))
+    assert "emb.npy" in page and "score.txt" in page
