@@ -52,6 +52,8 @@ _LAZY = {
     "WriteOptions": "shardkit.write.options",
     "append": "shardkit.revise.append",
     "extend": "shardkit.revise.extend",
+    "gather_states": "shardkit.read.resume.state",
+    "token_counts": "shardkit.read.lengths",
     "ExtendReport": "shardkit.revise.extend",
     "view": "shardkit.revise.view",
     "ViewReport": "shardkit.revise.view",
@@ -83,6 +85,8 @@ if TYPE_CHECKING:
     from shardkit.write.options import WriteOptions
     from shardkit.write.parallel import write_dataset
     from shardkit.revise.append import AppendReport, append
+    from shardkit.read.lengths import token_counts
+    from shardkit.read.resume.state import gather_states
     from shardkit.revise.extend import ExtendReport, extend
     from shardkit.revise.remove import remove_samples
     from shardkit.revise.view import ViewReport, view
@@ -156,12 +160,14 @@ __all__ = [
     "__version__",
     "append",
     "extend",
+    "gather_states",
     "index_dataset",
     "load_manifest",
     "make_loader",
     "remove_samples",
     "show",
     "shuffle_quality",
+    "token_counts",
     "view",
     "write_dataset",
 ]
