@@ -72,21 +72,6 @@ class LocalFile:
                     remaining -= len(chunk)
                 yield chunk
 
-    def iter_runs(self, runs: list[tuple[int, int]]) -> Iterator[bytes]:
-        """The bytes of each ``(start, end)`` of ``runs`` (rising), one
-        ``pread`` each on one descriptor: the kernel reads ahead over the
-        whole stretch as for one range, and only the runs are copied (a
-        view's sparse subset of a shard)."""
-        if not runs:
-            return
-        f, _ = self._open(0)
-        with f:
-            fd = f.fileno()
-            if hasattr(os, "posix_fadvise"):
-                os.posix_fadvise(fd, runs[0][0], runs[-1][1] - runs[0][0], os.POSIX_FADV_SEQUENTIAL)
-            for start, end in runs:
-                yield pread_exactly(fd, self.url, start, end - start)
-
     def read_all(self, *, max_bytes: int | None = None) -> bytes:
         f, size = self._open(-1)
         with f:

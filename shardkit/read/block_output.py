@@ -1,7 +1,20 @@
 """What a token reader hands over for each block: a tensor of the chosen
 dtype (:class:`BlockOutput`), or, when torch's collation batches the
 blocks, the stored arrays stacked once into the batch (:func:`stack_blocks`),
-ids checked to fit where the dtype is narrower than the stored one."""
+ids checked to fit where the dtype is narrower than the stored one.
+
+With ``TokenBlocks(..., boundaries=True)`` a block is a dict instead
+(:func:`block_boundaries`): ``tokens``; ``position_ids`` (int64, each
+token's position in its document); ``seq_lens`` (int32, the lengths of the
+documents' parts in the block, in order; a block's first part may continue
+a document, its last run on into the next block); ``cu_seqlens`` (int32,
+their cumulative sums from 0: flash-attention's ``cu_seqlens``) and
+``max_seqlen``. A batch of them (:func:`stack_blocks`) has ``tokens`` and
+``position_ids`` of shape ``(batch, block_size)``, ``seq_lens`` padded with
+zeros to ``(batch, most parts)``, and ``cu_seqlens`` over the batch
+flattened (each block's parts offset by its place: what varlen attention
+over ``tokens.view(-1)`` takes), with ``max_seqlen`` over the batch.
+"""
 
 from __future__ import annotations
 
@@ -36,12 +49,31 @@ class BlockOutput:
     def __call__(self, sample: dict[str, Any]) -> Any:
         target = OUTPUT_DTYPES[self.dtype]
         _check_fits(sample["tokens"], target)
-        block = torch.from_numpy(sample["tokens"].astype(target, copy=False))
+        block: Any = torch.from_numpy(sample["tokens"].astype(target, copy=False))
+        if "positions" in sample:
+            block = {"tokens": block, **block_boundaries(sample["positions"])}
         return block if self.map is None else self.map(block)
 
     @staticmethod
-    def batched(sample: dict[str, Any]) -> np.ndarray:
-        return sample["tokens"]
+    def batched(sample: dict[str, Any]) -> Any:
+        return sample["tokens"] if "positions" not in sample else (sample["tokens"], sample["positions"])
+
+
+def _parts(positions: np.ndarray) -> np.ndarray:
+    """The lengths of the documents' parts in a block, from its positions."""
+    starts = np.flatnonzero(positions == 0)
+    if not len(starts) or starts[0] != 0:
+        starts = np.concatenate(([0], starts))
+    return np.diff(np.concatenate((starts, [len(positions)]))).astype(np.int32)
+
+
+def block_boundaries(positions: np.ndarray) -> dict[str, Any]:
+    """One block's ``position_ids``, ``seq_lens``, ``cu_seqlens`` and ``max_seqlen``."""
+    lengths = _parts(positions)
+    cu = np.concatenate(([0], np.cumsum(lengths))).astype(np.int32)
+    return {"position_ids": torch.from_numpy(positions.astype(np.int64, copy=False)),
+            "seq_lens": torch.from_numpy(lengths), "cu_seqlens": torch.from_numpy(cu),
+            "max_seqlen": int(lengths.max()) if len(lengths) else 0}  # fmt: skip
 
 
 def _check_fits(block: np.ndarray, target: np.dtype) -> None:
@@ -59,13 +91,15 @@ def _check_fits(block: np.ndarray, target: np.dtype) -> None:
         )
 
 
-def stack_blocks(blocks: list[np.ndarray], dtype: torch.dtype = torch.int64) -> torch.Tensor:
+def stack_blocks(blocks: list[Any], dtype: torch.dtype = torch.int64) -> Any:
     """Blocks of token ids (1-D arrays of one length, as stored) as one
     ``(len(blocks), block_size)`` batch of ``dtype``: what torch's
     ``default_collate`` makes of the blocks as tensors, in one copy instead
     of two. In a DataLoader worker the batch is made in shared memory, as
     ``default_collate`` makes it there, so it crosses to the main process
     as it is."""
+    if blocks and isinstance(blocks[0], tuple):  # with their positions (boundaries=True)
+        return _stack_with_boundaries(blocks, dtype)  # type: ignore[arg-type]
     target = OUTPUT_DTYPES[dtype]
     for block in blocks:
         _check_fits(block, target)
@@ -77,3 +111,32 @@ def stack_blocks(blocks: list[np.ndarray], dtype: torch.dtype = torch.int64) -> 
         out = empty.new(empty.untyped_storage()._new_shared(shape[0] * shape[1] * target.itemsize)).view(shape)
     np.stack(blocks, out=out.numpy(), casting="unsafe")  # as astype converts: checked above where it narrows
     return out
+
+
+def _stack_with_boundaries(blocks: list[tuple[np.ndarray, np.ndarray]], dtype: torch.dtype) -> dict[str, Any]:
+    """A batch of blocks with positions (see the module docstring)."""
+    tokens = stack_blocks([b for b, _ in blocks], dtype)
+    positions = np.stack([p for _, p in blocks]).astype(np.int64, copy=False)
+    parts = [_parts(p) for _, p in blocks]
+    size = positions.shape[1]
+    seq_lens = np.zeros((len(parts), max(len(p) for p in parts)), dtype=np.int32)
+    for i, p in enumerate(parts):
+        seq_lens[i, : len(p)] = p
+    flat = np.concatenate(parts)
+    cu = np.concatenate(([0], np.cumsum(flat))).astype(np.int32)
+    assert int(cu[-1]) == len(parts) * size
+    return {"tokens": tokens, "position_ids": torch.from_numpy(positions), "seq_lens": torch.from_numpy(seq_lens),
+            "cu_seqlens": torch.from_numpy(cu), "max_seqlen": int(flat.max()) if len(flat) else 0}  # fmt: skip
+
+
+def is_boundary_block(sample: Any) -> bool:
+    """Whether ``sample`` is a block with boundaries (what :class:`BlockOutput` makes)."""
+    return isinstance(sample, dict) and "cu_seqlens" in sample and "position_ids" in sample and "tokens" in sample
+
+
+def collate_boundary_blocks(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Blocks with boundaries, each a dict, batched as :func:`stack_blocks`
+    batches them (a loader that batches what the dataset yields one by one)."""
+    dtype = blocks[0]["tokens"].dtype
+    pairs = [(b["tokens"].numpy(), b["position_ids"].numpy()) for b in blocks]
+    return _stack_with_boundaries(pairs, dtype)

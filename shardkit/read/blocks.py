@@ -81,6 +81,7 @@ from shardkit.format.tokens import run_token_arrays, token_array
 from shardkit.io.urls import redact_url
 from shardkit.read.block_output import OUTPUT_DTYPES
 from shardkit.read.catalog import ShardCatalog
+from shardkit.read.packer import Packer, document_positions
 from shardkit.read.pieces import FAULTS, Located, OnError, PieceReader
 from shardkit.read.split import Piece, epoch_order
 from shardkit.read.tokens import TokenPiece, TokenStream
@@ -114,6 +115,12 @@ class TokenBlocks:
         block_size: Tokens per block (e.g. 2049 for 2048-token contexts
             and their next-token targets).
         eos: A token id appended after each document, or None.
+        boundaries: Yield each block with its documents' layout (see
+            :mod:`.block_output`): ``position_ids`` (restarting at 0 at each
+            document, continuing the true position of a document carried
+            over) and ``cu_seqlens``/``seq_lens``/``max_seqlen``, as
+            flash-attention's varlen functions and torchtitan take them;
+            taken from the stored per-document counts.
         dtype: What a block is yielded as: ``torch.int64`` (what embedding
             and loss layers index with), or ``torch.int32``, half the bytes
             to hand from a DataLoader worker and to copy to the device,
@@ -128,6 +135,7 @@ class TokenBlocks:
     block_size: int
     eos: int | None = None
     dtype: torch.dtype = torch.int64
+    boundaries: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.field, str) or not self.field or self.field.startswith("."):
@@ -136,6 +144,8 @@ class TokenBlocks:
             raise UsageError(f"TokenBlocks block_size must be an int >= 1, not {self.block_size!r}")
         if self.eos is not None and (isinstance(self.eos, bool) or not isinstance(self.eos, int) or self.eos < 0):
             raise UsageError(f"TokenBlocks eos must be a token id (an int >= 0) or None, not {self.eos!r}")
+        if not isinstance(self.boundaries, bool):
+            raise UsageError(f"TokenBlocks boundaries must be True or False, not {self.boundaries!r}")
         if self.dtype not in OUTPUT_DTYPES:
             raise UsageError(f"TokenBlocks dtype must be torch.int64 or torch.int32, not {self.dtype!r}")
         if self.eos is not None and self.eos > np.iinfo(OUTPUT_DTYPES[self.dtype]).max:
@@ -331,36 +341,6 @@ class BlockSchedule:
         return BlockLayout(self.catalog.num_blocks, self.catalog.num_shards)
 
 
-class _Packer:
-    """Cuts the tokens of a run of blocks into blocks as they come."""
-
-    def __init__(self, block_size: int):
-        self.block_size = block_size
-        self.parts: list[np.ndarray] = []
-        self.held = 0
-
-    def add(self, tokens: np.ndarray) -> list[np.ndarray]:
-        """Take the next tokens (a document's, or a run of documents'); return
-        the blocks they completed, each a copy of its own in the stored
-        dtype (a view would hold its document's bytes, or a whole run's,
-        as long as the block waits in the swap buffer)."""
-        size = self.block_size
-        if self.held + len(tokens) < size:
-            self.parts.append(tokens)
-            self.held += len(tokens)
-            return []
-        done: list[np.ndarray] = []
-        if self.held:
-            need = size - self.held
-            done.append(np.concatenate([*self.parts, tokens[:need]]))
-            tokens = tokens[need:]
-        whole = len(tokens) // size * size
-        done.extend(row.copy() for row in tokens[:whole].reshape(-1, size))
-        rest = tokens[whole:]
-        self.parts, self.held = ([rest.copy()] if len(rest) else []), len(rest)
-        return done
-
-
 class BlockReader:
     """Reads runs of blocks (pieces of virtual shards): the documents under
     them, through a :class:`~shardkit.read.pieces.PieceReader` of the real
@@ -383,6 +363,7 @@ class BlockReader:
         self._field = tokens.field
         self._block_size = tokens.block_size
         self._eos = None if tokens.eos is None else np.array([tokens.eos], dtype=np.int64)
+        self._boundaries = tokens.boundaries
         self._nbytes = tokens.block_size * 8  # a block's size in a byte-capped buffer: as an int64 tensor
 
     # ------------------------------------------------------------ planning
@@ -449,21 +430,25 @@ class BlockReader:
         incoming = _Lookahead(iter(located))
         while runs:
             piece, first, planned = runs.popleft()
-            packer = _Packer(self._block_size)
+            packer = Packer(self._block_size)
             number = piece.start
             for part in planned:
                 url = self.catalog.catalog.url(part.shard)
                 whole = part.skip == 0 and part.num_tokens == int(self.catalog.shard_tokens[part.shard])
                 tally = _Tally()
-                counts = None if whole else self.document_tokens(part.shard)
-                for position, tokens in self._documents(part, incoming, url, counts, tally):
+                counts = None if whole and not self._boundaries else self.document_tokens(part.shard)
+                for position, tokens, lengths in self._documents(part, incoming, url, counts, tally):
+                    where = document_positions(lengths) if self._boundaries else None
                     if position == part.start:
                         tokens = tokens[part.skip :]
+                        where = None if where is None else where[part.skip :]
                     tokens = tokens[: part.num_tokens - tally.taken]
+                    where = None if where is None else where[: len(tokens)]
                     tally.taken += len(tokens)
-                    for block in packer.add(tokens):
+                    for block, placed in packer.add(tokens, where):
+                        fields = {"tokens": block} if placed is None else {"tokens": block, "positions": placed}
                         yield piece.shard, number, RawSample(
-                            f"block-{first + number - piece.start}", {"tokens": block},
+                            f"block-{first + number - piece.start}", fields,
                             number * self._nbytes, (number + 1) * self._nbytes,
                         )
                         number += 1
@@ -472,9 +457,10 @@ class BlockReader:
 
     def _documents(
         self, part: TokenPiece, incoming: _Lookahead, url: str, counts: np.ndarray | None, tally: _Tally
-    ) -> Iterator[tuple[int, np.ndarray]]:
+    ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """The token ids (``eos`` included) of ``part``'s documents as they
-        come, each as ``(position of its first document, ids)``: a document's
+        come, each as ``(position of its first document, ids, each
+        document's token count)``: a document's
         alone, or a run's one after another (a
         :class:`~shardkit.format.plain.SampleRun` whose documents are all
         as NumPy writes them, and as long as ``counts`` says). Documents
@@ -492,8 +478,8 @@ class BlockReader:
             if isinstance(raw, SampleRun):
                 found = self._run_tokens(raw, None if counts is None else counts[position : position + len(raw)])
                 if found is not None:
-                    tally.seen += len(found)
-                    yield position, found
+                    tally.seen += len(found[0])
+                    yield position, *found
                     position += len(raw)
                     continue
                 samples: list[RawSample] = [raw.sample(i) for i in range(len(raw))]  # read one by one: faults named
@@ -509,12 +495,13 @@ class BlockReader:
                     tally.complete = False
                 else:
                     tally.seen += len(tokens)
-                    yield position, tokens
+                    yield position, tokens, np.array([len(tokens)])
                 position += 1
 
-    def _run_tokens(self, run: SampleRun, expected: np.ndarray | None) -> np.ndarray | None:
-        """The token ids of a run's documents (``eos`` after each), or None
-        unless all are read as arrays and agree with ``expected``."""
+    def _run_tokens(self, run: SampleRun, expected: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """The token ids of a run's documents (``eos`` after each) and each
+        one's count, or None unless all are read as arrays and agree with
+        ``expected``."""
         found = run_token_arrays(run)
         if found is None:
             return None
@@ -532,7 +519,7 @@ class BlockReader:
             ids = out
         if expected is not None and not np.array_equal(counts, expected):
             return None
-        return ids
+        return ids, counts
 
     def _fault(self, exc: CorruptShardError) -> None:
         if self.on_error == "raise":

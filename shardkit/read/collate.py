@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
+from shardkit.read.block_output import collate_boundary_blocks, is_boundary_block
 from shardkit.errors import UsageError
 
 
@@ -89,6 +90,8 @@ def collate_samples(samples: list[Any], *, collate: Callable[[list[Any]], Any] =
         UsageError: A field's tensors differ in shape, or it holds PIL
             images; names the field, the samples and the remedies.
     """
+    if collate is default_collate and samples and is_boundary_block(samples[0]):
+        return collate_boundary_blocks(samples)  # parts of different counts: batched as flash-attention takes them
     try:
         return collate(samples)
     except (RuntimeError, TypeError) as exc:

@@ -1,0 +1,106 @@
+"""Document boundaries in token blocks (issue #55): ``TokenBlocks(...,
+boundaries=True)`` gives every token its position in its document and each
+block's documents' parts, from the stored counts. The probe corpus's ids say
+(document, position) themselves: ``id // STRIDE`` and ``id % STRIDE``."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import shardkit
+from shardkit import ShardDataset, TokenBlocks, make_loader
+from shardkit.errors import UsageError
+from tests.read.token_data import STRIDE, write_documents
+from tests.read.torchrun_util import launch
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "torchrun_boundaries.py")
+EOS = 9_999_999
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> tuple[str, dict[int, int]]:
+    dest = str(tmp_path_factory.mktemp("boundaries") / "docs")
+    documents = write_documents(dest, 70, per_shard=9)
+    return dest, {int(d[0]) // STRIDE: len(d) for d in documents if len(d)}
+
+
+def check_block(tokens: np.ndarray, positions: np.ndarray, cu: np.ndarray, lengths: dict[int, int], eos: int | None) -> None:
+    """Every position and part of one block (or a batch flattened) against the ids."""
+    is_eos = tokens == eos if eos is not None else np.zeros(len(tokens), dtype=bool)
+    ids = tokens[~is_eos]
+    assert (positions[~is_eos] == ids % STRIDE).all()
+    # An eos sits at its document's end: one past its last token.
+    for at in np.flatnonzero(is_eos):
+        if at % 64 and not is_eos[at - 1]:  # (a batch's blocks are not neighbours in the stream)
+            assert positions[at] == positions[at - 1] + 1 == lengths[int(tokens[at - 1]) // STRIDE]
+    assert cu[0] == 0 and cu[-1] == len(tokens) and (np.diff(cu) > 0).all()
+    for lo, hi in zip(cu[:-1], cu[1:]):
+        part = tokens[lo:hi][~is_eos[lo:hi]]
+        assert len(set((part // STRIDE).tolist())) <= 1  # one document a part
+        assert positions[lo] == 0 or lo % 64 == 0  # a part starts a document, or a block
+        assert (np.diff(positions[lo:hi]) == 1).all()
+
+
+@pytest.mark.parametrize("eos", [None, EOS])
+def test_positions_and_parts_come_from_the_counts_in_blocks_and_batches(corpus, eos):
+    data, lengths = corpus
+    tokens = TokenBlocks("tokens.npy", 64, eos=eos, boundaries=True)
+    blocks = list(ShardDataset(data, tokens=tokens, mode="exact", seed=3))
+    assert blocks and all(b["tokens"].shape == b["position_ids"].shape == (64,) for b in blocks)
+    for b in blocks:
+        check_block(b["tokens"].numpy(), b["position_ids"].numpy(), b["cu_seqlens"].numpy(), lengths, eos)
+        assert b["max_seqlen"] == int(b["seq_lens"].max()) and b["cu_seqlens"].dtype == torch.int32
+    carried = sum(int(b["position_ids"][0]) > 0 for b in blocks)
+    assert carried > len(blocks) // 2  # most blocks begin inside a document: their true positions were kept
+    plain = list(ShardDataset(data, tokens=TokenBlocks("tokens.npy", 64, eos=eos), mode="exact", seed=3))
+    assert all(torch.equal(a, b["tokens"]) for a, b in zip(plain, blocks))  # the same blocks, in the same order
+    loader = make_loader(ShardDataset(data, tokens=tokens, mode="exact", seed=3), batch_size=4, num_workers=2)
+    seen = 0
+    for batch in loader:
+        flat = batch["tokens"].reshape(-1).numpy()
+        check_block(flat, batch["position_ids"].reshape(-1).numpy(), batch["cu_seqlens"].numpy(), lengths, eos)
+        assert batch["seq_lens"].shape[0] == len(batch["tokens"]) and int(batch["seq_lens"].sum()) == flat.size
+        seen += len(batch["tokens"])
+    assert seen == len(blocks)
+
+
+def test_a_resumed_epoch_keeps_the_boundaries_exact(corpus):
+    data, lengths = corpus
+    tokens = TokenBlocks("tokens.npy", 64, boundaries=True)
+    ds = ShardDataset(data, tokens=tokens, mode="exact", seed=8, buffer_size=16)
+    first = list(itertools.islice(iter(ds), 23))
+    again = ShardDataset(data, tokens=tokens, mode="exact", seed=8, buffer_size=16)
+    again.load_state_dict(ds.state_dict())
+    rest = list(again)
+    for b in first + rest:
+        check_block(b["tokens"].numpy(), b["position_ids"].numpy(), b["cu_seqlens"].numpy(), lengths, None)
+    every = np.concatenate([b["tokens"].numpy() for b in first + rest])
+    assert len(np.unique(every)) == len(every) == len(list(ShardDataset(data, tokens=tokens, mode="exact"))) * 64
+
+
+def test_boundaries_must_be_a_bool():
+    with pytest.raises(UsageError, match="boundaries must be True or False"):
+        TokenBlocks("tokens.npy", 64, boundaries="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.timeout(600)
+def test_torchrun_three_ranks_resumed_on_two_give_every_position_right_once(corpus, tmp_path):
+    data, lengths = corpus
+    out = str(tmp_path / "out")
+    full = launch(SCRIPT, 3, ["--data", data, "--out", out, "--phase", "full"], out=out, tag="full-")
+    rest = launch(SCRIPT, 2, ["--data", data, "--out", out, "--phase", "resume"], out=out, tag="resume-")
+    ids = []
+    for result in full + rest:
+        for tokens, positions, cu, _ in result["batches"]:
+            flat = np.asarray(tokens).reshape(-1)
+            check_block(flat, np.asarray(positions).reshape(-1), np.asarray(cu), lengths, EOS)
+            ids.append(flat[flat != EOS])
+    every = np.concatenate(ids)
+    assert len(np.unique(every)) == len(every)  # no token twice, across the resume on another world size
+    blocks = len(list(ShardDataset(data, tokens=TokenBlocks("tokens.npy", 64, eos=EOS), mode="exact")))
+    assert sum(len(np.asarray(t)) for r in full + rest for t, _, _, _ in r["batches"]) == blocks
