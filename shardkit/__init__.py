@@ -48,6 +48,7 @@ _LAZY = {
     "ShowOptions": "shardkit.preview.build",
     "Stream": "shardkit.read.schedule",
     "TokenBlocks": "shardkit.read.blocks",
+    "TokenBudget": "shardkit.read.budget",
     "World": "shardkit.world",
     "WriteOptions": "shardkit.write.options",
     "append": "shardkit.revise.append",
@@ -70,6 +71,7 @@ _READER_NEEDS = frozenset({"torch", "torchvision", "PIL"})
 
 if TYPE_CHECKING:
     from shardkit.read.blocks import TokenBlocks
+    from shardkit.read.budget import TokenBudget
     from shardkit.read.dataset import ShardDataset
     from shardkit.read.decode import Decoder
     from shardkit.read.indexed import IndexedDataset
@@ -150,6 +152,7 @@ __all__ = [
     "StateError",
     "Stream",
     "TokenBlocks",
+    "TokenBudget",
     "TruncatedShardError",
     "UsageError",
     "VerifyError",

@@ -104,6 +104,7 @@ HEAVY_TESTS = (
     "tests/ray/*",  # a two-node Ray cluster in a network namespace (a package fixture)
     "tests/*/test_torchrun*.py::*",  # torchrun, 2 to 4 ranks with their workers
     "tests/read/test_boundaries.py::test_torchrun*",  # torchrun, 3 ranks then 2
+    "tests/read/test_budget.py::test_torchrun*",  # torchrun, 3 ranks then 2
     "tests/read/test_per_stream.py::*",  # one torchrun run, shared by its module
     "tests/read/test_frameworks.py::*",  # accelerate, Lightning and the HF Trainer under torchrun
     "tests/preview/test_browser.py::*",  # headless Chromium

@@ -62,6 +62,8 @@ the reader of those documents, not this one.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import threading
 from collections import deque
@@ -79,7 +81,7 @@ from shardkit.format.table import TABLE_ADVICE
 from shardkit.format.tar import RawSample
 from shardkit.format.tokens import run_token_arrays, token_array
 from shardkit.io.urls import redact_url
-from shardkit.read.block_output import OUTPUT_DTYPES
+from shardkit.read.block_output import OUTPUT_DTYPES, BlockOutput, stack_blocks
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.packer import Packer, document_positions
 from shardkit.read.pieces import FAULTS, Located, OnError, PieceReader
@@ -154,6 +156,21 @@ class TokenBlocks:
     def record(self) -> str:
         """What a checkpoint's fingerprint adds for these blocks."""
         return f"tokens:{self.field}:{self.block_size}:{self.eos}"
+
+    def apply(self, mixture: Any, output: Any, *, seed: int, shuffle: bool) -> tuple[Any, Any]:
+        """The reader's sources and output for these blocks: each source's
+        blocks as a catalog, each block handed over as :mod:`.block_output` says.
+
+        Raises:
+            UsageError: ``decode`` or ``select`` given (blocks are token ids).
+        """
+        if output.decoder is not None or output.select is not None:
+            raise UsageError("tokens= yields blocks of token ids: leave decode= and select= unset")
+        mixture = mixture.with_tokens(self, seed=seed, shuffle=shuffle)
+        if output.map is None and output.collate is None and output.batch_size is not None:
+            stack = functools.partial(stack_blocks, dtype=self.dtype)
+            return mixture, dataclasses.replace(output, map=BlockOutput.batched, collate=stack)
+        return mixture, dataclasses.replace(output, map=BlockOutput(output.map, self.dtype))
 
 
 def _dataset_name(catalog: ShardCatalog) -> str:

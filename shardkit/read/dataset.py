@@ -8,7 +8,6 @@ shuffle, decoding), and adds what is per process: the epoch, the skip counter, c
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 import logging
 import os
@@ -20,8 +19,8 @@ from torch.utils.data import IterableDataset
 from shardkit.errors import StateError, UsageError
 from shardkit.format.manifest import Manifest
 from shardkit.io.base import SourceOptions
-from shardkit.read.block_output import BlockOutput, stack_blocks
 from shardkit.read.blocks import TokenBlocks
+from shardkit.read.budget import TokenBudget
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.counters import SharedCounters
 from shardkit.read.decode import Decoder, ImageMode
@@ -233,7 +232,11 @@ class ShardDataset(IterableDataset):
             instead of samples (see :mod:`shardkit.read.blocks`). Blocks are
             then what every count says: modes, ``len()``, ``buffer_size``,
             checkpoints, and a mixture's shares (of tokens), ``samples`` and
-            ``samples_per_epoch``. ``map`` gets each block tensor.
+            ``samples_per_epoch``. ``map`` gets each block tensor. Or a
+            :class:`~shardkit.TokenBudget`: yield batches of whole samples
+            bounded by tokens (see :mod:`shardkit.read.budget`), each sample
+            decoded, selected and mapped, each batch then collated; the
+            batches are then what every count says, as blocks are.
         options: The arguments from ``mode`` to ``batching`` as one
             :class:`~shardkit.ReaderOptions` (what decides the sample
             sequence, and so which checkpoints fit), instead of one by one.
@@ -274,7 +277,7 @@ class ShardDataset(IterableDataset):
         fields: Sequence[str] | None = None,
         read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES,
         samples_per_epoch: int | None = None,
-        tokens: TokenBlocks | None = None,
+        tokens: TokenBlocks | TokenBudget | None = None,
         options: ReaderOptions | None = None,
         output: OutputOptions | None = None,
     ):
@@ -321,15 +324,8 @@ class ShardDataset(IterableDataset):
             source, samples_per_epoch=samples_per_epoch, source_options=source_options, interleave=options.interleave,
             fields=None if fields is None else tuple(fields),
         )
-        if tokens is not None:
-            if output.decoder is not None or output.select is not None:
-                raise UsageError("tokens= yields blocks of token ids: leave decode= and select= unset")
-            mixture = mixture.with_tokens(tokens, seed=options.seed, shuffle=options.shuffle)
-            if output.map is None and output.collate is None and output.batch_size is not None:
-                stack = functools.partial(stack_blocks, dtype=tokens.dtype)
-                output = dataclasses.replace(output, map=BlockOutput.batched, collate=stack)
-            else:
-                output = dataclasses.replace(output, map=BlockOutput(output.map, tokens.dtype))
+        if tokens is not None:  # blocks or budget batches: the sources and the output they read as
+            mixture, output = tokens.apply(mixture, output, seed=options.seed, shuffle=options.shuffle)
         if options.batching == "per_stream" and output.batch_size is None:
             raise UsageError("batching='per_stream' makes each batch of one stream in the DataLoader workers: "
                              "give the dataset batch_size= (and leave make_loader's batch_size None)")  # fmt: skip

@@ -278,6 +278,19 @@ class Mixture:
                 "shard granularity"
             )
 
+    def with_budget(self, budget: Any, *, seed: int) -> Mixture:
+        """One dataset read as token-budget batches (see :mod:`.budget`):
+        its batches as the samples of a catalog of their own.
+
+        Raises:
+            UsageError: A mixture (not supported yet), or what the catalog refuses.
+        """
+        from shardkit.read.budget import BatchCatalog
+
+        if self.streams:
+            raise UsageError("tokens=TokenBudget(...) reads one dataset: a mixture of budget batches is not supported")
+        return Mixture.alone(BatchCatalog(self.catalogs[0], budget, seed=seed), self.source_options[0])  # type: ignore[arg-type]
+
     def with_tokens(self, tokens: TokenBlocks, *, seed: int, shuffle: bool) -> Mixture:
         """These sources read as token blocks (see :mod:`.blocks`): each
         catalog's blocks as the samples of a catalog of their own. A mixture's

@@ -24,6 +24,7 @@ from torch.utils.data import default_collate
 from shardkit.errors import TRANSFORM_FAULTS, StateError
 from shardkit.io.base import SourceOptions
 from shardkit.read.blocks import BlockCatalog, BlockReader, token_world_check
+from shardkit.read.budget import BatchCatalog, BatchReader
 from shardkit.read import sample_rng
 from shardkit.read.catalog import ShardCatalog
 from shardkit.read.collate import collate_samples
@@ -198,6 +199,7 @@ class SlotReader:
             # reads ahead), then split among the source's read parts.
             budget = int(self.read_ahead_bytes * (0.5 / n + 0.5 * shares[i] / total)) // self.options.interleave
             make = BlockReader if isinstance(catalog, BlockCatalog) else reader_type(catalog)
+            make = BatchReader if isinstance(catalog, BatchCatalog) else make
             out.append(
                 make(
                     catalog,  # type: ignore[arg-type]
