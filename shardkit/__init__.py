@@ -49,6 +49,7 @@ _LAZY = {
     "Stream": "shardkit.read.schedule",
     "TokenBlocks": "shardkit.read.blocks",
     "TokenBudget": "shardkit.read.budget",
+    "PackedSamples": "shardkit.read.packed",
     "World": "shardkit.world",
     "WriteOptions": "shardkit.write.options",
     "append": "shardkit.revise.append",
@@ -72,6 +73,7 @@ _READER_NEEDS = frozenset({"torch", "torchvision", "PIL"})
 if TYPE_CHECKING:
     from shardkit.read.blocks import TokenBlocks
     from shardkit.read.budget import TokenBudget
+    from shardkit.read.packed import PackedSamples
     from shardkit.read.dataset import ShardDataset
     from shardkit.read.decode import Decoder
     from shardkit.read.indexed import IndexedDataset
@@ -138,6 +140,7 @@ __all__ = [
     "MediaTooLargeError",
     "MemberTooLargeError",
     "OutputOptions",
+    "PackedSamples",
     "ReaderOptions",
     "RemoteError",
     "ShardDataset",

@@ -136,7 +136,17 @@ def is_boundary_block(sample: Any) -> bool:
 
 def collate_boundary_blocks(blocks: list[dict[str, Any]]) -> dict[str, Any]:
     """Blocks with boundaries, each a dict, batched as :func:`stack_blocks`
-    batches them (a loader that batches what the dataset yields one by one)."""
+    batches them (a loader that batches what the dataset yields one by one);
+    any other field of one value per token is stacked alongside, and a
+    packed sequence's keys are listed per row."""
     dtype = blocks[0]["tokens"].dtype
     pairs = [(b["tokens"].numpy(), b["position_ids"].numpy()) for b in blocks]
-    return _stack_with_boundaries(pairs, dtype)
+    out = _stack_with_boundaries(pairs, dtype)
+    for name, value in blocks[0].items():
+        if name in out:
+            continue
+        if isinstance(value, torch.Tensor) and value.shape == blocks[0]["tokens"].shape:
+            out[name] = torch.stack([b[name] for b in blocks])
+        else:
+            out[name] = [b[name] for b in blocks]
+    return out

@@ -96,9 +96,16 @@ class TokenBudget:
         if not isinstance(self.group_by_length, bool):
             raise UsageError(f"TokenBudget group_by_length must be True or False, not {self.group_by_length!r}")
 
+    #: What messages call the bound.
+    limit_name = "batch_tokens"
+
     def record(self) -> str:
         """What a checkpoint's fingerprint adds for these batches."""
         return f"budget:{self.field}:{self.batch_tokens}:{self.padding}:{self.group_by_length}:{self.window}:{self.too_long}"
+
+    def plan(self, lengths: np.ndarray, *, seed: int, shard: int) -> list[np.ndarray]:
+        """A shard's batches from its samples' token counts (:func:`plan_shard`)."""
+        return plan_shard(lengths, self, seed=seed, shard=shard)
 
     def apply(self, mixture: Any, output: Any, *, seed: int, shuffle: bool) -> tuple[Any, Any]:
         """The reader's sources and output for these batches: the catalog of
@@ -153,7 +160,7 @@ class BatchCatalog:
     sides = None
     fields = None
 
-    def __init__(self, catalog: Any, budget: TokenBudget, *, seed: int):
+    def __init__(self, catalog: Any, budget: Any, *, seed: int):
         if not catalog.has_indexes or catalog.counts is None:
             raise UsageError("token-budget batches are planned from offset indexes: read an uncompressed dataset "
                              "with a manifest")  # fmt: skip
@@ -196,17 +203,17 @@ class BatchCatalog:
             at = int(np.argmax(lengths))
             raise UsageError(
                 f"{redact_url(self.catalog.url(shard))}: sample {at} holds {int(lengths[at]):,} tokens in "
-                f"{self.budget.field!r}, more than batch_tokens={self.budget.batch_tokens:,}: raise the budget, or "
-                "pass TokenBudget(..., too_long='truncate') to cut such samples to it"
+                f"{self.budget.field!r}, more than {self.budget.limit_name}={self.budget.batch_tokens:,}: raise it, or "
+                f"pass {type(self.budget).__name__}(..., too_long='truncate') to cut such samples to it"
             )
-        return plan_shard(lengths, self.budget, seed=self.seed, shard=shard)
+        return self.budget.plan(lengths, seed=self.seed, shard=shard)
 
     def plan(self, shard: int) -> list[np.ndarray]:
         """Shard ``shard``'s batches (kept positions each), made again on demand."""
         with self._lock:
             found = self._plans.get(shard)
         if found is None:
-            found = plan_shard(self._lengths(shard), self.budget, seed=self.seed, shard=shard)
+            found = self.budget.plan(self._lengths(shard), seed=self.seed, shard=shard)
             with self._lock:
                 if len(self._plans) >= _PLANS_KEPT:
                     self._plans.pop(next(iter(self._plans)))
@@ -293,7 +300,7 @@ class BatchOutput:
     selected and mapped as the dataset's options say, then collated
     (:func:`pad_collate` of the budget's field unless ``collate`` is given)."""
 
-    def __init__(self, budget: TokenBudget, decoder: Any, select: Any, map: Any, collate: Any):  # noqa: A002
+    def __init__(self, budget: Any, decoder: Any, select: Any, map: Any, collate: Any):  # noqa: A002
         self.budget, self.decoder, self.select, self.map = budget, decoder, select, map
         self.collate = collate or functools.partial(pad_collate, field=budget.field, pad_id=budget.pad_id,
                                                     limit=budget.batch_tokens)  # fmt: skip
@@ -315,7 +322,7 @@ def pad_collate(samples: list[dict[str, Any]], *, field: str, pad_id: int = 0, l
     ``pad_id`` to the longest (cut to ``limit``) as an int64 ``(B, L)``
     tensor, its ``lengths`` and ``attention_mask``; ``__key__`` and every
     other field as lists."""
-    arrays = [_ids(s[field], field) for s in samples]
+    arrays = [token_ids(s[field], field) for s in samples]
     if limit is not None:
         arrays = [a[:limit] for a in arrays]
     lengths = np.array([len(a) for a in arrays], dtype=np.int64)
@@ -331,7 +338,8 @@ def pad_collate(samples: list[dict[str, Any]], *, field: str, pad_id: int = 0, l
     return out
 
 
-def _ids(value: Any, field: str) -> np.ndarray:
+def token_ids(value: Any, field: str) -> np.ndarray:
+    """A sample's token ids as int64: stored ``.npy`` bytes, or an array already decoded."""
     if isinstance(value, (bytes, memoryview)):
         found = token_array(value)
         if found is None:
