@@ -64,15 +64,16 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import tokens_batches  # noqa: E402
 from bench.common import answer_cell, bench_parser, git_commit, machine, publish_run, run_cell  # noqa: E402
 
 CELL_ANSWER = "@@bench-tokens "
 VOCAB = 50_000
 LITDATA_CHUNK_TOKENS = 8192 * 512
 BATCH = 8
-FULL = {"tokens": 50_000_000, "block_sizes": (2048, 8192), "workers": (1, 2), "repeats": 3,
+FULL = {"batches": tokens_batches.FULL, "tokens": 50_000_000, "block_sizes": (2048, 8192), "workers": (1, 2), "repeats": 3,
         "memory_tokens": (10**7, 10**8, 10**9)}  # fmt: skip
-QUICK = {"tokens": 3_000_000, "block_sizes": (2048,), "workers": (1, 2), "repeats": 1, "memory_tokens": (10**7, 10**8)}
+QUICK = {"batches": tokens_batches.QUICK, "tokens": 3_000_000, "block_sizes": (2048,), "workers": (1, 2), "repeats": 1, "memory_tokens": (10**7, 10**8)}
 #: Shards of the dataset the open cell opens (synthetic metadata).
 OPEN_SHARDS = 500_000
 #: Read-ahead of the memory cells: below a worker's share of the smallest
@@ -328,7 +329,7 @@ def open_cell(spec: dict[str, Any]) -> dict[str, Any]:
     return {"shards": n, "seconds": seconds, "uss_growth_mb": smaps(os.getpid())["uss_mb"] - before, "blocks": blocks}
 
 
-CELLS = {"read": read_cell, "shuffle": shuffle_cell, "open": open_cell}
+CELLS = {"read": read_cell, "shuffle": shuffle_cell, "open": open_cell, **tokens_batches.CELLS}
 
 
 def write_cell(spec: dict[str, Any]) -> dict[str, Any]:
@@ -405,6 +406,16 @@ def measure(args: argparse.Namespace, preset: dict[str, Any]) -> dict[str, Any]:
     record: dict[str, Any] = {"commit": git_commit(), "machine": machine(), "preset": preset, "cells": [],
                               "memory": [], "shuffle": {}, "skipped": {}}  # fmt: skip
     shardkit_corpus = ensure_corpus(args, "shardkit", preset["tokens"])
+
+    def run(spec: dict[str, Any]) -> dict[str, Any]:
+        done = run_cell(__file__, spec, answer=CELL_ANSWER, python=sys.executable, timeout_s=args.timeout_s)
+        print(json.dumps({**spec, **done}), flush=True)
+        return done
+
+    record["batches"] = tokens_batches.measure_batches(args, preset, run, ensure_corpus, shardkit_corpus["dest"])
+    if args.only_batches:
+        record["targets"] = targets(record)
+        return record
     tools = ["shardkit", "shardkit-int32", "naive", "handoff"]
     litdata_corpus = None
     if os.path.exists(args.litdata_python):
@@ -486,6 +497,8 @@ def targets(record: dict[str, Any]) -> list[dict[str, Any]]:
             out.append({"target": f"shardkit tokens/s, block {block}, 2 workers{where}", "value": ours["tokens_per_s"],
                         "limit": TARGETS["tokens_per_s_2_workers"], "unit": "tokens/s",
                         "met": ours["tokens_per_s"] >= TARGETS["tokens_per_s_2_workers"]})  # fmt: skip
+    if "batches" in record:
+        out += tokens_batches.batches_targets(record["batches"], tuple(record["preset"]["block_sizes"]))
     opened = record.get("open", {})
     if "seconds" in opened:
         out.append({"target": f"open {opened['shards']:,} token shards", "value": opened["seconds"], "unit": " s",
@@ -526,7 +539,9 @@ def markdown(record: dict[str, Any]) -> str:
               "| --- | ---: |"]  # fmt: skip
     for name, value in record["shuffle"].items():
         lines.append(f"| {name} | {value:.2f} |" if isinstance(value, float) else f"| {name} | {value} |")
-    lines += ["", "## Targets (issue #40 part 8)", "", "| target | value | limit | met |", "| --- | ---: | ---: | --- |"]
+    if "batches" in record:
+        lines += tokens_batches.batches_markdown(record["batches"])
+    lines += ["", "## Targets (issues #40 part 8, #55)", "", "| target | value | limit | met |", "| --- | ---: | ---: | --- |"]
     for t in record["targets"]:
         unit = t.get("unit", "x")
         value = f"{t['value'] / 1e6:.1f} M" if unit == "tokens/s" else f"{t['value']:.2f}{unit}"
@@ -570,6 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, help="tokens of the corpus (default 5x10^7)")
     parser.add_argument("--repeats", type=int)
     parser.add_argument("--litdata-python", default=os.path.join(".venv-map", "bin", "python"))
+    parser.add_argument("--only-batches", action="store_true", help="only the fine-tuning batches and boundaries (issue #55)")
     args = parser.parse_args(argv)
     if answer_cell(args, CELL_ANSWER, lambda spec: CELLS[spec.get("cell", "write" if "writer" in spec else "read")](spec)):
         return 0

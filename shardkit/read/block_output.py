@@ -51,7 +51,7 @@ class BlockOutput:
         _check_fits(sample["tokens"], target)
         block: Any = torch.from_numpy(sample["tokens"].astype(target, copy=False))
         if "positions" in sample:
-            block = {"tokens": block, **block_boundaries(sample["positions"])}
+            block = {"tokens": block, **block_boundaries(sample["positions"], self.dtype)}
         return block if self.map is None else self.map(block)
 
     @staticmethod
@@ -67,11 +67,12 @@ def _parts(positions: np.ndarray) -> np.ndarray:
     return np.diff(np.concatenate((starts, [len(positions)]))).astype(np.int32)
 
 
-def block_boundaries(positions: np.ndarray) -> dict[str, Any]:
-    """One block's ``position_ids``, ``seq_lens``, ``cu_seqlens`` and ``max_seqlen``."""
+def block_boundaries(positions: np.ndarray, dtype: torch.dtype = torch.int64) -> dict[str, Any]:
+    """One block's ``position_ids`` (of ``dtype``, the blocks'), ``seq_lens``,
+    ``cu_seqlens`` and ``max_seqlen``."""
     lengths = _parts(positions)
     cu = np.concatenate(([0], np.cumsum(lengths))).astype(np.int32)
-    return {"position_ids": torch.from_numpy(positions.astype(np.int64, copy=False)),
+    return {"position_ids": torch.from_numpy(positions.astype(OUTPUT_DTYPES[dtype], copy=False)),
             "seq_lens": torch.from_numpy(lengths), "cu_seqlens": torch.from_numpy(cu),
             "max_seqlen": int(lengths.max()) if len(lengths) else 0}  # fmt: skip
 
@@ -103,30 +104,40 @@ def stack_blocks(blocks: list[Any], dtype: torch.dtype = torch.int64) -> Any:
     target = OUTPUT_DTYPES[dtype]
     for block in blocks:
         _check_fits(block, target)
-    shape = (len(blocks), len(blocks[0]))
-    if get_worker_info() is None:
-        out = torch.empty(shape, dtype=dtype)
-    else:
-        empty = torch.empty(0, dtype=dtype)
-        out = empty.new(empty.untyped_storage()._new_shared(shape[0] * shape[1] * target.itemsize)).view(shape)
+    out = _batch_tensor((len(blocks), len(blocks[0])), dtype)
     np.stack(blocks, out=out.numpy(), casting="unsafe")  # as astype converts: checked above where it narrows
     return out
 
 
+def _batch_tensor(shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
+    """An empty batch tensor; in a DataLoader worker, in shared memory, as
+    ``default_collate`` makes it there, so it crosses to the main process as it is."""
+    if get_worker_info() is None:
+        return torch.empty(shape, dtype=dtype)
+    empty = torch.empty(0, dtype=dtype)
+    return empty.new(empty.untyped_storage()._new_shared(shape[0] * shape[1] * OUTPUT_DTYPES[dtype].itemsize)).view(shape)
+
+
 def _stack_with_boundaries(blocks: list[tuple[np.ndarray, np.ndarray]], dtype: torch.dtype) -> dict[str, Any]:
-    """A batch of blocks with positions (see the module docstring)."""
+    """A batch of blocks with positions (see the module docstring), its
+    parts found over the whole batch at once."""
     tokens = stack_blocks([b for b, _ in blocks], dtype)
-    positions = np.stack([p for _, p in blocks]).astype(np.int64, copy=False)
-    parts = [_parts(p) for _, p in blocks]
-    size = positions.shape[1]
-    seq_lens = np.zeros((len(parts), max(len(p) for p in parts)), dtype=np.int32)
-    for i, p in enumerate(parts):
-        seq_lens[i, : len(p)] = p
-    flat = np.concatenate(parts)
-    cu = np.concatenate(([0], np.cumsum(flat))).astype(np.int32)
-    assert int(cu[-1]) == len(parts) * size
-    return {"tokens": tokens, "position_ids": torch.from_numpy(positions), "seq_lens": torch.from_numpy(seq_lens),
-            "cu_seqlens": torch.from_numpy(cu), "max_seqlen": int(flat.max()) if len(flat) else 0}  # fmt: skip
+    size = len(blocks[0][1])
+    positions = _batch_tensor((len(blocks), size), dtype)
+    np.stack([p for _, p in blocks], out=positions.numpy(), casting="unsafe")
+    first = positions.numpy() == 0
+    first[:, 0] = True  # a block's first token starts a part, a document's or a continued one's
+    starts = np.flatnonzero(first.ravel())
+    cu = np.empty(len(starts) + 1, dtype=np.int32)
+    cu[:-1] = starts
+    cu[-1] = first.size
+    lengths = np.diff(cu)
+    rows = starts // size
+    per_row = np.bincount(rows, minlength=len(blocks))
+    seq_lens = np.zeros((len(blocks), int(per_row.max())), dtype=np.int32)
+    seq_lens[rows, np.arange(len(starts)) - np.repeat(np.cumsum(per_row) - per_row, per_row)] = lengths
+    return {"tokens": tokens, "position_ids": positions, "seq_lens": torch.from_numpy(seq_lens),
+            "cu_seqlens": torch.from_numpy(cu), "max_seqlen": int(lengths.max())}  # fmt: skip
 
 
 def is_boundary_block(sample: Any) -> bool:

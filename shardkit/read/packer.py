@@ -17,11 +17,14 @@ import numpy as np
 
 def document_positions(lengths: np.ndarray) -> np.ndarray:
     """Each token's position in its document, for documents of ``lengths``
-    laid end to end (int64)."""
+    laid end to end (int32, half the bytes to carry: a document of 2**31
+    tokens is no training sample; int64 where one is longer)."""
     lengths = np.asarray(lengths, dtype=np.int64)
-    total = int(lengths.sum())
-    starts = np.cumsum(lengths) - lengths
-    return np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
+    dtype = np.int32 if not len(lengths) or int(lengths.max()) < 2**31 else np.int64
+    starts = (np.cumsum(lengths) - lengths).astype(dtype)
+    positions = np.arange(int(lengths.sum()), dtype=dtype)
+    positions -= np.repeat(starts, lengths)
+    return positions
 
 
 class Packer:
