@@ -271,11 +271,10 @@ class BatchReader:
             wanted = {int(p): j for j, batch in enumerate(batches) for p in batch.tolist()}
             left = [len(b) for b in batches]
             held: dict[int, RawSample] = {}
-            lo = min(wanted)
+            lo, hi = min(wanted), max(wanted)
             last = -1
             ready = 0
-            while pending is not None and pending[0] == piece.shard and last < pending[1] and pending[1] >= lo \
-                    and pending[1] <= max(wanted):
+            while pending is not None and pending[0] == piece.shard and last < pending[1] and lo <= pending[1] <= hi:
                 _, position, raw = pending
                 last = position
                 j = wanted.get(position)

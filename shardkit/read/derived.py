@@ -467,6 +467,16 @@ class SideCatalog:
         catalog, number = self._base(shard)
         return catalog.entry(number)
 
+    def shard_tokens(self, field: str) -> np.ndarray:
+        """Views and extensions record no token counts (refused, naming what to read instead)."""
+        raise UsageError(
+            f"{self.name}: a view or an extension records no token counts (of {field!r}): read token blocks or "
+            "budget batches from the dataset it stands on"
+        )
+
+    def document_tokens(self, shard: int, field: str, *, options: Any = None) -> np.ndarray:
+        return self.shard_tokens(field)
+
     def shard_of(self, sample: int) -> tuple[int, int]:
         total = self.num_samples
         if not 0 <= sample < total:

@@ -300,3 +300,11 @@ def test_views_and_extensions_mix_and_show_as_any_dataset(tmp_path):
     assert len(from_view) == 15 and set(from_view) <= set(low)  # a quarter of the steps, from the view alone
     page = shardkit.show(str(tmp_path / "low"))
     assert "emb.npy" in page and "score.txt" in page
+
+
+def test_token_readers_over_a_view_are_refused_with_what_to_read(tmp_path):
+    pool = _pool(tmp_path)
+    shardkit.view(pool, tmp_path / "v", where="json.i < 4", workers=1)
+    for tokens in (shardkit.TokenBlocks("json", 64), shardkit.TokenBudget("json", 64)):
+        with pytest.raises(UsageError, match="records no token counts .*from the dataset it stands on"):
+            ShardDataset(tmp_path / "v", tokens=tokens)
