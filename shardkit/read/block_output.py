@@ -4,8 +4,10 @@ blocks, the stored arrays stacked once into the batch (:func:`stack_blocks`),
 ids checked to fit where the dtype is narrower than the stored one.
 
 With ``TokenBlocks(..., boundaries=True)`` a block is a dict instead
-(:func:`block_boundaries`): ``tokens``; ``position_ids`` (int64, each
-token's position in its document); ``seq_lens`` (int32, the lengths of the
+(:func:`block_boundaries`): ``tokens``; ``position_ids`` (int32, each
+token's position in its document: every position fits, half the bytes of
+int64 to hand over; embedding and rotary layers take it as it is, or
+``.long()`` after the copy to the GPU); ``seq_lens`` (int32, the lengths of the
 documents' parts in the block, in order; a block's first part may continue
 a document, its last run on into the next block); ``cu_seqlens`` (int32,
 their cumulative sums from 0: flash-attention's ``cu_seqlens``) and
@@ -51,7 +53,7 @@ class BlockOutput:
         _check_fits(sample["tokens"], target)
         block: Any = torch.from_numpy(sample["tokens"].astype(target, copy=False))
         if "positions" in sample:
-            block = {"tokens": block, **block_boundaries(sample["positions"], self.dtype)}
+            block = {"tokens": block, **block_boundaries(sample["positions"])}
         return block if self.map is None else self.map(block)
 
     @staticmethod
@@ -67,12 +69,11 @@ def _parts(positions: np.ndarray) -> np.ndarray:
     return np.diff(np.concatenate((starts, [len(positions)]))).astype(np.int32)
 
 
-def block_boundaries(positions: np.ndarray, dtype: torch.dtype = torch.int64) -> dict[str, Any]:
-    """One block's ``position_ids`` (of ``dtype``, the blocks'), ``seq_lens``,
-    ``cu_seqlens`` and ``max_seqlen``."""
+def block_boundaries(positions: np.ndarray) -> dict[str, Any]:
+    """One block's ``position_ids`` (int32), ``seq_lens``, ``cu_seqlens`` and ``max_seqlen``."""
     lengths = _parts(positions)
     cu = np.concatenate(([0], np.cumsum(lengths))).astype(np.int32)
-    return {"position_ids": torch.from_numpy(positions.astype(OUTPUT_DTYPES[dtype], copy=False)),
+    return {"position_ids": torch.from_numpy(positions.astype(np.int32, copy=False)),
             "seq_lens": torch.from_numpy(lengths), "cu_seqlens": torch.from_numpy(cu),
             "max_seqlen": int(lengths.max()) if len(lengths) else 0}  # fmt: skip
 
@@ -134,11 +135,11 @@ def _stack_with_boundaries(blocks: list[tuple[np.ndarray, np.ndarray]], dtype: t
     starts = np.flatnonzero(first.ravel())
     per_row = np.bincount(starts // size, minlength=rows)
     widest = int(per_row.max())
-    cells = rows * size * target.itemsize
-    layout = _aligned((cells, cells, 4 * (len(starts) + 1), 4 * rows * widest))
+    cells = rows * size
+    layout = _aligned((cells * target.itemsize, cells * 4, 4 * (len(starts) + 1), 4 * rows * widest))
     buffer = _batch_tensor((1, layout[-1]), torch.uint8).view(-1)
     tokens = buffer[layout[0] : layout[1]].view(dtype).view(rows, size)
-    position_ids = buffer[layout[1] : layout[2]].view(dtype).view(rows, size)
+    position_ids = buffer[layout[1] : layout[2]].view(torch.int32)[:cells].view(rows, size)
     cu = buffer[layout[2] : layout[3]].view(torch.int32)[: len(starts) + 1]
     seq_lens = buffer[layout[3] : layout[4]].view(torch.int32)[: rows * widest].view(rows, widest)
     np.stack([b for b, _ in blocks], out=tokens.numpy(), casting="unsafe")  # checked above where it narrows
