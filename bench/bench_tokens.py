@@ -414,6 +414,11 @@ def measure(args: argparse.Namespace, preset: dict[str, Any]) -> dict[str, Any]:
 
     record["batches"] = tokens_batches.measure_batches(args, preset, run, ensure_corpus, shardkit_corpus["dest"])
     if args.only_batches:
+        # The batches measured again into the last full record (its other parts kept as they were).
+        last = os.path.join("bench", "results", "tokens.json")
+        if not args.quick and os.path.exists(last):
+            with open(last) as f:
+                record = {**json.load(f), "batches": record["batches"], "batches_commit": record["commit"]}
         record["targets"] = targets(record)
         return record
     tools = ["shardkit", "shardkit-int32", "naive", "handoff"]
@@ -541,6 +546,8 @@ def markdown(record: dict[str, Any]) -> str:
         lines.append(f"| {name} | {value:.2f} |" if isinstance(value, float) else f"| {name} | {value} |")
     if "batches" in record:
         lines += tokens_batches.batches_markdown(record["batches"])
+        if record.get("batches_commit"):
+            lines += ["", f"(These batches measured again at commit {record['batches_commit']}, the rest as above.)"]
     lines += ["", "## Targets (issues #40 part 8, #55)", "", "| target | value | limit | met |", "| --- | ---: | ---: | --- |"]
     for t in record["targets"]:
         unit = t.get("unit", "x")
@@ -585,7 +592,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, help="tokens of the corpus (default 5x10^7)")
     parser.add_argument("--repeats", type=int)
     parser.add_argument("--litdata-python", default=os.path.join(".venv-map", "bin", "python"))
-    parser.add_argument("--only-batches", action="store_true", help="only the fine-tuning batches and boundaries (issue #55)")
+    parser.add_argument("--only-batches", action="store_true",
+                        help="only the fine-tuning batches and boundaries (issue #55), into the last full record")
     args = parser.parse_args(argv)
     if answer_cell(args, CELL_ANSWER, lambda spec: CELLS[spec.get("cell", "write" if "writer" in spec else "read")](spec)):
         return 0
