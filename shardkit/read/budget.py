@@ -69,6 +69,11 @@ class TokenBudget:
         too_long: ``"refuse"`` a sample longer than ``batch_tokens``, or
             ``"truncate"`` it to the budget.
         pad_id: What the default collation pads ``field`` with.
+        lengths: Each sample's length in dataset order (``IndexedDataset``'s
+            numbering), for samples measured otherwise than by a recorded
+            token field (audio frames, say): the plan uses these instead of
+            ``field``'s counts, and ``collate`` should batch what ``field``
+            holds. Travels with the dataset to every worker (8 bytes a sample).
 
     Raises:
         UsageError: Bad values.
@@ -81,10 +86,16 @@ class TokenBudget:
     window: int = 1024
     too_long: str = "refuse"
     pad_id: int = 0
+    lengths: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.field, str) or not self.field:
             raise UsageError(f"TokenBudget field must be a token field such as 'tokens.npy', not {self.field!r}")
+        if self.lengths is not None:
+            declared = np.asarray(self.lengths)
+            if declared.ndim != 1 or not np.issubdtype(declared.dtype, np.integer) or (declared < 0).any():
+                raise UsageError("TokenBudget lengths must be one non-negative integer a sample, in dataset order")
+            object.__setattr__(self, "lengths", declared.astype(np.int64))
         for name in ("batch_tokens", "window"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -101,7 +112,8 @@ class TokenBudget:
 
     def record(self) -> str:
         """What a checkpoint's fingerprint adds for these batches."""
-        return f"budget:{self.field}:{self.batch_tokens}:{self.padding}:{self.group_by_length}:{self.window}:{self.too_long}"
+        declared = "" if self.lengths is None else ":" + hashlib.sha256(self.lengths.tobytes()).hexdigest()[:16]
+        return f"budget:{self.field}:{self.batch_tokens}:{self.padding}:{self.group_by_length}:{self.window}:{self.too_long}{declared}"
 
     def plan(self, lengths: np.ndarray, *, seed: int, shard: int) -> list[np.ndarray]:
         """A shard's batches from its samples' token counts (:func:`plan_shard`)."""
@@ -164,7 +176,12 @@ class BatchCatalog:
         if not catalog.has_indexes or catalog.counts is None:
             raise UsageError("token-budget batches are planned from offset indexes: read an uncompressed dataset "
                              "with a manifest")  # fmt: skip
-        catalog.shard_tokens(budget.field)  # refuses a field without counts, naming those it has
+        declared = getattr(budget, "lengths", None)
+        if declared is None:
+            catalog.shard_tokens(budget.field)  # refuses a field without counts, naming those it has
+        elif len(declared) != int(np.sum(catalog.counts)):
+            raise UsageError(f"TokenBudget lengths has {len(declared):,} values, the dataset {int(np.sum(catalog.counts)):,} "
+                             "samples: give one a sample, in dataset order")  # fmt: skip
         self.catalog = catalog
         self.budget = budget
         self.seed = seed
@@ -195,6 +212,10 @@ class BatchCatalog:
         return self.catalog.url(shard)
 
     def _lengths(self, shard: int) -> np.ndarray:
+        declared = getattr(self.budget, "lengths", None)
+        if declared is not None:
+            lo = int(self.catalog.starts[shard])
+            return declared[lo : lo + int(self.catalog.counts[shard])]
         return self.catalog.document_tokens(shard, self.budget.field)
 
     def _plan_checked(self, shard: int) -> list[np.ndarray]:

@@ -116,3 +116,23 @@ def test_torchrun_equal_steps_then_a_resume_on_fewer_ranks(corpus, tmp_path):
     epoch1 = collections.Counter(k for r in full for keys, _ in r["saved"] for k in keys)
     epoch1.update(k for r in rest for keys, _ in r["rest"] for k in keys)
     assert sorted(epoch1) == sorted(lengths) and max(epoch1.values()) == 1
+
+
+def test_declared_lengths_plan_batches_of_what_no_token_field_counts(corpus, tmp_path):
+    """Audio frames, say: lengths given in dataset order plan the batches; the collate batches what the field holds."""
+    data, lengths = corpus
+    keys = [shardkit.IndexedDataset(data).raw_sample(i).key for i in range(len(lengths))]
+    frames = np.array([lengths[k] // 2 + 1 for k in keys])
+
+    def count(samples: list[dict]) -> list[str]:
+        return [s["__key__"] for s in samples]
+
+    budget = TokenBudget("tokens.npy", 600, lengths=frames)
+    batches = list(ShardDataset(data, tokens=budget, mode="exact", collate=count))
+    assert sorted(k for b in batches for k in b) == sorted(keys)
+    by_key = dict(zip(keys, frames.tolist()))
+    assert all(len(b) * max(by_key[k] for k in b) <= 600 for b in batches)
+    with pytest.raises(UsageError, match="lengths has 3 values, the dataset 600 samples"):
+        ShardDataset(data, tokens=TokenBudget("tokens.npy", 600, lengths=[1, 2, 3]))
+    with pytest.raises(UsageError, match="one non-negative integer a sample"):
+        TokenBudget("tokens.npy", 600, lengths=[1.5, 2.0])
