@@ -106,7 +106,7 @@ def print_derived(m: Any, options: Any) -> int:
     print(f"dataset:    {shown(m.base)}")
     print(f"kind:       {m.kind}, {shown(m.how)}")
     print(f"shards:     {m.num_shards} (of its parents; none copied)")
-    taken = int(m.num_samples - catalog.counts.sum()) - 0
+    taken = int(m.num_samples - catalog.counts.sum())
     removed = f" ({m.num_removed} removed with `shardkit remove`)" if m.num_removed else ""
     since = f", {taken} taken down in its parents since" if taken else ""
     print(f"samples:    {int(catalog.counts.sum())}{removed}{since}")

@@ -25,6 +25,7 @@ and the takedowns (8 bytes a removed sample).
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -246,8 +247,6 @@ class DerivedCatalog:
         propagated = np.setdiff1d(self.takedowns, self.manifest.rows.removed if self.manifest.rows.removed is not None else [])
         if not len(propagated):
             return own
-        import hashlib
-
         return hashlib.sha256(own.encode() + propagated.astype("<u8").tobytes()).hexdigest()
 
     def _stored(self, rows: Any, where: str) -> np.ndarray:

@@ -43,7 +43,7 @@ from shardkit.read.derived import kept, side_fields, stored_counts
 from shardkit.read.joined import NO_FIELDS, reader_type
 from shardkit.read.split import Piece
 from shardkit.revise.derived_publish import holding, publish_derived
-from shardkit.revise.view import _relative
+from shardkit.revise.view import parent_path
 from shardkit.write.encode import sample_fields
 from shardkit.write.mapping import MapSpec
 from shardkit.write.pool import group_size, in_groups, run_in_pool
@@ -121,7 +121,7 @@ def extend(
     have = sorted({f for side in side_fields(catalog) for f in side})
     if fields is not None and (missing := [f for f in fields if f not in have]):
         raise UsageError(f"extend: {name} has no field {missing[0]!r} (its samples have {', '.join(have)})")
-    identity = {"parent": _relative(folder, name), "map": spec.identity(), "fields": None if fields is None else list(fields)}
+    identity = {"parent": parent_path(folder, name), "map": spec.identity(), "fields": None if fields is None else list(fields)}
     with holding(folder, "extend"):
         before = _previous(folder, identity, overwrite)
         work = os.path.join(folder, WORK, "done")
@@ -302,7 +302,7 @@ def _publish(folder: str, catalog: Any, name: str, done: list[dict], before: Der
     )
     parent_fields = tuple(sorted({f for side in side_fields(catalog) for f in side}))
     manifest = DerivedManifest(
-        kind="extension", parents=(ParentRef(_relative(folder, name), catalog.fingerprint),), rows=rows,
+        kind="extension", parents=(ParentRef(parent_path(folder, name), catalog.fingerprint),), rows=rows,
         extensions=tuple(sorted(set(parent_fields) | new_fields)), fields=tuple(sorted(new_fields)),
         how=f"extend by {how}", class_names=getattr(catalog.manifest, "class_names", None),
     )

@@ -448,7 +448,7 @@ def _manifest(parents: list[Any], names: list[str], folder: str, selected: list[
         np.asarray(parent), np.asarray(parent_row), np.asarray(counts), np.asarray(kinds), offsets,
         np.concatenate(positions) if positions else np.zeros(0),
     )
-    refs = tuple(ParentRef(_relative(folder, n), p.fingerprint) for n, p in zip(names, parents))
+    refs = tuple(ParentRef(parent_path(folder, n), p.fingerprint) for n, p in zip(names, parents))
     first = parents[0]
     return DerivedManifest(
         kind="view", parents=refs, rows=rows, extensions=tuple(sorted({f for names_ in side_fields(first) for f in names_})),
@@ -462,7 +462,7 @@ def _class_names(catalog: Any) -> tuple[str, ...] | None:
     return None if names is None else tuple(names)
 
 
-def _relative(folder: str, source: str) -> str:
+def parent_path(folder: str, source: str) -> str:
     """How the view at ``folder`` names ``source``: a relative path, or the URL."""
     if not is_local(source):
         return source.rstrip("/")
