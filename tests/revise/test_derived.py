@@ -308,3 +308,21 @@ def test_token_readers_over_a_view_are_refused_with_what_to_read(tmp_path):
     for tokens in (shardkit.TokenBlocks("json", 64), shardkit.TokenBudget("json", 64)):
         with pytest.raises(UsageError, match="records no token counts .*from the dataset it stands on"):
             ShardDataset(tmp_path / "v", tokens=tokens)
+
+
+@pytest.mark.parametrize("side", ["pool", "ext/fields"])
+def test_a_damaged_sample_is_skipped_from_every_side_of_an_extension(tmp_path, side):
+    """on_error='skip': the joined reader drops a sample one side lost from all sides, and the rest stay in step."""
+    pool = _pool(tmp_path)
+    ext = tmp_path / "ext"
+    shardkit.extend(pool, ext, map=derived_maps.embedding, workers=1)
+    expected = _joined_expected(pool)
+    shard = os.path.join(tmp_path, side, "shard-000002.tar")
+    bounds = np.load(os.path.join(tmp_path, side, "shard-000002.idx"))
+    data = bytearray(open(shard, "rb").read())
+    data[int(bounds[5]) + 520] ^= 0xFF  # inside sample 5's first member's data: its checksum fails
+    open(shard, "wb").write(bytes(data))
+    got = {s["__key__"]: {k: v for k, v in s.items() if not k.startswith("__")}
+           for s in ShardDataset(ext, mode="exact", on_error="skip", verify_checksums=True)}
+    assert len(got) == len(expected) - 1
+    assert all(got[k] == expected[k] for k in got)  # every other sample whole, its fields its own
