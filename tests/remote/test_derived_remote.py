@@ -63,3 +63,27 @@ def test_a_view_of_an_extension_reads_from_s3(tmp_path, s3_bucket, s3_options):
     for relative, path in _files(root):
         client.upload_file(path, bucket, f"tree/{relative}")
     assert _read(f"s3://{bucket}/tree/view", s3_options) == expected
+
+
+def test_a_takedown_on_a_remote_parent_reaches_a_view_read_through_a_warm_cache(tmp_path, http_server):
+    """The shards and tables a view read before are in the cache; the parent's manifest is not cached, so its
+    new revision (a takedown) is seen by the next open, and the removed samples are never yielded again."""
+    from shardkit.revise.remove import remove_samples
+
+    root, expected = _tree(tmp_path)
+
+    def publish() -> None:
+        for relative, path in _files(root):
+            with open(path, "rb") as f:
+                http_server.add(f"/tree/{relative}", f.read())
+
+    publish()
+    options = SourceOptions(cache_dir=str(tmp_path / "cache"), retry_deadline_s=3.0)
+    url = http_server.base_url + "/tree/view"
+    assert _read(url, options) == expected
+    gone = sorted(expected)[:2]
+    remove_samples(os.path.join(root, "pool"), gone)
+    publish()  # the pool's new manifest and table on the server; the view's files unchanged
+    again = _read(url, options)
+    assert again == {k: v for k, v in expected.items() if k not in gone}
+    assert len(ShardDataset(url, source_options=options)) == len(again)
