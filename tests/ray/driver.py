@@ -154,6 +154,15 @@ def map_sequence(dest: str, num_items: str) -> dict:
     return {"num_items": report.num_items, "num_samples": report.manifest.num_samples}
 
 
+def extend(parent: str, dest: str) -> dict:
+    """shardkit.extend with the Ray engine: each parent shard's new fields written by a Ray task."""
+    import shardkit
+    from tests.revise.derived_maps import embedding
+
+    report = shardkit.extend(parent, dest, map=embedding, engine="ray")
+    return {"num_samples": report.num_samples, "num_extended": report.num_extended, "fields": list(report.fields)}
+
+
 def numpy_rows(dest: str, num_rows: str) -> dict:
     """shardkit.ray.write_shards of rows with numpy values (an int32 array under tokens.npy, a numpy int)."""
     import numpy as np
@@ -204,7 +213,7 @@ def _start_s3() -> dict[str, str]:
 COMMANDS = {"s3-write": s3_write, "wait-nodes": wait_nodes, "rows": rows, "roundtrip": roundtrip, "rewrite": rewrite,
             "http": http,
             "webdataset": webdataset, "vanish": vanish, "homes": homes, "map-sequence": map_sequence,
-            "numpy-rows": numpy_rows}
+            "numpy-rows": numpy_rows, "extend": extend}
 
 
 def main() -> None:

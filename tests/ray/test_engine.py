@@ -357,3 +357,21 @@ def test_write_shards_stores_numpy_columns_as_shard_writer_does(ray_cluster, tmp
         sample = seen[f"{i:05d}"]
         assert np.array_equal(np.load(io.BytesIO(sample["tokens.npy"])), np.arange(i % 5, dtype=np.int32))
         assert sample["cls"] == str(i * 3).encode()
+
+
+def test_extend_on_ray_writes_the_bytes_of_the_local_pool(ray_cluster, tmp_path):
+    """shardkit.extend(engine="ray") (issue #54): the same extension, byte for byte, as the local process pool."""
+    import shardkit
+    from tests.conftest import build_dataset
+    from tests.revise import derived_maps
+
+    pool = str(tmp_path / "pool")
+    build_dataset(pool, (6, 0, 9, 5))
+    shardkit.extend(pool, tmp_path / "local", map=derived_maps.embedding, workers=2)
+    driver = [sys.executable, str(ROOT / "tests" / "ray" / "driver.py"), ray_cluster.address, "extend", pool,
+              str(tmp_path / "ray")]  # fmt: skip
+    done = ray_cluster.run(driver)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {"num_samples": 20, "num_extended": 4, "fields": ["emb.npy", "score.txt"]}
+    made = tree_bytes(tmp_path / "ray")
+    assert made == tree_bytes(tmp_path / "local") and "fields/shard-000002.tar" in made  # every file, byte for byte
