@@ -105,6 +105,7 @@ HEAVY_TESTS = (
     "tests/*/test_torchrun*.py::*",  # torchrun, 2 to 4 ranks with their workers
     "tests/read/test_boundaries.py::test_torchrun*",  # torchrun, 3 ranks then 2
     "tests/read/test_budget.py::test_torchrun*",  # torchrun, 3 ranks then 2
+    "tests/read/test_packed.py::test_torchrun*",  # torchrun, 3 ranks then 2
     "tests/read/test_per_stream.py::*",  # one torchrun run, shared by its module
     "tests/read/test_frameworks.py::*",  # accelerate, Lightning and the HF Trainer under torchrun
     "tests/preview/test_browser.py::*",  # headless Chromium

@@ -79,3 +79,24 @@ def test_a_sample_longer_than_a_sequence_is_refused_or_truncated(corpus):
     sequences = list(ShardDataset(data, tokens=PackedSamples("tokens.npy", 50, too_long="truncate"), mode="exact"))
     assert all(s["tokens"].shape == (50,) for s in sequences)
     assert sorted(k for s in sequences for k in s["__key__"]) == sorted(lengths)
+
+
+@pytest.mark.timeout(600)
+def test_torchrun_equal_sequences_on_every_rank_then_a_resume_on_fewer(tmp_path):
+    """3 ranks x 2 workers with an all_reduce every step over packed sequences, then epoch 1 resumed on 2 ranks."""
+    import collections
+    import os
+
+    from tests.read.test_budget import skewed_document
+    from tests.read.torchrun_util import launch
+
+    data, out = str(tmp_path / "docs"), str(tmp_path / "out")
+    shardkit.write_dataset(range(600), data, map=skewed_document, options=shardkit.WriteOptions(max_samples=200, workers=1))
+    script = os.path.join(os.path.dirname(__file__), "torchrun_budget.py")
+    args = ["--data", data, "--out", out, "--spec", "packed"]
+    full = launch(script, 3, [*args, "--phase", "full"], out=out, tag="full-")
+    rest = launch(script, 2, [*args, "--phase", "resume"], out=out, tag="resume-")
+    assert len({len(r["balanced"]) for r in full}) == 1 and all(size == 2048 for r in full for _, size in r["balanced"])
+    epoch1 = collections.Counter(k for r in full for keys, _ in r["saved"] for k in keys)
+    epoch1.update(k for r in rest for keys, _ in r["rest"] for k in keys)
+    assert len(epoch1) == 600 and max(epoch1.values()) == 1
