@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -119,3 +120,43 @@ def run_entries(runs: list[tuple[tuple, dict]]) -> list[Outcome]:
 def hostile():
     """The runner, as a fixture: ``hostile("stream", path, on_error="skip")``."""
     return run_entry
+
+
+def _fuzz_in_child(fuzz: Callable[..., dict], args: tuple, mem_mb: int, output: str) -> None:
+    """``fuzz(*args)`` (a seeded fuzz's report: ``{"outcomes", "failures"}``)
+    under the memory cap, written to ``output``; a crash is a failure of its own."""
+    import logging
+    import traceback
+
+    logging.getLogger("shardkit").setLevel(logging.ERROR)  # each skip logs a line
+    entry_module._cap_memory(mem_mb)
+    try:
+        report = fuzz(*args)
+    except BaseException:  # noqa: BLE001 - the parent fails on it
+        report = {"outcomes": {}, "failures": [f"the fuzz stopped:\n{traceback.format_exc()}"]}
+    with open(output, "w") as f:
+        json.dump(report, f)
+
+
+def run_fuzz(fuzz: Callable[..., dict], args: tuple, *, output: str, mem_mb: int, timeout_s: float) -> dict:
+    """Run a seeded fuzz in a child of the preloaded forkserver, under a
+    memory cap and a timeout, and return its report (failing the test if the
+    child ran past the timeout or died)."""
+    child = _PRELOADED.Process(target=_fuzz_in_child, args=(fuzz, args, mem_mb, output))
+    child.start()
+    child.join(timeout_s)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        pytest.fail(f"the fuzz ran past {timeout_s} s")
+    assert os.path.exists(output), f"the fuzzing child died (exit {child.exitcode}): out of memory past {mem_mb} MB?"
+    with open(output) as f:
+        return json.load(f)
+
+
+def print_outcomes(capsys: pytest.CaptureFixture, title: str, report: dict) -> None:
+    """A fuzz report's outcomes, counted, past the capture."""
+    with capsys.disabled():
+        print(f"\n{title}")
+        for outcome, n in sorted(report["outcomes"].items()):
+            print(f"  {n:6d}  {outcome}")

@@ -43,8 +43,7 @@ from shardkit.format.derived import build_rows
 from shardkit.format.manifest import load_manifest
 from shardkit.revise.derived_publish import publish_derived
 from tests.conftest import build_dataset
-from tests.hostile.conftest import _PRELOADED
-from tests.hostile.entry import _cap_memory
+from tests.hostile.conftest import print_outcomes, run_fuzz
 from tests.hostile.test_fuzz import Hang, deadline
 from tests.revise import derived_maps
 
@@ -184,19 +183,6 @@ def fuzz(root: str, count: int, seed: int) -> dict:
     return {"outcomes": dict(outcomes), "failures": failures}
 
 
-def _child(root: str, count: int, seed: int, output: str) -> None:
-    import logging
-
-    logging.getLogger("shardkit").setLevel(logging.ERROR)
-    _cap_memory(MEM_MB)
-    try:
-        report = fuzz(root, count, seed)
-    except BaseException:  # noqa: BLE001 - the parent fails on it
-        report = {"outcomes": {}, "failures": [f"the fuzz stopped:\n{traceback.format_exc()}"]}
-    with open(output, "w") as f:
-        json.dump(report, f)
-
-
 @pytest.fixture(scope="module")
 def derived_root(tmp_path_factory) -> str:
     root = tmp_path_factory.mktemp("fuzz-derived")
@@ -219,18 +205,7 @@ def derived_root(tmp_path_factory) -> str:
 
 def test_mutated_views_and_extensions_yield_their_samples_or_shardkit_errors(derived_root, pytestconfig, capsys, tmp_path):
     count = max(1, pytestconfig.getoption("--fuzz-mutations") // 10)
-    output = str(tmp_path / "report.json")
-    child = _PRELOADED.Process(target=_child, args=(derived_root, count, 20261204, output))
-    child.start()
-    child.join(CHILD_TIMEOUT_S)
-    if child.is_alive():
-        child.kill()
-        child.join()
-        pytest.fail(f"the fuzz ran past {CHILD_TIMEOUT_S} s")
-    assert os.path.exists(output), f"the fuzzing child died (exit {child.exitcode}): out of memory past {MEM_MB} MB?"
-    report = json.load(open(output))
-    with capsys.disabled():
-        print(f"\nderived fuzz: {count} mutations")
-        for outcome, n in sorted(report["outcomes"].items()):
-            print(f"  {n:6d}  {outcome}")
+    report = run_fuzz(fuzz, (derived_root, count, 20261204), output=str(tmp_path / "report.json"), mem_mb=MEM_MB,
+                      timeout_s=CHILD_TIMEOUT_S)  # fmt: skip
+    print_outcomes(capsys, f"derived fuzz: {count} mutations", report)
     assert not report["failures"], "\n".join(report["failures"][:20])

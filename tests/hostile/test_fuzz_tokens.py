@@ -46,13 +46,11 @@ import functools
 import hashlib
 import io
 import json
-import logging
 import os
 import random
 import re
 import shutil
 import tarfile
-import traceback
 
 import numpy as np
 import pytest
@@ -64,8 +62,7 @@ from shardkit import ShardDataset, TokenBlocks
 from shardkit.errors import ShardkitError
 from shardkit.read.split import epoch_order
 from shardkit.read.tokens import TokenStream
-from tests.hostile.conftest import _PRELOADED
-from tests.hostile.entry import _cap_memory
+from tests.hostile.conftest import print_outcomes, run_fuzz
 from tests.hostile.test_fuzz import Hang, deadline, mutate
 from tests.read.token_data import document
 
@@ -483,18 +480,6 @@ def fuzz_tokens(roots: list[str], count: int, seed: int) -> dict:
     return {"outcomes": dict(outcomes), "failures": failures}
 
 
-def _child(roots: list[str], count: int, seed: int, output: str) -> None:
-    """:func:`fuzz_tokens` in a child of the preloaded forkserver, under the memory cap."""
-    logging.getLogger("shardkit").setLevel(logging.ERROR)  # each skip logs a line
-    _cap_memory(MEM_MB)
-    try:
-        report = fuzz_tokens(roots, count, seed)
-    except BaseException:  # noqa: BLE001 - the parent fails on it
-        report = {"outcomes": {}, "failures": [f"the fuzz stopped:\n{traceback.format_exc()}"]}
-    with open(output, "w") as f:
-        json.dump(report, f)
-
-
 # ---------------------------------------------------------------- tests
 
 
@@ -509,20 +494,9 @@ def token_datasets(tmp_path_factory) -> list[str]:
 
 def test_mutated_token_datasets_yield_written_blocks_or_shardkit_errors(token_datasets, pytestconfig, capsys, tmp_path):
     count = max(1, pytestconfig.getoption("--fuzz-mutations") // 4)
-    output = str(tmp_path / "report.json")
-    child = _PRELOADED.Process(target=_child, args=(token_datasets, count, 20261207, output))
-    child.start()
-    child.join(CHILD_TIMEOUT_S)
-    if child.is_alive():
-        child.kill()
-        child.join()
-        pytest.fail(f"the fuzz ran past {CHILD_TIMEOUT_S} s")
-    assert os.path.exists(output), f"the fuzzing child died (exit {child.exitcode}): out of memory past {MEM_MB} MB?"
-    report = json.load(open(output))
-    with capsys.disabled():
-        print(f"\ntoken fuzz: {count} mutations, {count * len(READINGS)} readings")
-        for outcome, n in sorted(report["outcomes"].items()):
-            print(f"  {n:6d}  {outcome}")
+    report = run_fuzz(fuzz_tokens, (token_datasets, count, 20261207), output=str(tmp_path / "report.json"),
+                      mem_mb=MEM_MB, timeout_s=CHILD_TIMEOUT_S)  # fmt: skip
+    print_outcomes(capsys, f"token fuzz: {count} mutations, {count * len(READINGS)} readings", report)
     assert not report["failures"], "\n".join(report["failures"][:20])
 
 
