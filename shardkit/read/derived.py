@@ -252,14 +252,14 @@ class DerivedCatalog:
     def _stored(self, rows: Any, where: str) -> np.ndarray:
         """Each row's parent shard size; refuses a row naming a shard its
         parent does not have, or one parent shard twice."""
-        if len(self.parents) == 1 and _is_identity(rows.parent_row, len(stored_counts(self.parents[0]))):
+        every = [stored_counts(parent) for parent in self.parents]  # a plain parent's: its counts and removals, once
+        if len(every) == 1 and _is_identity(rows.parent_row, len(every[0])):
             # A row per parent shard, in order (a split, an extension): its sizes as they are, no copy.
-            return stored_counts(self.parents[0])[: rows.num_rows]
+            return every[0][: rows.num_rows]
         stored = np.zeros(rows.num_rows, dtype=np.int64)
-        for i, parent in enumerate(self.parents):
+        for i, sizes in enumerate(every):
             mine = np.flatnonzero(rows.parent == i)
             prow = rows.parent_row[mine]
-            sizes = stored_counts(parent)
             if len(prow) and int(prow.max()) >= len(sizes):
                 raise ManifestError(
                     f"{where}: a row names shard {int(prow.max())} of parent {self.manifest.parents[i].path}, which "
