@@ -20,6 +20,7 @@ over ``tokens.view(-1)`` takes), with ``max_seqlen`` over the batch.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -52,30 +53,63 @@ class BlockOutput:
         target = OUTPUT_DTYPES[self.dtype]
         _check_fits(sample["tokens"], target)
         block: Any = torch.from_numpy(sample["tokens"].astype(target, copy=False))
-        if "positions" in sample:
-            block = {"tokens": block, **block_boundaries(sample["positions"])}
+        if "layout" in sample:
+            block = {"tokens": block, **block_boundaries(sample["layout"], len(sample["tokens"]))}
         return block if self.map is None else self.map(block)
 
     @staticmethod
     def batched(sample: dict[str, Any]) -> Any:
-        return sample["tokens"] if "positions" not in sample else (sample["tokens"], sample["positions"])
+        return sample["tokens"] if "layout" not in sample else (sample["tokens"], sample["layout"])
 
 
-def _parts(positions: np.ndarray) -> np.ndarray:
-    """The lengths of the documents' parts in a block, from its positions."""
-    starts = np.flatnonzero(positions == 0)
-    if not len(starts) or starts[0] != 0:
-        starts = np.concatenate(([0], starts))
-    return np.diff(np.concatenate((starts, [len(positions)]))).astype(np.int32)
+def block_boundaries(layout: np.ndarray, size: int) -> dict[str, Any]:
+    """One block's ``position_ids`` (int32), ``seq_lens``, ``cu_seqlens``
+    and ``max_seqlen``, from its layout (see :mod:`.packer`)."""
+    parts = _Parts([layout], size)
+    lengths = parts.lengths.astype(np.int32)
+    cu = np.empty(len(lengths) + 1, dtype=np.int32)
+    positions = np.empty(size, dtype=np.int32)
+    parts.fill(positions, cu)
+    return {"position_ids": torch.from_numpy(positions), "seq_lens": torch.from_numpy(lengths),
+            "cu_seqlens": torch.from_numpy(cu), "max_seqlen": int(lengths.max())}  # fmt: skip
 
 
-def block_boundaries(positions: np.ndarray) -> dict[str, Any]:
-    """One block's ``position_ids`` (int32), ``seq_lens``, ``cu_seqlens`` and ``max_seqlen``."""
-    lengths = _parts(positions)
-    cu = np.concatenate(([0], np.cumsum(lengths))).astype(np.int32)
-    return {"position_ids": torch.from_numpy(positions.astype(np.int32, copy=False)),
-            "seq_lens": torch.from_numpy(lengths), "cu_seqlens": torch.from_numpy(cu),
-            "max_seqlen": int(lengths.max()) if len(lengths) else 0}  # fmt: skip
+class _Parts:
+    """The documents' parts of a batch of blocks of ``size`` tokens, from
+    their layouts; checked to fill the blocks where they are not the
+    packer's own (``check``)."""
+
+    def __init__(self, layouts: list[np.ndarray], size: int, check: bool = True):
+        self.lengths = np.concatenate([layout[1:] for layout in layouts])
+        self.offsets = np.array([layout[0] for layout in layouts], dtype=np.int32)
+        self.per_row = np.array([len(layout) - 1 for layout in layouts])
+        self.firsts = np.cumsum(self.per_row) - self.per_row  # each row's first part
+        if check and (
+            (self.per_row < 1).any() or (self.lengths <= 0).any()
+            or (np.add.reduceat(self.lengths, self.firsts, dtype=np.int64) != size).any()
+        ):  # fmt: skip
+            raise UsageError(f"blocks whose parts do not fill {size} tokens each: seq_lens {self.lengths.tolist()[:16]}")
+
+    def fill(self, positions: np.ndarray, cu: np.ndarray, table: np.ndarray | None = None) -> None:
+        """Each token's position in its document into ``positions``, the
+        parts' cumulative sums into ``cu``, and into ``table`` each row's
+        part lengths padded with zeros."""
+        cu[0] = 0
+        np.cumsum(self.lengths, out=cu[1:])
+        shift = cu[:-1].copy()
+        shift[self.firsts] -= self.offsets
+        np.subtract(_arange(positions.size), np.repeat(shift, self.lengths), out=positions.reshape(-1))
+        if table is not None:
+            table[...] = 0
+            for row, (first, count) in enumerate(zip(self.firsts.tolist(), self.per_row.tolist())):
+                table[row, :count] = self.lengths[first : first + count]
+
+
+@functools.lru_cache(maxsize=8)
+def _arange(n: int) -> np.ndarray:
+    out = np.arange(n, dtype=np.int32)
+    out.flags.writeable = False
+    return out
 
 
 def _check_fits(block: np.ndarray, target: np.dtype) -> None:
@@ -120,39 +154,31 @@ def _batch_tensor(shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
     return empty.new(empty.untyped_storage()._new_shared(shape[0] * shape[1] * itemsize)).view(shape)
 
 
-def _stack_with_boundaries(blocks: list[tuple[np.ndarray, np.ndarray]], dtype: torch.dtype) -> dict[str, Any]:
-    """A batch of blocks with positions (see the module docstring), its
-    parts found over the whole batch at once. Its tensors are views of one
-    buffer (in shared memory in a DataLoader worker): one to hand over, not
-    four (four cost 2.7x the hand-off time of one here)."""
+def _stack_with_boundaries(
+    blocks: list[tuple[np.ndarray, np.ndarray]], dtype: torch.dtype, check: bool = False
+) -> dict[str, Any]:
+    """A batch of blocks with their layouts (see the module docstring).
+    Its tensors are views of one buffer (in shared memory in a DataLoader
+    worker): one to hand over, not four (four cost 2.7x the hand-off time
+    of one here)."""
     target = OUTPUT_DTYPES[dtype]
     for block, _ in blocks:
         _check_fits(block, target)
-    rows, size = len(blocks), len(blocks[0][1])
-    positions = np.stack([p for _, p in blocks])
-    first = positions == 0
-    first[:, 0] = True  # a block's first token starts a part, a document's or a continued one's
-    starts = np.flatnonzero(first.ravel())
-    per_row = np.bincount(starts // size, minlength=rows)
-    widest = int(per_row.max())
+    rows, size = len(blocks), len(blocks[0][0])
+    parts = _Parts([layout for _, layout in blocks], size, check=check)
+    count, widest = len(parts.lengths), int(parts.per_row.max())
     cells = rows * size
-    layout = _aligned((cells * target.itemsize, cells * 4, 4 * (len(starts) + 1), 4 * rows * widest))
+    layout = _aligned((cells * target.itemsize, cells * 4, 4 * (count + 1), 4 * rows * widest))
     buffer = _batch_tensor((1, layout[-1]), torch.uint8).view(-1)
-    tokens = buffer[layout[0] : layout[1]].view(dtype).view(rows, size)
-    position_ids = buffer[layout[1] : layout[2]].view(torch.int32)[:cells].view(rows, size)
-    cu = buffer[layout[2] : layout[3]].view(torch.int32)[: len(starts) + 1]
-    seq_lens = buffer[layout[3] : layout[4]].view(torch.int32)[: rows * widest].view(rows, widest)
+    ints = buffer.view(torch.int32)
+    tokens = buffer.view(dtype).as_strided((rows, size), (size, 1), 0)
+    position_ids = ints.as_strided((rows, size), (size, 1), layout[1] // 4)
+    cu_seqlens = ints.as_strided((count + 1,), (1,), layout[2] // 4)
+    seq_lens = ints.as_strided((rows, widest), (widest, 1), layout[3] // 4)
     np.stack([b for b, _ in blocks], out=tokens.numpy(), casting="unsafe")  # checked above where it narrows
-    position_ids.numpy()[...] = positions
-    cu_np = cu.numpy()
-    cu_np[:-1] = starts
-    cu_np[-1] = first.size
-    lengths = np.diff(cu_np)
-    table = seq_lens.numpy()
-    table[...] = 0
-    table[starts // size, np.arange(len(starts)) - np.repeat(np.cumsum(per_row) - per_row, per_row)] = lengths
-    return {"tokens": tokens, "position_ids": position_ids, "seq_lens": seq_lens, "cu_seqlens": cu,
-            "max_seqlen": int(lengths.max())}  # fmt: skip
+    parts.fill(position_ids.numpy(), cu_seqlens.numpy(), seq_lens.numpy())
+    return {"tokens": tokens, "position_ids": position_ids, "seq_lens": seq_lens, "cu_seqlens": cu_seqlens,
+            "max_seqlen": int(parts.lengths.max())}  # fmt: skip
 
 
 def _aligned(sizes: tuple[int, ...]) -> list[int]:
@@ -174,8 +200,8 @@ def collate_boundary_blocks(blocks: list[dict[str, Any]]) -> dict[str, Any]:
     any other field of one value per token is stacked alongside, and a
     packed sequence's keys are listed per row."""
     dtype = blocks[0]["tokens"].dtype
-    pairs = [(b["tokens"].numpy(), b["position_ids"].numpy()) for b in blocks]
-    out = _stack_with_boundaries(pairs, dtype)
+    pairs = [(b["tokens"].numpy(), layout_of(b)) for b in blocks]
+    out = _stack_with_boundaries(pairs, dtype, check=True)
     for name, value in blocks[0].items():
         if name in out:
             continue
@@ -184,3 +210,9 @@ def collate_boundary_blocks(blocks: list[dict[str, Any]]) -> dict[str, Any]:
         else:
             out[name] = [b[name] for b in blocks]
     return out
+
+
+def layout_of(block: dict[str, Any]) -> np.ndarray:
+    """A block's layout (see :mod:`.packer`) from its ``position_ids`` and ``seq_lens``."""
+    lengths = block["seq_lens"].numpy()
+    return np.concatenate(([int(block["position_ids"][0])], lengths[lengths > 0])).astype(np.int32)

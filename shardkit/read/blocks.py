@@ -83,7 +83,7 @@ from shardkit.format.tokens import run_token_arrays, token_array
 from shardkit.io.urls import redact_url
 from shardkit.read.block_output import OUTPUT_DTYPES, BlockOutput, stack_blocks
 from shardkit.read.catalog import ShardCatalog
-from shardkit.read.packer import Packer, document_positions
+from shardkit.read.packer import Packer, cut_lengths
 from shardkit.read.pieces import FAULTS, Located, OnError, PieceReader
 from shardkit.read.split import Piece, epoch_order
 from shardkit.read.tokens import TokenPiece, TokenStream
@@ -455,15 +455,13 @@ class BlockReader:
                 tally = _Tally()
                 counts = None if whole and not self._boundaries else self.document_tokens(part.shard)
                 for position, tokens, lengths in self._documents(part, incoming, url, counts, tally):
-                    where = document_positions(lengths) if self._boundaries else None
-                    if position == part.start:
-                        tokens = tokens[part.skip :]
-                        where = None if where is None else where[part.skip :]
-                    tokens = tokens[: part.num_tokens - tally.taken]
-                    where = None if where is None else where[: len(tokens)]
+                    skip = part.skip if position == part.start else 0
+                    count = max(0, min(len(tokens) - skip, part.num_tokens - tally.taken))
+                    tokens = tokens[skip : skip + count]
+                    layout = cut_lengths(lengths, skip, count) if self._boundaries else (None, 0)
                     tally.taken += len(tokens)
-                    for block, placed in packer.add(tokens, where):
-                        fields = {"tokens": block} if placed is None else {"tokens": block, "positions": placed}
+                    for block, placed in packer.add(tokens, *layout):
+                        fields = {"tokens": block} if placed is None else {"tokens": block, "layout": placed}
                         yield piece.shard, number, RawSample(
                             f"block-{first + number - piece.start}", fields,
                             number * self._nbytes, (number + 1) * self._nbytes,

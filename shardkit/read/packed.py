@@ -125,14 +125,12 @@ def pack(samples: list[dict[str, Any]], *, spec: PackedSamples) -> dict[str, Any
     lengths = [len(a) for a in ids]
     used = sum(lengths)
     tokens = np.full(spec.seq_len, spec.pad_id, dtype=np.int64)
-    positions = np.zeros(spec.seq_len, dtype=np.int64)
     at = 0
     for a in ids:
         tokens[at : at + len(a)] = a
-        positions[at : at + len(a)] = np.arange(len(a))
         at += len(a)
-    positions[used:] = np.arange(spec.seq_len - used)  # the padding: a part of its own
-    out = {"tokens": torch.from_numpy(tokens), **block_boundaries(positions), "__key__": [s["__key__"] for s in samples]}
+    layout = np.asarray([0, *(n for n in lengths if n), *([spec.seq_len - used] if used < spec.seq_len else [])], np.int32)
+    out = {"tokens": torch.from_numpy(tokens), **block_boundaries(layout, spec.seq_len), "__key__": [s["__key__"] for s in samples]}
     for name in spec.per_token:
         values = np.zeros(spec.seq_len, dtype=np.int64)
         at = 0

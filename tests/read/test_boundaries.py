@@ -83,6 +83,17 @@ def test_a_resumed_epoch_keeps_the_boundaries_exact(corpus):
     assert len(np.unique(every)) == len(every) == len(list(ShardDataset(data, tokens=tokens, mode="exact"))) * 64
 
 
+def test_blocks_whose_parts_no_longer_fill_them_are_refused_when_batched(corpus):
+    data, _ = corpus
+
+    def drop_last_part(block):  # a map that breaks the layout: its parts no longer add up to the block
+        return {**block, "seq_lens": block["seq_lens"][:-1]}
+
+    ds = ShardDataset(data, tokens=TokenBlocks("tokens.npy", 64, boundaries=True), map=drop_last_part, batch_size=4)
+    with pytest.raises(UsageError, match="do not fill 64 tokens each"):
+        next(iter(ds))
+
+
 def test_boundaries_must_be_a_bool():
     with pytest.raises(UsageError, match="boundaries must be True or False"):
         TokenBlocks("tokens.npy", 64, boundaries="yes")  # type: ignore[arg-type]
