@@ -43,6 +43,7 @@ FLOORS: dict[str, int] = {
     "shardkit.preview": 4,  # `shardkit show`: a page of samples read at random (beside read/; registers its notebook views)
     "shardkit.index": 5,  # `shardkit index`: published shards read in place (uses write/'s publishing)
     "shardkit.revise": 5,  # changes to a published dataset (remove, append): the writer's driver, one way to publish
+    "shardkit.probe": 5,  # `shardkit bench`: the storage's ceiling beside the loader, per worker count
     "shardkit.verify": 5,  # jobs and integrations over a written dataset
     "shardkit.ray": 5,
     "shardkit.transforms": 5,

@@ -1,5 +1,5 @@
 """The ``shardkit`` command line: ``write``, ``index``, ``info``, ``show``, ``verify``, ``upgrade``, ``remove``,
-``append``, ``view`` and ``extend``.
+``append``, ``view``, ``extend`` and ``bench``.
 
 Each subcommand is a thin function over the library. Exit codes: 0 success,
 1 a check failed (``verify`` found a bad shard; ``remove`` was given keys
@@ -25,6 +25,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
+from shardkit.cli.bench import add_bench
 from shardkit.cli.common import EXIT_USAGE, add_verbose, shown
 from shardkit.cli.datasets import add_index, add_info, add_remove, add_upgrade, add_verify
 from shardkit.cli.derived import add_extend, add_view
@@ -93,7 +94,8 @@ def configure_logging(*, verbose: bool, debug_wire: bool) -> None:
 
 
 _COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
-    add_write, add_index, add_info, add_show, add_verify, add_upgrade, add_remove, add_append, add_view, add_extend
+    add_write, add_index, add_info, add_show, add_verify, add_upgrade, add_remove, add_append, add_view, add_extend,
+    add_bench,
 )
 
 

@@ -9,6 +9,7 @@ import logging
 import multiprocessing
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -21,8 +22,10 @@ from torch.utils.data import (
 )
 
 from shardkit.errors import UsageError, WorkerStartError
+from shardkit.read import stats
 from shardkit.read.dataset import NO_LENGTH_MESSAGE, ShardDataset
 from shardkit.read.frameworks import REBUILT_LOADER_MESSAGE, called_by_accelerate
+from shardkit.read.loader_stats import LoaderStats
 from shardkit.read.resume.state import Level, ReaderState, start_for
 from shardkit.read.collate import collate_samples
 from shardkit.read.worker_start import DEFAULT_STALL_S, StartWatch
@@ -89,22 +92,40 @@ def default_num_workers() -> int:
 
 class _TaggedCollate:
     """Collates tagged items ``(worker, delivered count, item)`` and keeps
-    the tag of the batch's last item (picklable for spawned workers)."""
+    the tag of the batch's last item (picklable for spawned workers). With
+    loader statistics the items carry a record each, and the batch one
+    record of them all, its collation timed."""
 
     def __init__(self, collate: Callable[[Any], Any], *, batched: bool):
         self.collate = collate
         self.batched = batched
 
-    def __call__(self, data: Any) -> tuple[int, int, Any]:
-        if self.batched:
-            return data[-1][0], data[-1][1], collate_samples([item for _, _, item in data], collate=self.collate)
-        worker, count, item = data
-        return worker, count, self.collate(item)
+    def __call__(self, data: Any) -> tuple[Any, ...]:
+        if not self.batched:
+            return (*data[:2], self.collate(data[2]), *data[3:])
+        if len(data[-1]) == 3:
+            return data[-1][0], data[-1][1], collate_samples([item[2] for item in data], collate=self.collate)
+        started = time.monotonic()
+        batch = collate_samples([item[2] for item in data], collate=self.collate)
+        end = time.monotonic()
+        record = stats.Record.merged([item[3] for item in data], end)
+        record.stages[stats.COLLATE] += end - started
+        return data[-1][0], data[-1][1], batch, record
 
 
 def _tagged(items: Iterator[tuple[int, Any]], worker: int) -> Iterator[tuple[int, int, Any]]:
     for count, item in items:
         yield worker, count, item
+
+
+def _tagged_timed(items: Iterator[tuple[int, Any]], clock: stats.StageClock) -> Iterator[tuple[Any, ...]]:
+    """:func:`_tagged`, each item with the record of its time (loader statistics)."""
+    try:
+        for count, item in items:
+            yield clock.worker, count, item, clock.take()
+    finally:
+        if stats.current is clock:
+            stats.current = None
 
 
 class _TaggedSlots(IterableDataset):
@@ -132,6 +153,8 @@ class _TaggedSlots(IterableDataset):
         self.shift = 0
         #: The start flags of the workers being started, or None.
         self.start: StartWatch | None = None
+        #: Whether items carry a record of their time (``make_loader(..., stats=True)``).
+        self.stats = False
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -165,8 +188,16 @@ class _TaggedSlots(IterableDataset):
             if world.num_workers > 1:
                 world = world.with_worker((world.worker + self.shift) % world.num_workers, world.num_workers)
             base, count = start_for(resume, world)
-        # The dataset's own slot stream: the loader is its companion in this package.
-        return _tagged(dataset._items(world, epoch=epoch, base=base, count=count), world.worker)
+        if not self.stats:
+            # The dataset's own slot stream: the loader is its companion in this package.
+            return _tagged(dataset._items(world, epoch=epoch, base=base, count=count), world.worker)
+        stats.current = clock = stats.StageClock(world.worker)  # the reader's stages time themselves as they are built
+        try:
+            items = dataset._items(world, epoch=epoch, base=base, count=count)
+        except BaseException:
+            stats.current = None
+            raise
+        return _tagged_timed(items, clock)
 
 
 class ShardLoader(DataLoader):
@@ -196,11 +227,14 @@ class ShardLoader(DataLoader):
         batch_size: int | None,
         worker_start_timeout_s: float | None = DEFAULT_STALL_S,
         collate_fn: Callable[[Any], Any] | None = None,
+        stats: bool = False,
         **kwargs: Any,
     ):
         batched = batch_size is not None
         collate = _TaggedCollate(collate_fn or (default_collate if batched else default_convert), batched=batched)
         self._slots = _TaggedSlots(dataset)
+        self._slots.stats = stats
+        self._stats = LoaderStats() if stats else None
         super().__init__(self._slots, batch_size=batch_size, collate_fn=collate, **kwargs)
         self.shard_dataset = dataset
         self._epoch = -1
@@ -299,7 +333,19 @@ class ShardLoader(DataLoader):
             self._start_watch = watch
         self._epoch, self._base, self._counts, self._started = epoch, base, counts, True
         self._next = [shift]
-        return self._unwrap(batches, counts, self._next, world.num_workers, self._start_watch)
+        unwrapped = self._unwrap(batches, counts, self._next, world.num_workers, self._start_watch)
+        return unwrapped if self._stats is None else _timed(unwrapped, self._stats)
+
+    def stats(self) -> LoaderStats:
+        """Where this loader's time went so far, over all its iterations
+        (see :class:`~shardkit.read.loader_stats.LoaderStats`).
+
+        Raises:
+            UsageError: The loader was made without ``stats=True``.
+        """
+        if self._stats is None:
+            raise UsageError("this loader keeps no statistics: build it with make_loader(..., stats=True)")
+        return self._stats
 
     def _watch_new_workers(self) -> StartWatch | None:
         """Start flags for the workers this iteration starts, if it starts
@@ -324,10 +370,10 @@ class ShardLoader(DataLoader):
         watch: StartWatch | None,
     ) -> Iterator[Any]:
         try:
-            for worker, count, batch in batches:
+            for worker, count, batch, *record in batches:
                 counts[worker] = count
                 turn[0] = (worker + 1) % num_slots
-                yield batch
+                yield (batch, record[0]) if record else batch
         except RuntimeError as exc:  # the DataLoader's report of a worker the watch stopped
             if watch is None or watch.failure is None:
                 raise
@@ -376,6 +422,18 @@ class ShardLoader(DataLoader):
         self._started = False
 
 
+def _timed(batches: Iterator[tuple[Any, stats.Record]], into: LoaderStats) -> Iterator[Any]:
+    """The batches, each one's record and when the loop asked for it and had it added to ``into``."""
+    while True:
+        asked = time.monotonic()
+        try:
+            batch, record = next(batches)
+        except StopIteration:
+            return
+        into.add(record, asked, time.monotonic())
+        yield batch
+
+
 def _order_needed_by(dataset: ShardDataset) -> str | None:
     """What about ``dataset`` makes ranks agree on a step's batch only when
     batches are delivered in worker order (None: nothing does).
@@ -413,6 +471,7 @@ def make_loader(
     worker_start_timeout_s: float | None = DEFAULT_STALL_S,
     collate_fn: Callable[[Any], Any] | None = None,
     worker_init_fn: Callable[[int], None] | None = None,
+    stats: bool = False,
 ) -> ShardLoader:
     """Build a DataLoader over a ShardDataset, with checkpointing.
 
@@ -455,6 +514,11 @@ def make_loader(
             count samples, so any collation keeps them exact.
         worker_init_fn: As the DataLoader's: called with the worker id in
             each worker process before it reads.
+        stats: Time each stage of each worker (waiting for bytes, parsing,
+            decode, ``map``, collate), the hand-off and the loop's waits,
+            and find stalls behind a slow worker: ``loader.stats()`` (a
+            :class:`~shardkit.read.loader_stats.LoaderStats`). Off, nothing
+            is timed.
 
     Returns:
         A :class:`ShardLoader` (a DataLoader with ``state_dict()`` /
@@ -497,5 +561,6 @@ def make_loader(
         worker_start_timeout_s=worker_start_timeout_s,
         collate_fn=collate_fn,
         worker_init_fn=worker_init_fn,
+        stats=stats,
         **kwargs,
     )

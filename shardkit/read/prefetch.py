@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
@@ -24,6 +25,7 @@ from typing import Any, Generic, TypeVar
 from shardkit.errors import UsageError
 from shardkit.io.base import close_iterator
 from shardkit.io.retry import stopping_on
+from shardkit.read import stats
 
 log = logging.getLogger(__name__)
 
@@ -204,8 +206,12 @@ class ReadAhead(Generic[J]):
 
     def __iter__(self) -> Iterator[tuple[J | None, object]]:
         self.start()
+        clock = stats.current  # with loader statistics on: the waits for bytes are timed
         while True:
             with self._cond:
+                waited = 0.0
+                if clock is not None and not self._items and not self._done:
+                    waited = -time.monotonic()
                 while not self._items and not self._done:
                     self._cond.wait()
                 if not self._items:
@@ -216,6 +222,10 @@ class ReadAhead(Generic[J]):
                     if 2 * self._taken < self.budget_bytes:
                         self._taken += len(item)
                 self._cond.notify_all()
+            if clock is not None:
+                clock.nbytes += len(item) if isinstance(item, bytes) else 0
+                if waited:
+                    clock.add(stats.READ, time.monotonic() + waited, getattr(job, "url", ""))
             yield job, item
             if isinstance(item, BaseException) and job is None:
                 return

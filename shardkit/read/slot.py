@@ -12,6 +12,7 @@ process holding one (the dataset, the loader's workers) reads any slot.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator
@@ -37,6 +38,7 @@ from shardkit.read.resume.state import Level
 from shardkit.read.schedule import schedule_labels, schedule_prefix, split_count
 from shardkit.read.shuffle import ShuffleBuffer, round_robin
 from shardkit.read.split import skip_samples
+from shardkit.read import stats
 from shardkit.read.joined import reader_type
 from shardkit.read.pieces import Located, OnError, PieceReader
 from shardkit.world import World
@@ -272,6 +274,8 @@ class SlotReader:
             else:
                 merged = _merged(_labels(slot_epoch_counts(levels, world, self.options), count), raws)
         samples = _as_dicts(zip(itertools.count(count + 1), merged), self.catalogs, self.names)
+        if stats.current is not None:
+            samples = stats.timed_samples(samples, stats.current, _url_of)
         return finish_items(
             samples,
             on_error=self.on_error,
@@ -482,8 +486,15 @@ def finish_items(
         out = _decoded(samples, output, on_error, on_skip, on_filtered, seeds)
     if output.batch_size is not None:
         collate = default_collate if output.collate is None else output.collate
-        out = _batches(out, output.batch_size, collate, output.partial_batches)
+        batch = functools.partial(collate_samples, collate=collate)
+        if stats.current is not None:
+            batch = stats.timed_call(batch, stats.current, stats.COLLATE)
+        out = _batches(out, output.batch_size, batch, output.partial_batches)
     return out
+
+
+def _url_of(item: Numbered) -> str:
+    return item[2]
 
 
 def _sum_known(counts: Iterable[int | None]) -> int | None:
@@ -513,6 +524,9 @@ def _decoded(
     sample dropped (it still counts as consumed, so a checkpoint resumes
     past it)."""
     decoder, select, fn = output.decoder, output.select, output.map
+    if (clock := stats.current) is not None:  # loader statistics: decode and map timed
+        decoder = None if decoder is None else stats.timed_call(decoder, clock, stats.DECODE)
+        fn = None if fn is None else stats.timed_call(fn, clock, stats.MAP)
     for n, sample, url, where in samples:
         if decoder is not None:
             try:
@@ -546,10 +560,10 @@ def _decoded(
 
 
 def _batches(
-    samples: Iterator[tuple[int, Any]], size: int, collate: Callable[[list[Any]], Any], partial: bool
+    samples: Iterator[tuple[int, Any]], size: int, batch: Callable[[list[Any]], Any], partial: bool
 ) -> Iterator[tuple[int, Any]]:
     while True:
-        batch = list(itertools.islice(samples, size))
-        if not batch or (len(batch) < size and not partial):
+        items = list(itertools.islice(samples, size))
+        if not items or (len(items) < size and not partial):
             return
-        yield batch[-1][0], collate_samples([s for _, s in batch], collate=collate)
+        yield items[-1][0], batch([s for _, s in items])
