@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 # Pins this machine's torch for the commands below; pyproject.toml has ranges.
 CONSTRAINTS := tools/constraints.txt
 
-.PHONY: demo test venv bench-writer bench-ray bench-mix bench-checksums bench-scale bench-ingest bench-map bench-tokens bench-parse bench-remove bench-revisions bench-video clean
+.PHONY: demo test venv bench-writer bench-ray bench-mix bench-checksums bench-scale bench-ingest bench-map bench-tokens bench-parse bench-remove bench-revisions bench-video bench-stats clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -120,6 +120,10 @@ bench-map: $(STAMP) $(MAP_VENV)/.installed
 # workers; memory against corpus size; shuffle; bench/results/tokens.* (~15 min).
 bench-tokens: $(STAMP) $(MAP_VENV)/.installed
 	$(PY) bench/bench_tokens.py --litdata-python $(MAP_VENV)/bin/python $(BENCH_TOKENS_ARGS)
+
+# Loader statistics on against off (issue #56): bench/results/stats.{json,md,png} (~1 min).
+bench-stats: $(STAMP)
+	$(PY) bench/bench_stats.py
 
 # The indexed parser's one pass against the full parser alone, over small
 # samples (captions, token documents): bench/results/parse.{json,md,png} (~2 min).

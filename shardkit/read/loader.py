@@ -103,14 +103,13 @@ class _TaggedCollate:
     def __call__(self, data: Any) -> tuple[Any, ...]:
         if not self.batched:
             return (*data[:2], self.collate(data[2]), *data[3:])
-        if len(data[-1]) == 3:
+        clock = stats.current  # set in this (worker) process for the whole iteration
+        if len(data[-1]) == 3 or clock is None:
             return data[-1][0], data[-1][1], collate_samples([item[2] for item in data], collate=self.collate)
         started = time.monotonic()
         batch = collate_samples([item[2] for item in data], collate=self.collate)
-        end = time.monotonic()
-        record = stats.Record.merged([item[3] for item in data], end)
-        record.stages[stats.COLLATE] += end - started
-        return data[-1][0], data[-1][1], batch, record
+        clock.add(stats.COLLATE, time.monotonic() - started)
+        return data[-1][0], data[-1][1], batch, clock.take()  # the batch's record: its samples' time and its own
 
 
 def _tagged(items: Iterator[tuple[int, Any]], worker: int) -> Iterator[tuple[int, int, Any]]:
@@ -118,14 +117,12 @@ def _tagged(items: Iterator[tuple[int, Any]], worker: int) -> Iterator[tuple[int
         yield worker, count, item
 
 
-def _tagged_timed(items: Iterator[tuple[int, Any]], clock: stats.StageClock) -> Iterator[tuple[Any, ...]]:
-    """:func:`_tagged`, each item with the record of its time (loader statistics)."""
-    try:
-        for count, item in items:
-            yield clock.worker, count, item, clock.take()
-    finally:
-        if stats.current is clock:
-            stats.current = None
+def _tagged_timed(items: Iterator[tuple[int, Any]], clock: stats.StageClock, *, batched: bool) -> Iterator[tuple[Any, ...]]:
+    """:func:`_tagged`, each item with the record of its time (loader
+    statistics); where the DataLoader batches the items, the batch's
+    collation takes one record for them all (:class:`_TaggedCollate`)."""
+    for count, item in items:
+        yield clock.worker, count, item, None if batched else clock.take()
 
 
 class _TaggedSlots(IterableDataset):
@@ -155,6 +152,8 @@ class _TaggedSlots(IterableDataset):
         self.start: StartWatch | None = None
         #: Whether items carry a record of their time (``make_loader(..., stats=True)``).
         self.stats = False
+        #: Whether the DataLoader batches the items (set by the loader).
+        self.batched = False
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -197,7 +196,7 @@ class _TaggedSlots(IterableDataset):
         except BaseException:
             stats.current = None
             raise
-        return _tagged_timed(items, clock)
+        return _tagged_timed(items, clock, batched=self.batched)
 
 
 class ShardLoader(DataLoader):
@@ -233,7 +232,7 @@ class ShardLoader(DataLoader):
         batched = batch_size is not None
         collate = _TaggedCollate(collate_fn or (default_collate if batched else default_convert), batched=batched)
         self._slots = _TaggedSlots(dataset)
-        self._slots.stats = stats
+        self._slots.stats, self._slots.batched = stats, batched
         self._stats = LoaderStats() if stats else None
         super().__init__(self._slots, batch_size=batch_size, collate_fn=collate, **kwargs)
         self.shard_dataset = dataset
@@ -424,14 +423,18 @@ class ShardLoader(DataLoader):
 
 def _timed(batches: Iterator[tuple[Any, stats.Record]], into: LoaderStats) -> Iterator[Any]:
     """The batches, each one's record and when the loop asked for it and had it added to ``into``."""
-    while True:
-        asked = time.monotonic()
-        try:
-            batch, record = next(batches)
-        except StopIteration:
-            return
-        into.add(record, asked, time.monotonic())
-        yield batch
+    try:
+        while True:
+            asked = time.monotonic()
+            try:
+                batch, record = next(batches)
+            except StopIteration:
+                return
+            into.add(record, asked, time.monotonic())
+            yield batch
+    finally:
+        if stats.current is not None and stats.current.pid == os.getpid():
+            stats.current = None  # read in this process (num_workers=0): its clock is let go with the iteration
 
 
 def _order_needed_by(dataset: ShardDataset) -> str | None:

@@ -71,21 +71,6 @@ class Record:
     samples: int = 0
     nbytes: int = 0
 
-    @classmethod
-    def merged(cls, records: list[Record], end: float) -> Record:
-        """One record for items batched together (in the DataLoader's collation)."""
-        first = records[0]
-        shards: dict[str, float] = {}
-        for r in records:
-            for url, s in r.shards:
-                shards[url] = shards.get(url, 0.0) + s
-        return cls(
-            first.worker, first.pid, first.start, end,
-            [sum(r.stages[i] for r in records) for i in range(len(STAGES))],
-            sorted(shards.items(), key=lambda kv: -kv[1])[:RECORD_SHARDS],
-            sum(r.samples for r in records), sum(r.nbytes for r in records),
-        )  # fmt: skip
-
 
 class StageClock:
     """A process's stage times since its last :meth:`take`."""
