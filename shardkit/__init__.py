@@ -61,6 +61,7 @@ _LAZY = {
     "ViewReport": "shardkit.revise.view",
     "index_dataset": "shardkit.index.indexer",
     "make_loader": "shardkit.read.loader",
+    "watch": "shardkit.read.watch",
     "remove_samples": "shardkit.revise.remove",
     "show": "shardkit.preview.api",
     "shuffle_quality": "shardkit.read.shuffle",
@@ -78,6 +79,7 @@ if TYPE_CHECKING:
     from shardkit.read.decode import Decoder
     from shardkit.read.indexed import IndexedDataset
     from shardkit.read.loader import make_loader
+    from shardkit.read.watch import watch
     from shardkit.read.options import OutputOptions, ReaderOptions
     from shardkit.read.sampler import ShardWindowSampler
     from shardkit.read.schedule import Stream
@@ -175,5 +177,6 @@ __all__ = [
     "shuffle_quality",
     "token_counts",
     "view",
+    "watch",
     "write_dataset",
 ]

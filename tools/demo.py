@@ -7,7 +7,9 @@ Steps (each printed as it runs):
 3. ``shardkit verify`` re-reads every shard; ``shardkit info`` summarizes.
 4. ``shardkit.ShardDataset`` streams the shards back through a DataLoader
    and the throughput is printed.
-5. ``shardkit write --map demo:thumbnail`` writes them again through a
+5. ``shardkit bench`` measures the storage's ceiling and the loader per
+   worker count, raw and with images decoded, and says which binds.
+6. ``shardkit write --map demo:thumbnail`` writes them again through a
    function of this file (a 64-pixel thumbnail and a caption per image), run
    in the writer's 2 processes.
 """
@@ -78,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     run([python, "-m", "shardkit", "verify", shards])
     run([python, "-m", "shardkit", "info", shards])
     read_back(shards)
+    # Where the loader's time goes on this machine's storage: bench.json, bench.md and bench.png in demo/bench.
+    run([python, "-m", "shardkit", "bench", shards, "--decode", "pil", "--out", os.path.join(args.workdir, "bench")])
     prepared = os.path.join(args.workdir, "prepared")
     if os.path.isdir(prepared):
         shutil.rmtree(prepared)
@@ -87,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
          "--workers", "2"])  # fmt: skip
     run([python, "-m", "shardkit", "verify", prepared])
     print(f"\ndemo done: images in {images}, shards + manifest.json + .idx indexes in {shards}, "
-          f"thumbnails and captions written by --map in {prepared}")
+          f"thumbnails and captions written by --map in {prepared}, the loader measured in "
+          f"{os.path.join(args.workdir, 'bench')}")
     return 0
 
 

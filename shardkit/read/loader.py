@@ -25,7 +25,7 @@ from shardkit.errors import UsageError, WorkerStartError
 from shardkit.read import stats
 from shardkit.read.dataset import NO_LENGTH_MESSAGE, ShardDataset
 from shardkit.read.frameworks import REBUILT_LOADER_MESSAGE, called_by_accelerate
-from shardkit.read.loader_stats import LoaderStats
+from shardkit.read.loader_stats import LoaderStats, timed_batches
 from shardkit.read.resume.state import Level, ReaderState, start_for
 from shardkit.read.collate import collate_samples
 from shardkit.read.worker_start import DEFAULT_STALL_S, StartWatch
@@ -333,7 +333,7 @@ class ShardLoader(DataLoader):
         self._epoch, self._base, self._counts, self._started = epoch, base, counts, True
         self._next = [shift]
         unwrapped = self._unwrap(batches, counts, self._next, world.num_workers, self._start_watch)
-        return unwrapped if self._stats is None else _timed(unwrapped, self._stats)
+        return unwrapped if self._stats is None else timed_batches(unwrapped, self._stats)
 
     def stats(self) -> LoaderStats:
         """Where this loader's time went so far, over all its iterations
@@ -419,22 +419,6 @@ class ShardLoader(DataLoader):
         for worker in range(world.num_workers):
             start_for(parsed, world.with_worker(worker, world.num_workers))
         self._started = False
-
-
-def _timed(batches: Iterator[tuple[Any, stats.Record]], into: LoaderStats) -> Iterator[Any]:
-    """The batches, each one's record and when the loop asked for it and had it added to ``into``."""
-    try:
-        while True:
-            asked = time.monotonic()
-            try:
-                batch, record = next(batches)
-            except StopIteration:
-                return
-            into.add(record, asked, time.monotonic())
-            yield batch
-    finally:
-        if stats.current is not None and stats.current.pid == os.getpid():
-            stats.current = None  # read in this process (num_workers=0): its clock is let go with the iteration
 
 
 def _order_needed_by(dataset: ShardDataset) -> str | None:

@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from shardkit.read import stats
 from shardkit.read.stats import STAGES, Record
 
 #: The shortest wait that counts as a stall (seconds).
@@ -217,3 +220,27 @@ class LoaderStats:
 
 def _us(seconds: float) -> float:
     return round(seconds * 1e6, 1)
+
+
+def timed_batches(
+    batches: Iterator[tuple[Any, Record | None]], into: LoaderStats, *, ended: Callable[[], None] | None = None
+) -> Iterator[Any]:
+    """The batches of ``(batch, record)``, each record added to ``into``
+    with when the loop asked for the batch and had it. When the iteration
+    ends, a clock of this process (``num_workers=0``) is let go, and
+    ``ended`` called."""
+    try:
+        while True:
+            asked = time.monotonic()
+            try:
+                batch, record = next(batches)
+            except StopIteration:
+                return
+            if record is not None:
+                into.add(record, asked, time.monotonic())
+            yield batch
+    finally:
+        if stats.current is not None and stats.current.pid == os.getpid():
+            stats.current = None
+        if ended is not None:
+            ended()

@@ -9,7 +9,10 @@ import os
 import time
 
 import pytest
+import torch
+from torch.utils.data import DataLoader
 
+import shardkit
 from shardkit import ShardDataset, Stream, TokenBlocks, make_loader
 from shardkit.errors import UsageError
 from shardkit.read import stats as stage_stats
@@ -127,3 +130,24 @@ def test_stats_off_times_nothing_and_says_so(make_shards, monkeypatch):
     timed = make_loader(ShardDataset(manifest, decode="tensor", map=lambda s: s), batch_size=4, num_workers=0, stats=True)
     list(timed)
     assert calls  # the same patch sees the clock when statistics are on
+
+
+def test_watch_gives_a_plain_dataloader_over_an_indexed_dataset_the_same_statistics(make_shards):
+    manifest = make_shards(SIZES, payload_bytes=4000)
+    indexed = shardkit.IndexedDataset(manifest, decode="tensor", map=_sleepy)
+    plain = DataLoader(indexed, batch_size=4, shuffle=True, num_workers=2, collate_fn=list,
+                       generator=torch.Generator().manual_seed(0))  # fmt: skip
+    loader = shardkit.watch(plain)
+    keys = [s["__key__"] for batch in loader for s in batch]
+    assert sorted(keys) == sorted(f"s{i:03d}_{j:05d}" for i, n in enumerate(SIZES) for j in range(n))
+    stats = loader.stats()
+    assert stats.batches == len(loader) == len(plain) and stats.samples == sum(SIZES)
+    assert stats.nbytes >= sum(SIZES) * 4000  # each sample's stored bytes, read once
+    totals = stats.stage_totals()
+    assert totals["read"] > 0 and totals["decode"] > 0 and totals["map"] >= 0.003 * sum(SIZES) * 0.9
+    assert set(stats.workers) == {0, 1}
+    in_process = shardkit.watch(DataLoader(indexed, batch_size=5, num_workers=0, collate_fn=list))
+    assert sum(len(b) for b in in_process) == sum(SIZES) == in_process.stats().samples
+    assert stage_stats.current is None and "_read" not in vars(indexed)  # the dataset given stays untimed
+    with pytest.raises(UsageError, match=r"make_loader\(\.\.\., stats=True\)"):
+        shardkit.watch(make_loader(ShardDataset(manifest), batch_size=4, num_workers=0))
