@@ -5,7 +5,8 @@ A :class:`StageClock` lives in each process that reads (a DataLoader
 worker, or the training process with ``num_workers=0``) while an iteration
 with statistics runs; :data:`current` holds it, and None otherwise. The
 reader's stages look it up once, when an iteration builds them, and only
-then wrap themselves in timers (:func:`timed_call`, :func:`timed_items`):
+then wrap themselves in timers (:func:`timed_call`, and the reader's
+sample stream in :mod:`.slot`):
 with statistics off nothing is timed, per sample or otherwise.
 
 The stages:
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -78,10 +79,8 @@ class StageClock:
     def __init__(self, worker: int = 0):
         self.worker = worker
         self.pid = os.getpid()
-        self._reset(time.monotonic())
-
-    def _reset(self, now: float) -> None:
-        self.since = now
+        self.since = time.monotonic()
+        # Kept as the same objects, emptied by take(): timers may hold on to them.
         self.stages = [0.0] * len(STAGES)
         self.shards: dict[str, float] = {}
         self.shard = ""  # the shard of the sample being worked on
@@ -96,14 +95,18 @@ class StageClock:
         self.shards[url] = self.shards.get(url, 0.0) + seconds
 
     def take(self) -> Record:
-        """The record of the time since the last take, the clock reset."""
+        """The record of the time since the last take, the clock emptied."""
         now = time.monotonic()
         top = sorted(self.shards.items(), key=lambda kv: -kv[1])[:RECORD_SHARDS]
-        record = Record(self.worker, self.pid, self.since, now, self.stages, [(u, s) for u, s in top if u],
+        record = Record(self.worker, self.pid, self.since, now, list(self.stages), [(u, s) for u, s in top if u],
                         self.samples, self.nbytes)  # fmt: skip
-        self._reset(now)
+        self.since, self.samples, self.nbytes = now, 0, 0
+        self.stages[:] = _ZEROS
+        self.shards.clear()
         return record
 
+
+_ZEROS = [0.0] * len(STAGES)
 
 READ, PARSE, DECODE, MAP, COLLATE = range(len(STAGES))
 
@@ -119,19 +122,3 @@ def timed_call(fn: Callable[..., T], clock: StageClock, stage: int) -> Callable[
             clock.add(stage, time.monotonic() - started)
 
     return call
-
-
-def timed_samples(items: Iterator[T], clock: StageClock, url_of: Callable[[T], str]) -> Iterator[T]:
-    """The sample stream ``items``, the time taken to get each charged to
-    ``parse`` less the waits for bytes meanwhile (``read``, charged by the
-    read-ahead); each sample's shard (``url_of``) becomes the clock's."""
-    while True:
-        started, waited = time.monotonic(), clock.stages[READ]
-        try:
-            item = next(items)
-        except StopIteration:
-            return
-        clock.shard = url_of(item)
-        clock.add(PARSE, time.monotonic() - started - (clock.stages[READ] - waited))
-        clock.samples += 1
-        yield item
