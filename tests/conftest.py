@@ -110,6 +110,7 @@ HEAVY_TESTS = (
     "tests/read/test_frameworks.py::*",  # accelerate, Lightning and the HF Trainer under torchrun
     "tests/preview/test_browser.py::*",  # headless Chromium
     "tests/bench/test_profiles.py::*",  # loop devices, blkio throttling, the seekfs FUSE file system
+    "tests/probe/test_bench_command.py::test_a_throttled_disk*",  # a loop device throttled by blkio
 )
 HEAVY_SCOPE = "heavy"
 #: Tests sharing a package fixture (the Ray cluster): kept together in any

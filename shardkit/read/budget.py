@@ -334,7 +334,10 @@ class BatchOutput:
             if self.select is not None and not self.select(sample):
                 continue
             out.append(sample if self.map is None else self.map(sample))
-        return self.collate(out)
+        batch_out = self.collate(out)
+        if "__stream__" in batch and isinstance(batch_out, dict):  # a mixture's: the batch's one source
+            batch_out["__stream__"] = batch["__stream__"]
+        return batch_out
 
 
 def pad_collate(samples: list[dict[str, Any]], *, field: str, pad_id: int = 0, limit: int | None = None) -> dict[str, Any]:

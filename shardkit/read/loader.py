@@ -93,8 +93,9 @@ def default_num_workers() -> int:
 class _TaggedCollate:
     """Collates tagged items ``(worker, delivered count, item)`` and keeps
     the tag of the batch's last item (picklable for spawned workers). With
-    loader statistics the items carry a record each, and the batch one
-    record of them all, its collation timed."""
+    loader statistics the tags hold a fourth part: an item's record, or
+    None where the batch takes one record for all its items, with its
+    collation timed."""
 
     def __init__(self, collate: Callable[[Any], Any], *, batched: bool):
         self.collate = collate
@@ -102,12 +103,18 @@ class _TaggedCollate:
 
     def __call__(self, data: Any) -> tuple[Any, ...]:
         if not self.batched:
-            return (*data[:2], self.collate(data[2]), *data[3:])
-        clock = stats.current  # set in this (worker) process for the whole iteration
-        if len(data[-1]) == 3 or clock is None:
+            if len(data) == 3:
+                worker, count, item = data
+                return worker, count, self.collate(item)
+            worker, count, item, record = data
+            return worker, count, self.collate(item), record
+        if len(data[-1]) == 3:
             return data[-1][0], data[-1][1], collate_samples([item[2] for item in data], collate=self.collate)
+        clock = stats.current  # set in this process for the whole iteration (_TaggedSlots)
         started = time.monotonic()
         batch = collate_samples([item[2] for item in data], collate=self.collate)
+        if clock is None:
+            return data[-1][0], data[-1][1], batch, None
         clock.add(stats.COLLATE, time.monotonic() - started)
         return data[-1][0], data[-1][1], batch, clock.take()  # the batch's record: its samples' time and its own
 
@@ -369,10 +376,11 @@ class ShardLoader(DataLoader):
         watch: StartWatch | None,
     ) -> Iterator[Any]:
         try:
-            for worker, count, batch, *record in batches:
-                counts[worker] = count
+            for tagged in batches:  # (worker, count, batch), or with loader statistics (..., record)
+                worker = tagged[0]
+                counts[worker] = tagged[1]
                 turn[0] = (worker + 1) % num_slots
-                yield (batch, record[0]) if record else batch
+                yield tagged[2] if len(tagged) == 3 else tagged[2:]
         except RuntimeError as exc:  # the DataLoader's report of a worker the watch stopped
             if watch is None or watch.failure is None:
                 raise

@@ -279,17 +279,30 @@ class Mixture:
             )
 
     def with_budget(self, budget: Any, *, seed: int) -> Mixture:
-        """One dataset read as token-budget batches (see :mod:`.budget`):
-        its batches as the samples of a catalog of their own.
+        """These sources read as token-budget batches or packed sequences
+        (see :mod:`.budget`): each catalog's batches as the samples of a
+        catalog of their own. A batch holds samples of one source; a
+        mixture's ``weight`` s are then shares of batches, and its
+        ``samples`` and ``samples_per_epoch`` count batches.
 
         Raises:
-            UsageError: A mixture (not supported yet), or what the catalog refuses.
+            UsageError: Declared ``lengths`` for a mixture (they name one
+                dataset's samples), or what a catalog refuses.
         """
         from shardkit.read.budget import BatchCatalog
 
-        if self.streams:
-            raise UsageError("tokens=TokenBudget(...) reads one dataset: a mixture of budget batches is not supported")
-        return Mixture.alone(BatchCatalog(self.catalogs[0], budget, seed=seed), self.source_options[0])  # type: ignore[arg-type]
+        if self.streams and getattr(budget, "lengths", None) is not None:
+            raise UsageError("TokenBudget(lengths=...) gives one dataset's sample lengths: a mixture's sources "
+                             "are planned from their token counts, so leave lengths out")  # fmt: skip
+        catalogs = tuple(BatchCatalog(c, budget, seed=seed) for c in self.catalogs)
+        if not self.streams:
+            return Mixture.alone(catalogs[0], self.source_options[0])  # type: ignore[arg-type]
+        assert isinstance(self.schedule, MixSchedule)
+        schedule = MixSchedule(
+            self.streams, tuple(c.num_samples for c in catalogs), samples_per_epoch=self.schedule.samples_per_epoch
+        )
+        fingerprints = tuple(c.fingerprint for c in catalogs)  # a state of samples does not load into batches
+        return Mixture(self.streams, catalogs, self.source_options, fingerprints, schedule, self.names)
 
     def with_tokens(self, tokens: TokenBlocks, *, seed: int, shuffle: bool) -> Mixture:
         """These sources read as token blocks (see :mod:`.blocks`): each

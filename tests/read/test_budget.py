@@ -136,3 +136,30 @@ def test_declared_lengths_plan_batches_of_what_no_token_field_counts(corpus, tmp
         ShardDataset(data, tokens=TokenBudget("tokens.npy", 600, lengths=[1, 2, 3]))
     with pytest.raises(UsageError, match="one non-negative integer a sample"):
         TokenBudget("tokens.npy", 600, lengths=[1.5, 2.0])
+
+
+def test_a_mixture_of_budget_batches_keeps_each_batch_to_one_source_at_its_share(corpus, tmp_path):
+    data, _ = corpus
+    other = str(tmp_path / "other")
+    shardkit.write_dataset(range(600, 800), other, map=skewed_document, options=shardkit.WriteOptions(max_samples=100, workers=1))
+    streams = [shardkit.Stream(data, weight=3.0, name="big"), shardkit.Stream(other, weight=1.0, name="small")]
+    for spec in (TokenBudget("tokens.npy", 2048, group_by_length=True), shardkit.PackedSamples("tokens.npy", 1024)):
+        whole = list(ShardDataset(streams, tokens=spec, mode="exact", seed=2))
+        ds = ShardDataset(streams, tokens=spec, mode="exact", seed=2, buffer_size=8)
+        first = list(itertools.islice(iter(ds), 7))
+        again = ShardDataset(streams, tokens=spec, mode="exact", seed=2, buffer_size=8)
+        again.load_state_dict(ds.state_dict())
+        resumed = first + list(again)
+        assert len(resumed) == len(whole) == len(ds)
+        assert sorted(_flat(b["__key__"]) for b in resumed) == sorted(_flat(b["__key__"]) for b in whole)
+        shares = collections.Counter(b["__stream__"] for b in whole)
+        assert abs(shares["big"] - 3 * shares["small"]) <= 3  # the weights are shares of batches
+        for b in whole:  # each batch holds samples of its one source
+            assert all((int(k[3:]) < 600) == (b["__stream__"] == "big") for k in _flat(b["__key__"]))
+    with pytest.raises(UsageError, match=r"TokenBudget\(lengths=\.\.\.\) gives one dataset's sample lengths"):
+        ShardDataset(streams, tokens=TokenBudget("tokens.npy", 2048, lengths=np.ones(800, dtype=np.int64)))
+
+
+def _flat(keys: list) -> tuple[str, ...]:
+    """A batch's keys (a packed sequence lists its rows' keys)."""
+    return tuple(k for group in keys for k in (group if isinstance(group, list) else [group]))
