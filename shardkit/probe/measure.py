@@ -31,7 +31,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from shardkit.probe.ceiling import Ceiling, Shard, drop_local, read_ceiling
+import numpy as np
+
+from shardkit.probe.ceiling import MAX_DROPPED_FILES, Ceiling, Shard, drop_local, read_ceiling
 from shardkit.read.dataset import ShardDataset
 from shardkit.read.loader import make_loader
 from shardkit.read.loader_stats import LoaderStats
@@ -75,15 +77,21 @@ class LoaderRun:
         return self.cpu_s / (self.nbytes / 1e9) if self.nbytes else 0.0
 
 
-def dataset_shards(dataset: ShardDataset) -> list[Shard]:
-    """Every shard ``dataset`` reads, with its size where the manifest says it."""
+def dataset_shards(dataset: ShardDataset, *, most: int, seed: int = 0) -> list[Shard]:
+    """Shards ``dataset`` reads, with their sizes where the manifest says
+    them: all of them, or ``most`` drawn at random where it has more (a
+    dataset of 10^6 shards is not listed whole)."""
     slots = dataset._slots  # this package's companion
+    inners = [getattr(catalog, "catalog", catalog) for catalog in slots.catalogs]  # token and batch catalogs wrap theirs
+    firsts = np.cumsum([0] + [inner.num_shards for inner in inners])  # each catalog's first shard, overall
+    total = int(firsts[-1])
+    chosen = range(total) if total <= most else sorted(random.Random(seed).sample(range(total), most))
     out = []
-    for catalog, options in zip(slots.catalogs, slots.source_options):
-        inner = getattr(catalog, "catalog", catalog)  # token and batch catalogs wrap the shards' own
-        for shard in range(inner.num_shards):
-            entry = inner.entry(shard)
-            out.append(Shard(inner.url(shard), None if entry is None else int(entry.num_bytes), options))
+    for number in chosen:
+        which = int(np.searchsorted(firsts, number, side="right")) - 1
+        inner, shard = inners[which], number - int(firsts[which])
+        entry = inner.entry(shard)
+        out.append(Shard(inner.url(shard), None if entry is None else int(entry.num_bytes), slots.source_options[which]))
     return out
 
 
@@ -203,8 +211,11 @@ def bench_dataset(
     kwargs = {"seed": 0, **(dataset_kwargs or {})}
     extra = {k: v for k, v in (options or {}).items() if v is not None}
     probe = ShardDataset(source, **kwargs)
-    shards = dataset_shards(probe)
-    sample = random.Random(0).sample(shards, min(len(shards), CEILING_SHARDS))
+    sample = dataset_shards(probe, most=CEILING_SHARDS)
+    random.Random(0).shuffle(sample)
+    # Dropped from the page cache before each loader epoch: every local shard, up to MAX_DROPPED_FILES
+    # of them (the ceiling's own reads among them); a larger dataset is mostly read where nothing warmed it.
+    shards = dataset_shards(probe, most=MAX_DROPPED_FILES) + sample
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     rows = []
 

@@ -44,7 +44,7 @@ class Packer:
         if lengths is not None:
             if not self.lengths:
                 self.offset = offset
-            self.lengths.extend(int(n) for n in lengths if n)
+            self.lengths.extend(lengths[lengths > 0].tolist())
         if self.held + len(tokens) < size:
             self.parts.append(tokens)
             self.held += len(tokens)
