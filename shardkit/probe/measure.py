@@ -160,7 +160,9 @@ def verdict(workers: int, ceiling: Ceiling, run: LoaderRun, cores: int) -> str:
     top = max(stages, key=lambda k: stages[k]) if stages else "?"
     share = stages.get(top, 0.0) / max(sum(stages.values()), 1e-9)
     if top == "read" and share > 0.5:
-        return f"storage-bound: the workers spent {share:.0%} of their time waiting for bytes"
+        return (f"storage-bound: the workers spent {share:.0%} of their time waiting for bytes, reading at "
+                f"{run.mb_per_s / max(ceiling.mb_per_s, 1e-9):.0%} of the ceiling (more workers, or a larger "
+                "read_ahead_bytes or SourceOptions.chunk_bytes, ask more of the storage at once)")  # fmt: skip
     if timed >= BUSY or used >= BUSY:
         return f"CPU-bound: the workers were busy ({max(timed, used):.0%} of {lanes} core(s)), {top} {share:.0%} of it"
     return (f"hand-off-bound: workers busy {timed:.0%}, storage at {run.mb_per_s / max(ceiling.mb_per_s, 1e-9):.0%} "
