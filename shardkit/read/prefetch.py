@@ -224,8 +224,9 @@ class ReadAhead(Generic[J]):
                 self._cond.notify_all()
             if clock is not None:
                 clock.nbytes += len(item) if isinstance(item, bytes) else 0
+                clock.reading = getattr(job, "url", "")
                 if waited:
-                    clock.add(stats.READ, time.monotonic() + waited, getattr(job, "url", ""))
+                    clock.add(stats.READ, time.monotonic() + waited, clock.reading)
             yield job, item
             if isinstance(item, BaseException) and job is None:
                 return

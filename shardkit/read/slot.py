@@ -84,12 +84,16 @@ def _as_dicts_timed(
     (``read``, charged by the read-ahead), and to its shard, which becomes
     the clock's (one layer, locals only: this runs once a sample)."""
     now, stages, shards = time.monotonic, clock.stages, clock.shards
+    # Token blocks and budget batches are virtual shards over stored ones: their time goes to the stored
+    # shard being read (a virtual shard's name is a description, for errors).
+    virtual = tuple(isinstance(c, (BlockCatalog, BatchCatalog)) for c in catalogs)
     asked, waited = now(), stages[stats.READ]
     for count, ((shard, position, raw), source) in located:  # the time since ``asked`` went to get this one
-        clock.shard = url = catalogs[source].url(shard)
+        url = catalogs[source].url(shard)
+        clock.shard = clock.reading if virtual[source] else url
         spent = now() - asked - (stages[stats.READ] - waited)
         stages[stats.PARSE] += spent
-        shards[url] = shards.get(url, 0.0) + spent
+        shards[clock.shard] = shards.get(clock.shard, 0.0) + spent
         clock.samples += 1
         sample: Sample = {"__key__": raw.key}
         if names is not None:

@@ -84,6 +84,7 @@ class StageClock:
         self.stages = [0.0] * len(STAGES)
         self.shards: dict[str, float] = {}
         self.shard = ""  # the shard of the sample being worked on
+        self.reading = ""  # the stored shard whose bytes the parser has now (the read-ahead's)
         self.samples = 0
         self.nbytes = 0
 

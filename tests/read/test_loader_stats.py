@@ -104,6 +104,8 @@ def test_stats_work_in_process_with_token_blocks_and_resume(tmp_path):
     assert len(first) + len(rest) == len(loader)
     assert loader.stats().batches == 3 and again.stats().batches == len(rest)
     assert again.stats().workers[0].pid == os.getpid()
+    named = {u for e in again.stats().trace()["traceEvents"] if e["name"].startswith("batch ") for u in e["args"]["shards"]}
+    assert named and all(u.endswith(".tar") for u in named)  # the stored shards read, not the blocks' virtual ones
     assert stage_stats.current is None  # the in-process clock is let go when the iteration ends
 
 
