@@ -6,8 +6,8 @@ worker, or the training process with ``num_workers=0``) while an iteration
 with statistics runs; :data:`current` holds it, and None otherwise. The
 reader's stages look it up once, when an iteration builds them, and only
 then wrap themselves in timers (:func:`timed_call`, and the reader's
-sample stream in :mod:`.slot`):
-with statistics off nothing is timed, per sample or otherwise.
+sample stream in :mod:`.slot`): with statistics off nothing is timed, per
+sample or otherwise. (:mod:`.watch` starts the clock for a plain DataLoader.)
 
 The stages:
 
@@ -21,9 +21,11 @@ The stages:
 ``decode``, ``map``, ``collate``
     the dataset's decoder, the user's ``map`` and the batch's collation.
 
-After each item it hands over, the reader takes a :class:`Record` of the
-time since the last (:meth:`StageClock.take`): small, and it travels with
-the item to the training process.
+After each item it hands over (each batch, where the DataLoader batches),
+the reader takes a :class:`Record` of the time since the last
+(:meth:`StageClock.take`): small, and it travels with the item to the
+training process. Token blocks and budget batches charge their time to the
+stored shard being read, not to their virtual shard.
 """
 
 from __future__ import annotations
