@@ -96,10 +96,7 @@ class TokenBudget:
             if declared.ndim != 1 or not np.issubdtype(declared.dtype, np.integer) or (declared < 0).any():
                 raise UsageError("TokenBudget lengths must be one non-negative integer a sample, in dataset order")
             object.__setattr__(self, "lengths", declared.astype(np.int64))
-        for name in ("batch_tokens", "window"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise UsageError(f"TokenBudget {name} must be an int >= 1, not {value!r}")
+        check_counts(self, "batch_tokens", "window")
         if self.padding not in PADDINGS:
             raise UsageError(f"TokenBudget padding must be one of {PADDINGS}, not {self.padding!r}")
         if self.too_long not in TOO_LONG:
@@ -128,6 +125,14 @@ class TokenBudget:
         per_sample = BatchOutput(self, output.decoder, output.select, output.map, output.collate)
         return mixture.with_budget(self, seed=seed), dataclasses.replace(output, decode=None, select=None,
                                                                         map=per_sample, collate=None)  # fmt: skip
+
+
+def check_counts(spec: Any, *names: str) -> None:
+    """Refuse a field of ``spec`` (among ``names``) that is not an int of at least 1 (a bool is not one)."""
+    for name in names:
+        value = getattr(spec, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UsageError(f"{type(spec).__name__} {name} must be an int >= 1, not {value!r}")
 
 
 def plan_shard(lengths: np.ndarray, budget: TokenBudget, *, seed: int, shard: int) -> list[np.ndarray]:

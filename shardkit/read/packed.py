@@ -32,7 +32,7 @@ import torch
 
 from shardkit.errors import UsageError
 from shardkit.read.block_output import block_boundaries
-from shardkit.read.budget import TOO_LONG, BatchOutput, token_ids
+from shardkit.read.budget import TOO_LONG, BatchOutput, check_counts, token_ids
 
 
 @dataclass(frozen=True)
@@ -63,10 +63,7 @@ class PackedSamples:
     def __post_init__(self) -> None:
         if not isinstance(self.field, str) or not self.field:
             raise UsageError(f"PackedSamples field must be a token field such as 'tokens.npy', not {self.field!r}")
-        for name in ("seq_len", "window"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise UsageError(f"PackedSamples {name} must be an int >= 1, not {value!r}")
+        check_counts(self, "seq_len", "window")
         if self.too_long not in TOO_LONG:
             raise UsageError(f"PackedSamples too_long must be one of {TOO_LONG}, not {self.too_long!r}")
         object.__setattr__(self, "per_token", tuple(self.per_token))
