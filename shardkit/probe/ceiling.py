@@ -24,7 +24,7 @@ from shardkit.io.urls import is_local
 #: Bytes per read request.
 CHUNK_BYTES = 8 << 20
 
-#: Local files dropped from the page cache before a loader run, at most.
+#: Local files dropped from the page cache before a loader epoch, at most (see :mod:`.measure`).
 MAX_DROPPED_FILES = 20_000
 
 
@@ -79,12 +79,12 @@ def drop_cached(path: str) -> bool:
 
 
 def drop_local(shards: Sequence[Shard]) -> bool | None:
-    """Drop the local ones of ``shards`` (the first :data:`MAX_DROPPED_FILES`)
-    from the page cache: whether all could be (None: none is local)."""
+    """Drop the local ones of ``shards`` from the page cache: whether all
+    could be (None: none is local)."""
     local = [s.url for s in shards if is_local(s.url)]
     if not local:
         return None
-    return all([drop_cached(u) for u in local[: MAX_DROPPED_FILES + 64]])  # noqa: C419 (drop each)
+    return all([drop_cached(u) for u in local])  # noqa: C419 (drop each)
 
 
 def read_ceiling(shards: Sequence[Shard], *, streams: int, seconds: float) -> Ceiling:

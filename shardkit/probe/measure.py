@@ -212,12 +212,10 @@ def bench_dataset(
     rest (storage options, mode); ``progress`` is told each step."""
     kwargs = {"seed": 0, **(dataset_kwargs or {})}
     extra = {k: v for k, v in (options or {}).items() if v is not None}
-    probe = ShardDataset(source, **kwargs)
-    sample = dataset_shards(probe, most=CEILING_SHARDS)
-    random.Random(0).shuffle(sample)
     # Dropped from the page cache before each loader epoch: every local shard, up to MAX_DROPPED_FILES
-    # of them (the ceiling's own reads among them); a larger dataset is mostly read where nothing warmed it.
-    shards = dataset_shards(probe, most=MAX_DROPPED_FILES) + sample
+    # of them, the ceiling's among them; a larger dataset is mostly read where nothing warmed it.
+    shards = dataset_shards(ShardDataset(source, **kwargs), most=MAX_DROPPED_FILES)
+    sample = random.Random(0).sample(shards, min(len(shards), CEILING_SHARDS))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     rows = []
 
