@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from shardkit.cli.common import EXIT_OK, add_source_options, add_verbose, shown, source_options
+from shardkit.cli.common import EXIT_OK, add_source_options, add_verbose, shown, source_options, whole_number
 from shardkit.errors import UsageError
 
 #: Worker counts tried when not told (those above the machine's cores are dropped).
@@ -39,13 +39,13 @@ def _workers(text: str | None) -> list[int]:
     return sorted({int(p) for p in parts})
 
 
-def _positive(flag: str, text: str, kind: type) -> float:
+def _seconds(text: str) -> float:
     try:
-        value = kind(text)
+        value = float(text)
     except ValueError:
-        value = 0
-    if value <= 0:
-        raise UsageError(f"{flag} must be a positive {'whole ' if kind is int else ''}number, not {text!r}")
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"--seconds must be a positive number, not {text!r}")
     return value
 
 
@@ -78,8 +78,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from shardkit.probe.report import save, text
 
     workers = _workers(args.workers)
-    seconds = _positive("--seconds", args.seconds, float)
-    batch_size = int(_positive("--batch-size", args.batch_size, int))
+    seconds = _seconds(args.seconds)
+    batch_size = whole_number("--batch-size", args.batch_size, 1)
     _outside(args.out, args.dataset)
     options = {"decode": args.decode, "map": load_map(args.map) if args.map else None}
     steps = len(workers) * (3 if any(options.values()) else 2)

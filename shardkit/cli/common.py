@@ -55,6 +55,13 @@ S3_ANONYMOUS_HELP = (
 )
 
 
+def whole_number(flag: str, text: str, low: int) -> int:
+    """``text``, the value of ``flag``, as a whole number of at least ``low``."""
+    if not text.isdigit() or int(text) < low:
+        raise UsageError(f"{flag} must be a whole number of at least {low}, not {text!r}")
+    return int(text)
+
+
 def add_source_options(parser: argparse.ArgumentParser) -> None:
     """The flags of :class:`~shardkit.io.base.SourceOptions` a reading command takes."""
     parser.add_argument("--s3-anonymous", action="store_true", help=S3_ANONYMOUS_HELP)

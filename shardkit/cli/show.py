@@ -5,17 +5,19 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from shardkit.cli.common import EXIT_OK, add_source_options, add_verbose, human_bytes, shown, source_options
+from shardkit.cli.common import (
+    EXIT_OK,
+    add_source_options,
+    add_verbose,
+    human_bytes,
+    shown,
+    source_options,
+    whole_number,
+)
 from shardkit.errors import UsageError
 
 if TYPE_CHECKING:
     from shardkit.preview.build import ShowOptions
-
-
-def _whole(flag: str, text: str, low: int) -> int:
-    if not text.isdigit() or int(text) < low:
-        raise UsageError(f"{flag} must be a whole number of at least {low}, not {text!r}")
-    return int(text)
 
 
 def add_show(sub: argparse._SubParsersAction) -> None:
@@ -61,11 +63,11 @@ def cmd_show(args: argparse.Namespace) -> int:
         raise UsageError("give --out FILE.html to write the page, or --serve to serve it (one of them)")
     if args.out is not None and not args.out.lower().endswith((".html", ".htm")):
         raise UsageError(f"--out {shown(args.out)}: name the page FILE.html")
-    pixels = None if args.max_image_pixels is None else _whole("--max-image-pixels", args.max_image_pixels, 1)
+    pixels = None if args.max_image_pixels is None else whole_number("--max-image-pixels", args.max_image_pixels, 1)
     options = ShowOptions(
-        samples=_whole("--samples", args.samples, 0),
-        seed=_whole("--seed", args.seed, 0),
-        stats_samples=_whole("--stats-samples", args.stats_samples, 0),
+        samples=whole_number("--samples", args.samples, 0),
+        seed=whole_number("--seed", args.seed, 0),
+        stats_samples=whole_number("--stats-samples", args.stats_samples, 0),
         **({} if pixels is None else {"max_image_pixels": pixels}),
     )
     if args.serve:
@@ -84,7 +86,7 @@ def _serve(args: argparse.Namespace, options: ShowOptions) -> int:
     from shardkit.preview.serve import make_server
     from shardkit.read.indexed import IndexedDataset
 
-    port = _whole("--port", args.port, 0)
+    port = whole_number("--port", args.port, 0)
     storage = source_options(args)
     IndexedDataset(args.dataset, source_options=storage).close()  # a missing dataset fails now, not at each load
 
