@@ -65,32 +65,48 @@ class BlockOutput:
 def block_boundaries(layout: np.ndarray, size: int) -> dict[str, Any]:
     """One block's ``position_ids`` (int32), ``seq_lens``, ``cu_seqlens``
     and ``max_seqlen``, from its layout (see :mod:`.packer`)."""
-    parts = _Parts([layout], size)
-    lengths = parts.lengths.astype(np.int32)
-    cu = np.empty(len(lengths) + 1, dtype=np.int32)
-    positions = np.empty(size, dtype=np.int32)
-    parts.fill(positions, cu)
-    return {"position_ids": torch.from_numpy(positions), "seq_lens": torch.from_numpy(lengths),
-            "cu_seqlens": torch.from_numpy(cu), "max_seqlen": int(lengths.max())}  # fmt: skip
+    out = _Parts.of([layout], size).boundaries()
+    out["position_ids"], out["seq_lens"] = out["position_ids"].view(-1), out["seq_lens"].view(-1)
+    return out
 
 
 class _Parts:
     """The documents' parts of a batch of blocks of ``size`` tokens, from
-    their layouts; checked to fill the blocks where they are not the
+    their layouts laid end to end (``laid``) and each layout's length
+    (``widths``); checked to fill the blocks where they are not the
     packer's own (``check``)."""
 
-    def __init__(self, layouts: list[np.ndarray], size: int, check: bool = True):
-        self.lengths = np.concatenate([layout[1:] for layout in layouts])
-        self.offsets = np.array([layout[0] for layout in layouts], dtype=np.int32)
-        self.per_row = np.array([len(layout) - 1 for layout in layouts])
-        self.firsts = np.cumsum(self.per_row) - self.per_row  # each row's first part
+    def __init__(self, laid: np.ndarray, widths: np.ndarray, size: int, check: bool = True):
+        self.laid, self.widths, self.size = laid, widths, size
+        heads = np.cumsum(widths) - widths  # each layout's place in ``laid``
+        self.offsets = laid[heads]
+        keep = np.ones(len(laid), dtype=bool)
+        keep[heads] = False
+        self.lengths = laid[keep]
+        self.per_row = widths - 1
+        self.firsts = heads - np.arange(len(widths))  # each row's first part in ``lengths``
         if check and (
             (self.per_row < 1).any() or (self.lengths <= 0).any()
             or (np.add.reduceat(self.lengths, self.firsts, dtype=np.int64) != size).any()
         ):  # fmt: skip
             raise UsageError(f"blocks whose parts do not fill {size} tokens each: seq_lens {self.lengths.tolist()[:16]}")
 
-    def fill(self, positions: np.ndarray, cu: np.ndarray, table: np.ndarray | None = None) -> None:
+    @classmethod
+    def of(cls, layouts: list[np.ndarray], size: int, check: bool = True) -> _Parts:
+        widths = np.fromiter(map(len, layouts), dtype=np.intp, count=len(layouts))
+        return cls(np.concatenate(layouts), widths, size, check)
+
+    def boundaries(self) -> dict[str, Any]:
+        """The batch's ``position_ids``, ``seq_lens``, ``cu_seqlens`` and
+        ``max_seqlen`` (see the module docstring), each an array of its own."""
+        rows, widest = len(self.widths), int(self.per_row.max())
+        positions = np.empty((rows, self.size), dtype=np.int32)
+        cu, table = np.empty(len(self.lengths) + 1, dtype=np.int32), np.empty((rows, widest), dtype=np.int32)
+        self.fill(positions, cu, table)
+        return {"position_ids": torch.from_numpy(positions), "seq_lens": torch.from_numpy(table),
+                "cu_seqlens": torch.from_numpy(cu), "max_seqlen": int(self.lengths.max())}  # fmt: skip
+
+    def fill(self, positions: np.ndarray, cu: np.ndarray, table: np.ndarray) -> None:
         """Each token's position in its document into ``positions``, the
         parts' cumulative sums into ``cu``, and into ``table`` each row's
         part lengths padded with zeros."""
@@ -99,10 +115,8 @@ class _Parts:
         shift = cu[:-1].copy()
         shift[self.firsts] -= self.offsets
         np.subtract(_arange(positions.size), np.repeat(shift, self.lengths), out=positions.reshape(-1))
-        if table is not None:
-            table[...] = 0
-            for row, (first, count) in enumerate(zip(self.firsts.tolist(), self.per_row.tolist())):
-                table[row, :count] = self.lengths[first : first + count]
+        table[...] = 0
+        table[np.arange(table.shape[1]) < self.per_row[:, None]] = self.lengths
 
 
 @functools.lru_cache(maxsize=8)
@@ -133,15 +147,62 @@ def stack_blocks(blocks: list[Any], dtype: torch.dtype = torch.int64) -> Any:
     ``default_collate`` makes of the blocks as tensors, in one copy instead
     of two. In a DataLoader worker the batch is made in shared memory, as
     ``default_collate`` makes it there, so it crosses to the main process
-    as it is."""
-    if blocks and isinstance(blocks[0], tuple):  # with their positions (boundaries=True)
-        return _stack_with_boundaries(blocks, dtype)  # type: ignore[arg-type]
+    as it is. Blocks with their layouts (``boundaries=True``) make a batch
+    with boundaries (see the module docstring); in the workers of
+    :func:`~shardkit.make_loader` it crosses as its layouts
+    (:class:`LaidBatch`)."""
+    if not blocks or not isinstance(blocks[0], tuple):
+        return _stack_tokens(blocks, dtype)
+    if layouts_cross and get_worker_info() is not None:
+        tokens = _stack_tokens([block for block, _ in blocks], dtype)
+        return LaidBatch(tokens, np.concatenate([layout for _, layout in blocks]), [len(b[1]) for b in blocks])
+    return _stack_with_boundaries(blocks, dtype)
+
+
+def _stack_tokens(blocks: list[np.ndarray], dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``blocks`` stacked into a new batch tensor of ``dtype``, or into ``out``."""
     target = OUTPUT_DTYPES[dtype]
     for block in blocks:
         _check_fits(block, target)
-    out = _batch_tensor((len(blocks), len(blocks[0])), dtype)
+    if out is None:
+        out = _batch_tensor((len(blocks), len(blocks[0])), dtype)
     np.stack(blocks, out=out.numpy(), casting="unsafe")  # as astype converts: checked above where it narrows
     return out
+
+
+#: Whether batches with boundaries made in this process cross to the main
+#: process as their layouts (:class:`LaidBatch`). Set in each worker by
+#: :func:`~shardkit.make_loader`'s loader, where nothing but its own code
+#: sees a batch between the dataset and the main process; a batch a plain
+#: DataLoader's worker makes is a dict there too.
+layouts_cross = False
+
+
+class LaidBatch:
+    """A batch of blocks with boundaries on its way from a worker of
+    :func:`~shardkit.make_loader` to the main process: its tokens (in shared
+    memory) and its blocks' layouts laid end to end (``laid``, ``widths``
+    each layout's length), a few bytes a block. Unpickled it is the batch
+    dict (:func:`_landed`): ``position_ids``, ``seq_lens``, ``cu_seqlens``
+    and ``max_seqlen`` are made where the batch lands.
+
+    Made in the worker, they would cross in shared memory, and a fresh
+    segment each batch costs by the page (about 0.5 µs a KB here): the
+    256 KB of ``position_ids`` of a batch of 8 x 8,192 cost more there than
+    making them costs the main process.
+    """
+
+    def __init__(self, tokens: torch.Tensor, laid: np.ndarray, widths: list[int]):
+        self.tokens, self.laid, self.widths = tokens, laid, widths
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _landed, (self.tokens, self.laid.tobytes(), self.widths)
+
+
+def _landed(tokens: torch.Tensor, laid: bytes, widths: list[int]) -> dict[str, Any]:
+    """The batch a :class:`LaidBatch` carried."""
+    parts = _Parts(np.frombuffer(laid, dtype=np.int32), np.array(widths), tokens.shape[1], check=False)
+    return {"tokens": tokens, **parts.boundaries()}
 
 
 def _batch_tensor(shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
@@ -161,21 +222,17 @@ def _stack_with_boundaries(
     Its tensors are views of one buffer (in shared memory in a DataLoader
     worker): one to hand over, not four (four cost 2.7x the hand-off time
     of one here)."""
-    target = OUTPUT_DTYPES[dtype]
-    for block, _ in blocks:
-        _check_fits(block, target)
     rows, size = len(blocks), len(blocks[0][0])
-    parts = _Parts([layout for _, layout in blocks], size, check=check)
+    parts = _Parts.of([layout for _, layout in blocks], size, check=check)
     count, widest = len(parts.lengths), int(parts.per_row.max())
-    cells = rows * size
-    layout = _aligned((cells * target.itemsize, cells * 4, 4 * (count + 1), 4 * rows * widest))
+    cells, itemsize = rows * size, OUTPUT_DTYPES[dtype].itemsize
+    layout = _aligned((cells * itemsize, cells * 4, 4 * (count + 1), 4 * rows * widest))
     buffer = _batch_tensor((1, layout[-1]), torch.uint8).view(-1)
     ints = buffer.view(torch.int32)
-    tokens = buffer.view(dtype).as_strided((rows, size), (size, 1), 0)
+    tokens = _stack_tokens([b for b, _ in blocks], dtype, out=buffer.view(dtype).as_strided((rows, size), (size, 1), 0))
     position_ids = ints.as_strided((rows, size), (size, 1), layout[1] // 4)
     cu_seqlens = ints.as_strided((count + 1,), (1,), layout[2] // 4)
     seq_lens = ints.as_strided((rows, widest), (widest, 1), layout[3] // 4)
-    np.stack([b for b, _ in blocks], out=tokens.numpy(), casting="unsafe")  # checked above where it narrows
     parts.fill(position_ids.numpy(), cu_seqlens.numpy(), seq_lens.numpy())
     return {"tokens": tokens, "position_ids": position_ids, "seq_lens": seq_lens, "cu_seqlens": cu_seqlens,
             "max_seqlen": int(parts.lengths.max())}  # fmt: skip

@@ -22,7 +22,7 @@ from torch.utils.data import (
 )
 
 from shardkit.errors import UsageError, WorkerStartError
-from shardkit.read import stats
+from shardkit.read import block_output, stats
 from shardkit.read.dataset import NO_LENGTH_MESSAGE, ShardDataset
 from shardkit.read.frameworks import REBUILT_LOADER_MESSAGE, called_by_accelerate
 from shardkit.read.loader_stats import LoaderStats, timed_batches
@@ -161,6 +161,10 @@ class _TaggedSlots(IterableDataset):
         self.stats = False
         #: Whether the DataLoader batches the items (set by the loader).
         self.batched = False
+        #: Whether batches with boundaries may cross as their layouts: the
+        #: loader converts items with ``default_convert``, which leaves them
+        #: be (set by the loader; see :data:`.block_output.layouts_cross`).
+        self.layouts_cross = False
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -184,6 +188,8 @@ class _TaggedSlots(IterableDataset):
         info = get_worker_info()
         if self.start is not None and info is not None:
             self.start.mark_started(info.id)
+        if info is not None:
+            block_output.layouts_cross = self.layouts_cross
         dataset = self.dataset
         world = detect_worker(dataset.world)
         epoch = dataset.epoch
@@ -240,6 +246,7 @@ class ShardLoader(DataLoader):
         collate = _TaggedCollate(collate_fn or (default_collate if batched else default_convert), batched=batched)
         self._slots = _TaggedSlots(dataset)
         self._slots.stats, self._slots.batched = stats, batched
+        self._slots.layouts_cross = collate_fn is None and not batched
         self._stats = LoaderStats() if stats else None
         super().__init__(self._slots, batch_size=batch_size, collate_fn=collate, **kwargs)
         self.shard_dataset = dataset

@@ -15,8 +15,6 @@ whatever the documents hold, with ``eos=None`` too.
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 
 
@@ -28,7 +26,7 @@ class Packer:
         self.block_size = block_size
         self.parts: list[np.ndarray] = []
         self.held = 0
-        self.lengths: deque[int] = deque()  # the held tokens' document parts
+        self.lengths: np.ndarray | None = None  # the held tokens' document parts, once told any
         self.offset = 0  # the first held token's position in its document
 
     def add(
@@ -42,42 +40,57 @@ class Packer:
         as the block waits in the swap buffer), with its layout or None."""
         size = self.block_size
         if lengths is not None:
-            if not self.lengths:
-                self.offset = offset
-            self.lengths.extend(lengths[lengths > 0].tolist())
+            if self.lengths is None or not len(self.lengths):
+                self.lengths, self.offset = lengths[lengths > 0].astype(np.int64), offset
+            else:
+                self.lengths = np.concatenate((self.lengths, lengths[lengths > 0]))
         if self.held + len(tokens) < size:
             self.parts.append(tokens)
             self.held += len(tokens)
             return []
-        done: list[tuple[np.ndarray, np.ndarray | None]] = []
+        count = (self.held + len(tokens)) // size
+        layouts = self._layouts(count) if self.lengths is not None else [None] * count
+        rows: list[np.ndarray] = []
         if self.held:
             need = size - self.held
-            done.append((np.concatenate([*self.parts, tokens[:need]]), self._layout()))
+            rows.append(np.concatenate([*self.parts, tokens[:need]]))
             tokens = tokens[need:]
         whole = len(tokens) // size * size
-        done.extend((row.copy(), self._layout()) for row in tokens[:whole].reshape(-1, size))
+        rows.extend(row.copy() for row in tokens[:whole].reshape(-1, size))
         rest = tokens[whole:]
         self.parts, self.held = ([rest.copy()] if len(rest) else []), len(rest)
-        return done
+        return list(zip(rows, layouts))
 
-    def _layout(self) -> np.ndarray | None:
-        """The next block's layout, taken off the held parts."""
-        if not self.lengths:
-            return None
-        out, room = [self.offset], self.block_size
-        while room:
-            n = self.lengths[0]
-            if n > room:  # the part runs on into the next block
-                out.append(room)
-                self.lengths[0] -= room
-                self.offset = (self.offset if len(out) == 2 else 0) + room
-                break
-            out.append(n)
-            room -= n
-            self.lengths.popleft()
+    def _layouts(self, count: int) -> list[np.ndarray]:
+        """The next ``count`` blocks' layouts, taken off the held parts at
+        once: the parts are the documents' lengths cut also at each block's
+        end."""
+        lengths, size = self.lengths, self.block_size
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
+        done = count * size
+        firsts = np.arange(count) * size  # each block's first token
+        # The parts' ends: the documents' ends inside the blocks merged (both sorted) with the blocks' ends.
+        inside = ends[: np.searchsorted(ends, done)]
+        inside = inside[inside % size != 0]
+        closing = np.searchsorted(inside, firsts + size) + np.arange(count)  # each block's last part
+        cuts = np.empty(len(inside) + count, dtype=ends.dtype)
+        cuts[closing] = firsts + size
+        between = np.ones(len(cuts), dtype=bool)
+        between[closing] = False
+        cuts[between] = inside
+        parts = np.diff(cuts, prepend=0)
+        opening = np.concatenate(([0], closing[:-1] + 1))  # each block's first part
+        carried = np.searchsorted(ends, firsts, side="right")  # the document holding it
+        offsets = firsts - starts[carried] + np.where(carried == 0, self.offset, 0)
+        rest = int(np.searchsorted(ends, done, side="right"))  # the first document not done
+        if rest < len(lengths):
+            self.offset = done - int(starts[rest]) + (self.offset if rest == 0 else 0)
+            self.lengths = np.concatenate(([ends[rest] - done], lengths[rest + 1 :]))
         else:
-            self.offset = 0
-        return np.asarray(out, dtype=np.int32)
+            self.offset, self.lengths = 0, lengths[:0]
+        laid = np.insert(parts, opening, offsets).astype(np.int32)
+        return np.split(laid, opening[1:] + np.arange(1, count))
 
 
 def cut_lengths(lengths: np.ndarray, skip: int, count: int) -> tuple[np.ndarray, int]:

@@ -15,6 +15,7 @@ import torch
 import shardkit
 from shardkit import ShardDataset, TokenBlocks, make_loader
 from shardkit.errors import UsageError
+from shardkit.read.packer import Packer
 from tests.read.token_data import STRIDE, write_documents
 from tests.read.torchrun_util import launch
 
@@ -67,6 +68,74 @@ def test_positions_and_parts_come_from_the_counts_in_blocks_and_batches(corpus, 
         assert batch["seq_lens"].shape[0] == len(batch["tokens"]) and int(batch["seq_lens"].sum()) == flat.size
         seen += len(batch["tokens"])
     assert seen == len(blocks)
+
+
+def _seen(batch: dict) -> bool:
+    return isinstance(batch, dict)
+
+
+def _flag_dicts(batch: dict) -> dict:  # a user's collate_fn: it sees each batch as the dataset made it
+    return {**batch, "was_a_dict": _seen(batch)}
+
+
+@pytest.mark.parametrize("loader", ["make_loader", "make_loader, collate_fn", "DataLoader"])
+def test_batches_made_in_workers_arrive_as_the_batches_made_in_process(corpus, loader):
+    data, lengths = corpus
+    ds = ShardDataset(data, tokens=TokenBlocks("tokens.npy", 64, boundaries=True), mode="exact", seed=3, batch_size=4)
+    if loader == "DataLoader":
+        batches = list(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2))
+    else:
+        collate = _flag_dicts if loader.endswith("collate_fn") else None
+        batches = list(make_loader(ds, num_workers=2, collate_fn=collate))
+        assert all(b.pop("was_a_dict", True) for b in batches)
+    rows = {}  # each block, by its tokens: its positions and parts as made in this process
+    for b in ShardDataset(data, tokens=TokenBlocks("tokens.npy", 64, boundaries=True), mode="exact", seed=3):
+        rows[b["tokens"].numpy().tobytes()] = (b["position_ids"].numpy(), b["seq_lens"].numpy())
+    seen = 0
+    for batch in batches:
+        assert isinstance(batch, dict) and sorted(batch) == ["cu_seqlens", "max_seqlen", "position_ids", "seq_lens", "tokens"]
+        check_block(batch["tokens"].numpy().reshape(-1), batch["position_ids"].numpy().reshape(-1),
+                    batch["cu_seqlens"].numpy(), lengths, None)  # fmt: skip
+        for tokens, positions, parts in zip(batch["tokens"], batch["position_ids"], batch["seq_lens"]):
+            want_positions, want_parts = rows.pop(tokens.numpy().tobytes())
+            assert np.array_equal(positions.numpy(), want_positions)
+            assert np.array_equal(parts.numpy()[: len(want_parts)], want_parts) and not parts[len(want_parts) :].any()
+        assert batch["max_seqlen"] == int(batch["seq_lens"].max())
+        # make_loader's workers hand over the tokens and the layouts; the boundaries are made on arrival
+        assert batch["tokens"].is_shared() and batch["position_ids"].is_shared() == (loader != "make_loader")
+        seen += len(batch["tokens"])
+    assert not rows and seen  # every block once
+
+
+def test_the_packer_lays_out_documents_however_they_come():
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        size = int(rng.integers(1, 40))
+        lengths = rng.integers(0, 3 * size, int(rng.integers(1, 30)))
+        lengths[rng.random(len(lengths)) < 0.2] = size  # some documents exactly a block
+        skip = int(rng.integers(0, lengths[0])) if lengths[0] else 0  # the first document's first tokens were read before
+        truth = np.concatenate([np.arange(n) for n in lengths])[skip:]  # each token's position
+        ids = np.arange(len(truth))
+        packer, blocks, at = Packer(size), [], 0
+        cuts = np.sort(rng.integers(0, len(lengths) + 1, int(rng.integers(0, 4))))
+        for lo, hi in zip([0, *cuts], [*cuts, len(lengths)]):  # the documents handed over in runs
+            chunk = lengths[lo:hi].copy()
+            if lo == 0 and len(chunk):
+                chunk[0] -= skip
+            blocks += packer.add(ids[at : at + chunk.sum()], chunk, skip if lo == 0 else 0)
+            at += chunk.sum()
+        assert len(blocks) == len(truth) // size
+        for k, (block, layout) in enumerate(blocks):
+            assert np.array_equal(block, ids[k * size : (k + 1) * size]) and layout.dtype == np.int32
+            parts = _Parts_positions(layout, size)
+            assert np.array_equal(parts, truth[k * size : (k + 1) * size])
+
+
+def _Parts_positions(layout: np.ndarray, size: int) -> np.ndarray:
+    """The positions a layout says, one part after another."""
+    assert layout[1:].sum() == size and (layout[1:] > 0).all()
+    runs = [np.arange(layout[0], layout[0] + layout[1])] + [np.arange(n) for n in layout[2:]]
+    return np.concatenate(runs)
 
 
 def test_a_resumed_epoch_keeps_the_boundaries_exact(corpus):
