@@ -153,7 +153,7 @@ def stack_blocks(blocks: list[Any], dtype: torch.dtype = torch.int64) -> Any:
     (:class:`LaidBatch`)."""
     if not blocks or not isinstance(blocks[0], tuple):
         return _stack_tokens(blocks, dtype)
-    if layouts_cross and get_worker_info() is not None:
+    if layouts_cross and len(blocks) * len(blocks[0][0]) >= LAID_FROM_TOKENS and get_worker_info() is not None:
         tokens = _stack_tokens([block for block, _ in blocks], dtype)
         return LaidBatch(tokens, np.concatenate([layout for _, layout in blocks]), [len(b[1]) for b in blocks])
     return _stack_with_boundaries(blocks, dtype)
@@ -177,6 +177,13 @@ def _stack_tokens(blocks: list[np.ndarray], dtype: torch.dtype, out: torch.Tenso
 #: DataLoader's worker makes is a dict there too.
 layouts_cross = False
 
+#: The fewest tokens a batch has for its boundaries to be made where it
+#: lands. Measured with 2 workers (bench_tokens.py's boundaries cells, the
+#: two ways alternating): batches of 8 x 8,192 came 1.09x faster so (1.13x
+#: with 1 worker), 8 x 4,096 the same, 8 x 2,048 0.96x: shared memory costs
+#: by the byte, making them in the main process mostly by the call.
+LAID_FROM_TOKENS = 1 << 16
+
 
 class LaidBatch:
     """A batch of blocks with boundaries on its way from a worker of
@@ -189,7 +196,7 @@ class LaidBatch:
     Made in the worker, they would cross in shared memory, and a fresh
     segment each batch costs by the page (about 0.5 µs a KB here): the
     256 KB of ``position_ids`` of a batch of 8 x 8,192 cost more there than
-    making them costs the main process.
+    making them costs the main process (see :data:`LAID_FROM_TOKENS`).
     """
 
     def __init__(self, tokens: torch.Tensor, laid: np.ndarray, widths: list[int]):
