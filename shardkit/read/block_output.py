@@ -149,14 +149,16 @@ def stack_blocks(blocks: list[Any], dtype: torch.dtype = torch.int64) -> Any:
     ``default_collate`` makes it there, so it crosses to the main process
     as it is. Blocks with their layouts (``boundaries=True``) make a batch
     with boundaries (see the module docstring); in the workers of
-    :func:`~shardkit.make_loader` it crosses as its layouts
-    (:class:`LaidBatch`)."""
+    :func:`~shardkit.make_loader` it crosses as its one buffer
+    (:class:`BufferBatch`), or from :data:`LAID_FROM_TOKENS` tokens as its
+    layouts (:class:`LaidBatch`)."""
     if not blocks or not isinstance(blocks[0], tuple):
         return _stack_tokens(blocks, dtype)
-    if layouts_cross and len(blocks) * len(blocks[0][0]) >= LAID_FROM_TOKENS and get_worker_info() is not None:
+    crossing = lean_handoff and get_worker_info() is not None
+    if crossing and len(blocks) * len(blocks[0][0]) >= LAID_FROM_TOKENS:
         tokens = _stack_tokens([block for block, _ in blocks], dtype)
         return LaidBatch(tokens, np.concatenate([layout for _, layout in blocks]), [len(b[1]) for b in blocks])
-    return _stack_with_boundaries(blocks, dtype)
+    return _stack_with_boundaries(blocks, dtype, crossing=crossing)
 
 
 def _stack_tokens(blocks: list[np.ndarray], dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -170,18 +172,20 @@ def _stack_tokens(blocks: list[np.ndarray], dtype: torch.dtype, out: torch.Tenso
     return out
 
 
-#: Whether batches with boundaries made in this process cross to the main
-#: process as their layouts (:class:`LaidBatch`). Set in each worker by
+#: Whether a batch with boundaries made in this process crosses to the main
+#: process as an object that unpickles into the batch dict there
+#: (:class:`BufferBatch`, :class:`LaidBatch`). Set in each worker by
 #: :func:`~shardkit.make_loader`'s loader, where nothing but its own code
-#: sees a batch between the dataset and the main process; a batch a plain
-#: DataLoader's worker makes is a dict there too.
-layouts_cross = False
+#: sees a batch between the dataset and the main process; a plain
+#: DataLoader's worker hands over the dict.
+lean_handoff = False
 
 #: The fewest tokens a batch has for its boundaries to be made where it
-#: lands. Measured with 2 workers (bench_tokens.py's boundaries cells, the
-#: two ways alternating): batches of 8 x 8,192 came 1.09x faster so (1.13x
-#: with 1 worker), 8 x 4,096 the same, 8 x 2,048 0.96x: shared memory costs
-#: by the byte, making them in the main process mostly by the call.
+#: lands (:class:`LaidBatch`) rather than in the worker (:class:`BufferBatch`).
+#: Measured with the two alternating: 1.04x the tokens/s at 8 x 8,192 with
+#: 2 workers, 1.16x with 1; at 8 x 4,096 and 8 x 2,048 no better or worse
+#: (0.96x): shared memory costs by the byte, making them in the main process
+#: mostly by the call.
 LAID_FROM_TOKENS = 1 << 16
 
 
@@ -223,26 +227,55 @@ def _batch_tensor(shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
 
 
 def _stack_with_boundaries(
-    blocks: list[tuple[np.ndarray, np.ndarray]], dtype: torch.dtype, check: bool = False
-) -> dict[str, Any]:
+    blocks: list[tuple[np.ndarray, np.ndarray]], dtype: torch.dtype, check: bool = False, crossing: bool = False
+) -> Any:
     """A batch of blocks with their layouts (see the module docstring).
     Its tensors are views of one buffer (in shared memory in a DataLoader
     worker): one to hand over, not four (four cost 2.7x the hand-off time
-    of one here)."""
+    of one here). ``crossing``: the buffer crosses alone
+    (:class:`BufferBatch`), and the views are made where it lands."""
     rows, size = len(blocks), len(blocks[0][0])
     parts = _Parts.of([layout for _, layout in blocks], size, check=check)
-    count, widest = len(parts.lengths), int(parts.per_row.max())
-    cells, itemsize = rows * size, OUTPUT_DTYPES[dtype].itemsize
-    layout = _aligned((cells * itemsize, cells * 4, 4 * (count + 1), 4 * rows * widest))
-    buffer = _batch_tensor((1, layout[-1]), torch.uint8).view(-1)
+    shape = (dtype, rows, size, len(parts.lengths), int(parts.per_row.max()))
+    buffer = _batch_tensor((1, _aligned(_part_bytes(*shape))[-1]), torch.uint8).view(-1)
+    batch = _views(buffer, shape, int(parts.lengths.max()))
+    _stack_tokens([b for b, _ in blocks], dtype, out=batch["tokens"])
+    parts.fill(batch["position_ids"].numpy(), batch["cu_seqlens"].numpy(), batch["seq_lens"].numpy())
+    return BufferBatch(buffer, shape, batch["max_seqlen"]) if crossing else batch
+
+
+def _part_bytes(dtype: torch.dtype, rows: int, size: int, count: int, widest: int) -> tuple[int, ...]:
+    """The bytes of a batch's tokens, position_ids, cu_seqlens and seq_lens."""
+    cells = rows * size
+    return cells * OUTPUT_DTYPES[dtype].itemsize, cells * 4, 4 * (count + 1), 4 * rows * widest
+
+
+def _views(buffer: torch.Tensor, shape: tuple[Any, ...], longest: int) -> dict[str, Any]:
+    """The batch with boundaries whose tensors ``buffer`` holds (see
+    :func:`_stack_with_boundaries`): ``shape`` is ``(dtype, rows, block
+    size, parts, most parts in a row)``."""
+    dtype, rows, size, count, widest = shape
+    at = _aligned(_part_bytes(*shape))
     ints = buffer.view(torch.int32)
-    tokens = _stack_tokens([b for b, _ in blocks], dtype, out=buffer.view(dtype).as_strided((rows, size), (size, 1), 0))
-    position_ids = ints.as_strided((rows, size), (size, 1), layout[1] // 4)
-    cu_seqlens = ints.as_strided((count + 1,), (1,), layout[2] // 4)
-    seq_lens = ints.as_strided((rows, widest), (widest, 1), layout[3] // 4)
-    parts.fill(position_ids.numpy(), cu_seqlens.numpy(), seq_lens.numpy())
-    return {"tokens": tokens, "position_ids": position_ids, "seq_lens": seq_lens, "cu_seqlens": cu_seqlens,
-            "max_seqlen": int(parts.lengths.max())}  # fmt: skip
+    return {"tokens": buffer.view(dtype).as_strided((rows, size), (size, 1), 0),
+            "position_ids": ints.as_strided((rows, size), (size, 1), at[1] // 4),
+            "seq_lens": ints.as_strided((rows, widest), (widest, 1), at[3] // 4),
+            "cu_seqlens": ints.as_strided((count + 1,), (1,), at[2] // 4), "max_seqlen": longest}  # fmt: skip
+
+
+class BufferBatch:
+    """A batch with boundaries on its way from a worker of
+    :func:`~shardkit.make_loader` to the main process as the one buffer
+    that holds its tensors; unpickled it is the batch dict, its views made
+    there. Each tensor of a dict crosses on its own (a storage reference
+    rebuilt, a tensor made): one costs less on both sides (1.06x the
+    tokens/s at 8 x 2,048, 2 workers)."""
+
+    def __init__(self, buffer: torch.Tensor, shape: tuple[Any, ...], longest: int):
+        self.buffer, self.shape, self.longest = buffer, shape, longest
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _views, (self.buffer, self.shape, self.longest)
 
 
 def _aligned(sizes: tuple[int, ...]) -> list[int]:

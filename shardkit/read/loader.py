@@ -161,10 +161,11 @@ class _TaggedSlots(IterableDataset):
         self.stats = False
         #: Whether the DataLoader batches the items (set by the loader).
         self.batched = False
-        #: Whether batches with boundaries may cross as their layouts: the
-        #: loader converts items with ``default_convert``, which leaves them
-        #: be (set by the loader; see :data:`.block_output.layouts_cross`).
-        self.layouts_cross = False
+        #: Whether batches with boundaries may cross as objects that unpickle
+        #: into them: the loader converts items with ``default_convert``,
+        #: which leaves those be (set by the loader; see
+        #: :data:`.block_output.lean_handoff`).
+        self.lean_handoff = False
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -189,7 +190,7 @@ class _TaggedSlots(IterableDataset):
         if self.start is not None and info is not None:
             self.start.mark_started(info.id)
         if info is not None:
-            block_output.layouts_cross = self.layouts_cross
+            block_output.lean_handoff = self.lean_handoff
         dataset = self.dataset
         world = detect_worker(dataset.world)
         epoch = dataset.epoch
@@ -246,7 +247,7 @@ class ShardLoader(DataLoader):
         collate = _TaggedCollate(collate_fn or (default_collate if batched else default_convert), batched=batched)
         self._slots = _TaggedSlots(dataset)
         self._slots.stats, self._slots.batched = stats, batched
-        self._slots.layouts_cross = collate_fn is None and not batched
+        self._slots.lean_handoff = collate_fn is None and not batched
         self._stats = LoaderStats() if stats else None
         super().__init__(self._slots, batch_size=batch_size, collate_fn=collate, **kwargs)
         self.shard_dataset = dataset
