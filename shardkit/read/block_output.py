@@ -21,6 +21,7 @@ over ``tokens.view(-1)`` takes), with ``max_seqlen`` over the batch.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -71,35 +72,31 @@ def block_boundaries(layout: np.ndarray, size: int) -> dict[str, Any]:
 
 
 class _Parts:
-    """The documents' parts of a batch of blocks of ``size`` tokens, from
-    their layouts laid end to end (``laid``) and each layout's length
-    (``widths``); checked to fill the blocks where they are not the
-    packer's own (``check``)."""
+    """The documents' parts of a batch of blocks of ``size`` tokens: their
+    ``lengths`` row after row, each row's ``offset`` (its first token's
+    position in its document) and its number of parts (``per_row``);
+    checked to fill the blocks where they are not the packer's own
+    (``check``)."""
 
-    def __init__(self, laid: np.ndarray, widths: np.ndarray, size: int, check: bool = True):
-        self.laid, self.widths, self.size = laid, widths, size
-        heads = np.cumsum(widths) - widths  # each layout's place in ``laid``
-        self.offsets = laid[heads]
-        keep = np.ones(len(laid), dtype=bool)
-        keep[heads] = False
-        self.lengths = laid[keep]
-        self.per_row = widths - 1
-        self.firsts = heads - np.arange(len(widths))  # each row's first part in ``lengths``
+    def __init__(self, lengths: np.ndarray, offsets: list[int], per_row: list[int], size: int, check: bool = True):
+        self.lengths, self.offsets, self.per_row, self.size = lengths, offsets, per_row, size
+        self.firsts = list(itertools.accumulate(per_row, initial=0))[:-1]  # each row's first part in ``lengths``
         if check and (
-            (self.per_row < 1).any() or (self.lengths <= 0).any()
-            or (np.add.reduceat(self.lengths, self.firsts, dtype=np.int64) != size).any()
+            min(per_row) < 1 or (lengths <= 0).any()
+            or (np.add.reduceat(lengths, self.firsts, dtype=np.int64) != size).any()
         ):  # fmt: skip
-            raise UsageError(f"blocks whose parts do not fill {size} tokens each: seq_lens {self.lengths.tolist()[:16]}")
+            raise UsageError(f"blocks whose parts do not fill {size} tokens each: seq_lens {lengths.tolist()[:16]}")
 
     @classmethod
     def of(cls, layouts: list[np.ndarray], size: int, check: bool = True) -> _Parts:
-        widths = np.fromiter(map(len, layouts), dtype=np.intp, count=len(layouts))
-        return cls(np.concatenate(layouts), widths, size, check)
+        """The parts of blocks of these layouts (see :mod:`.packer`)."""
+        lengths = np.concatenate([layout[1:] for layout in layouts])
+        return cls(lengths, [int(layout[0]) for layout in layouts], [len(layout) - 1 for layout in layouts], size, check)
 
     def boundaries(self) -> dict[str, Any]:
         """The batch's ``position_ids``, ``seq_lens``, ``cu_seqlens`` and
         ``max_seqlen`` (see the module docstring), each an array of its own."""
-        rows, widest = len(self.widths), int(self.per_row.max())
+        rows, widest = len(self.per_row), max(self.per_row)
         positions = np.empty((rows, self.size), dtype=np.int32)
         cu, table = np.empty(len(self.lengths) + 1, dtype=np.int32), np.empty((rows, widest), dtype=np.int32)
         self.fill(positions, cu, table)
@@ -116,7 +113,7 @@ class _Parts:
         shift[self.firsts] -= self.offsets
         np.subtract(_arange(positions.size), np.repeat(shift, self.lengths), out=positions.reshape(-1))
         table[...] = 0
-        table[np.arange(table.shape[1]) < self.per_row[:, None]] = self.lengths
+        table[np.arange(table.shape[1]) < np.array(self.per_row)[:, None]] = self.lengths
 
 
 @functools.lru_cache(maxsize=8)
@@ -157,7 +154,7 @@ def stack_blocks(blocks: list[Any], dtype: torch.dtype = torch.int64) -> Any:
     crossing = lean_handoff and get_worker_info() is not None
     if crossing and len(blocks) * len(blocks[0][0]) >= LAID_FROM_TOKENS:
         tokens = _stack_tokens([block for block, _ in blocks], dtype)
-        return LaidBatch(tokens, np.concatenate([layout for _, layout in blocks]), [len(b[1]) for b in blocks])
+        return LaidBatch(tokens, _Parts.of([layout for _, layout in blocks], tokens.shape[1], check=False))
     return _stack_with_boundaries(blocks, dtype, crossing=crossing)
 
 
@@ -192,10 +189,9 @@ LAID_FROM_TOKENS = 1 << 16
 class LaidBatch:
     """A batch of blocks with boundaries on its way from a worker of
     :func:`~shardkit.make_loader` to the main process: its tokens (in shared
-    memory) and its blocks' layouts laid end to end (``laid``, ``widths``
-    each layout's length), a few bytes a block. Unpickled it is the batch
-    dict (:func:`_landed`): ``position_ids``, ``seq_lens``, ``cu_seqlens``
-    and ``max_seqlen`` are made where the batch lands.
+    memory) and its documents' parts, a few bytes a block. Unpickled it is
+    the batch dict (:func:`_landed`): ``position_ids``, ``seq_lens``,
+    ``cu_seqlens`` and ``max_seqlen`` are made where the batch lands.
 
     Made in the worker, they would cross in shared memory, and a fresh
     segment each batch costs by the page (about 0.5 µs a KB here): the
@@ -203,16 +199,17 @@ class LaidBatch:
     making them costs the main process (see :data:`LAID_FROM_TOKENS`).
     """
 
-    def __init__(self, tokens: torch.Tensor, laid: np.ndarray, widths: list[int]):
-        self.tokens, self.laid, self.widths = tokens, laid, widths
+    def __init__(self, tokens: torch.Tensor, parts: _Parts):
+        self.tokens, self.parts = tokens, parts
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return _landed, (self.tokens, self.laid.tobytes(), self.widths)
+        parts = self.parts
+        return _landed, (self.tokens, parts.lengths.astype(np.int32).tobytes(), parts.offsets, parts.per_row)
 
 
-def _landed(tokens: torch.Tensor, laid: bytes, widths: list[int]) -> dict[str, Any]:
+def _landed(tokens: torch.Tensor, lengths: bytes, offsets: list[int], per_row: list[int]) -> dict[str, Any]:
     """The batch a :class:`LaidBatch` carried."""
-    parts = _Parts(np.frombuffer(laid, dtype=np.int32), np.array(widths), tokens.shape[1], check=False)
+    parts = _Parts(np.frombuffer(lengths, dtype=np.int32), offsets, per_row, tokens.shape[1], check=False)
     return {"tokens": tokens, **parts.boundaries()}
 
 
@@ -236,12 +233,13 @@ def _stack_with_boundaries(
     (:class:`BufferBatch`), and the views are made where it lands."""
     rows, size = len(blocks), len(blocks[0][0])
     parts = _Parts.of([layout for _, layout in blocks], size, check=check)
-    shape = (dtype, rows, size, len(parts.lengths), int(parts.per_row.max()))
-    buffer = _batch_tensor((1, _aligned(_part_bytes(*shape))[-1]), torch.uint8).view(-1)
-    batch = _views(buffer, shape, int(parts.lengths.max()))
+    shape = (dtype, rows, size, len(parts.lengths), max(parts.per_row))
+    at = _aligned(_part_bytes(*shape))
+    buffer = _batch_tensor((1, at[-1]), torch.uint8).view(-1)
+    batch = _views(buffer, shape, at, int(parts.lengths.max()))
     _stack_tokens([b for b, _ in blocks], dtype, out=batch["tokens"])
     parts.fill(batch["position_ids"].numpy(), batch["cu_seqlens"].numpy(), batch["seq_lens"].numpy())
-    return BufferBatch(buffer, shape, batch["max_seqlen"]) if crossing else batch
+    return BufferBatch(buffer, shape, at, batch["max_seqlen"]) if crossing else batch
 
 
 def _part_bytes(dtype: torch.dtype, rows: int, size: int, count: int, widest: int) -> tuple[int, ...]:
@@ -250,12 +248,11 @@ def _part_bytes(dtype: torch.dtype, rows: int, size: int, count: int, widest: in
     return cells * OUTPUT_DTYPES[dtype].itemsize, cells * 4, 4 * (count + 1), 4 * rows * widest
 
 
-def _views(buffer: torch.Tensor, shape: tuple[Any, ...], longest: int) -> dict[str, Any]:
+def _views(buffer: torch.Tensor, shape: tuple[Any, ...], at: list[int], longest: int) -> dict[str, Any]:
     """The batch with boundaries whose tensors ``buffer`` holds (see
     :func:`_stack_with_boundaries`): ``shape`` is ``(dtype, rows, block
-    size, parts, most parts in a row)``."""
+    size, parts, most parts in a row)``, ``at`` where each tensor starts."""
     dtype, rows, size, count, widest = shape
-    at = _aligned(_part_bytes(*shape))
     ints = buffer.view(torch.int32)
     return {"tokens": buffer.view(dtype).as_strided((rows, size), (size, 1), 0),
             "position_ids": ints.as_strided((rows, size), (size, 1), at[1] // 4),
@@ -271,11 +268,11 @@ class BufferBatch:
     rebuilt, a tensor made): one costs less on both sides (1.06x the
     tokens/s at 8 x 2,048, 2 workers)."""
 
-    def __init__(self, buffer: torch.Tensor, shape: tuple[Any, ...], longest: int):
-        self.buffer, self.shape, self.longest = buffer, shape, longest
+    def __init__(self, buffer: torch.Tensor, shape: tuple[Any, ...], at: list[int], longest: int):
+        self.buffer, self.shape, self.at, self.longest = buffer, shape, at, longest
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return _views, (self.buffer, self.shape, self.longest)
+        return _views, (self.buffer, self.shape, self.at, self.longest)
 
 
 def _aligned(sizes: tuple[int, ...]) -> list[int]:

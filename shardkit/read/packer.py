@@ -90,7 +90,8 @@ class Packer:
         else:
             self.offset, self.lengths = 0, lengths[:0]
         laid = np.insert(parts, opening, offsets).astype(np.int32)
-        return np.split(laid, opening[1:] + np.arange(1, count))
+        bounds = (opening + np.arange(count)).tolist() + [len(laid)]
+        return [laid[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
 def cut_lengths(lengths: np.ndarray, skip: int, count: int) -> tuple[np.ndarray, int]:
