@@ -91,7 +91,8 @@ class _Parts:
     def of(cls, layouts: list[np.ndarray], size: int, check: bool = True) -> _Parts:
         """The parts of blocks of these layouts (see :mod:`.packer`)."""
         lengths = np.concatenate([layout[1:] for layout in layouts])
-        return cls(lengths, [int(layout[0]) for layout in layouts], [len(layout) - 1 for layout in layouts], size, check)
+        offsets, per_row = [int(layout[0]) for layout in layouts], [len(layout) - 1 for layout in layouts]
+        return cls(lengths, offsets, per_row, size, check)
 
     def boundaries(self) -> dict[str, Any]:
         """The batch's ``position_ids``, ``seq_lens``, ``cu_seqlens`` and

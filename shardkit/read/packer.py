@@ -91,7 +91,7 @@ class Packer:
             self.offset, self.lengths = 0, lengths[:0]
         laid = np.insert(parts, opening, offsets).astype(np.int32)
         bounds = (opening + np.arange(count)).tolist() + [len(laid)]
-        return [laid[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
+        return [laid[lo:hi].copy() for lo, hi in zip(bounds[:-1], bounds[1:])]  # each its own (blocks wait apart)
 
 
 def cut_lengths(lengths: np.ndarray, skip: int, count: int) -> tuple[np.ndarray, int]:

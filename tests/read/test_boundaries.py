@@ -78,7 +78,9 @@ def _flag_dicts(batch: dict) -> dict:  # a user's collate_fn: it sees each batch
     return {**batch, "was_a_dict": _seen(batch)}
 
 
-@pytest.mark.parametrize("loader", ["make_loader, one buffer", "make_loader, layouts", "make_loader, collate_fn", "DataLoader"])
+@pytest.mark.parametrize(
+    "loader", ["make_loader, one buffer", "make_loader, layouts", "make_loader, collate_fn", "DataLoader"]
+)
 def test_batches_made_in_workers_arrive_as_the_batches_made_in_process(corpus, loader, monkeypatch):
     data, lengths = corpus
     if loader.endswith("layouts"):  # batches this small cross as layouts too (the workers are forked)
@@ -95,7 +97,8 @@ def test_batches_made_in_workers_arrive_as_the_batches_made_in_process(corpus, l
         rows[b["tokens"].numpy().tobytes()] = (b["position_ids"].numpy(), b["seq_lens"].numpy())
     seen = 0
     for batch in batches:
-        assert isinstance(batch, dict) and sorted(batch) == ["cu_seqlens", "max_seqlen", "position_ids", "seq_lens", "tokens"]
+        assert isinstance(batch, dict)
+        assert sorted(batch) == ["cu_seqlens", "max_seqlen", "position_ids", "seq_lens", "tokens"]
         check_block(batch["tokens"].numpy().reshape(-1), batch["position_ids"].numpy().reshape(-1),
                     batch["cu_seqlens"].numpy(), lengths, None)  # fmt: skip
         for tokens, positions, parts in zip(batch["tokens"], batch["position_ids"], batch["seq_lens"]):
@@ -115,7 +118,7 @@ def test_the_packer_lays_out_documents_however_they_come():
         size = int(rng.integers(1, 40))
         lengths = rng.integers(0, 3 * size, int(rng.integers(1, 30)))
         lengths[rng.random(len(lengths)) < 0.2] = size  # some documents exactly a block
-        skip = int(rng.integers(0, lengths[0])) if lengths[0] else 0  # the first document's first tokens were read before
+        skip = int(rng.integers(0, lengths[0])) if lengths[0] else 0  # the first document's first tokens: read before
         truth = np.concatenate([np.arange(n) for n in lengths])[skip:]  # each token's position
         ids = np.arange(len(truth))
         packer, blocks, at = Packer(size), [], 0
