@@ -70,12 +70,8 @@ def test_positions_and_parts_come_from_the_counts_in_blocks_and_batches(corpus, 
     assert seen == len(blocks)
 
 
-def _seen(batch: dict) -> bool:
-    return isinstance(batch, dict)
-
-
 def _flag_dicts(batch: dict) -> dict:  # a user's collate_fn: it sees each batch as the dataset made it
-    return {**batch, "was_a_dict": _seen(batch)}
+    return {**batch, "was_a_dict": isinstance(batch, dict)}
 
 
 @pytest.mark.parametrize(
@@ -132,11 +128,10 @@ def test_the_packer_lays_out_documents_however_they_come():
         assert len(blocks) == len(truth) // size
         for k, (block, layout) in enumerate(blocks):
             assert np.array_equal(block, ids[k * size : (k + 1) * size]) and layout.dtype == np.int32
-            parts = _Parts_positions(layout, size)
-            assert np.array_equal(parts, truth[k * size : (k + 1) * size])
+            assert np.array_equal(_positions_of(layout, size), truth[k * size : (k + 1) * size])
 
 
-def _Parts_positions(layout: np.ndarray, size: int) -> np.ndarray:
+def _positions_of(layout: np.ndarray, size: int) -> np.ndarray:
     """The positions a layout says, one part after another."""
     assert layout[1:].sum() == size and (layout[1:] > 0).all()
     runs = [np.arange(layout[0], layout[0] + layout[1])] + [np.arange(n) for n in layout[2:]]
