@@ -148,14 +148,15 @@ def stack_blocks(blocks: list[Any], dtype: torch.dtype = torch.int64) -> Any:
     as it is. Blocks with their layouts (``boundaries=True``) make a batch
     with boundaries (see the module docstring); in the workers of
     :func:`~shardkit.make_loader` it crosses as its one buffer
-    (:class:`BufferBatch`), or from :data:`LAID_FROM_TOKENS` tokens as its
-    layouts (:class:`LaidBatch`)."""
+    (:func:`_views`), or from :data:`LAID_FROM_TOKENS` tokens as its tokens
+    and parts (:func:`_landed`)."""
     if not blocks or not isinstance(blocks[0], tuple):
         return _stack_tokens(blocks, dtype)
     crossing = lean_handoff and get_worker_info() is not None
     if crossing and len(blocks) * len(blocks[0][0]) >= LAID_FROM_TOKENS:
         tokens = _stack_tokens([block for block, _ in blocks], dtype)
-        return LaidBatch(tokens, _Parts.of([layout for _, layout in blocks], tokens.shape[1], check=False))
+        parts = _Parts.of([layout for _, layout in blocks], tokens.shape[1], check=False)
+        return Crossing(_landed, tokens, parts.lengths.astype(np.int32).tobytes(), parts.offsets, parts.per_row)
     return _stack_with_boundaries(blocks, dtype, crossing=crossing)
 
 
@@ -171,45 +172,42 @@ def _stack_tokens(blocks: list[np.ndarray], dtype: torch.dtype, out: torch.Tenso
 
 
 #: Whether a batch with boundaries made in this process crosses to the main
-#: process as an object that unpickles into the batch dict there
-#: (:class:`BufferBatch`, :class:`LaidBatch`). Set in each worker by
+#: process as a :class:`Crossing`, which unpickles into the batch dict
+#: there. Set in each worker by
 #: :func:`~shardkit.make_loader`'s loader, where nothing but its own code
 #: sees a batch between the dataset and the main process; a plain
 #: DataLoader's worker hands over the dict.
 lean_handoff = False
 
 #: The fewest tokens a batch has for its boundaries to be made where it
-#: lands (:class:`LaidBatch`) rather than in the worker (:class:`BufferBatch`).
-#: Measured with the two ways alternating: 1.04x the tokens/s of a
-#: BufferBatch at 8 x 8,192 with 2 workers, 1.16x with 1; against a dict made
+#: lands (:func:`_landed`) rather than in the worker (:func:`_views`).
+#: Measured with the two ways alternating: 1.04x the tokens/s of the one
+#: buffer at 8 x 8,192 with 2 workers, 1.16x with 1; against a dict made
 #: in the worker, 1.0x at 8 x 4,096 and 0.96x at 8 x 2,048. Shared memory
 #: costs by the byte, making them in the main process mostly by the call.
 LAID_FROM_TOKENS = 1 << 16
 
 
-class LaidBatch:
-    """A batch of blocks with boundaries on its way from a worker of
-    :func:`~shardkit.make_loader` to the main process: its tokens (in shared
-    memory) and its documents' parts, a few bytes a block. Unpickled it is
-    the batch dict (:func:`_landed`): ``position_ids``, ``seq_lens``,
-    ``cu_seqlens`` and ``max_seqlen`` are made where the batch lands.
+class Crossing:
+    """A batch with boundaries on its way from a worker of
+    :func:`~shardkit.make_loader` to the main process, as what ``land``
+    makes it from there: unpickled, it is ``land(*parts)``, the batch dict."""
 
-    Made in the worker, they would cross in shared memory, and a fresh
-    segment each batch costs by the page (about 0.5 µs a KB here): the
-    256 KB of ``position_ids`` of a batch of 8 x 8,192 cost more there than
-    making them costs the main process (see :data:`LAID_FROM_TOKENS`).
-    """
-
-    def __init__(self, tokens: torch.Tensor, parts: _Parts):
-        self.tokens, self.parts = tokens, parts
+    def __init__(self, land: Callable[..., dict[str, Any]], *parts: Any):
+        self.land, self.parts = land, parts
 
     def __reduce__(self) -> tuple[Any, ...]:
-        parts = self.parts
-        return _landed, (self.tokens, parts.lengths.astype(np.int32).tobytes(), parts.offsets, parts.per_row)
+        return self.land, self.parts
 
 
 def _landed(tokens: torch.Tensor, lengths: bytes, offsets: list[int], per_row: list[int]) -> dict[str, Any]:
-    """The batch a :class:`LaidBatch` carried."""
+    """A batch from its tokens (in shared memory) and its documents' parts,
+    a few bytes a block: ``position_ids``, ``seq_lens``, ``cu_seqlens`` and
+    ``max_seqlen`` are made where the batch lands. Made in the worker, they
+    would cross in shared memory, and a fresh segment each batch costs by
+    the page (about 0.5 µs a KB here): the 256 KB of ``position_ids`` of a
+    batch of 8 x 8,192 cost more there than making them costs the main
+    process (see :data:`LAID_FROM_TOKENS`)."""
     parts = _Parts(np.frombuffer(lengths, dtype=np.int32), offsets, per_row, tokens.shape[1], check=False)
     return {"tokens": tokens, **parts.boundaries()}
 
@@ -230,8 +228,8 @@ def _stack_with_boundaries(
     """A batch of blocks with their layouts (see the module docstring).
     Its tensors are views of one buffer (in shared memory in a DataLoader
     worker): one to hand over, not four (four cost 2.7x the hand-off time
-    of one here). ``crossing``: the buffer crosses alone
-    (:class:`BufferBatch`), and the views are made where it lands."""
+    of one here). ``crossing``: the buffer crosses alone, and the views
+    are made where it lands (:func:`_views`)."""
     rows, size = len(blocks), len(blocks[0][0])
     parts = _Parts.of([layout for _, layout in blocks], size, check=check)
     shape = (dtype, rows, size, len(parts.lengths), max(parts.per_row))
@@ -240,7 +238,7 @@ def _stack_with_boundaries(
     batch = _views(buffer, shape, at, int(parts.lengths.max()))
     _stack_tokens([b for b, _ in blocks], dtype, out=batch["tokens"])
     parts.fill(batch["position_ids"].numpy(), batch["cu_seqlens"].numpy(), batch["seq_lens"].numpy())
-    return BufferBatch(buffer, shape, at, batch["max_seqlen"]) if crossing else batch
+    return Crossing(_views, buffer, shape, at, batch["max_seqlen"]) if crossing else batch
 
 
 def _part_bytes(dtype: torch.dtype, rows: int, size: int, count: int, widest: int) -> tuple[int, ...]:
@@ -252,28 +250,16 @@ def _part_bytes(dtype: torch.dtype, rows: int, size: int, count: int, widest: in
 def _views(buffer: torch.Tensor, shape: tuple[Any, ...], at: list[int], longest: int) -> dict[str, Any]:
     """The batch with boundaries whose tensors ``buffer`` holds (see
     :func:`_stack_with_boundaries`): ``shape`` is ``(dtype, rows, block
-    size, parts, most parts in a row)``, ``at`` where each tensor starts."""
+    size, parts, most parts in a row)``, ``at`` where each tensor starts.
+    A batch that crosses as its buffer alone costs less on both sides than
+    its dict, whose tensors cross one by one (a storage reference rebuilt,
+    a tensor made each): 1.06x the tokens/s at 8 x 2,048, 2 workers."""
     dtype, rows, size, count, widest = shape
     ints = buffer.view(torch.int32)
     return {"tokens": buffer.view(dtype).as_strided((rows, size), (size, 1), 0),
             "position_ids": ints.as_strided((rows, size), (size, 1), at[1] // 4),
             "seq_lens": ints.as_strided((rows, widest), (widest, 1), at[3] // 4),
             "cu_seqlens": ints.as_strided((count + 1,), (1,), at[2] // 4), "max_seqlen": longest}  # fmt: skip
-
-
-class BufferBatch:
-    """A batch with boundaries on its way from a worker of
-    :func:`~shardkit.make_loader` to the main process as the one buffer
-    that holds its tensors; unpickled it is the batch dict, its views made
-    there. Each tensor of a dict crosses on its own (a storage reference
-    rebuilt, a tensor made): one costs less on both sides (1.06x the
-    tokens/s at 8 x 2,048, 2 workers)."""
-
-    def __init__(self, buffer: torch.Tensor, shape: tuple[Any, ...], at: list[int], longest: int):
-        self.buffer, self.shape, self.at, self.longest = buffer, shape, at, longest
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return _views, (self.buffer, self.shape, self.at, self.longest)
 
 
 def _aligned(sizes: tuple[int, ...]) -> list[int]:
