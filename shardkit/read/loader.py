@@ -9,7 +9,6 @@ import logging
 import multiprocessing
 import os
 import sys
-import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -111,12 +110,12 @@ class _TaggedCollate:
         if len(data[-1]) == 3:
             return data[-1][0], data[-1][1], collate_samples([item[2] for item in data], collate=self.collate)
         clock = stats.current  # set in this process for the whole iteration (_TaggedSlots)
-        started = time.monotonic()
-        batch = collate_samples([item[2] for item in data], collate=self.collate)
+        samples = [item[2] for item in data]
+        collate = functools.partial(collate_samples, collate=self.collate)
         if clock is None:
-            return data[-1][0], data[-1][1], batch, None
-        clock.add(stats.COLLATE, time.monotonic() - started)
-        return data[-1][0], data[-1][1], batch, clock.take()  # the batch's record: its samples' time and its own
+            return data[-1][0], data[-1][1], collate(samples), None
+        batch, record = stats.collated(collate, samples, clock)  # the batch's record: its samples' time and its own
+        return data[-1][0], data[-1][1], batch, record
 
 
 def _tagged(items: Iterator[tuple[int, Any]], worker: int) -> Iterator[tuple[int, int, Any]]:

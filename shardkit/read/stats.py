@@ -114,6 +114,15 @@ _ZEROS = [0.0] * len(STAGES)
 READ, PARSE, DECODE, MAP, COLLATE = range(len(STAGES))
 
 
+def collated(collate: Callable[[Any], T], samples: Any, clock: StageClock) -> tuple[T, Record]:
+    """``collate(samples)``, its time charged to ``collate``, with the
+    record of the item it makes (the clock emptied)."""
+    started = time.monotonic()
+    batch = collate(samples)
+    clock.add(COLLATE, time.monotonic() - started)
+    return batch, clock.take()
+
+
 def timed_call(fn: Callable[..., T], clock: StageClock, stage: int) -> Callable[..., T]:
     """``fn``, its time charged to ``stage``."""
 

@@ -95,10 +95,7 @@ class _RecordingCollate:
         clock = stats.current
         if clock is None:  # not started by watch's worker init: nothing to record
             return self.collate(samples), None
-        started = time.monotonic()
-        batch = self.collate(samples)
-        clock.add(stats.COLLATE, time.monotonic() - started)
-        return batch, clock.take()
+        return stats.collated(self.collate, samples, clock)
 
 
 class WatchedLoader:
