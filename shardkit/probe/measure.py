@@ -37,6 +37,7 @@ from shardkit.probe.ceiling import MAX_DROPPED_FILES, Ceiling, Shard, drop_local
 from shardkit.read.dataset import ShardDataset
 from shardkit.read.loader import make_loader
 from shardkit.read.loader_stats import LoaderStats
+from shardkit.read.worker_start import cpu_ticks
 
 #: The loader counts as storage-bound at this fraction of the ceiling.
 STORAGE_BOUND = 0.9
@@ -97,12 +98,7 @@ def dataset_shards(dataset: ShardDataset, *, most: int, seed: int = 0) -> list[S
 
 def _cpu_seconds(pid: int) -> float:
     """A process's user and system CPU seconds so far (0 if gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            fields = f.read().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return 0.0
+    return (cpu_ticks(pid) or 0) / os.sysconf("SC_CLK_TCK")
 
 
 def _private_mb(pid: int) -> float:
