@@ -31,8 +31,9 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
 
 def _workers(text: str | None) -> list[int]:
     if text is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        return [w for w in DEFAULT_WORKERS if w <= max(cores, 1)]
+        from shardkit.probe.measure import usable_cores
+
+        return [w for w in DEFAULT_WORKERS if w <= max(usable_cores(), 1)]
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if not parts or not all(p.isdigit() for p in parts) or int(max(parts, key=int)) > 256:
         raise UsageError(f"--workers must be worker counts from 0 to 256 separated by commas (e.g. 0,1,2,4), not {text!r}")

@@ -96,6 +96,11 @@ def dataset_shards(dataset: ShardDataset, *, most: int, seed: int = 0) -> list[S
     return out
 
 
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def _cpu_seconds(pid: int) -> float:
     """A process's user and system CPU seconds so far (0 if gone)."""
     return (cpu_ticks(pid) or 0) / os.sysconf("SC_CLK_TCK")
@@ -212,7 +217,7 @@ def bench_dataset(
     # of them, the ceiling's among them; a larger dataset is mostly read where nothing warmed it.
     shards = dataset_shards(ShardDataset(source, **kwargs), most=MAX_DROPPED_FILES)
     sample = random.Random(0).sample(shards, min(len(shards), CEILING_SHARDS))
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cores()
     rows = []
 
     def cold() -> None:
